@@ -1,0 +1,59 @@
+# hpcacct — PGXS build. `make test` and `make demo` do all set-up on a fresh Debian 12 machine.
+
+EXTENSION   = hpcacct
+EXTVERSION  = 0.1
+MODULE_big  = hpcacct
+
+CORE_SRCS   = $(sort $(wildcard src/core/*.cpp))
+GLUE_SRCS   = $(sort $(wildcard src/pg/*.cpp))
+OBJS        = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
+
+# The install script is assembled from one file per SQL area, in name order.
+INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
+DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
+
+REGRESS     = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=btree_gist --load-extension=$(EXTENSION)
+
+CXXSTD      = -std=c++17
+PG_CPPFLAGS = -I$(CURDIR)/src
+PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+SHLIB_LINK  = -lstdc++
+EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out
+
+PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
+PGXS       := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+
+# On a fresh machine the server headers are not there yet: `make test` installs them first
+# and then calls make again, so only the top-level targets below are needed before that.
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+# The clang bitcode build for JIT ignores PG_CXXFLAGS.
+BITCODE_CXXFLAGS += $(CXXSTD) -I$(CURDIR)/src
+endif
+
+# The core is compiled without PostgreSQL's include path: it cannot include its headers.
+CORE_CXXFLAGS = $(CXXSTD) -O2 -g -fPIC -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc
+src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
+	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
+
+$(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
+	cat $^ > $@
+
+# ---- unit tests of the PostgreSQL-free core (GoogleTest) ----
+UNIT_SRCS = $(sort $(wildcard test/unit/*.cpp))
+test/unit/run_unit_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
+	$(CXX) $(CXXSTD) -O1 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread
+
+.PHONY: deps unit test demo
+deps:
+	test/scripts/install-deps.sh
+
+unit: test/unit/run_unit_tests
+	test/unit/run_unit_tests
+
+test:
+	test/scripts/run-tests.sh
+
+demo:
+	test/scripts/run-demo.sh

@@ -1,0 +1,239 @@
+-- ---------------------------------------------------------------------------------------
+-- Jobs, the ledger, and the trigger that charges every job into the ledger.
+-- ---------------------------------------------------------------------------------------
+
+-- One row per finished job; columns are sacct's fields (sacct --parsable2 -o
+-- Cluster,JobID,Account,User,Partition,Submit,Start,End,AllocTRES,State), so a dump loads
+-- with COPY. "user" and "end" are SQL keywords and need quotes.
+CREATE TABLE @extschema@.job (
+    cluster   text NOT NULL,
+    jobid     text NOT NULL,
+    account   text NOT NULL,
+    "user"    text NOT NULL,
+    partition text NOT NULL,
+    submit    timestamptz,
+    start     timestamptz NOT NULL,
+    "end"     timestamptz NOT NULL,
+    alloctres @extschema@.tres NOT NULL,
+    state     text,
+    PRIMARY KEY (cluster, jobid)
+);
+COMMENT ON TABLE @extschema@.job IS 'Finished jobs, one row each, columns named after sacct fields; charged by trigger';
+
+-- Every money-like movement is one row; balances are sums. Rows are never updated or
+-- deleted: a correction is a new row (a re-rated or deleted job gets a reversal).
+CREATE TABLE @extschema@.ledger (
+    entry_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    booked_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    account     text NOT NULL REFERENCES @extschema@.account,
+    kind        text NOT NULL CHECK (kind IN ('charge')),
+    amount      numeric(20, 6) NOT NULL,
+    unit        text NOT NULL,
+    resource_id bigint REFERENCES @extschema@.resource,
+    cluster     text,
+    jobid       text,
+    submitter   text,
+    job_start   timestamptz,
+    job_end     timestamptz,
+    note        text,
+    CONSTRAINT ledger_charge_names_job CHECK (
+        kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
+                             AND job_start IS NOT NULL AND job_end >= job_start))
+);
+CREATE INDEX ledger_job ON @extschema@.ledger (cluster, jobid) WHERE kind = 'charge';
+CREATE INDEX ledger_account ON @extschema@.ledger (account, kind);
+COMMENT ON TABLE @extschema@.ledger IS
+    'Append-only ledger: one row per charge, reversal, deposit, transfer or retraction';
+COMMENT ON COLUMN @extschema@.ledger.amount IS
+    'Units (see unit); a charge is positive, its reversal negative; rounded to 6 decimals when booked';
+
+CREATE FUNCTION @extschema@.ledger_is_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION 'hpcacct.ledger is append-only: % is not allowed', lower(TG_OP)
+            USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
+    END
+    $$;
+CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON @extschema@.ledger
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+
+-- The columns of a job table that charging reads, as quoted identifiers in the order
+-- cluster, jobid, account, user, partition, start, end, alloctres. `mapping` holds
+-- 'role=column' pairs for a table whose names differ from sacct's.
+CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres'];
+        columns text[] := roles;
+        pair    text;
+        role    text;
+        column_name text;
+        position integer;
+    BEGIN
+        FOREACH pair IN ARRAY coalesce(mapping, '{}') LOOP
+            role := split_part(pair, '=', 1);
+            column_name := substr(pair, length(role) + 2);
+            position := array_position(roles, role);
+            IF strpos(pair, '=') = 0 OR position IS NULL OR column_name = '' THEN
+                RAISE EXCEPTION 'invalid job column mapping "%"', pair
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
+            END IF;
+            columns[position] := column_name;
+        END LOOP;
+        FOR position IN 1 .. array_length(roles, 1) LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                           WHERE a.attrelid = job_table AND a.attname = columns[position]
+                             AND a.attnum > 0 AND NOT a.attisdropped) THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
+                    USING ERRCODE = 'undefined_column',
+                          HINT = format('Name it in the trigger arguments, e.g. ''%s=my_column''.', roles[position]);
+            END IF;
+            columns[position] := quote_ident(columns[position]);
+        END LOOP;
+        RETURN columns;
+    END
+    $$;
+
+-- Charges jobs as a statement-level AFTER trigger over the transition tables new_jobs and
+-- old_jobs: one set-based INSERT into the ledger per statement (COPY included).
+-- INSERT charges the new jobs; DELETE reverses what the ledger holds for the old ones;
+-- UPDATE does both, for the jobs whose charging columns changed.
+CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    DECLARE
+        col      text[];
+        relevant text;
+        changed_old text;
+        changed_new text;
+        problem  record;
+    BEGIN
+        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
+            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        col := @extschema@.job_columns(TG_RELID, TG_ARGV);
+        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
+                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
+                           '%s::@extschema@.tres AS alloctres',
+                           VARIADIC col);
+        IF TG_OP = 'UPDATE' THEN
+            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
+            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
+        ELSIF TG_OP = 'DELETE' THEN
+            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
+        ELSE
+            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+
+        IF changed_old IS NOT NULL THEN
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                submitter, job_start, job_end, note)
+                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                       l.submitter, l.job_start, l.job_end, %L
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge'
+                  AND (l.cluster, l.jobid) IN (SELECT o.cluster, o.jobid FROM %s o)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+                HAVING sum(l.amount) <> 0
+                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+        END IF;
+
+        IF changed_new IS NOT NULL THEN
+            EXECUTE format($q$
+                SELECT * FROM (
+                    SELECT j.cluster, j.jobid, j.account, j.partition, j.job_start,
+                           CASE
+                               WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                    OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                               WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                               WHEN j.job_end < j.job_start THEN 'end_before_start'
+                               WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                   THEN 'unknown_account'
+                               WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                  AND r.valid @> j.job_start)
+                                   THEN 'unknown_resource'
+                           END AS problem
+                    FROM %s j) checked
+                WHERE problem IS NOT NULL
+                LIMIT 1
+                $q$, changed_new) INTO problem;
+
+            IF problem.problem = 'missing' THEN
+                RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                    USING ERRCODE = 'null_value_not_allowed';
+            ELSIF problem.problem = 'no_times' THEN
+                RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                    USING ERRCODE = 'null_value_not_allowed',
+                          HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+            ELSIF problem.problem = 'end_before_start' THEN
+                RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                    USING ERRCODE = 'invalid_parameter_value';
+            ELSIF problem.problem = 'unknown_account' THEN
+                RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                    USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+            ELSIF problem.problem = 'unknown_resource' THEN
+                RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                    USING ERRCODE = 'undefined_object',
+                          HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+            END IF;
+
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                submitter, job_start, job_end)
+                SELECT j.account, 'charge',
+                       round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                       r.unit, r.resource_id, j.cluster, j.jobid, j.submitter, j.job_start, j.job_end
+                FROM %s j
+                JOIN @extschema@.resource r
+                  ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                $q$, changed_new);
+        END IF;
+        RETURN NULL;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.charge_jobs() IS
+    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+
+-- Attaches charging to a job table: three statement triggers (transition tables allow one
+-- event per trigger). `mapping` names columns whose names differ from sacct's.
+CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping text[] DEFAULT '{}')
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        args text;
+    BEGIN
+        PERFORM @extschema@.job_columns(job_table, mapping);  -- fail now, not at the first insert
+        SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
+                       'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
+    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+
+SELECT @extschema@.attach_charging('@extschema@.job');
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.job', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_entry_id_seq', '');

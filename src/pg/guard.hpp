@@ -1,0 +1,50 @@
+// The one exception boundary between the C++ core and PostgreSQL.
+//
+// Every C++ call made from an SQL entry point runs inside guarded(): a C++ exception is
+// caught there, its message copied into a plain buffer, the try scope left (so every C++
+// destructor has run), and only then is ereport(ERROR) raised with a real SQLSTATE.
+// Nothing PostgreSQL can longjmp out of (palloc, ereport, SPI, CHECK_FOR_INTERRUPTS) is
+// called inside a guarded body, and what a body returns must be trivially destructible.
+#pragma once
+
+#include "core/error.hpp"
+
+#include <exception>
+#include <new>
+#include <type_traits>
+
+namespace hpcacct::pg {
+
+struct PendingError {
+    ErrorKind kind = ErrorKind::internal;
+    bool out_of_memory = false;
+    char message[512] = {};
+    char detail[1024] = {};
+};
+
+void capture(PendingError& pending, const Error& error) noexcept;
+void capture_out_of_memory(PendingError& pending) noexcept;
+void capture_unexpected(PendingError& pending, const char* what) noexcept;
+[[noreturn]] void raise(const PendingError& pending);
+
+template <typename Body>
+auto guarded(Body&& body) -> decltype(body()) {
+    using Result = decltype(body());
+    static_assert(std::is_void_v<Result> || std::is_trivially_destructible_v<Result>,
+                  "a guarded body must not return an object with a destructor");
+    PendingError pending;
+    try {
+        return body();
+    } catch (const Error& e) {
+        capture(pending, e);
+    } catch (const std::bad_alloc&) {
+        capture_out_of_memory(pending);
+    } catch (const std::exception& e) {
+        capture_unexpected(pending, e.what());
+    } catch (...) {
+        capture_unexpected(pending, "unknown C++ exception");
+    }
+    raise(pending);
+}
+
+}  // namespace hpcacct::pg

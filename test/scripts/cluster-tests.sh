@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs inside with-cluster.sh: pg_regress, then pgTAP. Appends "stage passed failed" lines
+# to $HPCACCT_TALLY.
+set -uo pipefail
+
+# pg_regress: one test per file in sql/.
+regress_log=$(mktemp)
+make -s PG_CONFIG="$PG_CONFIG" installcheck 2>&1 | tee "$regress_log"
+regress_total=$(ls sql/*.sql | wc -l)
+regress_failed=$(sed -n 's/.* \([0-9]*\) of [0-9]* tests failed.*/\1/p' "$regress_log")
+if ! grep -q "All $regress_total tests passed" "$regress_log" && [ -z "$regress_failed" ]; then
+    regress_failed=$regress_total  # pg_regress did not run
+fi
+regress_failed=${regress_failed:-0}
+[ "$regress_failed" -ne 0 ] && [ -f regression.diffs ] && cat regression.diffs
+echo "regress $((regress_total - regress_failed)) $regress_failed" >>"$HPCACCT_TALLY"
+rm -f "$regress_log"
+
+# pgTAP: each file runs in its own transaction in one database, where pg_cron may live.
+tap_log=$(mktemp)
+createdb hpcacct_tap
+psql -q -X -v ON_ERROR_STOP=1 -d hpcacct_tap \
+    -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION hpcacct CASCADE' \
+    && pg_prove -d hpcacct_tap --ext .sql -r test/pgtap 2>&1 | tee "$tap_log"
+tap_total=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$tap_log")
+tap_failed=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$tap_log" | awk '{s += $1} END {print s + 0}')
+if ! grep -q '^Result: PASS' "$tap_log"; then
+    [ "$tap_failed" -eq 0 ] && tap_failed=1  # a file died or pg_prove did not run
+fi
+echo "pgtap $(( ${tap_total:-0} - tap_failed < 0 ? 0 : ${tap_total:-0} - tap_failed )) $tap_failed" >>"$HPCACCT_TALLY"
+rm -f "$tap_log"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# make test: install what is missing, build, install, then run the core's unit tests,
+# pg_regress (sql/, expected/) and pgTAP (test/pgtap/) in a throw-away cluster.
+# Prints the diffs of failing regression tests and exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+test/scripts/install-deps.sh || exit 1
+export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+make -s PG_CONFIG=$PG_CONFIG all >/dev/null || { echo "hpcacct: build failed" >&2; exit 1; }
+make -s PG_CONFIG=$PG_CONFIG install >/dev/null || { echo "hpcacct: install failed" >&2; exit 1; }
+
+tally=$(mktemp)
+trap 'rm -f "$tally"' EXIT
+
+# --- unit tests of the core ---
+unit_log=$(mktemp)
+make -s PG_CONFIG=$PG_CONFIG unit 2>&1 | tee "$unit_log"
+unit_passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$unit_log")
+unit_failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$unit_log")
+if [ -z "$unit_passed" ] && [ -z "$unit_failed" ]; then unit_failed=1; fi  # did not build or run
+echo "unit ${unit_passed:-0} ${unit_failed:-0}" >>"$tally"
+rm -f "$unit_log"
+
+# --- pg_regress and pgTAP in a throw-away cluster ---
+HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-tests.sh
+
+passed=$(awk '{p += $2} END {print p + 0}' "$tally")
+failed=$(awk '{f += $3} END {print f + 0}' "$tally")
+echo
+awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$(wc -l <"$tally")" -eq 3 ]

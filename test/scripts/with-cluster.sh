@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# with-cluster.sh NAME COMMAND...: runs COMMAND against a throw-away PostgreSQL cluster in
+# /tmp/hpcacct-NAME (Unix socket only, pg_cron preloaded), then stops and removes it.
+# A cluster left over by an interrupted run is stopped and removed first.
+set -euo pipefail
+
+name=$1
+shift
+pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+bindir=$("$pg_config" --bindir)
+base=/tmp/hpcacct-$name
+data=$base/data
+
+as_server_owner() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+remove_cluster() {
+    if [ -f "$data/postmaster.pid" ]; then
+        as_server_owner "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$base"
+}
+
+remove_cluster
+mkdir -p "$base"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$base"
+as_server_owner "$bindir/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
+    --no-sync >"$base/initdb.log" 2>&1 || { cat "$base/initdb.log"; exit 1; }
+cat >>"$data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$base'
+port = 5432
+shared_preload_libraries = 'pg_cron'
+cron.database_name = 'hpcacct_tap'
+cron.host = '$base'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_parallel_workers_per_gather = 2
+CONF
+trap remove_cluster EXIT
+trap 'exit 130' INT TERM
+as_server_owner "$bindir/pg_ctl" -D "$data" -l "$base/server.log" -w start >/dev/null
+
+export PGHOST=$base PGPORT=5432 PGUSER=postgres PGDATABASE=postgres
+export HPCACCT_SERVER_LOG=$base/server.log
+"$@"
