@@ -1,0 +1,64 @@
+-- ---------------------------------------------------------------------------------------
+-- Attribution of charges to periods (SPEC §0): a job's charge counts in the days, months
+-- and quarters in which it ran, pro rata by wall-clock time, in the site's time zone.
+-- ---------------------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.site_timezone() RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT s.value FROM @extschema@.settings s WHERE s.name = 'timezone' $$;
+COMMENT ON FUNCTION @extschema@.site_timezone() IS
+    'The site''s time zone (setting timezone): days, months and quarters of reports are its';
+
+-- Fraction of [job_start, job_end) that lies in [period_start, period_end). A job of zero
+-- length counts wholly in the period where it starts.
+CREATE FUNCTION @extschema@.period_share(job_start timestamptz, job_end timestamptz,
+                                         period_start timestamptz, period_end timestamptz)
+    RETURNS numeric
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN job_end <= job_start THEN
+                CASE WHEN job_start >= period_start AND job_start < period_end THEN 1 ELSE 0 END
+            ELSE
+                greatest(0, extract(epoch FROM least(job_end, period_end) - greatest(job_start, period_start)))
+                / extract(epoch FROM job_end - job_start)
+        END::numeric
+    $$;
+COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamptz, timestamptz) IS
+    'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end)';
+
+-- Every charge (and reversal) split by calendar month of the site's time zone.
+CREATE VIEW @extschema@.charge_by_month AS
+    SELECT l.entry_id, l.account, r.cluster, r.partition, l.unit, l.submitter,
+           m.month::date AS month,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               m.month AT TIME ZONE z.tz,
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount
+    FROM @extschema@.ledger l
+    JOIN @extschema@.resource r USING (resource_id)
+    CROSS JOIN (SELECT @extschema@.site_timezone() AS tz) z
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
+        interval '1 month') AS m(month)
+    WHERE l.kind = 'charge'
+      AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+COMMENT ON VIEW @extschema@.charge_by_month IS
+    'Charges split pro rata over the calendar months (site time zone) in which the jobs ran';
+
+-- Consumption of an account on a cluster up to an instant: charges pro rata before it.
+CREATE FUNCTION @extschema@.consumption_before(account text, cluster text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', before)), 0)
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r USING (resource_id)
+        WHERE l.kind = 'charge' AND l.account = consumption_before.account AND r.cluster = consumption_before.cluster
+          AND l.job_start < before
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
+    'Charges of an account on a cluster for the part of its jobs that ran before an instant';

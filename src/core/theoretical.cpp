@@ -1,0 +1,95 @@
+#include "core/theoretical.hpp"
+
+#include "core/error.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace hpcacct::theoretical {
+namespace {
+
+void check_finite(double x, const char* what) {
+    if (!std::isfinite(x))
+        throw Error(ErrorKind::out_of_range, std::string(what) + " must be a finite number");
+}
+
+double checked_result(double x) {
+    if (!std::isfinite(x))
+        throw Error(ErrorKind::out_of_range, "theoretical consumption is out of range");
+    return x;
+}
+
+}  // namespace
+
+double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
+    check_finite(amount, "allocation amount");
+    const double window = calendar::window_months(from, until, convention);
+    calendar::check_date(at);
+    if (at < from || until < at)
+        return 0;
+    return checked_result(amount / window);
+}
+
+double tc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
+    check_finite(amount, "allocation amount");
+    const double window = calendar::window_months(from, until, convention);
+    calendar::check_date(at);
+    if (at < from)
+        return 0;
+    if (!(at < until))
+        return amount;  // the whole window has elapsed: exactly the amount
+    const double elapsed = calendar::months_spanned(from, at, convention);
+    return checked_result(amount * elapsed / window);
+}
+
+void Sum::add(double x) {
+    check_finite(x, "summand");
+    const double t = sum + x;
+    if (std::fabs(sum) >= std::fabs(x))
+        compensation += (sum - t) + x;
+    else
+        compensation += (x - t) + sum;
+    sum = t;
+}
+
+void Sum::merge(const Sum& other) {
+    add(other.sum);
+    add(other.compensation);
+}
+
+double Sum::value() const {
+    const double total = sum + compensation;
+    if (!std::isfinite(total))
+        throw Error(ErrorKind::out_of_range, "sum is out of range");
+    return total;
+}
+
+RegulationStatus regulation_status(double consumption, double tc, double tmc) {
+    check_finite(consumption, "consumption");
+    check_finite(tc, "theoretical consumption");
+    check_finite(tmc, "theoretical monthly consumption");
+    if (!(tmc > 0))
+        return RegulationStatus::ok;
+    const double delta = consumption - tc;
+    if (!std::isfinite(delta))
+        throw Error(ErrorKind::out_of_range, "consumption minus theoretical consumption is out of range");
+    if (delta > -tmc)
+        return RegulationStatus::ok;
+    if (delta > -2 * tmc)
+        return RegulationStatus::warning;
+    return RegulationStatus::retraction;
+}
+
+const char* to_string(RegulationStatus status) {
+    switch (status) {
+        case RegulationStatus::ok:
+            return "ok";
+        case RegulationStatus::warning:
+            return "warning";
+        case RegulationStatus::retraction:
+            return "retraction";
+    }
+    return "ok";
+}
+
+}  // namespace hpcacct::theoretical

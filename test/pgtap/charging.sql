@@ -1,0 +1,80 @@
+-- The charging trigger's contract: SQLSTATEs, nothing written on error, ledger = jobs.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(19);
+
+INSERT INTO account (name) VALUES ('p1'), ('p2');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive) VALUES
+    ('c', 'cpu', 'cpu=24,mem=96G', 'cpu=1,mem=4G', 1, 'core-hours', false),
+    ('c', 'excl', 'cpu=24,mem=96G', 'cpu=1', 1, 'core-hours', true);
+
+CREATE FUNCTION pg_temp.ledger_rows() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM hpcacct.ledger';
+
+SELECT lives_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '1', 'p1', 'u1', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 02:00+00', 'cpu=2,mem=16G', 'COMPLETED'),
+    ('c', '2', 'p2', 'u2', 'excl', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=30', 'COMPLETED')$$,
+    'valid jobs are charged');
+SELECT is((SELECT amount FROM ledger WHERE jobid = '1'), 8.000000, 'memory-bound job: 4 core equivalents x 2 h');
+SELECT is((SELECT amount FROM ledger WHERE jobid = '2'), 48.000000, 'exclusive job: 2 whole nodes x 24 cores x 1 h');
+
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'nobody', 'u', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '42704', NULL, 'unknown account');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', 'u', 'gpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '42704', NULL, 'unknown resource');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', 'u', 'cpu', NULL, '2024-01-01 02:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '22023', NULL, 'end before start');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', 'u', 'cpu', NULL, NULL, '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '23502', NULL, 'NULL start in hpcacct.job');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', 'u', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1,', 'COMPLETED')$$,
+    '22P02', NULL, 'malformed TRES');
+SELECT is(pg_temp.ledger_rows(), 2::bigint, 'nothing was written by the failed inserts');
+SELECT is((SELECT count(*) FROM hpcacct.job), 2::bigint, 'no failed job was stored');
+
+-- A site table without NOT NULL constraints: the trigger refuses NULL times itself.
+CREATE TABLE site_jobs AS SELECT * FROM hpcacct.job WITH NO DATA;
+SELECT hpcacct.attach_charging('site_jobs');
+SELECT throws_ok($$INSERT INTO site_jobs VALUES
+    ('c', '9', 'p1', 'u', 'cpu', NULL, '2024-01-01 00:00+00', NULL, 'cpu=1', 'RUNNING')$$,
+    '22004', NULL, 'NULL end in a site table');
+SELECT throws_ok($$INSERT INTO site_jobs VALUES
+    ('c', '9', NULL, 'u', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '22004', NULL, 'NULL account in a site table');
+SELECT throws_ok($$SELECT hpcacct.attach_charging('site_jobs', 'jobid=missing')$$, '42703', NULL,
+                 'mapping to a missing column');
+SELECT throws_ok($$SELECT hpcacct.attach_charging('site_jobs', 'colour=jobid')$$, '22023', NULL,
+                 'mapping with an unknown role');
+
+-- The ledger is append-only.
+SELECT throws_ok($$UPDATE hpcacct.ledger SET amount = 0$$, 'HA001', NULL, 'UPDATE of the ledger');
+SELECT throws_ok($$DELETE FROM hpcacct.ledger$$, 'HA001', NULL, 'DELETE from the ledger');
+SELECT throws_ok($$TRUNCATE hpcacct.ledger$$, 'HA001', NULL, 'TRUNCATE of the ledger');
+
+-- Many updates and deletes later, the ledger still equals the jobs' charges.
+INSERT INTO hpcacct.job
+SELECT 'c', 'bulk' || i, CASE WHEN i % 2 = 0 THEN 'p1' ELSE 'p2' END, 'u', 'cpu', NULL,
+       timestamptz '2024-02-01 00:00+00' + i * interval '1 minute',
+       timestamptz '2024-02-01 00:00+00' + i * interval '1 minute' + (i % 7 + 1) * interval '13 minutes',
+       ('cpu=' || (i % 5 + 1) || ',mem=' || (i % 11 + 1) || 'G')::hpcacct.tres, 'COMPLETED'
+FROM generate_series(1, 500) AS i;
+UPDATE hpcacct.job SET "end" = "end" + interval '7 minutes' WHERE jobid LIKE 'bulk%' AND right(jobid, 1) IN ('1', '5');
+UPDATE hpcacct.job SET account = 'p1' WHERE jobid LIKE 'bulk%' AND right(jobid, 1) = '3';
+DELETE FROM hpcacct.job WHERE jobid LIKE 'bulk%' AND right(jobid, 1) = '9';
+SELECT results_eq(
+    $$SELECT account, sum(amount) FROM hpcacct.ledger WHERE kind = 'charge' GROUP BY account ORDER BY account$$,
+    $$SELECT j.account, sum(round(hpcacct.charge(j.alloctres, j."end" - j.start, r.bundle, r.rate,
+                                                  CASE WHEN r.exclusive THEN r.node END)::numeric, 6))
+      FROM hpcacct.job j JOIN hpcacct.resource r
+        ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.start
+      GROUP BY j.account ORDER BY j.account$$,
+    'ledger per account equals the recomputed charges of the remaining jobs');
+SELECT is((SELECT count(*) FROM (SELECT jobid FROM hpcacct.ledger GROUP BY jobid HAVING sum(amount) <> 0
+                                 EXCEPT SELECT jobid FROM hpcacct.job) s),
+          0::bigint, 'deleted jobs net to zero in the ledger');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,72 @@
+-- The tres type's contract: SQLSTATEs of bad input, operators and support functions.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(31);
+
+SELECT has_type('hpcacct', 'tres', 'type hpcacct.tres exists');
+
+-- Malformed text is 22P02.
+SELECT throws_ok($$SELECT 'cpu=4,,mem=1G'::hpcacct.tres$$, '22P02', NULL, 'empty component');
+SELECT throws_ok($$SELECT '=4'::hpcacct.tres$$, '22P02', NULL, 'empty key');
+SELECT throws_ok($$SELECT 'cpu4'::hpcacct.tres$$, '22P02', NULL, 'missing =');
+SELECT throws_ok($$SELECT 'cpu=4;mem=1G'::hpcacct.tres$$, '22P02', NULL, 'junk');
+SELECT throws_ok($$SELECT 'cpu=1,cpu=2'::hpcacct.tres$$, '22P02', NULL, 'duplicate key');
+SELECT throws_ok($$SELECT 'mem=4Q'::hpcacct.tres$$, '22P02', NULL, 'unknown unit');
+SELECT throws_ok($$SELECT 'widgets=4'::hpcacct.tres$$, '22P02', NULL, 'unknown key');
+-- Values out of range are 22003.
+SELECT throws_ok($$SELECT 'cpu=-4'::hpcacct.tres$$, '22003', NULL, 'negative value');
+SELECT throws_ok($$SELECT 'cpu=NaN'::hpcacct.tres$$, '22003', NULL, 'NaN');
+SELECT throws_ok($$SELECT 'mem=Infinity'::hpcacct.tres$$, '22003', NULL, 'infinity');
+SELECT throws_ok($$SELECT ('cpu=' || repeat('9', 400))::hpcacct.tres$$, '22003', NULL, 'huge number');
+SELECT throws_ok($$SELECT 'cpu=1'::hpcacct.tres * -2$$, '22003', NULL, 'negative factor');
+-- Limits are 54000.
+SELECT throws_ok($$SELECT (repeat('a', 200) || '=1')::hpcacct.tres$$, '54000', NULL, 'key too long');
+SELECT throws_ok(format('SELECT %L::hpcacct.tres',
+                        (SELECT string_agg('license/l' || i || '=1', ',') FROM generate_series(1, 100) i)),
+                 '54000', NULL, 'too many components');
+-- A very long literal gets a short message.
+CREATE FUNCTION pg_temp.message_of(query text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE query;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLERRM;
+END $$;
+SELECT cmp_ok(length(pg_temp.message_of(format('SELECT %L::hpcacct.tres', repeat('x', 1000000)))), '<', 200,
+              'a 1 MB literal gets a short message');
+
+-- Operators.
+SELECT is('cpu=4,mem=4G'::tres -> 'mem', 4096::float8, '-> returns memory in MB');
+SELECT is('cpu=4'::tres -> 'gres/gpu', 0::float8, '-> returns 0 for a missing key');
+SELECT is(('mem=1.5G'::tres)::text, 'mem=1536M', 'canonical memory unit');
+SELECT ok('mem=1G'::tres = 'mem=1024M'::tres, 'equal memory in different units');
+SELECT is(('cpu=1'::tres + 'cpu=2,mem=1G'::tres)::text, 'cpu=3,mem=1G', '+ adds components');
+SELECT is((2 * 'cpu=1.5'::tres)::text, 'cpu=3', 'scalar * tres');
+
+-- Hash and btree support so a tres can GROUP BY, DISTINCT and be indexed.
+SELECT is((SELECT count(DISTINCT t) FROM (VALUES ('cpu=1'::tres), ('cpu=1,mem=0'), ('cpu=2')) v(t)),
+          2::bigint, 'DISTINCT uses the canonical form');
+SELECT is(hpcacct.tres_hash('mem=1G'), hpcacct.tres_hash('mem=1024M'), 'equal values hash equally');
+SELECT ok(EXISTS (SELECT 1 FROM pg_opclass c JOIN pg_am a ON a.oid = c.opcmethod
+                  WHERE c.opcintype = 'hpcacct.tres'::regtype AND a.amname = 'hash' AND c.opcdefault),
+          'default hash opclass');
+SELECT ok(EXISTS (SELECT 1 FROM pg_opclass c JOIN pg_am a ON a.oid = c.opcmethod
+                  WHERE c.opcintype = 'hpcacct.tres'::regtype AND a.amname = 'btree' AND c.opcdefault),
+          'default btree opclass');
+CREATE TEMP TABLE indexed (t hpcacct.tres);
+CREATE INDEX ON indexed (t);
+INSERT INTO indexed SELECT ('cpu=' || i)::hpcacct.tres FROM generate_series(1, 200) i;
+SET LOCAL enable_seqscan = off;
+SELECT is((SELECT count(*) FROM indexed WHERE t = 'cpu=7'), 1::bigint, 'btree index lookup');
+RESET enable_seqscan;
+
+-- Equivalents and charge are immutable, parallel safe C functions.
+SELECT is((SELECT provolatile::text || proparallel::text FROM pg_proc WHERE oid = 'hpcacct.equivalents'::regproc),
+          'is', 'equivalents is IMMUTABLE PARALLEL SAFE');
+SELECT is((SELECT provolatile::text || proparallel::text FROM pg_proc WHERE oid = 'hpcacct.charge'::regproc),
+          'is', 'charge is IMMUTABLE PARALLEL SAFE');
+SELECT throws_ok($$SELECT hpcacct.charge('cpu=1', '1 hour', 'cpu=1', 'NaN')$$, '22003', NULL, 'NaN rate');
+SELECT throws_ok($$SELECT hpcacct.charge('cpu=1', '-1 hour', 'cpu=1', 1)$$, '22023', NULL, 'negative elapsed');
+
+SELECT * FROM finish();
+ROLLBACK;

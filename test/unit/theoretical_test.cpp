@@ -1,0 +1,241 @@
+#include "core/theoretical.hpp"
+#include "core/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+using hpcacct::Error;
+using hpcacct::ErrorKind;
+using hpcacct::calendar::make_date;
+using namespace hpcacct::theoretical;
+
+constexpr auto kHalf = MonthConvention::half_month;
+constexpr auto kDay = MonthConvention::day;
+constexpr int kYear = 2023;
+
+std::string iso(date d) {
+    return std::to_string(d.year()) + "-" + std::to_string(d.month().as_number()) + "-" + std::to_string(d.day());
+}
+
+date day(int m, int d) {
+    return make_date(kYear, m, d);
+}
+
+struct Event {
+    date from;
+    date until;
+    double amount;
+};
+
+// SPEC §2, project P.
+const std::vector<Event>& project_p() {
+    static const std::vector<Event> events = {
+        {day(1, 1), day(12, 31), 1200000},
+        {day(3, 15), day(12, 31), -100000},
+        {day(7, 1), day(12, 31), 400000},
+        {day(11, 16), day(12, 31), 100000},
+    };
+    return events;
+}
+
+double tmc(const std::vector<Event>& events, date at, MonthConvention c = kHalf) {
+    Sum s;
+    for (const Event& e : events)
+        s.add(tmc_contribution(e.from, e.until, e.amount, at, c));
+    return s.value();
+}
+
+double tc(const std::vector<Event>& events, date at, MonthConvention c = kHalf) {
+    Sum s;
+    for (const Event& e : events)
+        s.add(tc_contribution(e.from, e.until, e.amount, at, c));
+    return s.value();
+}
+
+template <typename F>
+ErrorKind kind_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.kind();
+    }
+    ADD_FAILURE() << "no hpcacct::Error thrown";
+    return ErrorKind::internal;
+}
+
+TEST(Theoretical, SpecTableTmc) {
+    const auto& p = project_p();
+    for (date d : {day(1, 1), day(2, 10), day(3, 14)})
+        EXPECT_EQ(tmc(p, d), 100000.0) << iso(d);
+    for (date d : {day(3, 15), day(5, 1), day(6, 30)})
+        EXPECT_EQ(std::round(tmc(p, d)), 89474.0) << iso(d);
+    for (date d : {day(7, 1), day(9, 30), day(11, 15)})
+        EXPECT_EQ(std::round(tmc(p, d)), 156140.0) << iso(d);
+    for (date d : {day(11, 16), day(12, 1), day(12, 31)})
+        EXPECT_EQ(std::round(tmc(p, d)), 222807.0) << iso(d);
+    EXPECT_EQ(tmc(p, make_date(kYear + 1, 1, 1)), 0.0);
+    EXPECT_EQ(tmc(p, make_date(kYear - 1, 12, 31)), 0.0);
+}
+
+TEST(Theoretical, SpecTableTcAtYearEnd) {
+    EXPECT_NEAR(tc(project_p(), day(12, 31)), 1600000.0, 1e-6);
+    EXPECT_NEAR(tc(project_p(), make_date(kYear + 3, 6, 1)), 1600000.0, 1e-6);
+    EXPECT_EQ(tc(project_p(), make_date(kYear - 1, 12, 31)), 0.0);
+}
+
+TEST(Theoretical, TcIsTheIntegralOfTmc) {
+    const auto& p = project_p();
+    // TMC is constant on 1 Jan-14 Mar (2.5 months), 15 Mar-30 Jun (3.5), 1 Jul-15 Nov (4.5).
+    const double to_mar14 = 2.5 * tmc(p, day(1, 1));
+    const double to_jun30 = to_mar14 + 3.5 * tmc(p, day(3, 15));
+    const double to_nov15 = to_jun30 + 4.5 * tmc(p, day(7, 1));
+    EXPECT_NEAR(tc(p, day(3, 14)), to_mar14, 1e-6);
+    EXPECT_NEAR(tc(p, day(6, 30)), to_jun30, 1e-6);
+    EXPECT_NEAR(tc(p, day(11, 15)), to_nov15, 1e-6);
+    EXPECT_NEAR(to_nov15 + 1.5 * tmc(p, day(11, 16)), 1600000.0, 1e-6);
+}
+
+TEST(Theoretical, DayConventionTcIsExact) {
+    const date from = day(1, 1), until = day(12, 31);
+    EXPECT_DOUBLE_EQ(tc_contribution(from, until, 1200000, day(1, 15), kDay), 100000 * 15.0 / 31);
+    EXPECT_DOUBLE_EQ(tmc_contribution(from, until, 1200000, day(1, 15), kDay), 100000);
+    EXPECT_EQ(tc_contribution(from, until, 1200000, day(12, 31), kDay), 1200000);
+}
+
+// A project that consumes nothing, granted 1 200 000 from 1 January (SPEC §2).
+TEST(Theoretical, RegulationOfAnIdleProjectFollowsTheFormulas) {
+    const std::vector<Event> grant = {{day(1, 1), day(12, 31), 1200000}};
+    const auto status_on = [&](int month) {
+        const date at = day(month, 15);
+        return regulation_status(0, tc(grant, at), tmc(grant, at));
+    };
+    EXPECT_EQ(status_on(1), RegulationStatus::ok);          // TC 50 000, TMC 100 000
+    EXPECT_EQ(status_on(2), RegulationStatus::warning);     // TC 150 000
+    EXPECT_EQ(status_on(3), RegulationStatus::retraction);  // TC 250 000
+    EXPECT_EQ(tc(grant, day(1, 15)), 50000.0);
+    EXPECT_EQ(tc(grant, day(2, 15)), 150000.0);
+    EXPECT_EQ(tc(grant, day(3, 15)), 250000.0);
+}
+
+TEST(Theoretical, StatusBoundaries) {
+    EXPECT_EQ(regulation_status(0, 99.5, 100), RegulationStatus::ok);
+    EXPECT_EQ(regulation_status(0, 100, 100), RegulationStatus::warning);  // delta = -tmc
+    EXPECT_EQ(regulation_status(50, 150, 100), RegulationStatus::warning);
+    EXPECT_EQ(regulation_status(0, 199.5, 100), RegulationStatus::warning);
+    EXPECT_EQ(regulation_status(0, 200, 100), RegulationStatus::retraction);  // delta = -2 tmc
+    EXPECT_EQ(regulation_status(300, 500, 100), RegulationStatus::retraction);
+    EXPECT_EQ(regulation_status(1000, 500, 100), RegulationStatus::ok);
+    // No running allocation: nothing to regulate.
+    EXPECT_EQ(regulation_status(0, 1000, 0), RegulationStatus::ok);
+    EXPECT_EQ(regulation_status(0, 1000, -10), RegulationStatus::ok);
+    EXPECT_STREQ(to_string(RegulationStatus::ok), "ok");
+    EXPECT_STREQ(to_string(RegulationStatus::warning), "warning");
+    EXPECT_STREQ(to_string(RegulationStatus::retraction), "retraction");
+}
+
+TEST(Theoretical, StatusRejectsNonFiniteInputs) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double inf = std::numeric_limits<double>::infinity();
+    EXPECT_EQ(kind_of([&] { regulation_status(nan, 0, 1); }), ErrorKind::out_of_range);
+    EXPECT_EQ(kind_of([&] { regulation_status(0, inf, 1); }), ErrorKind::out_of_range);
+    EXPECT_EQ(kind_of([&] { regulation_status(0, 0, nan); }), ErrorKind::out_of_range);
+}
+
+TEST(Theoretical, RejectsNonFiniteAmountsEvenOutsideTheWindow) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double inf = std::numeric_limits<double>::infinity();
+    EXPECT_EQ(kind_of([&] { tmc_contribution(day(1, 1), day(12, 31), nan, day(6, 1), kHalf); }),
+              ErrorKind::out_of_range);
+    EXPECT_EQ(kind_of([&] { tc_contribution(day(7, 1), day(12, 31), nan, day(1, 1), kHalf); }),
+              ErrorKind::out_of_range);
+    EXPECT_EQ(kind_of([&] { tmc_contribution(day(7, 1), day(12, 31), -inf, day(1, 1), kDay); }),
+              ErrorKind::out_of_range);
+}
+
+TEST(Theoretical, RejectsBadWindowsEvenWhenTheyContributeNothing) {
+    // 28-31 December is empty under half_month; `at` is before it.
+    EXPECT_EQ(kind_of([] { tmc_contribution(day(12, 28), day(12, 31), 1000, day(6, 1), kHalf); }),
+              ErrorKind::invalid_argument);
+    EXPECT_EQ(kind_of([] { tc_contribution(day(12, 28), day(12, 31), 1000, day(6, 1), kHalf); }),
+              ErrorKind::invalid_argument);
+    EXPECT_EQ(kind_of([] { tmc_contribution(day(5, 1), day(4, 30), 1000, day(1, 1), kDay); }),
+              ErrorKind::invalid_argument);
+    EXPECT_EQ(kind_of([] { tc_contribution(day(5, 1), day(4, 30), 1000, day(1, 1), kDay); }),
+              ErrorKind::invalid_argument);
+    // Under `day` the short window is fine.
+    EXPECT_DOUBLE_EQ(tmc_contribution(day(12, 28), day(12, 31), 1000, day(12, 30), kDay), 1000 * 31.0 / 4);
+    const date nad(boost::date_time::not_a_date_time);
+    EXPECT_EQ(kind_of([&] { tc_contribution(day(1, 1), day(12, 31), 1, nad, kDay); }),
+              ErrorKind::invalid_datetime);
+}
+
+TEST(Theoretical, NeumaierSumIsCompensated) {
+    Sum s;
+    for (double x : {1e100, 1.0, -1e100})
+        s.add(x);
+    EXPECT_EQ(s.value(), 1.0);
+    Sum tenths;
+    for (int i = 0; i < 10; ++i)
+        tenths.add(0.1);
+    EXPECT_EQ(tenths.value(), 1.0);
+    EXPECT_EQ(Sum{}.value(), 0.0);
+    static_assert(std::is_trivially_copyable_v<Sum>);
+}
+
+TEST(Theoretical, NeumaierMergeEqualsSequentialSum) {
+    // Contributions like an aggregate sees: amounts over fractional windows, both signs.
+    std::vector<double> values;
+    for (int i = 0; i < 2000; ++i)
+        values.push_back((i % 7 == 0 ? -1.0 : 1.0) * (100000.0 + 37 * i) / (0.5 * (1 + i % 23)));
+    Sum sequential;
+    double naive = 0;
+    for (double x : values) {
+        sequential.add(x);
+        naive += x;
+    }
+    for (std::size_t split : {std::size_t(0), std::size_t(1), std::size_t(777), values.size()}) {
+        Sum left, right;
+        for (std::size_t i = 0; i < values.size(); ++i)
+            (i < split ? left : right).add(values[i]);
+        Sum combined = left;  // as a combine function: merge into a copy of the first state
+        combined.merge(right);
+        EXPECT_DOUBLE_EQ(combined.value(), sequential.value()) << split;
+    }
+    // Three-way, in another order.
+    Sum a, b, c;
+    for (std::size_t i = 0; i < values.size(); ++i)
+        (i % 3 == 0 ? a : i % 3 == 1 ? b : c).add(values[i]);
+    c.merge(a);
+    c.merge(b);
+    EXPECT_DOUBLE_EQ(c.value(), sequential.value());
+    EXPECT_NEAR(naive, sequential.value(), 1e-3);
+
+    // Cancellation across states is recovered.
+    Sum big;
+    big.add(1e100);
+    big.add(1.0);
+    Sum minus;
+    minus.add(-1e100);
+    big.merge(minus);
+    EXPECT_EQ(big.value(), 1.0);
+    Sum empty;
+    empty.merge(Sum{});
+    EXPECT_EQ(empty.value(), 0.0);
+}
+
+TEST(Theoretical, SumRejectsNonFinite) {
+    Sum s;
+    EXPECT_EQ(kind_of([&] { s.add(std::numeric_limits<double>::quiet_NaN()); }), ErrorKind::out_of_range);
+    Sum big;
+    big.add(std::numeric_limits<double>::max());
+    big.add(std::numeric_limits<double>::max());
+    EXPECT_EQ(kind_of([&] { (void)big.value(); }), ErrorKind::out_of_range);
+}
+
+}  // namespace
