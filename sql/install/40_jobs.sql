@@ -22,12 +22,18 @@ COMMENT ON TABLE @extschema@.job IS 'Finished jobs, one row each, columns named 
 
 -- Every money-like movement is one row; balances are sums. Rows are never updated or
 -- deleted: a correction is a new row (a re-rated or deleted job gets a reversal).
+--   charge       a job's charge (positive) or its reversal (negative); names the job
+--   grant, supplement, deposit   allocation credited to the account for [valid_from, valid_until]
+--   retraction   allocation withdrawn (negative), effective valid_from until valid_until
+--   transfer     allocation moved between quarters or accounts: one negative, one positive row
+--   refund       credit given back for a charge
 CREATE TABLE @extschema@.ledger (
     entry_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     booked_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
     account     text NOT NULL REFERENCES @extschema@.account,
-    kind        text NOT NULL CHECK (kind IN ('charge')),
-    amount      numeric(20, 6) NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('charge', 'grant', 'supplement', 'deposit', 'retraction',
+                                              'transfer', 'refund')),
+    amount      numeric(20, 6) NOT NULL CHECK (amount <> 'NaN'),
     unit        text NOT NULL,
     resource_id bigint REFERENCES @extschema@.resource,
     cluster     text,
@@ -35,10 +41,18 @@ CREATE TABLE @extschema@.ledger (
     submitter   text,
     job_start   timestamptz,
     job_end     timestamptz,
+    valid_from  date,
+    valid_until date,
     note        text,
     CONSTRAINT ledger_charge_names_job CHECK (
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
-                             AND job_start IS NOT NULL AND job_end >= job_start))
+                             AND job_start IS NOT NULL AND job_end >= job_start)),
+    CONSTRAINT ledger_allocation_has_window CHECK (
+        kind = 'charge' OR (valid_from IS NOT NULL AND valid_until >= valid_from
+                            AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until))),
+    CONSTRAINT ledger_sign_of_kind CHECK (
+        CASE kind WHEN 'grant' THEN amount > 0 WHEN 'supplement' THEN amount > 0 WHEN 'deposit' THEN amount > 0
+                  WHEN 'refund' THEN amount > 0 WHEN 'retraction' THEN amount < 0 ELSE true END)
 );
 CREATE INDEX ledger_job ON @extschema@.ledger (cluster, jobid) WHERE kind = 'charge';
 CREATE INDEX ledger_account ON @extschema@.ledger (account, kind);
