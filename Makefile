@@ -28,8 +28,12 @@ PGXS       := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 # and then calls make again, so only the top-level targets below are needed before that.
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
-# The clang bitcode build for JIT ignores PG_CXXFLAGS.
+# The clang bitcode build for JIT ignores PG_CXXFLAGS; without the clang the server was
+# built with, skip the bitcode (JIT then simply does not inline our functions).
 BITCODE_CXXFLAGS += $(CXXSTD) -I$(CURDIR)/src
+ifeq ($(wildcard $(CLANG)),)
+with_llvm = no
+endif
 endif
 
 # The core is compiled without PostgreSQL's include path: it cannot include its headers.
