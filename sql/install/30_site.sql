@@ -65,6 +65,7 @@ CREATE TABLE @extschema@.resource (
     bundle      @extschema@.tres NOT NULL CHECK (bundle OPERATOR(@extschema@.<>) ''),
     rate        float8 NOT NULL CHECK (rate >= 0 AND rate < 'Infinity'),
     unit        text NOT NULL,
+    pool        text CHECK (pool <> ''),
     exclusive   boolean NOT NULL DEFAULT false,
     valid       tstzrange NOT NULL DEFAULT '[-infinity,infinity)' CHECK (NOT pg_catalog.isempty(valid)),
     description text,
@@ -78,6 +79,8 @@ COMMENT ON TABLE @extschema@.resource IS
 COMMENT ON COLUMN @extschema@.resource.node IS 'Capacity of one node, e.g. cpu=24,mem=64G,node=1';
 COMMENT ON COLUMN @extschema@.resource.bundle IS 'One equivalent (PEQ, core or GPU equivalent), e.g. cpu=1,mem=4G';
 COMMENT ON COLUMN @extschema@.resource.rate IS 'Units charged per equivalent-hour (includes any generation weight)';
+COMMENT ON COLUMN @extschema@.resource.pool IS
+    'Allocation pool the resource''s charges count against (machine, CPU or GPU pool); NULL: the cluster';
 COMMENT ON COLUMN @extschema@.resource.exclusive IS 'Jobs hold whole nodes and are charged for all of them';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.setting', '');

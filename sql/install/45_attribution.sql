@@ -31,7 +31,7 @@ COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamp
 
 -- Every charge (and reversal) split by calendar month of the site's time zone.
 CREATE VIEW @extschema@.charge_by_month AS
-    SELECT l.entry_id, l.account, r.cluster, r.partition, l.unit, l.submitter,
+    SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
            m.month::date AS month,
            l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                m.month AT TIME ZONE z.tz,
@@ -48,8 +48,9 @@ CREATE VIEW @extschema@.charge_by_month AS
 COMMENT ON VIEW @extschema@.charge_by_month IS
     'Charges split pro rata over the calendar months (site time zone) in which the jobs ran';
 
--- Consumption of an account on a cluster up to an instant: charges pro rata before it.
-CREATE FUNCTION @extschema@.consumption_before(account text, cluster text, before timestamptz)
+-- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
+-- pro rata before it.
+CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
     RETURNS numeric
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -57,8 +58,9 @@ CREATE FUNCTION @extschema@.consumption_before(account text, cluster text, befor
         SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', before)), 0)
         FROM @extschema@.ledger l
         JOIN @extschema@.resource r USING (resource_id)
-        WHERE l.kind = 'charge' AND l.account = consumption_before.account AND r.cluster = consumption_before.cluster
+        WHERE l.kind = 'charge' AND l.account = consumption_before.account
+          AND coalesce(r.pool, r.cluster) = consumption_before.pool
           AND l.job_start < before
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
-    'Charges of an account on a cluster for the part of its jobs that ran before an instant';
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
