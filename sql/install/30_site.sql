@@ -2,43 +2,67 @@
 -- The site: settings, accounts and resources (node types / partitions with their rates).
 -- ---------------------------------------------------------------------------------------
 
+-- Every setting hpcacct knows, with its default and meaning.
+CREATE FUNCTION @extschema@.setting_catalog()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the server''s TimeZone)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)')
+    $$;
+COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
+
 -- Site settings the administrator has set; every setting has a default (see settings).
 CREATE TABLE @extschema@.setting (
-    name  text PRIMARY KEY CHECK (name IN ('timezone')),
+    name  text PRIMARY KEY,
     value text NOT NULL
 );
 COMMENT ON TABLE @extschema@.setting IS 'Site settings set by the administrator; unset ones take their default';
 
-CREATE FUNCTION @extschema@.setting_default(name text) RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT CASE name
-            -- the server's configured TimeZone, not the session's
-            WHEN 'timezone' THEN (SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'TimeZone')
-        END
-    $$;
-
 CREATE VIEW @extschema@.settings AS
-    SELECT d.name,
-           coalesce(s.value, @extschema@.setting_default(d.name)) AS value,
-           CASE WHEN s.value IS NULL THEN 'default' ELSE 'site' END AS source
-    FROM (VALUES ('timezone')) AS d(name)
+    SELECT c.name,
+           coalesce(s.value, c.default_value,
+                    -- the server's configured TimeZone, not the session's
+                    CASE WHEN c.name = 'timezone'
+                         THEN (SELECT p.reset_val FROM pg_catalog.pg_settings p WHERE p.name = 'TimeZone') END)
+               AS value,
+           CASE WHEN s.value IS NULL THEN 'default' ELSE 'site' END AS source,
+           c.description
+    FROM @extschema@.setting_catalog() c
     LEFT JOIN @extschema@.setting s USING (name);
 COMMENT ON VIEW @extschema@.settings IS 'Every setting with its effective value and where it comes from';
 
--- A time zone must be one PostgreSQL knows.
+CREATE FUNCTION @extschema@.setting_value(name text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name $$;
+COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting';
+
+-- Only known settings, with values of the right kind.
 CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
+            RAISE EXCEPTION 'unknown setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
+        END IF;
         IF NEW.name = 'timezone'
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
            AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
             RAISE EXCEPTION 'unknown time zone "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'personal_allotment'
+           AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
+            RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
         END IF;
         RETURN NEW;
     END
@@ -50,7 +74,12 @@ CREATE TABLE @extschema@.account (
     name        text PRIMARY KEY CHECK (name <> ''),
     kind        text NOT NULL DEFAULT 'project' CHECK (kind IN ('personal', 'project', 'special')),
     description text,
-    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- quarterly bank (HLRN): a personal account's own allotment, and when it was deleted
+    personal_allotment numeric CHECK (personal_allotment > 0),
+    deleted_in  date,
+    CONSTRAINT account_allotment_is_personal CHECK (personal_allotment IS NULL OR kind = 'personal'),
+    CONSTRAINT account_deleted_only_personal CHECK (deleted_in IS NULL OR kind = 'personal')
 );
 COMMENT ON TABLE @extschema@.account IS
     'Accounts (projects) that jobs are charged to: personal, project or special (staff)';
@@ -84,6 +113,10 @@ COMMENT ON COLUMN @extschema@.resource.pool IS
 COMMENT ON COLUMN @extschema@.resource.exclusive IS 'Jobs hold whole nodes and are charged for all of them';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.setting', '');
+COMMENT ON COLUMN @extschema@.account.personal_allotment IS
+    'Credits per quarter for this personal account, when raised on request (at most double the setting)';
+COMMENT ON COLUMN @extschema@.account.deleted_in IS 'Quarter in which a personal account was deleted; it stays deleted';
+
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.account', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource_resource_id_seq', '');

@@ -6,26 +6,31 @@
 CREATE FUNCTION @extschema@.site_timezone() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    AS $$ SELECT s.value FROM @extschema@.settings s WHERE s.name = 'timezone' $$;
+    AS $$ SELECT @extschema@.setting_value('timezone') $$;
 COMMENT ON FUNCTION @extschema@.site_timezone() IS
     'The site''s time zone (setting timezone): days, months and quarters of reports are its';
 
+CREATE FUNCTION @extschema@.site_today() RETURNS date
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())::date;
+COMMENT ON FUNCTION @extschema@.site_today() IS 'Today in the site''s time zone';
+
 -- Fraction of [job_start, job_end) that lies in [period_start, period_end). A job of zero
--- length counts wholly in the period where it starts.
+-- length counts wholly in the period where it starts; NULL in, NULL out. A SQL-standard
+-- body (parsed once, at creation) without SET options, so that the planner inlines it.
 CREATE FUNCTION @extschema@.period_share(job_start timestamptz, job_end timestamptz,
                                          period_start timestamptz, period_end timestamptz)
     RETURNS numeric
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT CASE
-            WHEN job_end <= job_start THEN
-                CASE WHEN job_start >= period_start AND job_start < period_end THEN 1 ELSE 0 END
-            ELSE
-                greatest(0, extract(epoch FROM least(job_end, period_end) - greatest(job_start, period_start)))
-                / extract(epoch FROM job_end - job_start)
-        END::numeric
-    $$;
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN job_start IS NULL OR job_end IS NULL OR period_start IS NULL OR period_end IS NULL THEN NULL
+        WHEN job_end <= job_start THEN
+            CASE WHEN job_start >= period_start AND job_start < period_end THEN 1 ELSE 0 END
+        ELSE
+            GREATEST(0, pg_catalog.date_part('epoch', LEAST(job_end, period_end)
+                                                                 - GREATEST(job_start, period_start))::numeric)
+            / pg_catalog.date_part('epoch', job_end - job_start)::numeric
+    END;
 COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end)';
 
@@ -38,7 +43,7 @@ CREATE VIEW @extschema@.charge_by_month AS
                                                (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount
     FROM @extschema@.ledger l
     JOIN @extschema@.resource r USING (resource_id)
-    CROSS JOIN (SELECT @extschema@.site_timezone() AS tz) z
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
     CROSS JOIN LATERAL pg_catalog.generate_series(
         pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
         pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),

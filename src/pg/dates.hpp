@@ -8,6 +8,7 @@
 extern "C" {
 #include "datatype/timestamp.h"
 #include "utils/date.h"
+#include "utils/datetime.h"
 }
 
 #include <boost/date_time/gregorian/gregorian_types.hpp>

@@ -52,7 +52,7 @@ SELECT throws_ok($$SELECT hpcacct.attach_charging('site_jobs', 'colour=jobid')$$
 -- The ledger is append-only.
 SELECT throws_ok($$UPDATE hpcacct.ledger SET amount = 0$$, 'HA001', NULL, 'UPDATE of the ledger');
 SELECT throws_ok($$DELETE FROM hpcacct.ledger$$, 'HA001', NULL, 'DELETE from the ledger');
-SELECT throws_ok($$TRUNCATE hpcacct.ledger$$, 'HA001', NULL, 'TRUNCATE of the ledger');
+SELECT throws_ok($$TRUNCATE hpcacct.ledger CASCADE$$, 'HA001', NULL, 'TRUNCATE of the ledger');
 
 -- Many updates and deletes later, the ledger still equals the jobs' charges.
 INSERT INTO hpcacct.job
