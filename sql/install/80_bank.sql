@@ -1,0 +1,650 @@
+-- ---------------------------------------------------------------------------------------
+-- The quarterly bank, HLRN (SPEC §4): users, members, deposits per quarter, balances,
+-- the quarter-start run and the submit check.
+-- ---------------------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.hpc_user (
+    username        text PRIMARY KEY CHECK (username <> ''),
+    default_account text REFERENCES @extschema@.account,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE @extschema@.hpc_user IS
+    'Users of the bank; default_account NULL means the personal account (named after the user)';
+
+CREATE TABLE @extschema@.membership (
+    account  text NOT NULL REFERENCES @extschema@.account,
+    username text NOT NULL REFERENCES @extschema@.hpc_user,
+    role     text NOT NULL DEFAULT 'member' CHECK (role IN ('admin', 'member')),
+    added_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (account, username)
+);
+CREATE INDEX membership_user ON @extschema@.membership (username);
+COMMENT ON TABLE @extschema@.membership IS
+    'Who may charge an account (member) and manage its members (admin, the project administrator)';
+
+-- What each quarter-start run did; its unique key makes the run idempotent.
+CREATE TABLE @extschema@.quarter_log (
+    quarter        date NOT NULL,
+    account        text NOT NULL,
+    action         text NOT NULL CHECK (action IN ('top_up', 'expired', 'deleted', 'default_reset')),
+    target_quarter date NOT NULL,
+    amount         numeric(20, 6),
+    username       text,
+    done_at        timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    PRIMARY KEY (quarter, account, action, target_quarter)
+);
+COMMENT ON TABLE @extschema@.quarter_log IS
+    'What open_quarter did: top-ups (per target quarter), expiries, deletions, default-project resets';
+
+-- Jobs a site records as queued, for recheck_queued().
+CREATE TABLE @extschema@.pending_job (
+    cluster      text NOT NULL,
+    jobid        text NOT NULL,
+    username     text NOT NULL,
+    account      text,
+    submitted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    held         boolean NOT NULL DEFAULT false,
+    hold_reason  text,
+    checked_at   timestamptz,
+    PRIMARY KEY (cluster, jobid)
+);
+COMMENT ON TABLE @extschema@.pending_job IS
+    'Queued jobs as the site records them; recheck_queued() holds those whose account became invalid';
+
+CREATE INDEX ledger_bank ON @extschema@.ledger (account, valid_from) WHERE kind IN ('deposit', 'transfer', 'refund');
+CREATE INDEX ledger_account_job_end ON @extschema@.ledger (account, job_end) WHERE kind = 'charge';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.quarter_log', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.pending_job', '');
+
+-- ---- quarters ------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.quarter_start(day date) RETURNS date
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.date_trunc('quarter', day::timestamp)::date;
+COMMENT ON FUNCTION @extschema@.quarter_start(date) IS 'First day of the calendar quarter containing a day';
+
+-- ---- the balance aggregate -------------------------------------------------------------
+
+CREATE TYPE @extschema@.bank_balance AS (
+    quarter_start date,
+    deposits      float8,
+    charges       float8,
+    transfers     float8,
+    refunds       float8,
+    balance       float8
+);
+COMMENT ON TYPE @extschema@.bank_balance IS
+    'An account''s quarter: deposits, charges, transfers (signed), refunds and balance';
+
+CREATE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, float8, date) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_combinefn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.quarter_balance_serialfn(internal) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_serialfn' LANGUAGE c STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_deserialfn' LANGUAGE c STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.quarter_balance_finalfn(internal) RETURNS @extschema@.bank_balance
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_finalfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, float8, date) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION @extschema@.quarter_balance_serialfn(internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION @extschema@.quarter_balance_finalfn(internal) IS
+    'Support function of the aggregate quarter_balance';
+
+CREATE AGGREGATE @extschema@.quarter_balance(kind text, quarter date, amount float8, at date) (
+    SFUNC = @extschema@.quarter_balance_transfn,
+    STYPE = internal,
+    SSPACE = 80,
+    FINALFUNC = @extschema@.quarter_balance_finalfn,
+    COMBINEFUNC = @extschema@.quarter_balance_combinefn,
+    SERIALFUNC = @extschema@.quarter_balance_serialfn,
+    DESERIALFUNC = @extschema@.quarter_balance_deserialfn,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE @extschema@.quarter_balance(text, date, float8, date) IS
+    'Balance of the quarter containing at, over bank entries (kind deposit/charge/transfer/refund, the quarter '
+    'each counts in, amount); entries of other quarters do not count (credits do not carry over)';
+
+-- Bank entries in the bank's unit, each in the quarter it counts in: deposits, transfers and
+-- refunds in the quarter of valid_from; charges split pro rata over the quarters (site time
+-- zone) in which the job ran.
+CREATE VIEW @extschema@.bank_entry AS
+    SELECT l.entry_id, l.account, l.kind, @extschema@.quarter_start(l.valid_from) AS quarter, l.amount
+    FROM @extschema@.ledger l
+    WHERE l.kind IN ('deposit', 'transfer', 'refund')
+      AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+    UNION ALL
+    SELECT l.entry_id, l.account, l.kind, q.quarter::date,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               q.quarter AT TIME ZONE z.tz,
+                                               (q.quarter + interval '3 months') AT TIME ZONE z.tz)
+    FROM @extschema@.ledger l
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        pg_catalog.date_trunc('quarter', l.job_start AT TIME ZONE z.tz),
+        pg_catalog.date_trunc('quarter', l.job_end AT TIME ZONE z.tz),
+        interval '3 months') AS q(quarter)
+    WHERE l.kind = 'charge'
+      AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+      AND (q.quarter < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+COMMENT ON VIEW @extschema@.bank_entry IS
+    'Ledger entries in the bank unit, each attributed to the quarter it counts in (charges pro rata)';
+
+-- State of an account at a day: deleted (personal accounts, for good), active while it has
+-- an allocation (deposits and transfers adding up to more than zero) for the day's quarter
+-- or a later one, otherwise expired.
+CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN a.name IS NULL THEN NULL
+            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+            WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                         WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                           AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                           AND l.valid_from >= @extschema@.quarter_start(at)
+                         GROUP BY @extschema@.quarter_start(l.valid_from)
+                         HAVING sum(l.amount) > 0) THEN 'active'
+            ELSE 'expired'
+        END
+        FROM (SELECT 1) one
+        LEFT JOIN @extschema@.account a ON a.name = account_state.account
+    $$;
+COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
+    'active (an allocation this quarter or later), expired, or deleted; NULL for an unknown account';
+
+-- Exact balance of an account in the quarter containing `at` (numeric, from the ledger).
+CREATE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS numeric
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH q AS (
+            SELECT @extschema@.quarter_start(at) AS quarter,
+                   @extschema@.quarter_start(at)::timestamp AT TIME ZONE @extschema@.site_timezone() AS starts,
+                   (@extschema@.quarter_start(at) + interval '3 months') AT TIME ZONE @extschema@.site_timezone() AS ends,
+                   @extschema@.setting_value('bank_unit') AS unit
+        )
+        SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l, q
+                               WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
+                                 AND l.unit = q.unit
+                                 AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
+                   - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, q.starts, q.ends))
+                               FROM @extschema@.ledger l, q
+                               WHERE l.account = balance.account AND l.kind = 'charge' AND l.unit = q.unit
+                                 AND l.job_end >= q.starts AND l.job_start < q.ends), 0), 6)
+    $$;
+COMMENT ON FUNCTION @extschema@.balance(text, date) IS
+    'Balance of an account in the quarter containing at (default today): deposits + transfers + refunds - charges';
+
+-- One row per account and quarter with entries: what a portal shows.
+CREATE VIEW @extschema@.quarter_balances AS
+    WITH per_quarter AS (
+        SELECT e.account, e.quarter,
+               @extschema@.quarter_balance(e.kind, e.quarter, e.amount::float8, e.quarter) AS b
+        FROM @extschema@.bank_entry e
+        GROUP BY e.account, e.quarter
+    )
+    SELECT p.account, a.kind AS account_kind, p.quarter,
+           (p.b).deposits, (p.b).charges, (p.b).transfers, (p.b).refunds, (p.b).balance,
+           CASE
+               WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= p.quarter THEN 'deleted'
+               WHEN bool_or((p.b).deposits + (p.b).transfers > 0)
+                        OVER (PARTITION BY p.account ORDER BY p.quarter DESC ROWS UNBOUNDED PRECEDING)
+                   THEN 'active'
+               ELSE 'expired'
+           END AS state
+    FROM per_quarter p
+    JOIN @extschema@.account a ON a.name = p.account;
+COMMENT ON VIEW @extschema@.quarter_balances IS
+    'Per account and quarter: deposits, charges, transfers, refunds, balance, state (active/expired/deleted)';
+
+-- ---- deposits, transfers, refunds ----------------------------------------------------
+
+CREATE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
+            RAISE EXCEPTION 'account "%" has been deleted', account
+                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+
+CREATE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF amount IS NULL OR amount = 'NaN' OR amount <= 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+
+CREATE FUNCTION @extschema@.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        entry bigint;
+    BEGIN
+        IF quarter IS NULL OR NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
+        RETURNING entry_id INTO entry;
+        RETURN entry;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.book_allocation(text, text, date, numeric, text) IS
+    'Books a bank entry valid for the quarter containing a day (internal helper)';
+
+CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_bank_account(account);
+        PERFORM @extschema@.require_amount(amount);
+        RETURN @extschema@.book_allocation(account, 'deposit', quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
+    'Deposits credits into an account for the quarter containing a day; returns the ledger entry';
+
+CREATE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_bank_account(account);
+        PERFORM @extschema@.require_amount(amount);
+        RETURN @extschema@.book_allocation(account, 'refund', quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.refund(text, date, numeric, text) IS
+    'Gives credits back to an account in the quarter containing a day (e.g. for a failed job)';
+
+-- Staff move allocation between quarters and between accounts: two ledger rows.
+CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_account text, to_quarter date,
+                                     amount numeric, note text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_bank_account(from_account);
+        PERFORM @extschema@.require_bank_account(to_account);
+        PERFORM @extschema@.require_amount(amount);
+        IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
+            RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        PERFORM @extschema@.book_allocation(from_account, 'transfer', from_quarter, -amount, note);
+        PERFORM @extschema@.book_allocation(to_account, 'transfer', to_quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) IS
+    'Moves allocation from one account and quarter to another (staff); two ledger rows';
+
+-- Tops an account up to `target` in a quarter: deposits only what is missing, never twice.
+CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) RETURNS numeric
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        missing numeric;
+    BEGIN
+        SELECT target - coalesce(sum(l.amount), 0) INTO missing
+        FROM @extschema@.ledger l
+        WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q
+          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'));
+        IF missing > 0 THEN
+            PERFORM @extschema@.book_allocation(account, 'deposit', q, missing, 'personal allotment');
+            RETURN missing;
+        END IF;
+        RETURN 0;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.top_up(text, date, numeric) IS
+    'Deposits what an account lacks to reach a target in a quarter; returns the amount deposited';
+
+CREATE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce(a.personal_allotment, @extschema@.setting_value('personal_allotment')::numeric)
+        FROM @extschema@.account a WHERE a.name = account
+    $$;
+COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS 'Credits per quarter a personal account is topped up to';
+
+-- A personal allotment may be raised on request, up to double the setting.
+CREATE FUNCTION @extschema@.check_personal_allotment() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.personal_allotment > 2 * @extschema@.setting_value('personal_allotment')::numeric THEN
+            RAISE EXCEPTION 'personal allotment % exceeds double the default (%)',
+                            NEW.personal_allotment, @extschema@.setting_value('personal_allotment')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+CREATE TRIGGER check_personal_allotment BEFORE INSERT OR UPDATE OF personal_allotment ON @extschema@.account
+    FOR EACH ROW WHEN (NEW.personal_allotment IS NOT NULL)
+    EXECUTE FUNCTION @extschema@.check_personal_allotment();
+
+-- ---- users and members ---------------------------------------------------------------
+
+-- A new user gets a personal account named after them, holding the allotment for the
+-- current and the two following quarters.
+CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date := @extschema@.quarter_start(at);
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
+            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
+        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
+        FOR i IN 0 .. 2 LOOP
+            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
+                                       @extschema@.personal_allotment(username));
+        END LOOP;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
+    'Creates a user with a personal account holding the allotment for this and the next two quarters';
+
+CREATE FUNCTION @extschema@.require_admin(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF by_user IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_admin.account AND m.username = by_user AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', by_user, account
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_admin(text, text) IS
+    'Raises unless by_user administers the account (NULL: staff acting directly)';
+
+-- Project administrators (by_user) add members and other administrators; staff pass NULL.
+CREATE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_bank_account(account);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+        PERFORM @extschema@.require_admin(account, by_user);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
+        ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
+    'Grants a user access to an account as member or admin; by_user must administer it (NULL: staff)';
+
+CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_admin(account, by_user);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
+                         AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+        DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
+        UPDATE @extschema@.hpc_user u SET default_account = NULL
+        WHERE u.username = remove_member.username AND u.default_account = remove_member.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this';
+
+CREATE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = set_default_project.account AND m.username = set_default_project.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        UPDATE @extschema@.hpc_user u
+        SET default_account = NULLIF(set_default_project.account, set_default_project.username)
+        WHERE u.username = set_default_project.username;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.set_default_project(text, text) IS
+    'Sets the project a user''s jobs are charged to when they name none (NULL: the personal account)';
+
+-- ---- the quarter-start run -----------------------------------------------------------
+
+-- At the start of quarter q (any day of it names it):
+--  1. personal accounts of members of active projects are topped up to their allotment for
+--     q and the two following quarters (never deposited twice);
+--  2. personal accounts with no allocation for q expire;
+--  3. those that also expired in the previous quarter are deleted, for good;
+--  4. default projects pointing to expired or deleted accounts are reset to the personal one.
+-- Everything is logged in quarter_log; a second run for the same quarter changes nothing.
+CREATE PROCEDURE @extschema@.open_quarter(q date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        this_quarter constant date := @extschema@.quarter_start(q);
+        previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+        personal record;
+        deposited numeric;
+        target date;
+    BEGIN
+        IF q IS NULL OR NOT isfinite(q) THEN
+            RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one run at a time
+        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+
+        FOR personal IN
+            SELECT a.name FROM @extschema@.account a
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN @extschema@.account p ON p.name = m.account
+                          WHERE m.username = a.name AND p.kind = 'project'
+                            AND @extschema@.account_state(p.name, this_quarter) = 'active')
+            ORDER BY a.name
+        LOOP
+            FOR i IN 0 .. 2 LOOP
+                target := (this_quarter + i * interval '3 months')::date;
+                deposited := @extschema@.top_up(personal.name, target, @extschema@.personal_allotment(personal.name));
+                IF deposited > 0 THEN
+                    INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+                    VALUES (this_quarter, personal.name, 'top_up', target, deposited)
+                    ON CONFLICT (quarter, account, action, target_quarter)
+                    DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
+                END IF;
+            END LOOP;
+        END LOOP;
+
+        -- expire personal accounts without an allocation for this quarter
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, a.name, 'expired', this_quarter
+        FROM @extschema@.account a
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit')) AND l.valid_from = this_quarter
+                          HAVING sum(l.amount) > 0)
+        ON CONFLICT DO NOTHING;
+
+        -- delete those that expired in the previous quarter as well
+        WITH deleted AS (
+            UPDATE @extschema@.account a SET deleted_in = this_quarter
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = previous_quarter)
+            RETURNING a.name
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
+        ON CONFLICT DO NOTHING;
+
+        -- default projects that point to expired or deleted accounts fall back to the personal one
+        WITH stale AS (
+            SELECT u.username, u.default_account
+            FROM @extschema@.hpc_user u
+            WHERE u.default_account IS NOT NULL
+              AND @extschema@.account_state(u.default_account, this_quarter) IN ('expired', 'deleted')
+            FOR UPDATE
+        ), reset AS (
+            UPDATE @extschema@.hpc_user u SET default_account = NULL
+            FROM stale s
+            WHERE u.username = s.username
+            RETURNING s.username, s.default_account AS old_default
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, username)
+        SELECT this_quarter, r.old_default, 'default_reset', this_quarter, r.username FROM reset r
+        ON CONFLICT DO NOTHING;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
+    'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
+
+-- ---- submit checks ---------------------------------------------------------------------
+
+-- Resolves the account a job is charged to and says whether it may be submitted:
+-- reason is NULL when ok, else one of unknown_user, unknown_account, account_deleted,
+-- no_access, account_expired, negative_balance, quota_blocked; message says it in words.
+CREATE TYPE @extschema@.submit_decision AS (ok boolean, account text, reason text, message text);
+COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the job run, on which account, and why not';
+
+CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
+                                         at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        chosen text := account;
+        state text;
+        current_balance numeric;
+        reason text;
+        message text;
+    BEGIN
+        IF chosen IS NULL THEN
+            SELECT coalesce(u.default_account, u.username) INTO chosen
+            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
+            IF NOT FOUND THEN
+                RETURN ROW(false, NULL, 'unknown_user',
+                           format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+        state := @extschema@.account_state(chosen, at);
+        IF state IS NULL THEN
+            reason := 'unknown_account'; message := format('account %s does not exist', chosen);
+        ELSIF state = 'deleted' THEN
+            reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
+        ELSIF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                          WHERE m.account = chosen AND m.username = check_submit.username) THEN
+            reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
+        ELSIF state = 'expired' THEN
+            reason := 'account_expired';
+            message := format('account %s has no allocation for this or a later quarter', chosen);
+        ELSE
+            current_balance := @extschema@.balance(chosen, at);
+            IF current_balance < 0 THEN
+                reason := 'negative_balance';
+                message := format('account %s has a negative balance (%s %s) this quarter', chosen,
+                                  current_balance, @extschema@.setting_value('bank_unit'));
+            ELSIF @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
+                reason := 'quota_blocked';
+                message := format('account %s has exceeded its sliding-window quota', chosen);
+            END IF;
+        END IF;
+        RETURN ROW(reason IS NULL, chosen, reason, message)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
+    'Submit check: resolves the default project, refuses unknown/deleted/expired accounts, no access, '
+    'negative balance and a blocked sliding-window quota';
+
+-- Re-checks queued jobs and holds those whose account became invalid (HLRN's SystemHold).
+-- Returns the jobs it held with the reason; held jobs stay held until the site releases them.
+CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (cluster text, jobid text, reason text, message text)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN QUERY
+        WITH checked AS (
+            SELECT p.cluster, p.jobid, c.ok, c.reason, c.message
+            FROM @extschema@.pending_job p
+            CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
+            WHERE NOT p.held
+            FOR UPDATE OF p
+        ), held AS (
+            UPDATE @extschema@.pending_job p
+            SET held = NOT c.ok, hold_reason = c.message, checked_at = pg_catalog.now()
+            FROM checked c
+            WHERE p.cluster = c.cluster AND p.jobid = c.jobid
+            RETURNING p.cluster, p.jobid, c.ok, c.reason, c.message
+        )
+        SELECT h.cluster, h.jobid, h.reason, h.message FROM held h WHERE NOT h.ok ORDER BY 1, 2;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
+    'Holds queued jobs whose account became invalid, with the reason; returns them';

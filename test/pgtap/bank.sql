@@ -1,0 +1,98 @@
+-- The quarterly bank's contract: SQLSTATEs, the aggregate in a parallel plan, open_quarter
+-- idempotent and schedulable with pg_cron.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(22);
+
+INSERT INTO setting VALUES ('timezone', 'UTC');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
+VALUES ('c', 'p', 'cpu=16', 'cpu=1', 1, 'NPL');
+SELECT add_user('u1', '2024-01-10');
+INSERT INTO account (name) VALUES ('proj');
+SELECT add_member('proj', 'u1', 'admin');
+
+SELECT throws_ok($$SELECT hpcacct.deposit('nobody', '2024-01-01', 1)$$, '42704', NULL, 'deposit to an unknown account');
+SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', -1)$$, '22003', NULL, 'negative deposit');
+SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', 'NaN')$$, '22003', NULL, 'NaN deposit');
+SELECT throws_ok($$SELECT hpcacct.deposit('proj', NULL, 1)$$, '22008', NULL, 'deposit without a quarter');
+SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'ghost')$$, '42704', NULL, 'unknown user');
+SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member', 'ghost')$$, '42501', NULL,
+                 'only administrators add members');
+SELECT throws_ok($$SELECT hpcacct.remove_member('proj', 'u1')$$, 'HA003', NULL, 'the last administrator stays');
+SELECT throws_ok($$UPDATE hpcacct.account SET personal_allotment = 6000 WHERE name = 'u1'$$, '22003', NULL,
+                 'allotment above double the default');
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('personal_allotment', '-5')$$, '22023', NULL,
+                 'a negative default allotment');
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('colour', 'blue')$$, '42704', NULL, 'an unknown setting');
+SELECT throws_ok($$SELECT hpcacct.quarter_balance('deposit', '2024-01-01', 1, NULL)$$, '22004', NULL,
+                 'NULL at in the aggregate');
+SELECT throws_ok($$SELECT hpcacct.quarter_balance('bonus', '2024-01-01', 1, '2024-01-01')$$, '22023', NULL,
+                 'an unknown entry kind');
+
+-- open_quarter twice is open_quarter once.
+SELECT deposit('proj', '2024-04-01', 1000);
+CALL open_quarter('2024-04-01');
+CREATE TEMP TABLE after_first AS SELECT * FROM ledger;
+CREATE TEMP TABLE log_first AS SELECT quarter, account, action, target_quarter, amount FROM quarter_log;
+CALL open_quarter('2024-04-15');
+SELECT set_eq('SELECT entry_id, amount FROM ledger', 'SELECT entry_id, amount FROM after_first',
+              'a second open_quarter books nothing');
+SELECT set_eq('SELECT quarter, account, action, target_quarter, amount FROM quarter_log',
+              'SELECT * FROM log_first', 'and logs nothing new');
+SELECT is((SELECT sum(amount) FROM ledger WHERE account = 'u1' AND kind = 'deposit' AND valid_from = '2024-07-01'),
+          2500.000000, 'the personal account holds exactly one allotment for Q3');
+
+-- The scheduled command of the README's pg_cron recipe runs.
+SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 0 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(current_date)$$),
+            NULL::bigint, 'open_quarter can be scheduled with pg_cron');
+SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-open-quarter'),
+                'the scheduled command runs');
+SELECT ok(cron.unschedule('hpcacct-open-quarter'), 'and can be unscheduled');
+
+-- The aggregate in a parallel plan gives the serial result.
+INSERT INTO account (name) SELECT 'bulk' || i FROM generate_series(1, 40) AS i;
+INSERT INTO ledger (account, kind, amount, unit, valid_from, valid_until)
+SELECT 'bulk' || (i % 40 + 1), 'deposit', 1 + (i % 97) * 0.25, 'NPL',
+       date '2024-01-01' + (i % 4) * interval '3 months', date '2024-03-31' + (i % 4) * interval '3 months'
+FROM generate_series(1, 40000) AS i;
+INSERT INTO job
+SELECT 'c', 'bulk' || i, 'bulk' || (i % 40 + 1), 'u', 'p', NULL,
+       timestamptz '2024-01-01' + (i % 350) * interval '1 day',
+       timestamptz '2024-01-01' + (i % 350) * interval '1 day' + (1 + i % 30) * interval '1 hour',
+       ('cpu=' || (1 + i % 16))::tres, 'COMPLETED'
+FROM generate_series(1, 40000) AS i;
+ANALYZE ledger;
+-- a plain table: temporary ones are never scanned in parallel
+CREATE TABLE entries AS SELECT * FROM bank_entry;
+ANALYZE entries;
+CREATE TEMP TABLE serial AS
+    SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).* FROM entries GROUP BY account;
+SET LOCAL parallel_setup_cost = 0;
+SET LOCAL parallel_tuple_cost = 0;
+SET LOCAL min_parallel_table_scan_size = 0;
+SET LOCAL max_parallel_workers_per_gather = 2;
+CREATE FUNCTION pg_temp.plan_of(query text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    plan text;
+BEGIN
+    EXECUTE 'EXPLAIN (FORMAT JSON) ' || query INTO plan;
+    RETURN plan;
+END $$;
+SELECT matches(pg_temp.plan_of($$SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).*
+                                  FROM entries GROUP BY account$$),
+               '"Partial Mode": "Partial"', 'the plan has a partial aggregate');
+SELECT matches(pg_temp.plan_of($$SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).*
+                                  FROM entries GROUP BY account$$),
+               '"Workers Planned": 2', 'run by parallel workers');
+SELECT results_eq(
+    $$SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).* FROM entries
+      GROUP BY account ORDER BY account$$,
+    $$SELECT * FROM serial ORDER BY account$$,
+    'parallel and serial quarter balances agree');
+SELECT results_eq(
+    $$SELECT account, balance::numeric FROM serial WHERE account LIKE 'bulk%' ORDER BY account$$,
+    $$SELECT a.name, hpcacct.balance(a.name, '2024-05-05') FROM account a WHERE a.name LIKE 'bulk%' ORDER BY a.name$$,
+    'the aggregate agrees with the exact numeric balance');
+
+SELECT * FROM finish();
+ROLLBACK;
