@@ -1,0 +1,429 @@
+-- ---------------------------------------------------------------------------------------
+-- Theoretical consumption and regulation, GENCI / IDRIS (SPEC §2).
+--
+-- Allocation events are ledger rows of kind grant, supplement (positive) and retraction
+-- (negative), with cluster = the machine and a validity window valid_from..valid_until
+-- (inclusive). Consumption of an account on a machine is its job charges there, pro rata.
+-- The allocation period is the calendar year: TC, consumption and Alloc of a date count
+-- from 1 January of that date's year.
+-- ---------------------------------------------------------------------------------------
+
+-- Regulation settings per machine. Machines without a row are not regulated.
+CREATE TABLE @extschema@.machine_setting (
+    machine                   text PRIMARY KEY CHECK (machine <> ''),
+    monthly_threshold         numeric NOT NULL CHECK (monthly_threshold >= 0 AND monthly_threshold < 'Infinity'),
+    annual_warning_percent    numeric NOT NULL DEFAULT 30 CHECK (annual_warning_percent BETWEEN 0 AND 100),
+    annual_retraction_percent numeric NOT NULL DEFAULT 40 CHECK (annual_retraction_percent BETWEEN 0 AND 100),
+    month_convention          text NOT NULL DEFAULT 'half_month' CHECK (month_convention IN ('half_month', 'day')),
+    description               text
+);
+COMMENT ON TABLE @extschema@.machine_setting IS
+    'GENCI regulation settings per machine (ledger cluster): monthly threshold, annual percentages, month convention';
+COMMENT ON COLUMN @extschema@.machine_setting.monthly_threshold IS
+    'An account whose grants and supplements for the year on the machine reach this many hours is regulated monthly, otherwise annually';
+COMMENT ON COLUMN @extschema@.machine_setting.annual_warning_percent IS
+    'Annual regulation: accounts that used less than this percentage of their allocation are warned (1 May) and lose hours (1 June)';
+COMMENT ON COLUMN @extschema@.machine_setting.annual_retraction_percent IS
+    'Annual regulation: percentage of the allocation retracted on 1 June from an under-consuming account that is not exonerated';
+COMMENT ON COLUMN @extschema@.machine_setting.month_convention IS
+    'How validity windows are measured in months: half_month (the GENCI document) or day (exact fractions)';
+
+-- ---- The aggregates tmc and tc -------------------------------------------------------
+
+CREATE FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_tmc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date, text) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_tmc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_tc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date, text) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_tc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.theoretical_combine(internal, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combine' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.theoretical_final(internal) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_final' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.theoretical_serialize(internal) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_serialize' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION @extschema@.theoretical_deserialize(bytea, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialize' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date) IS
+    'Transition function of hpcacct.tmc (half_month convention)';
+COMMENT ON FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date, text) IS
+    'Transition function of hpcacct.tmc with a month convention';
+COMMENT ON FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date) IS
+    'Transition function of hpcacct.tc (half_month convention)';
+COMMENT ON FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date, text) IS
+    'Transition function of hpcacct.tc with a month convention';
+COMMENT ON FUNCTION @extschema@.theoretical_combine(internal, internal) IS
+    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
+COMMENT ON FUNCTION @extschema@.theoretical_final(internal) IS
+    'Final function of hpcacct.tmc and hpcacct.tc';
+COMMENT ON FUNCTION @extschema@.theoretical_serialize(internal) IS
+    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
+COMMENT ON FUNCTION @extschema@.theoretical_deserialize(bytea, internal) IS
+    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
+
+CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date) (
+    SFUNC = @extschema@.tmc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = @extschema@.theoretical_final,
+    COMBINEFUNC = @extschema@.theoretical_combine,
+    SERIALFUNC = @extschema@.theoretical_serialize, DESERIALFUNC = @extschema@.theoretical_deserialize,
+    PARALLEL = SAFE
+);
+CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date, convention text) (
+    SFUNC = @extschema@.tmc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = @extschema@.theoretical_final,
+    COMBINEFUNC = @extschema@.theoretical_combine,
+    SERIALFUNC = @extschema@.theoretical_serialize, DESERIALFUNC = @extschema@.theoretical_deserialize,
+    PARALLEL = SAFE
+);
+CREATE AGGREGATE @extschema@.tc(valid_from date, valid_until date, amount float8, at date) (
+    SFUNC = @extschema@.tc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = @extschema@.theoretical_final,
+    COMBINEFUNC = @extschema@.theoretical_combine,
+    SERIALFUNC = @extschema@.theoretical_serialize, DESERIALFUNC = @extschema@.theoretical_deserialize,
+    PARALLEL = SAFE
+);
+CREATE AGGREGATE @extschema@.tc(valid_from date, valid_until date, amount float8, at date, convention text) (
+    SFUNC = @extschema@.tc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = @extschema@.theoretical_final,
+    COMBINEFUNC = @extschema@.theoretical_combine,
+    SERIALFUNC = @extschema@.theoretical_serialize, DESERIALFUNC = @extschema@.theoretical_deserialize,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE @extschema@.tmc(date, date, float8, date) IS
+    'Theoretical monthly consumption at a date: sum of amount / months of the window over the events valid that day (half_month convention); NULL without rows';
+COMMENT ON AGGREGATE @extschema@.tmc(date, date, float8, date, text) IS
+    'Theoretical monthly consumption at a date under a month convention (half_month or day); NULL without rows';
+COMMENT ON AGGREGATE @extschema@.tc(date, date, float8, date) IS
+    'Theoretical consumption up to the end of a date: the integral of TMC, i.e. each event pro rata of the months of its window elapsed (half_month convention); NULL without rows';
+COMMENT ON AGGREGATE @extschema@.tc(date, date, float8, date, text) IS
+    'Theoretical consumption up to the end of a date under a month convention (half_month or day); NULL without rows';
+
+CREATE FUNCTION @extschema@.regulation_status(consumption float8, tc float8, tmc float8) RETURNS text
+    AS 'MODULE_PATHNAME', 'hpcacct_regulation_status' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.regulation_status(float8, float8, float8) IS
+    'Monthly regulation outcome for delta = consumption - tc: ok when delta > -tmc, warning when -2 tmc < delta <= -tmc, retraction when delta <= -2 tmc (ok when tmc <= 0)';
+
+-- ---- Where an account stands -------------------------------------------------------------
+
+-- Alloc, TMC, TC, consumption and Δ of an account on a machine at a date, counted from
+-- 1 January of that date's year (TC = TC(at) - TC(31 Dec of the previous year), so an
+-- event that began in an earlier year counts only for its part in this year).
+CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH period AS (
+            SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
+                   coalesce((SELECT s.month_convention FROM @extschema@.machine_setting s WHERE s.machine = $2),
+                            'half_month') AS convention,
+                   @extschema@.site_timezone() AS tz
+        ), events AS (
+            SELECT coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            CROSS JOIN period p
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= $3 AND l.valid_until >= p.year_start
+        ), used AS (
+            SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before($1, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+                   AS consumption
+            FROM period p
+        )
+        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e CROSS JOIN used u
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
+    'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone), delta and monthly status of an account on a machine, from 1 January of the date''s year';
+
+-- The document's table: one row per interval of the year on which Alloc and TMC are
+-- constant, with TC at the interval's last day.
+CREATE FUNCTION @extschema@.theoretical_year(account text, machine text, year integer, convention text DEFAULT NULL)
+    RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        y_start date;
+        y_end   date;
+        conv    text;
+    BEGIN
+        IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'account, machine and year must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
+            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
+        END IF;
+        IF $3 NOT BETWEEN 1401 AND 9999 THEN
+            RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        y_start := make_date($3, 1, 1);
+        y_end := make_date($3, 12, 31);
+        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.machine_setting s WHERE s.machine = $2),
+                         'half_month');
+        RETURN QUERY
+        WITH events AS (
+            SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
+            FROM @extschema@.ledger l
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= y_end AND l.valid_until >= y_start
+        ), bounds AS (
+            SELECT b.day
+            FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)
+            WHERE b.day BETWEEN y_start AND y_end
+        ), intervals AS (
+            SELECT b.day AS d0, coalesce(lead(b.day) OVER (ORDER BY b.day) - 1, y_end) AS d1
+            FROM bounds b
+        )
+        SELECT i.d0, i.d1,
+               (SELECT coalesce(sum(e.a), 0) FROM events e WHERE e.f <= i.d0),
+               (SELECT coalesce(@extschema@.tmc(e.f, e.u, e.a::float8, i.d0, conv), 0) FROM events e),
+               (SELECT coalesce(@extschema@.tc(e.f, e.u, e.a::float8, i.d1, conv)
+                                - @extschema@.tc(e.f, e.u, e.a::float8, y_start - 1, conv), 0)
+                FROM events e)
+        FROM intervals i
+        ORDER BY i.d0;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.theoretical_year(text, text, integer, text) IS
+    'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
+
+-- ---- Regulation ------------------------------------------------------------------------
+
+-- Accounts exonerated from the annual regulation of a year, entered by an administrator.
+CREATE TABLE @extschema@.exoneration (
+    account  text NOT NULL REFERENCES @extschema@.account,
+    machine  text NOT NULL REFERENCES @extschema@.machine_setting,
+    year     integer NOT NULL CHECK (year BETWEEN 1401 AND 9999),
+    reason   text NOT NULL CHECK (reason IN ('justification', 'second_half_start')),
+    received date NOT NULL,
+    note     text,
+    PRIMARY KEY (account, machine, year),
+    CONSTRAINT exoneration_in_time CHECK (
+        received <= CASE reason WHEN 'justification' THEN pg_catalog.make_date(year, 5, 31)
+                                ELSE pg_catalog.make_date(year, 1, 31) END)
+);
+COMMENT ON TABLE @extschema@.exoneration IS
+    'Exonerations from the annual regulation: a justification received by 31 May, or a second-half start agreed by 31 January';
+
+-- What each run found and did, one row per account, machine, run date and kind of run.
+CREATE TABLE @extschema@.regulation_log (
+    log_id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_date     date NOT NULL,
+    run          text NOT NULL CHECK (run IN ('monthly', 'annual_warning', 'annual_retraction')),
+    account      text NOT NULL REFERENCES @extschema@.account,
+    machine      text NOT NULL REFERENCES @extschema@.machine_setting,
+    figures_at   date NOT NULL,
+    outcome      text NOT NULL CHECK (outcome IN ('ok', 'warning', 'retraction', 'exonerated')),
+    alloc        numeric NOT NULL,
+    granted      numeric NOT NULL,
+    consumption  float8 NOT NULL,
+    tc           float8 NOT NULL,
+    tmc          float8 NOT NULL,
+    delta        float8 NOT NULL,
+    used_percent float8,
+    retracted    numeric(20, 6) NOT NULL DEFAULT 0 CHECK (retracted >= 0),
+    -- No foreign key: ledger rows are never deleted, and a reference would make TRUNCATE of
+    -- the ledger fail on the key rather than on its append-only trigger (HA001).
+    entry_id     bigint,
+    logged_at    timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    CONSTRAINT regulation_log_once UNIQUE (account, machine, run_date, run),
+    CONSTRAINT regulation_log_booked CHECK ((entry_id IS NOT NULL) = (retracted > 0))
+);
+COMMENT ON TABLE @extschema@.regulation_log IS
+    'One row per account, machine, run date and run (monthly, annual_warning, annual_retraction): the figures, the outcome and the hours retracted';
+COMMENT ON COLUMN @extschema@.regulation_log.figures_at IS
+    'The day whose end the figures are taken at: the run date for monthly runs, the day before for annual runs';
+COMMENT ON COLUMN @extschema@.regulation_log.used_percent IS
+    'Annual runs: consumption as a percentage of Alloc';
+COMMENT ON COLUMN @extschema@.regulation_log.entry_id IS 'The retraction booked in hpcacct.ledger, if any';
+
+-- The kind of regulation run a date calls for; NULL on any other date.
+CREATE FUNCTION @extschema@.regulation_run(d date) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN EXTRACT(day FROM d) = 15 THEN 'monthly'
+            WHEN EXTRACT(month FROM d) = 5 AND EXTRACT(day FROM d) = 1 THEN 'annual_warning'
+            WHEN EXTRACT(month FROM d) = 6 AND EXTRACT(day FROM d) = 1 THEN 'annual_retraction'
+        END
+    $$;
+COMMENT ON FUNCTION @extschema@.regulation_run(date) IS
+    'Regulation run of a date: monthly on the 15th, annual_warning on 1 May, annual_retraction on 1 June, NULL otherwise';
+
+-- Monthly runs (the 15th) regulate the accounts whose grants and supplements for the year
+-- on a machine reach its threshold; annual runs (1 May, 1 June) the others. Idempotent:
+-- an account already logged for this date and run is skipped, and runs are serialized by
+-- a lock on the log, so a retraction is booked at most once.
+CREATE PROCEDURE @extschema@.regulate(d date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        kind_of_run text;
+        as_of       date;
+        y_start     date;
+        y_end       date;
+        today       date;
+        r           record;
+        result      text;
+        used        float8;
+        hours       numeric(20, 6);
+        entry       bigint;
+        entry_unit  text;
+        already     bigint;
+        n_ok        integer := 0;
+        n_warning   integer := 0;
+        n_retracted integer := 0;
+        n_exonerated integer := 0;
+    BEGIN
+        IF d IS NULL THEN
+            RAISE EXCEPTION 'regulation date must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(d) THEN
+            RAISE EXCEPTION 'regulation date must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        today := @extschema@.site_today();
+        IF d > today THEN
+            RAISE EXCEPTION 'regulation date % is in the future', d
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', today),
+                      HINT = 'Consumption up to the end of that day is not known yet.';
+        END IF;
+
+        kind_of_run := @extschema@.regulation_run(d);
+        IF kind_of_run IS NULL THEN
+            RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
+                USING HINT = 'Monthly regulation runs on the 15th, annual regulation on 1 May (warning) and 1 June (retraction).';
+            RETURN;
+        END IF;
+
+        -- Serializes regulation runs (readers are not blocked): a second run of the same
+        -- date waits for the first to commit and then finds its rows in the log.
+        LOCK TABLE @extschema@.regulation_log IN SHARE ROW EXCLUSIVE MODE;
+
+        y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
+        y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
+        as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
+        SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+
+        FOR r IN
+            SELECT a.account, a.machine, s.monthly_threshold, s.annual_warning_percent,
+                   s.annual_retraction_percent, st.*
+            FROM (SELECT DISTINCT l.account, l.cluster AS machine
+                  FROM @extschema@.ledger l
+                  WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+                    AND l.valid_from <= as_of AND l.valid_until >= y_start) a
+            JOIN @extschema@.machine_setting s ON s.machine = a.machine
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.account, a.machine, as_of) st
+            WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                              WHERE g.account = a.account AND g.machine = a.machine
+                                AND g.run_date = d AND g.run = kind_of_run)
+            ORDER BY a.machine, a.account
+        LOOP
+            result := 'ok';
+            used := NULL;
+            hours := 0;
+            entry := NULL;
+            IF kind_of_run = 'monthly' THEN
+                result := r.status;
+                IF result = 'retraction' THEN
+                    hours := round(r.tmc::numeric, 6);
+                END IF;
+            ELSIF r.alloc > 0 THEN
+                used := 100 * r.consumption / r.alloc::float8;
+                IF used < r.annual_warning_percent THEN
+                    IF EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                               WHERE x.account = r.account AND x.machine = r.machine
+                                 AND x.year = EXTRACT(year FROM d)) THEN
+                        result := 'exonerated';
+                    ELSIF kind_of_run = 'annual_warning' THEN
+                        result := 'warning';
+                    ELSE
+                        result := 'retraction';
+                        hours := round(greatest(0, least(r.annual_retraction_percent / 100 * r.alloc,
+                                                         r.alloc - r.consumption::numeric)), 6);
+                    END IF;
+                END IF;
+            END IF;
+
+            IF hours > 0 THEN
+                SELECT l.unit INTO entry_unit
+                FROM @extschema@.ledger l
+                WHERE l.account = r.account AND l.cluster = r.machine
+                  AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                ORDER BY l.valid_from DESC, l.entry_id DESC
+                LIMIT 1;
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+                VALUES (r.account, 'retraction', -hours, entry_unit, r.machine, d, y_end,
+                        format('hpcacct.regulate(%s): %s regulation', d,
+                               CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END))
+                RETURNING entry_id INTO entry;
+            END IF;
+
+            -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
+            -- REPEATABLE READ), the unique key makes it fail rather than book twice.
+            INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
+                                                    granted, consumption, tc, tmc, delta, used_percent,
+                                                    retracted, entry_id)
+            VALUES (d, kind_of_run, r.account, r.machine, as_of, result, r.alloc, r.granted, r.consumption,
+                    r.tc, r.tmc, r.delta, used, hours, entry);
+
+            CASE result
+                WHEN 'ok' THEN n_ok := n_ok + 1;
+                WHEN 'warning' THEN n_warning := n_warning + 1;
+                WHEN 'retraction' THEN n_retracted := n_retracted + 1;
+                ELSE n_exonerated := n_exonerated + 1;
+            END CASE;
+        END LOOP;
+
+        RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
+            d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.regulate(date) IS
+    'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
+
+-- Per account, machine and month: the figures at the month's regulation day (the 15th),
+-- recomputed from the ledger as it is now, and what the monthly run logged that day. The
+-- status is the monthly rule's; it is NULL for an account under annual regulation, whose
+-- outcomes (1 May, 1 June) are in hpcacct.regulation_log.
+CREATE VIEW @extschema@.regulation_report AS
+    SELECT a.account, a.machine, m.month::date AS month, d.as_of,
+           CASE WHEN st.granted >= s.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
+           st.alloc, st.tmc, st.tc, st.consumption, st.delta,
+           CASE WHEN st.granted >= s.monthly_threshold THEN st.status END AS status,
+           g.outcome AS logged_outcome, g.retracted
+    FROM (SELECT l.account, l.cluster AS machine, min(l.valid_from) AS first_day, max(l.valid_until) AS last_day
+          FROM @extschema@.ledger l
+          WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+          GROUP BY l.account, l.cluster) a
+    JOIN @extschema@.machine_setting s ON s.machine = a.machine
+    CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
+                                                  pg_catalog.date_trunc('month', a.last_day::timestamp),
+                                                  interval '1 month') AS m(month)
+    CROSS JOIN LATERAL (SELECT m.month::date + 14 AS as_of) d
+    CROSS JOIN LATERAL @extschema@.allocation_status(a.account, a.machine, d.as_of) st
+    LEFT JOIN @extschema@.regulation_log g
+      ON g.account = a.account AND g.machine = a.machine AND g.run_date = d.as_of AND g.run = 'monthly'
+    WHERE d.as_of <= (SELECT @extschema@.site_today());  -- once per query
+COMMENT ON VIEW @extschema@.regulation_report IS
+    'Per account, machine and month up to today: Alloc, TMC, TC, consumption, delta and monthly status at the 15th (NULL under annual regulation), and the outcome the monthly run logged';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.machine_setting', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.exoneration', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.regulation_log', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.regulation_log_log_id_seq', '');

@@ -1,0 +1,180 @@
+// SQL area: GENCI/IDRIS theoretical consumption (SPEC §2) — the aggregates hpcacct.tmc and
+// hpcacct.tc over allocation events, and hpcacct.regulation_status.
+//
+// Aggregate state: the core's theoretical::Sum (a flat, trivially copyable 16-byte Neumaier
+// sum) allocated in the aggregate memory context and passed as `internal`. It is 16 bytes, so
+// it cannot be a by-value Datum; a by-reference SQL type would need its own I/O functions
+// and would be copied on every row, whereas an internal state is updated in place. Partial
+// states cross process (and, with Citus or postgres_fdw, node) boundaries as 16 bytes of two
+// float8 in network byte order; deserialize checks the size and that both are finite.
+//
+// The transition functions are not STRICT: a NULL valid_from, valid_until, amount, at or
+// convention is an error (22004) rather than a row silently skipped, since a skipped
+// allocation event would make TMC and TC wrong without anyone noticing.
+#include "pg/postgres.hpp"
+
+#include "pg/dates.hpp"
+#include "pg/guard.hpp"
+
+extern "C" {
+#include "libpq/pqformat.h"
+#include "utils/builtins.h"
+}
+
+#include "core/theoretical.hpp"
+
+#include <cmath>
+#include <new>
+#include <string_view>
+
+using hpcacct::pg::gregorian_date;
+using hpcacct::pg::guarded;
+namespace calendar = hpcacct::calendar;
+namespace theoretical = hpcacct::theoretical;
+using theoretical::Sum;
+
+namespace {
+
+constexpr int kSerializedSize = 2 * sizeof(float8);
+
+enum class Measure { tmc, tc };
+
+// The aggregate memory context; every support function refuses to run outside an aggregate.
+MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* function) {
+    MemoryContext context = nullptr;
+    if (!AggCheckCallContext(fcinfo, &context)) {
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("%s can only be called as part of an aggregate", function)));
+    }
+    return context;
+}
+
+Sum* new_state(MemoryContext context) {
+    void* memory = MemoryContextAllocZero(context, sizeof(Sum));
+    return new (memory) Sum();
+}
+
+Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention) {
+    const char* const function = measure == Measure::tmc ? "hpcacct.tmc" : "hpcacct.tc";
+    MemoryContext context = aggregate_context(fcinfo, function);
+    static const char* const arguments[] = {"valid_from", "valid_until", "amount", "at", "convention"};
+    const int last = with_convention ? 5 : 4;
+    for (int i = 1; i <= last; ++i) {
+        if (PG_ARGISNULL(i)) {
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("%s: %s must not be NULL", function, arguments[i - 1]),
+                            errhint("Every allocation event needs a validity window, an amount and a date.")));
+        }
+    }
+    const calendar::date from = gregorian_date(PG_GETARG_DATEADT(1), "valid_from");
+    const calendar::date until = gregorian_date(PG_GETARG_DATEADT(2), "valid_until");
+    const double amount = PG_GETARG_FLOAT8(3);
+    const calendar::date at = gregorian_date(PG_GETARG_DATEADT(4), "at");
+    calendar::MonthConvention convention = calendar::MonthConvention::half_month;
+    if (with_convention) {
+        text* name = PG_GETARG_TEXT_PP(5);
+        const std::string_view view(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+        convention = guarded([&] { return calendar::parse_month_convention(view); });
+    }
+    const double contribution = guarded([&] {
+        return measure == Measure::tmc ? theoretical::tmc_contribution(from, until, amount, at, convention)
+                                       : theoretical::tc_contribution(from, until, amount, at, convention);
+    });
+    Sum* state = PG_ARGISNULL(0) ? new_state(context) : reinterpret_cast<Sum*>(PG_GETARG_POINTER(0));
+    guarded([&] { state->add(contribution); });
+    PG_RETURN_POINTER(state);
+}
+
+}  // namespace
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(hpcacct_tmc_transfn);
+Datum hpcacct_tmc_transfn(PG_FUNCTION_ARGS) {
+    return transition(fcinfo, Measure::tmc, PG_NARGS() > 5);
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_tc_transfn);
+Datum hpcacct_tc_transfn(PG_FUNCTION_ARGS) {
+    return transition(fcinfo, Measure::tc, PG_NARGS() > 5);
+}
+
+// Merges the second state into the first; either may be NULL (a worker that saw no row).
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_combine);
+Datum hpcacct_theoretical_combine(PG_FUNCTION_ARGS) {
+    MemoryContext context = aggregate_context(fcinfo, "hpcacct.theoretical_combine");
+    if (PG_ARGISNULL(1)) {
+        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
+        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
+    }
+    const Sum* other = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(1));
+    if (PG_ARGISNULL(0)) {
+        Sum* copy = new_state(context);
+        *copy = *other;
+        PG_RETURN_POINTER(copy);
+    }
+    Sum* state = reinterpret_cast<Sum*>(PG_GETARG_POINTER(0));
+    guarded([&] { state->merge(*other); });
+    PG_RETURN_POINTER(state);
+}
+
+// The sum; NULL when the aggregate saw no row (as sum() does).
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_final);
+Datum hpcacct_theoretical_final(PG_FUNCTION_ARGS) {
+    aggregate_context(fcinfo, "hpcacct.theoretical_final");
+    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
+    const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
+    PG_RETURN_FLOAT8(guarded([&] { return state->value(); }));
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialize);
+Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
+    aggregate_context(fcinfo, "hpcacct.theoretical_serialize");
+    const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
+    StringInfoData buffer;
+    pq_begintypsend(&buffer);
+    pq_sendfloat8(&buffer, state->sum);
+    pq_sendfloat8(&buffer, state->compensation);
+    PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
+}
+
+// Validates what it reads as if it came from an attacker: exact size, finite numbers.
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialize);
+Datum hpcacct_theoretical_deserialize(PG_FUNCTION_ARGS) {
+    aggregate_context(fcinfo, "hpcacct.theoretical_deserialize");
+    bytea* serialized = PG_GETARG_BYTEA_PP(0);
+    const int size = VARSIZE_ANY_EXHDR(serialized);
+    if (size != kSerializedSize) {
+        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+                        errmsg("invalid theoretical consumption state: %d bytes, expected %d", size,
+                               kSerializedSize)));
+    }
+    StringInfoData buffer;
+    initStringInfo(&buffer);
+    appendBinaryStringInfo(&buffer, VARDATA_ANY(serialized), size);
+    const double sum = pq_getmsgfloat8(&buffer);
+    const double compensation = pq_getmsgfloat8(&buffer);
+    pq_getmsgend(&buffer);
+    pfree(buffer.data);
+    if (!std::isfinite(sum) || !std::isfinite(compensation)) {
+        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+                        errmsg("invalid theoretical consumption state: non-finite sum")));
+    }
+    Sum* state = new_state(CurrentMemoryContext);
+    state->sum = sum;
+    state->compensation = compensation;
+    PG_RETURN_POINTER(state);
+}
+
+// regulation_status(consumption, tc, tmc): 'ok', 'warning' or 'retraction' (SPEC §2).
+PG_FUNCTION_INFO_V1(hpcacct_regulation_status);
+Datum hpcacct_regulation_status(PG_FUNCTION_ARGS) {
+    const double consumption = PG_GETARG_FLOAT8(0);
+    const double tc = PG_GETARG_FLOAT8(1);
+    const double tmc = PG_GETARG_FLOAT8(2);
+    const char* status =
+        guarded([&] { return theoretical::to_string(theoretical::regulation_status(consumption, tc, tmc)); });
+    PG_RETURN_TEXT_P(cstring_to_text(status));
+}
+
+}  // extern "C"

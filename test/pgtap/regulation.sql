@@ -1,0 +1,235 @@
+-- GENCI regulation's contract: SQLSTATEs, nothing written on error, idempotency, the
+-- annual regulation with and without exoneration, parallel aggregates, pg_cron.
+BEGIN;
+SET search_path = public, hpcacct;
+SET client_min_messages = warning;
+SELECT plan(70);
+
+INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
+INSERT INTO account (name) VALUES ('Z'), ('C'), ('T'), ('S'), ('E'), ('F'), ('U');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('ada', 'cpu', 'cpu=32', 'cpu=1', 1, 'hours');
+-- Z consumes nothing; C consumes 140 cores all year; T sits exactly at the threshold.
+-- S, E, F and U are annual: S, E, F consume nothing, U 43 % by April.
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+SELECT account, 'grant', amount, 'hours', 'ada', '2025-01-01', '2025-12-31'
+FROM (VALUES ('Z', 1200000), ('C', 1200000), ('T', 1000000), ('S', 500000), ('E', 500000), ('F', 500000),
+             ('U', 500000)) AS v(account, amount);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+SELECT 'ada', 'c' || m, 'C', 'carol', 'cpu',
+       (date '2025-01-01' + (m - 1) * interval '1 month')::timestamp AT TIME ZONE 'Europe/Paris',
+       (date '2025-01-01' + m * interval '1 month')::timestamp AT TIME ZONE 'Europe/Paris', 'cpu=140'::hpcacct.tres, 'COMPLETED'
+FROM generate_series(1, 12) AS m
+UNION ALL
+SELECT 'ada', 'u1', 'U', 'ursula', 'cpu', '2025-01-01 00:00 Europe/Paris', '2025-04-01 00:00 Europe/Paris',
+       'cpu=100', 'COMPLETED';
+INSERT INTO exoneration (account, machine, year, reason, received)
+VALUES ('F', 'ada', 2025, 'second_half_start', '2025-01-20');
+
+CREATE FUNCTION pg_temp.ledger_rows() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM hpcacct.ledger';
+CREATE FUNCTION pg_temp.log_rows() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM hpcacct.regulation_log';
+CREATE FUNCTION pg_temp.outcome(who text, d date) RETURNS text LANGUAGE sql
+    AS 'SELECT outcome FROM hpcacct.regulation_log WHERE account = who AND run_date = d';
+
+-- ---- The aggregates ----
+SELECT is_aggregate('hpcacct', 'tmc', ARRAY['date', 'date', 'double precision', 'date'], 'tmc/4 is an aggregate');
+SELECT is_aggregate('hpcacct', 'tmc', ARRAY['date', 'date', 'double precision', 'date', 'text'], 'tmc/5 is an aggregate');
+SELECT is_aggregate('hpcacct', 'tc', ARRAY['date', 'date', 'double precision', 'date'], 'tc/4 is an aggregate');
+SELECT is_aggregate('hpcacct', 'tc', ARRAY['date', 'date', 'double precision', 'date', 'text'], 'tc/5 is an aggregate');
+SELECT is((SELECT count(*) FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
+           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.proname IN ('tmc', 'tc')
+             AND p.proparallel = 's' AND a.aggcombinefn <> 0 AND a.aggserialfn <> 0 AND a.aggdeserialfn <> 0),
+          4::bigint, 'all four are PARALLEL SAFE with combine, serialize and deserialize functions');
+
+CREATE FUNCTION pg_temp.agg(expr text, f text, u text, a text, d text) RETURNS text LANGUAGE sql AS $$
+    SELECT format('SELECT %s FROM (VALUES (%s::date, %s::date, %s::float8, %s::date)) AS v(f, u, a, d)', expr, f, u, a, d)
+$$;
+SELECT throws_ok(pg_temp.agg('hpcacct.tmc(f, u, a, d)', 'NULL', '''2025-12-31''', '1', '''2025-06-01'''),
+                 '22004', 'hpcacct.tmc: valid_from must not be NULL', 'NULL valid_from');
+SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''2025-01-01''', 'NULL', '1', '''2025-06-01'''),
+                 '22004', NULL, 'NULL valid_until');
+SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''2025-01-01''', '''2025-12-31''', 'NULL', '''2025-06-01'''),
+                 '22004', NULL, 'NULL amount');
+SELECT throws_ok(pg_temp.agg('hpcacct.tmc(f, u, a, d)', '''2025-01-01''', '''2025-12-31''', '1', 'NULL'),
+                 '22004', NULL, 'NULL date');
+SELECT throws_ok(pg_temp.agg('hpcacct.tmc(f, u, a, d, NULL)', '''2025-01-01''', '''2025-12-31''', '1', '''2025-06-01'''),
+                 '22004', NULL, 'NULL convention');
+SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''2025-05-01''', '''2025-04-30''', '1', '''2025-06-01'''),
+                 '22023', NULL, 'inverted window');
+SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''2025-12-28''', '''2025-12-31''', '1', '''2025-06-01'''),
+                 '22023', NULL, 'window the half_month convention makes empty, even when it contributes nothing');
+SELECT throws_ok(pg_temp.agg('hpcacct.tmc(f, u, a, d, ''weeks'')', '''2025-01-01''', '''2025-12-31''', '1', '''2025-06-01'''),
+                 '22023', NULL, 'unknown month convention');
+SELECT throws_ok(pg_temp.agg('hpcacct.tmc(f, u, a, d)', '''2025-01-01''', '''2025-12-31''', '''NaN''', '''2025-06-01'''),
+                 '22003', NULL, 'NaN amount');
+SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''2025-01-01''', '''2025-12-31''', '''Infinity''', '''2025-06-01'''),
+                 '22003', NULL, 'infinite amount');
+SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''-infinity''', '''2025-12-31''', '1', '''2025-06-01'''),
+                 '22008', NULL, 'infinite date');
+SELECT throws_ok($$SELECT hpcacct.regulation_status('NaN', 0, 1)$$, '22003', NULL, 'regulation_status of NaN');
+SELECT is(hpcacct.regulation_status(0, 200, 100), 'retraction', 'delta = -2 TMC is a retraction');
+SELECT is((SELECT round(hpcacct.tc(f, u, a, d)::numeric, 6)
+           FROM (VALUES ('2025-01-01'::date, '2025-12-31'::date, 1200000::float8), ('2025-07-01', '2025-12-31', 400000))
+                AS v(f, u, a), (VALUES ('2025-12-31'::date)) AS w(d)),
+          1600000.000000, 'TC at the end of the windows is the whole allocation');
+-- As a window function, too (running TMC/TC by event date).
+SELECT is((SELECT array_agg(round(t::numeric) ORDER BY f)
+           FROM (SELECT f, hpcacct.tmc(f, u, a, '2025-08-01') OVER (ORDER BY f) AS t
+                 FROM (VALUES ('2025-01-01'::date, '2025-12-31'::date, 1200000::float8),
+                              ('2025-07-01', '2025-12-31', 600000)) AS v(f, u, a)) s),
+          ARRAY[100000, 200000]::numeric[], 'tmc works as a window aggregate');
+
+-- A parallel plan that really runs workers gives the serial result.
+CREATE TABLE regulation_events AS
+SELECT date '2024-07-01' + (i % 500)::integer AS f, date '2024-07-01' + (i % 500 + 45 + i % 365)::integer AS u,
+       (1000 + i % 77777)::float8 / 3 AS a
+FROM generate_series(1, 150000) AS i;
+ANALYZE regulation_events;
+CREATE FUNCTION pg_temp.explain_json(query text) RETURNS json LANGUAGE plpgsql AS $$
+DECLARE plan json;
+BEGIN
+    EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, FORMAT JSON) ' || query INTO plan;
+    RETURN plan;
+END $$;
+SET LOCAL parallel_setup_cost = 0;
+SET LOCAL parallel_tuple_cost = 0;
+SET LOCAL min_parallel_table_scan_size = 0;
+SET LOCAL max_parallel_workers_per_gather = 2;
+SELECT cmp_ok((pg_temp.explain_json($$SELECT hpcacct.tc(f, u, a, '2025-03-15') FROM regulation_events$$)
+               -> 0 -> 'Plan' -> 'Plans' -> 0 ->> 'Workers Launched')::integer, '>', 0,
+              'the parallel plan launches workers');
+SELECT hpcacct.tc(f, u, a, '2025-03-15') AS tc, hpcacct.tmc(f, u, a, '2025-03-15', 'day') AS tmc
+FROM regulation_events \gset parallel_
+SET LOCAL max_parallel_workers_per_gather = 0;
+-- Compensated sums: the order of the rows may change the last bit only.
+SELECT ok(abs(hpcacct.tc(f, u, a, '2025-03-15') - :'parallel_tc'::float8) <= 1e-12 * abs(:'parallel_tc'::float8)
+          AND abs(hpcacct.tmc(f, u, a, '2025-03-15', 'day') - :'parallel_tmc'::float8) <= 1e-12 * abs(:'parallel_tmc'::float8)
+          AND :'parallel_tc'::float8 > 0,
+          'serial and parallel results are equal')
+FROM regulation_events;
+RESET max_parallel_workers_per_gather;
+
+-- ---- Settings and exonerations are checked, and dumped with the extension ----
+SELECT is((SELECT count(*) FROM pg_extension e, unnest(e.extconfig) AS c(oid)
+           WHERE e.extname = 'hpcacct'
+             AND c.oid IN ('hpcacct.machine_setting'::regclass, 'hpcacct.exoneration'::regclass,
+                           'hpcacct.regulation_log'::regclass, 'hpcacct.regulation_log_log_id_seq'::regclass)),
+          4::bigint, 'settings, exonerations and the regulation log are marked for pg_dump');
+SELECT throws_ok($$INSERT INTO hpcacct.machine_setting (machine, monthly_threshold) VALUES ('x', -1)$$,
+                 '23514', NULL, 'negative threshold');
+SELECT throws_ok($$INSERT INTO hpcacct.machine_setting (machine, monthly_threshold, annual_retraction_percent) VALUES ('x', 1, 120)$$,
+                 '23514', NULL, 'percentage above 100');
+SELECT throws_ok($$INSERT INTO hpcacct.machine_setting (machine, monthly_threshold, month_convention) VALUES ('x', 1, 'week')$$,
+                 '23514', NULL, 'unknown month convention');
+SELECT throws_ok($$INSERT INTO hpcacct.exoneration VALUES ('S', 'ada', 2025, 'justification', '2025-06-01')$$,
+                 '23514', NULL, 'a justification must arrive by 31 May');
+SELECT throws_ok($$INSERT INTO hpcacct.exoneration VALUES ('S', 'ada', 2025, 'second_half_start', '2025-02-01')$$,
+                 '23514', NULL, 'a second-half start must be agreed by 31 January');
+SELECT throws_ok($$INSERT INTO hpcacct.exoneration VALUES ('S', 'jean-zay', 2025, 'justification', '2025-05-01')$$,
+                 '23503', NULL, 'exoneration on an unknown machine');
+
+-- ---- regulate(): bad dates are errors and write nothing ----
+CREATE TEMP TABLE counts_before AS SELECT pg_temp.ledger_rows() AS ledger_rows, pg_temp.log_rows() AS log_rows;
+SELECT throws_ok($$CALL hpcacct.regulate(NULL)$$, '22004', NULL, 'NULL date');
+SELECT throws_ok($$CALL hpcacct.regulate('infinity')$$, '22008', NULL, 'infinite date');
+SELECT throws_ok($$CALL hpcacct.regulate('2999-01-15')$$, '22023', NULL, 'a date in the future');
+SELECT lives_ok($$CALL hpcacct.regulate('2025-01-16')$$, 'another date is a no-op');
+SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
+              (SELECT ROW(ledger_rows, log_rows) FROM counts_before), 'nothing was written');
+
+-- ---- Monthly regulation of a project that consumes nothing (SPEC §2) ----
+CALL hpcacct.regulate('2025-01-15');
+CALL hpcacct.regulate('2025-02-15');
+CALL hpcacct.regulate('2025-03-15');
+SELECT is(pg_temp.outcome('Z', '2025-01-15'), 'ok', 'Z: no retraction on 15 January');
+SELECT is(pg_temp.outcome('Z', '2025-02-15'), 'warning', 'Z: first warning on 15 February');
+SELECT is(pg_temp.outcome('Z', '2025-03-15'), 'retraction', 'Z: first retraction on 15 March');
+SELECT is(pg_temp.outcome('C', '2025-03-15'), 'ok', 'C, which consumes regularly, is ok');
+SELECT is(pg_temp.outcome('T', '2025-01-15'), 'ok', 'an allocation exactly at the threshold is regulated monthly');
+SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE account IN ('S', 'E', 'F', 'U')), 0::bigint,
+          'accounts below the threshold are not in the monthly runs');
+SELECT row_eq($$SELECT l.kind, l.amount, l.unit, l.cluster, l.valid_from, l.valid_until
+               FROM hpcacct.ledger l JOIN hpcacct.regulation_log g USING (entry_id)
+               WHERE g.account = 'Z' AND g.run_date = '2025-03-15'$$,
+              ROW('retraction'::text, -100000.000000::numeric, 'hours'::text, 'ada'::text, '2025-03-15'::date, '2025-12-31'::date),
+              'the retraction is -TMC(d), effective d, valid to the end of the year, linked from the log');
+SELECT is((SELECT round(tmc::numeric) FROM hpcacct.allocation_status('Z', 'ada', '2025-03-15')), 89474::numeric,
+          'the retraction changes TMC from that day on');
+SELECT is((SELECT count(*) FROM pg_locks
+           WHERE relation = 'hpcacct.regulation_log'::regclass AND mode = 'ShareRowExclusiveLock'
+             AND pid = pg_backend_pid() AND granted), 1::bigint,
+          'a run holds the lock that serializes runs until its transaction ends');
+
+-- ---- Idempotency ----
+CREATE TEMP TABLE ledger_before AS SELECT * FROM hpcacct.ledger;
+CREATE TEMP TABLE log_before AS SELECT * FROM hpcacct.regulation_log;
+CALL hpcacct.regulate('2025-03-15');
+CALL hpcacct.regulate('2025-01-15');
+CALL hpcacct.regulate('2025-02-15');
+SELECT set_eq('SELECT * FROM hpcacct.ledger', 'SELECT * FROM ledger_before', 'running again changes no ledger row');
+SELECT set_eq('SELECT * FROM hpcacct.regulation_log', 'SELECT * FROM log_before', 'running again changes no log row');
+SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE kind = 'retraction' AND account = 'Z'), 1::bigint, 'Z retracted once');
+SELECT results_eq(
+    $$SELECT g.account, g.run_date, g.outcome FROM hpcacct.regulation_log g ORDER BY 1, 2$$,
+    $$SELECT r.account, r.as_of, r.status FROM hpcacct.regulation_report r
+      JOIN hpcacct.regulation_log g ON g.account = r.account AND g.run_date = r.as_of ORDER BY 1, 2$$,
+    'the monthly report shows the status the runs logged');
+
+-- ---- Annual regulation, with and without exoneration ----
+CALL hpcacct.regulate('2025-05-01');
+SELECT is(pg_temp.outcome('S', '2025-05-01'), 'warning', 'S (0 %) is warned on 1 May');
+SELECT is(pg_temp.outcome('E', '2025-05-01'), 'warning', 'E (0 %) is warned on 1 May');
+SELECT is(pg_temp.outcome('F', '2025-05-01'), 'exonerated', 'F (second-half start agreed in January) is not warned');
+SELECT is(pg_temp.outcome('U', '2025-05-01'), 'ok', 'U (43 %) is ok');
+SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE run_date = '2025-05-01' AND account IN ('Z', 'C', 'T')),
+          0::bigint, 'accounts at or above the threshold are not in the annual runs');
+INSERT INTO exoneration (account, machine, year, reason, received) VALUES ('E', 'ada', 2025, 'justification', '2025-05-28');
+CALL hpcacct.regulate('2025-06-01');
+CALL hpcacct.regulate('2025-06-01');
+SELECT is(pg_temp.outcome('S', '2025-06-01'), 'retraction', 'S loses hours on 1 June');
+SELECT row_eq($$SELECT l.amount, l.valid_from, l.valid_until, g.retracted, g.figures_at
+               FROM hpcacct.ledger l JOIN hpcacct.regulation_log g USING (entry_id)
+               WHERE g.account = 'S' AND g.run_date = '2025-06-01'$$,
+              ROW(-200000.000000::numeric, '2025-06-01'::date, '2025-12-31'::date, 200000.000000::numeric, '2025-05-31'::date),
+              'S: 40 % of its allocation, from 1 June to 31 December, measured over January to May');
+SELECT is(pg_temp.outcome('E', '2025-06-01'), 'exonerated', 'E, justified in May, keeps its hours');
+SELECT is(pg_temp.outcome('F', '2025-06-01'), 'exonerated', 'F keeps its hours');
+SELECT is(pg_temp.outcome('U', '2025-06-01'), 'ok', 'U keeps its hours');
+SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE kind = 'retraction' AND account = 'S'), 1::bigint,
+          'the annual retraction is booked once');
+
+-- ---- A bad allocation event stops the whole run: nothing is written ----
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+VALUES ('C', 'grant', 1200000, 'hours', 'ada', '2023-01-01', '2023-12-31'),
+       ('Z', 'grant', 2000000, 'hours', 'ada', '2023-03-01', '2023-03-05');
+CREATE TEMP TABLE counts_before_bad AS SELECT pg_temp.ledger_rows() AS ledger_rows, pg_temp.log_rows() AS log_rows;
+SELECT throws_ok($$CALL hpcacct.regulate('2023-03-15')$$, '22023', NULL,
+                 'an allocation window the convention makes empty is an error');
+SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
+              (SELECT ROW(ledger_rows, log_rows) FROM counts_before_bad),
+              'nothing was written, not even for the account that came first (C)');
+
+-- ---- The allocation year ----
+SELECT throws_ok($$SELECT * FROM hpcacct.theoretical_year('nobody', 'ada', 2025)$$, '42704', NULL, 'unknown account');
+SELECT throws_ok($$SELECT * FROM hpcacct.theoretical_year('Z', 'ada', NULL)$$, '22004', NULL, 'NULL year');
+SELECT throws_ok($$SELECT * FROM hpcacct.theoretical_year('Z', 'ada', 0)$$, '22008', NULL, 'year out of range');
+SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.theoretical_year('Z', 'ada', 2025)$$,
+                  $$VALUES ('2025-01-01'::date, 100000::numeric), ('2025-03-15', 89474)$$,
+                  'Z''s year: the retraction of 15 March as in the document');
+
+-- ---- pg_cron ----
+SELECT cmp_ok(cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL hpcacct.regulate(current_date)$$), '>', 0::bigint,
+              'pg_cron schedules the regulation on the 15th at 03:00');
+SELECT is((SELECT format('%s | %s | %s', schedule, command, database) FROM cron.job WHERE jobname = 'hpcacct-regulate'),
+          format('0 3 15 * * | CALL hpcacct.regulate(current_date) | %s', current_database()),
+          'the job is in cron.job for this database');
+SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-regulate'), 'the scheduled command runs today');
+SELECT lives_ok((SELECT replace(command, 'current_date', '''2025-04-15''::date') FROM cron.job
+                 WHERE jobname = 'hpcacct-regulate'),
+                'the scheduled command run on a 15th');
+SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE run_date = '2025-04-15'), 3::bigint,
+          'it regulated the three monthly accounts');
+SELECT ok(cron.unschedule('hpcacct-regulate'), 'unscheduled');
+
+SELECT * FROM finish();
+ROLLBACK;
