@@ -29,3 +29,6 @@ if ! grep -q '^Result: PASS' "$tap_log"; then
 fi
 echo "pgtap $(( ${tap_total:-0} - tap_failed < 0 ? 0 : ${tap_total:-0} - tap_failed )) $tap_failed" >>"$HPCACCT_TALLY"
 rm -f "$tap_log"
+
+# Concurrency (pgbench) and crash (kill -9 mid-COPY) tests of the ledger invariants.
+test/stress/run.sh

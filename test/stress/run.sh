@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs inside with-cluster.sh: concurrent clients through pgbench, then a backend killed in
+# the middle of a large COPY; after each, the ledger invariants (invariants.sql) must hold.
+# Prints one line per check and appends "stress passed failed" to $HPCACCT_TALLY.
+set -uo pipefail
+cd "$(dirname "$0")"
+db=hpcacct_stress
+passed=0
+failed=0
+check() {  # check NAME OK
+    if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok - $1"; else failed=$((failed + 1)); echo "not ok - $1"; fi
+}
+invariants() {  # invariants LABEL
+    while IFS='|' read -r name ok detail; do
+        check "$1: $name${detail:+ ($detail)}" "$ok"
+    done < <(psql -X -q -At -d $db -f invariants.sql)
+}
+
+createdb $db
+psql -X -q -v ON_ERROR_STOP=1 -d $db -c 'CREATE EXTENSION hpcacct CASCADE' -f setup.sql >/dev/null || exit 1
+
+# 8 clients for 20 s: nine in ten transactions change jobs, one in ten runs open_quarter or
+# check_submit. Serialization failures and deadlocks would be retried (--max-tries); any
+# other error aborts its client and fails the check.
+log=$(mktemp)
+pgbench -n -c 8 -j 2 -T 20 --max-tries=10 -f jobs.pgbench@9 -f admin.pgbench@1 $db >"$log" 2>&1
+rc=$?
+grep -E 'number of (transactions actually processed|failed transactions)|aborted|retried' "$log" | sed 's/^/    /'
+check "pgbench: 8 clients ran without an aborted client" "$([ $rc -eq 0 ] && ! grep -q 'aborted' "$log" && echo t)"
+check "pgbench: no transaction failed" "$(grep -q 'number of failed transactions: 0 ' "$log" && echo t)"
+rm -f "$log"
+invariants "after concurrent clients"
+
+# kill -9 a backend in the middle of a COPY of 200 000 jobs through the charging trigger,
+# once early (in the COPY) and once late (in the trigger's INSERT into the ledger).
+for delay in 1 4; do
+    before=$(psql -X -At -d $db -c "SELECT count(*) FROM hpcacct.job")
+    seq 1 200000 | awk -v d=$delay '{printf "stress|crash%d-%d|p%d|u1|cpu|\\N|2024-06-01 00:00+00|2024-06-01 01:00+00|cpu=%d|COMPLETED\n", d, $1, 1 + $1 % 20, 1 + $1 % 16}' \
+        | psql -X -q -d $db -c "\\copy hpcacct.job FROM STDIN (DELIMITER '|')" >/dev/null 2>&1 &
+    copier=$!
+    sleep $delay
+    pid=$(psql -X -At -d $db -c "SELECT pid FROM pg_stat_activity WHERE query LIKE 'COPY%' AND pid <> pg_backend_pid() LIMIT 1")
+    if [ -n "$pid" ]; then kill -9 "$pid"; fi
+    wait $copier 2>/dev/null
+    for _ in $(seq 1 60); do pg_isready -q && psql -X -At -d $db -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.5; done
+    after=$(psql -X -At -d $db -c "SELECT count(*) FROM hpcacct.job")
+    check "kill -9 after ${delay}s: the backend was killed mid-COPY" "$([ -n "$pid" ] && echo t)"
+    check "kill -9 after ${delay}s: the interrupted COPY left no job behind ($before before, $after after)" \
+        "$([ "$before" = "$after" ] && echo t)"
+    invariants "after kill -9 at ${delay}s"
+done
+
+echo "stress $passed $failed" >>"$HPCACCT_TALLY"
