@@ -30,4 +30,8 @@ failed=$(awk '{f += $3} END {print f + 0}' "$tally")
 echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$(wc -l <"$tally")" -eq 3 ]
+# every stage must have reported: a stage that died silently is a failure
+for stage in unit regress pgtap stress; do
+    grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
+done
+[ "$failed" -eq 0 ]
