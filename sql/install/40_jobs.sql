@@ -248,6 +248,5 @@ COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
 
 SELECT @extschema@.attach_charging('@extschema@.job');
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.job', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_entry_id_seq', '');

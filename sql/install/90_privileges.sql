@@ -1,0 +1,140 @@
+-- ---------------------------------------------------------------------------------------
+-- Privileges and row-level security.
+--
+-- Three roles, created by CALL hpcacct.setup_roles() (or by the site, with these names):
+--   hpcacct_admin   runs the centre: every table, every function and procedure;
+--   hpcacct_ingest  loads jobs: INSERT into hpcacct.job, nothing else (the charging trigger
+--                   books the ledger with the extension owner's rights);
+--   hpcacct_portal  reads every table and view, but sees only the rows of accounts its
+--                   session user is a member of (row-level security).
+-- Administrative functions and procedures are not executable by PUBLIC.
+-- ---------------------------------------------------------------------------------------
+
+-- The accounts the session's user is a member of. SECURITY DEFINER so that policies can ask
+-- without membership's own policy recursing.
+CREATE FUNCTION @extschema@.visible_accounts() RETURNS text[]
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce(pg_catalog.array_agg(m.account), '{}')
+        FROM @extschema@.membership m WHERE m.username = pg_catalog.session_user()
+    $$;
+COMMENT ON FUNCTION @extschema@.visible_accounts() IS
+    'Accounts the session user is a member of: what row-level security lets a portal role see';
+
+-- Whether the current role sees every row: superusers and members of hpcacct_admin.
+CREATE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = 'hpcacct_admin'
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+    $$;
+COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin, who see every account''s rows';
+
+-- The charging trigger books the ledger for whoever inserts jobs (hpcacct_ingest has no
+-- right on the ledger itself). Its search_path is pinned and everything it calls qualified.
+ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;
+
+-- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.deposit(text, date, numeric, text),
+    @extschema@.refund(text, date, numeric, text),
+    @extschema@.transfer(text, date, text, date, numeric, text),
+    @extschema@.top_up(text, date, numeric),
+    @extschema@.book_allocation(text, text, date, numeric, text),
+    @extschema@.add_user(text, date),
+    @extschema@.add_member(text, text, text, text),
+    @extschema@.remove_member(text, text, text),
+    @extschema@.set_default_project(text, text),
+    @extschema@.recheck_queued(date),
+    @extschema@.attach_charging(regclass, text[]),
+    @extschema@.add_quota_period(text, date, date, float8, text, text)
+    FROM PUBLIC;
+REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;
+
+-- Views run with the privileges and row-level security of the role that queries them.
+DO $$
+DECLARE
+    v regclass;
+BEGIN
+    FOR v IN SELECT c.oid FROM pg_catalog.pg_class c
+             WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'v' LOOP
+        EXECUTE pg_catalog.format('ALTER VIEW %s SET (security_invoker = true)', v);
+    END LOOP;
+END
+$$;
+
+-- Row-level security on every table that names an account (or a user). Reading is
+-- restricted; writing is governed by the table privileges alone. The functions are
+-- called through scalar subqueries, so that a query evaluates them once, not per row.
+DO $$
+DECLARE
+    t record;
+    visible text;
+BEGIN
+    FOR t IN
+        SELECT c.oid::regclass AS name,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                       WHERE a.attrelid = c.oid AND a.attname = 'account' AND NOT a.attisdropped) AS has_account,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                       WHERE a.attrelid = c.oid AND a.attname = 'username' AND NOT a.attisdropped) AS has_username
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r'
+    LOOP
+        visible := CASE
+            WHEN t.name = '@extschema@.account'::regclass
+                THEN 'name = ANY ((SELECT @extschema@.visible_accounts())::text[])'
+            WHEN t.has_account AND t.has_username
+                THEN 'account = ANY ((SELECT @extschema@.visible_accounts())::text[]) OR username = session_user'
+            WHEN t.has_account
+                THEN 'account = ANY ((SELECT @extschema@.visible_accounts())::text[])'
+            WHEN t.has_username
+                THEN 'username = session_user'
+        END;
+        CONTINUE WHEN visible IS NULL;  -- reference data: resources, settings, machines, pools
+        EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t.name);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT @extschema@.sees_all_accounts()) OR %s)',
+            t.name, visible);
+        EXECUTE pg_catalog.format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', t.name);
+        EXECUTE pg_catalog.format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', t.name);
+        EXECUTE pg_catalog.format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', t.name);
+    END LOOP;
+END
+$$;
+
+-- Creates the three roles if they do not exist yet and grants them their privileges. Run it
+-- again after adding tables of your own to the schema.
+CREATE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        role_name text;
+    BEGIN
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+            END IF;
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.setup_roles() IS
+    'Creates hpcacct_admin, hpcacct_ingest and hpcacct_portal if missing and grants their privileges';
+
+-- The job table is the site's data, like a site's own job table: it is not a member of the
+-- extension, so pg_dump dumps it as a table whose charging triggers are created after its
+-- rows are restored (they would otherwise charge every restored job a second time).
+ALTER EXTENSION hpcacct DROP TABLE @extschema@.job;
