@@ -12,7 +12,8 @@ OBJS        = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
 INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS     = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+# setup runs first (it creates the job table), then the rest in name order
+REGRESS     = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=btree_gist --load-extension=$(EXTENSION)
 
 CXXSTD      = -std=c++17

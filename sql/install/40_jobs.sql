@@ -2,24 +2,6 @@
 -- Jobs, the ledger, and the trigger that charges every job into the ledger.
 -- ---------------------------------------------------------------------------------------
 
--- One row per finished job; columns are sacct's fields (sacct --parsable2 -o
--- Cluster,JobID,Account,User,Partition,Submit,Start,End,AllocTRES,State), so a dump loads
--- with COPY. "user" and "end" are SQL keywords and need quotes.
-CREATE TABLE @extschema@.job (
-    cluster   text NOT NULL,
-    jobid     text NOT NULL,
-    account   text NOT NULL,
-    "user"    text NOT NULL,
-    partition text NOT NULL,
-    submit    timestamptz,
-    start     timestamptz NOT NULL,
-    "end"     timestamptz NOT NULL,
-    alloctres @extschema@.tres NOT NULL,
-    state     text,
-    PRIMARY KEY (cluster, jobid)
-);
-COMMENT ON TABLE @extschema@.job IS 'Finished jobs, one row each, columns named after sacct fields; charged by trigger';
-
 -- Every money-like movement is one row; balances are sums. Rows are never updated or
 -- deleted: a correction is a new row (a re-rated or deleted job gets a reversal).
 --   charge       a job's charge (positive) or its reversal (negative); names the job
@@ -246,7 +228,43 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
     'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
 
-SELECT @extschema@.attach_charging('@extschema@.job');
+-- Creates the table of finished jobs, one row each, with sacct's fields as columns (sacct
+-- --parsable2 -o Cluster,JobID,Account,User,Partition,Submit,Start,End,AllocTRES,State loads
+-- with COPY; "user" and "end" are SQL keywords and need quotes), and attaches charging.
+-- The table belongs to the site, not to the extension: pg_dump dumps it as a table whose
+-- charging triggers are created after its rows are restored, so a restore never charges
+-- the restored jobs a second time.
+CREATE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@.job') RETURNS regclass
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        created regclass;
+    BEGIN
+        EXECUTE format($t$
+            CREATE TABLE %s (
+                cluster   text NOT NULL,
+                jobid     text NOT NULL,
+                account   text NOT NULL,
+                "user"    text NOT NULL,
+                partition text NOT NULL,
+                submit    timestamptz,
+                start     timestamptz NOT NULL,
+                "end"     timestamptz NOT NULL,
+                alloctres @extschema@.tres NOT NULL,
+                state     text,
+                PRIMARY KEY (cluster, jobid)
+            )$t$, job_table);
+        created := job_table::regclass;
+        EXECUTE format('COMMENT ON TABLE %s IS %L', created,
+                       'Finished jobs, one row each, columns named after sacct fields; charged by trigger');
+        PERFORM @extschema@.attach_charging(created);
+        PERFORM @extschema@.protect_table(created);
+        RETURN created;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
+    'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_entry_id_seq', '');

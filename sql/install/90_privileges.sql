@@ -39,23 +39,6 @@ COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
 -- right on the ledger itself). Its search_path is pinned and everything it calls qualified.
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;
 
--- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
-REVOKE EXECUTE ON FUNCTION
-    @extschema@.deposit(text, date, numeric, text),
-    @extschema@.refund(text, date, numeric, text),
-    @extschema@.transfer(text, date, text, date, numeric, text),
-    @extschema@.top_up(text, date, numeric),
-    @extschema@.book_allocation(text, text, date, numeric, text),
-    @extschema@.add_user(text, date),
-    @extschema@.add_member(text, text, text, text),
-    @extschema@.remove_member(text, text, text),
-    @extschema@.set_default_project(text, text),
-    @extschema@.recheck_queued(date),
-    @extschema@.attach_charging(regclass, text[]),
-    @extschema@.add_quota_period(text, date, date, float8, text, text)
-    FROM PUBLIC;
-REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;
-
 -- Views run with the privileges and row-level security of the role that queries them.
 DO $$
 DECLARE
@@ -68,47 +51,54 @@ BEGIN
 END
 $$;
 
--- Row-level security on every table that names an account (or a user). Reading is
--- restricted; writing is governed by the table privileges alone. The functions are
--- called through scalar subqueries, so that a query evaluates them once, not per row.
-DO $$
-DECLARE
-    t record;
-    visible text;
-BEGIN
-    FOR t IN
-        SELECT c.oid::regclass AS name,
-               EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                       WHERE a.attrelid = c.oid AND a.attname = 'account' AND NOT a.attisdropped) AS has_account,
-               EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                       WHERE a.attrelid = c.oid AND a.attname = 'username' AND NOT a.attisdropped) AS has_username
-        FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r'
-    LOOP
+-- Row-level security on a table that names an account (or a user): reading is restricted,
+-- writing is governed by the table privileges alone. The functions are called through
+-- scalar subqueries, so that a query evaluates them once, not per row. Tables without such
+-- a column (resources, settings, machines, pools) are reference data and left alone.
+CREATE FUNCTION @extschema@.protect_table(target regclass) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        has_account boolean;
+        has_username boolean;
+        visible text;
+    BEGIN
+        SELECT bool_or(a.attname = 'account'), bool_or(a.attname = 'username')
+        INTO has_account, has_username
+        FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = target AND a.attnum > 0 AND NOT a.attisdropped;
         visible := CASE
-            WHEN t.name = '@extschema@.account'::regclass
+            WHEN target = '@extschema@.account'::regclass
                 THEN 'name = ANY ((SELECT @extschema@.visible_accounts())::text[])'
-            WHEN t.has_account AND t.has_username
+            WHEN has_account AND has_username
                 THEN 'account = ANY ((SELECT @extschema@.visible_accounts())::text[]) OR username = session_user'
-            WHEN t.has_account
+            WHEN has_account
                 THEN 'account = ANY ((SELECT @extschema@.visible_accounts())::text[])'
-            WHEN t.has_username
+            WHEN has_username
                 THEN 'username = session_user'
         END;
-        CONTINUE WHEN visible IS NULL;  -- reference data: resources, settings, machines, pools
-        EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t.name);
-        EXECUTE pg_catalog.format(
-            'CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT @extschema@.sees_all_accounts()) OR %s)',
-            t.name, visible);
-        EXECUTE pg_catalog.format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', t.name);
-        EXECUTE pg_catalog.format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', t.name);
-        EXECUTE pg_catalog.format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', t.name);
-    END LOOP;
-END
-$$;
+        IF visible IS NULL THEN
+            RETURN false;
+        END IF;
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT @extschema@.sees_all_accounts()) OR %s)',
+                       target, visible);
+        EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', target);
+        RETURN true;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.protect_table(regclass) IS
+    'Row-level security for a table with an account or username column: portal users see their accounts'' rows';
+
+SELECT count(*) FILTER (WHERE @extschema@.protect_table(c.oid)) AS protected_tables
+FROM pg_catalog.pg_class c
+WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 
 -- Creates the three roles if they do not exist yet and grants them their privileges. Run it
--- again after adding tables of your own to the schema.
+-- after create_job_table(), and again after adding tables of your own to the schema.
 CREATE PROCEDURE @extschema@.setup_roles()
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -126,7 +116,9 @@ CREATE PROCEDURE @extschema@.setup_roles()
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
-        GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
     END
     $$;
@@ -134,7 +126,21 @@ REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest and hpcacct_portal if missing and grants their privileges';
 
--- The job table is the site's data, like a site's own job table: it is not a member of the
--- extension, so pg_dump dumps it as a table whose charging triggers are created after its
--- rows are restored (they would otherwise charge every restored job a second time).
-ALTER EXTENSION hpcacct DROP TABLE @extschema@.job;
+-- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.deposit(text, date, numeric, text),
+    @extschema@.refund(text, date, numeric, text),
+    @extschema@.transfer(text, date, text, date, numeric, text),
+    @extschema@.top_up(text, date, numeric),
+    @extschema@.book_allocation(text, text, date, numeric, text),
+    @extschema@.add_user(text, date),
+    @extschema@.add_member(text, text, text, text),
+    @extschema@.remove_member(text, text, text),
+    @extschema@.set_default_project(text, text),
+    @extschema@.recheck_queued(date),
+    @extschema@.attach_charging(regclass, text[]),
+    @extschema@.create_job_table(text),
+    @extschema@.protect_table(regclass),
+    @extschema@.add_quota_period(text, date, date, float8, text, text)
+    FROM PUBLIC;
+REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;

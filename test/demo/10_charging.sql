@@ -2,6 +2,7 @@
 -- thousand generated jobs charged by the trigger.
 \pset footer off
 CREATE EXTENSION hpcacct CASCADE;
+SELECT hpcacct.create_job_table() AS job_table \gset
 SET search_path = public, hpcacct;
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin');
 

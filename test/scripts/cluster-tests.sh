@@ -20,7 +20,7 @@ rm -f "$regress_log"
 tap_log=$(mktemp)
 createdb hpcacct_tap
 psql -q -X -v ON_ERROR_STOP=1 -d hpcacct_tap \
-    -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION hpcacct CASCADE' \
+    -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' \
     && pg_prove -d hpcacct_tap --ext .sql -r test/pgtap 2>&1 | tee "$tap_log"
 tap_total=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$tap_log")
 tap_failed=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$tap_log" | awk '{s += $1} END {print s + 0}')
@@ -32,3 +32,6 @@ rm -f "$tap_log"
 
 # Concurrency (pgbench) and crash (kill -9 mid-COPY) tests of the ledger invariants.
 test/stress/run.sh
+
+# pg_dump of a populated database restored into a fresh one gives identical reports.
+test/compat/dump_restore.sh

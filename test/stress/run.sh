@@ -17,7 +17,7 @@ invariants() {  # invariants LABEL
 }
 
 createdb $db
-psql -X -q -v ON_ERROR_STOP=1 -d $db -c 'CREATE EXTENSION hpcacct CASCADE' -f setup.sql >/dev/null || exit 1
+psql -X -q -v ON_ERROR_STOP=1 -d $db -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' -f setup.sql >/dev/null || exit 1
 
 # 8 clients for 20 s: nine in ten transactions change jobs, one in ten runs open_quarter or
 # check_submit. Serialization failures and deadlocks would be retried (--max-tries); any

@@ -1,0 +1,18 @@
+-- What a centre reads from hpcacct, as one deterministic text: compared before and after a
+-- dump/restore or an extension update.
+SET search_path = public, hpcacct;
+\pset footer off
+SELECT account, kind, unit, count(*) AS entries, sum(amount) AS total FROM ledger GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+SELECT cluster, count(*) AS jobs, sum((alloctres -> 'cpu')) AS cores FROM job GROUP BY 1 ORDER BY 1;
+SELECT account, pool, month, round(sum(amount), 6) FROM charge_by_month GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+SELECT * FROM quarter_balances ORDER BY account, quarter;
+SELECT * FROM quarter_log ORDER BY quarter, account, action, target_quarter;
+SELECT account, machine, run_date, run, outcome, retracted FROM regulation_log ORDER BY 1, 2, 3, 4;
+SELECT a.name, (theoretical_year(a.name, 'turing', 2024)).* FROM account a
+WHERE EXISTS (SELECT 1 FROM ledger l WHERE l.account = a.name AND l.cluster = 'turing') ORDER BY 1, 2;
+SELECT p.account, u.* FROM (SELECT DISTINCT account FROM quota_period) p
+CROSS JOIN LATERAL window_quota_usage(p.account, '2012-03-10') u ORDER BY 1;
+SELECT name, value, source FROM settings ORDER BY name;
+SELECT username, default_account FROM hpc_user ORDER BY 1;
+SELECT account, username, role FROM membership ORDER BY 1, 2;
+SELECT cluster, partition, bundle, rate, unit, exclusive, valid FROM resource ORDER BY 1, 2, valid;
