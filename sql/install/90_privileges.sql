@@ -126,6 +126,27 @@ REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest and hpcacct_portal if missing and grants their privileges';
 
+-- A share is an account's fraction of its pool, so computing one account's factor needs
+-- every account's usage, which row-level security hides from a portal user. fairshare()
+-- therefore computes as the owner (fairshare_all) and returns the rows of the accounts the
+-- session user is a member of, or every row to superusers and members of hpcacct_admin.
+CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT f.*
+        FROM @extschema@.fairshare_all(at) f
+        WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                      WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                         OR (r.rolname = pg_catalog.session_user() AND r.rolsuper))
+           OR f.account = ANY (@extschema@.visible_accounts())
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
+    'Fair-share table per pool, account and user (see fairshare_all), limited to the session user''s accounts '
+    'unless they administer the site';
+
 -- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
 REVOKE EXECUTE ON FUNCTION
     @extschema@.deposit(text, date, numeric, text),
@@ -141,6 +162,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.attach_charging(regclass, text[]),
     @extschema@.create_job_table(text),
     @extschema@.protect_table(regclass),
+    @extschema@.fairshare_all(timestamptz),
     @extschema@.add_quota_period(text, date, date, float8, text, text)
     FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;

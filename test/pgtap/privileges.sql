@@ -13,7 +13,7 @@ CREATE TEMP TABLE relations_with_account AS
                   AND NOT a.attisdropped)
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 25);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 27);
 
 CALL setup_roles();
 CREATE ROLE hp_alice LOGIN IN ROLE hpcacct_portal;
@@ -68,6 +68,10 @@ SELECT is((hpcacct.check_submit('hp_bob', 'priv_b', '2024-02-15')).reason, 'unkn
           'check_submit() cannot see another project');
 SELECT is((SELECT count(*) FROM hpcacct.window_quota_usage('priv_b', '2024-02-15')), 0::bigint,
           'window_quota_usage() of another project is empty');
+SELECT is((SELECT array_agg(DISTINCT account) FROM hpcacct.fairshare('2024-03-01 00:00+00') WHERE pool = 'privc'),
+          ARRAY['priv_a'], 'fairshare() shows hp_alice only her project');
+SELECT is((SELECT share FROM hpcacct.fairshare('2024-03-01 00:00+00') WHERE account = 'priv_a' AND submitter IS NULL),
+          0.5::float8, 'with its share of the whole pool, not of what she can see');
 SELECT throws_ok($$SELECT hpcacct.deposit('priv_a', '2024-04-01', 10)$$, '42501', NULL, 'a portal user cannot deposit');
 SELECT throws_ok($$CALL hpcacct.regulate('2024-04-15')$$, '42501', NULL, 'nor run regulate()');
 SELECT throws_ok($$CALL hpcacct.open_quarter('2024-07-01')$$, '42501', NULL, 'nor open_quarter()');
@@ -113,7 +117,7 @@ SELECT is((SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolan
           0::bigint, 'every SQL and PL/pgSQL function is immune to the caller''s search_path');
 SELECT is((SELECT count(*) FROM pg_proc p
            WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prosecdef),
-          2::bigint, 'exactly two functions run with the owner''s rights (charge_jobs, visible_accounts)');
+          3::bigint, 'exactly three functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare)');
 SELECT is((SELECT count(*) FROM pg_class c
            WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v'
              AND NOT coalesce(c.reloptions @> ARRAY['security_invoker=true'], false)),

@@ -1,0 +1,589 @@
+-- ---------------------------------------------------------------------------------------
+-- Fair share and usage reports (SPEC §5: Fermilab LQCD, Compute Canada).
+--
+-- A pool is where allocations and usage meet: a resource's charges count in its pool
+-- (coalesce(resource.pool, resource.cluster)), an allocation row of the ledger (any kind
+-- but charge) counts in the pool named by its `cluster`. A pool is further split by unit,
+-- so a cluster with CPU and GPU partitions charged in different units has two pools.
+-- Generation weights are rates: a resource row's rate holds the weight for its validity
+-- range (a K20 hour costs 2 GPU-hours while the C2050 is the reference), and a new
+-- reference year is a new row.
+-- ---------------------------------------------------------------------------------------
+
+-- ---- Settings ----------------------------------------------------------------------------
+
+-- Every fair-share and report setting with its default. (hpcacct.setting only takes the
+-- names of hpcacct.setting_catalog(); these live in their own table.)
+CREATE FUNCTION @extschema@.fairshare_setting_catalog()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        VALUES ('decay', 'half_life',
+                'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)')
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_setting_catalog() IS
+    'Every fair-share and usage-report setting with its default and meaning';
+
+CREATE TABLE @extschema@.fairshare_setting (
+    name  text PRIMARY KEY,
+    value text NOT NULL
+);
+COMMENT ON TABLE @extschema@.fairshare_setting IS
+    'Fair-share and usage-report settings set by the administrator; unset ones take their default';
+
+CREATE VIEW @extschema@.fairshare_settings AS
+    SELECT c.name, coalesce(s.value, c.default_value) AS value,
+           CASE WHEN s.value IS NULL THEN 'default' ELSE 'site' END AS source,
+           c.description
+    FROM @extschema@.fairshare_setting_catalog() c
+    LEFT JOIN @extschema@.fairshare_setting s USING (name);
+COMMENT ON VIEW @extschema@.fairshare_settings IS
+    'Every fair-share and usage-report setting with its effective value and where it comes from';
+
+CREATE FUNCTION @extschema@.fairshare_setting_value(name text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1 $$;
+COMMENT ON FUNCTION @extschema@.fairshare_setting_value(text) IS
+    'Effective value of a fair-share or usage-report setting (NULL for an unknown name)';
+
+-- Only known names, with values of the right kind.
+CREATE FUNCTION @extschema@.check_fairshare_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ok   boolean;
+        what text;
+    BEGIN
+        SELECT c.description INTO what FROM @extschema@.fairshare_setting_catalog() c WHERE c.name = NEW.name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown fair-share setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.fairshare_settings for the settings there are.';
+        END IF;
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for fair-share setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value', HINT = what || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_fairshare_setting() IS
+    'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
+CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_fairshare_setting();
+
+-- Pools that need settings of their own: the allocation year's first month (1 January at
+-- HLRN and GENCI, 1 April at Compute Canada, 1 July at Fermilab LQCD).
+CREATE TABLE @extschema@.pool (
+    name             text PRIMARY KEY CHECK (name <> ''),
+    year_start_month integer NOT NULL CHECK (year_start_month BETWEEN 1 AND 12),
+    description      text
+);
+COMMENT ON TABLE @extschema@.pool IS
+    'Allocation pools with their own allocation year (first month); other pools take setting year_start_month';
+COMMENT ON COLUMN @extschema@.pool.name IS 'The pool: a resource''s pool (or cluster), an allocation''s ledger cluster';
+
+-- Shares of users inside an account (all pools). Users not listed have 1 share, so users
+-- share an account equally by default. Listing a user with shares 0 takes them out.
+CREATE TABLE @extschema@.fairshare_user (
+    account   text NOT NULL REFERENCES @extschema@.account,
+    submitter text NOT NULL,
+    shares    float8 NOT NULL DEFAULT 1 CHECK (shares >= 0 AND shares < 'Infinity'),
+    PRIMARY KEY (account, submitter)
+);
+COMMENT ON TABLE @extschema@.fairshare_user IS
+    'Users'' shares inside an account for fairshare() (default 1 each); lists users before their first job too';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_setting', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.pool', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_user', '');
+
+-- ---- Decayed usage: the aggregates ---------------------------------------------------------
+
+-- Support functions. The state is `internal` (the core's flat 48- or 64-byte state in the
+-- aggregate context; see src/pg/fairshare.cpp), so the combine functions are not strict,
+-- and the transition functions are not strict so that a NULL argument is an error (22004)
+-- rather than a row silently left out.
+CREATE FUNCTION @extschema@.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval)
+    RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval) IS
+    'Transition function of hpcacct.decayed_usage (half-life form): adds one row';
+CREATE FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) IS
+    'Combine function of hpcacct.decayed_usage (half-life form): merges two partial states';
+CREATE FUNCTION @extschema@.decayed_usage_serialfn(internal) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_serialfn(internal) IS
+    'Serial function of hpcacct.decayed_usage (half-life form): the 48 bytes of a partial state';
+CREATE FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) IS
+    'Deserial function of hpcacct.decayed_usage (half-life form): checks the size and validity of a state';
+CREATE FUNCTION @extschema@.decayed_usage_finalfn(internal) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_finalfn(internal) IS
+    'Final function of hpcacct.decayed_usage (half-life form): the decayed usage, NULL without rows';
+
+CREATE AGGREGATE @extschema@.decayed_usage(ts timestamptz, amount float8, at timestamptz, half_life interval) (
+    SFUNC = @extschema@.decayed_usage_transfn,
+    STYPE = internal,
+    SSPACE = 48,
+    FINALFUNC = @extschema@.decayed_usage_finalfn,
+    COMBINEFUNC = @extschema@.decayed_usage_combinefn,
+    SERIALFUNC = @extschema@.decayed_usage_serialfn,
+    DESERIALFUNC = @extschema@.decayed_usage_deserialfn,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE @extschema@.decayed_usage(timestamptz, float8, timestamptz, interval) IS
+    'Slurm-style decayed usage at at: sum of amount x 2^(-(at - ts) / half_life); rows after at count 0; '
+    'NULL arguments, negative or non-finite amounts, non-positive half-lives or ones with months are errors';
+
+CREATE FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+                                                          float8, integer)
+    RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+                                                              float8, integer) IS
+    'Transition function of hpcacct.decayed_usage (interval form): adds one row';
+CREATE FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) IS
+    'Combine function of hpcacct.decayed_usage (interval form): merges two partial states';
+CREATE FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) IS
+    'Serial function of hpcacct.decayed_usage (interval form): the 64 bytes of a partial state';
+CREATE FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) IS
+    'Deserial function of hpcacct.decayed_usage (interval form): checks the size and validity of a state';
+CREATE FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) IS
+    'Final function of hpcacct.decayed_usage (interval form): the decayed usage, NULL without rows';
+
+CREATE AGGREGATE @extschema@.decayed_usage(ts timestamptz, amount float8, at timestamptz, period interval,
+                                           decay float8, depth integer) (
+    SFUNC = @extschema@.decayed_usage_periods_transfn,
+    STYPE = internal,
+    SSPACE = 64,
+    FINALFUNC = @extschema@.decayed_usage_periods_finalfn,
+    COMBINEFUNC = @extschema@.decayed_usage_periods_combinefn,
+    SERIALFUNC = @extschema@.decayed_usage_periods_serialfn,
+    DESERIALFUNC = @extschema@.decayed_usage_periods_deserialfn,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE @extschema@.decayed_usage(timestamptz, float8, timestamptz, interval, float8, integer) IS
+    'Maui-style decayed usage at at: sum over periods i < depth of decay^i x usage of period i, where period i '
+    'is (at - (i+1) x period, at - i x period]; rows after at or older than depth periods count 0';
+
+CREATE FUNCTION @extschema@.fairshare_factor(usage float8, share float8) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_fairshare_factor' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.fairshare_factor(float8, float8) IS
+    'Slurm''s classic fair-share factor 2^(-usage / share) of a normalized usage and share; 0 when share is 0';
+
+-- ---- Allocation years ---------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
+                        @extschema@.fairshare_setting_value('year_start_month')::integer)
+    $$;
+COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
+    'First month of a pool''s allocation year (hpcacct.pool, else setting year_start_month)';
+
+-- The allocation year of a pool: the one named `for_year` (the calendar year it starts in),
+-- or when `for_year` is NULL the one containing `at`. Bounds are midnights of the site time zone.
+-- `upto` is `at` clamped to the year; elapsed = upto - starts (wall-clock time: maintenance
+-- downtime does not stop it), length = ends - starts.
+CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT NULL,
+                                            at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (year integer, first_day date, last_day date, starts timestamptz, ends timestamptz,
+                   upto timestamptz, elapsed interval, length interval, state text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz    constant text := @extschema@.site_timezone();
+        m     constant integer := @extschema@.year_start_month(allocation_year.pool);
+        today constant date := (allocation_year.at AT TIME ZONE tz)::date;
+    BEGIN
+        IF allocation_year.at IS NULL THEN
+            RAISE EXCEPTION 'allocation_year: at must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT pg_catalog.isfinite(allocation_year.at) THEN
+            RAISE EXCEPTION 'allocation_year: at must be a finite timestamp' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
+                                   - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);
+        first_day := pg_catalog.make_date(year, m, 1);
+        last_day := (first_day + interval '1 year')::date - 1;
+        starts := first_day::timestamp AT TIME ZONE tz;
+        ends := (first_day + interval '1 year') AT TIME ZONE tz;
+        upto := greatest(starts, least(allocation_year.at, ends));
+        elapsed := upto - starts;
+        length := ends - starts;
+        state := CASE WHEN allocation_year.at >= ends THEN 'past'
+                      WHEN allocation_year.at < starts THEN 'future' ELSE 'current' END;
+        RETURN NEXT;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
+    'A pool''s allocation year (by the year it starts in, or the one containing at): days, bounds in the site '
+    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future';
+
+-- ---- Usage reports ----------------------------------------------------------------------
+
+-- The charges of each pool's allocation year up to `at`, pro rata by wall-clock time
+-- (SPEC §0), from jobs that ended by `at`. One row per ledger charge row (reversals
+-- included, so they cancel). Zero-length jobs charge nothing and are left out.
+CREATE FUNCTION @extschema@.year_charges(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   rate float8, job_start timestamptz, job_end timestamptz, charged numeric, amount numeric,
+                   year integer, first_day date, last_day date, starts timestamptz, upto timestamptz,
+                   elapsed interval, length interval, state text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT y.pool, l.unit, r.cluster, r.partition, l.account, l.submitter, r.rate, l.job_start, l.job_end,
+               l.amount, l.amount * @extschema@.period_share(l.job_start, l.job_end, y.starts, y.upto),
+               y.year, y.first_day, y.last_day, y.starts, y.upto, y.elapsed, y.length, y.state
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r USING (resource_id)
+        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+        WHERE l.kind = 'charge' AND l.job_end <= $2
+          AND l.job_end > y.starts AND l.job_start < y.upto AND l.job_end > l.job_start
+    $$;
+COMMENT ON FUNCTION @extschema@.year_charges(integer, timestamptz) IS
+    'Charge rows attributed pro rata to each pool''s allocation year (named, or containing at) up to at, '
+    'jobs ended by at; the building block of the usage reports';
+
+-- Allocation of each account in each pool for the allocation year: every allocation row
+-- of the ledger (grant, supplement, deposit, retraction, transfer, refund) in the pool,
+-- pro rata by the days of its validity inside the year (a grant for the year counts whole,
+-- a grant over two years by its days in each).
+CREATE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, account text, allocation numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.first_day, y.last_day
+            FROM (SELECT DISTINCT l.cluster AS pool FROM @extschema@.ledger l
+                  WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT l.cluster, l.unit, l.account,
+               sum(l.amount * greatest(0, least(l.valid_until, y.last_day) + 1 - greatest(l.valid_from, y.first_day))
+                   / (l.valid_until + 1 - l.valid_from))
+        FROM @extschema@.ledger l
+        JOIN years y ON y.pool = l.cluster
+        WHERE l.kind <> 'charge'
+          AND l.valid_from <= y.last_day AND l.valid_until >= y.first_day
+        GROUP BY l.cluster, l.unit, l.account
+    $$;
+COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
+    'Allocation of each account in each pool (ledger cluster) and unit for the allocation year, '
+    'allocation rows pro rata by their days of validity inside it';
+
+-- Usage by resource (cluster and partition) for the allocation year.
+CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, year integer, first_day date, last_day date,
+                   equivalent_hours numeric, usage numeric, usage_years numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
+               round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
+                   sum(c.amount / nullif(c.rate, 0)::numeric) AS hours, sum(c.amount) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM @extschema@.year_charges($1, $2) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.amount) <> 0  -- only reversed charges: nothing to show
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_resource(integer, timestamptz) IS
+    'Usage per cluster and partition in each pool''s allocation year (named, or containing at) up to at: '
+    'equivalent-hours (unweighted), usage in the unit and in unit-years, projection for the current year';
+
+-- Usage by account (project) and pool for the allocation year, against the allocation.
+CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, year integer, first_day date, last_day date,
+                   allocation numeric, allocation_years numeric, usage numeric, usage_years numeric,
+                   utilization_pct numeric, projected_usage numeric, projected_years numeric,
+                   projected_utilization_pct numeric, overuse numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH used AS (
+            SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
+            FROM @extschema@.year_charges($1, $2) c
+            GROUP BY c.pool, c.unit, c.account
+        ), acct AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM @extschema@.year_allocations($1, $2) a
+            FULL JOIN used u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE a.pool IS NOT NULL OR u.usage <> 0  -- an allocation, or usage that was not all reversed
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT r.pool FROM acct r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT r.pool, r.unit, r.account, y.year, y.first_day, y.last_day,
+               round(r.allocation, 6), round(r.allocation / h.hours, 6),
+               round(r.usage, 6), round(r.usage / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(r.usage * 100 / r.allocation, 2) END,
+               round(p.projected, 6), round(p.projected / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(p.projected * 100 / r.allocation, 2) END,
+               round(greatest(r.usage - greatest(r.allocation, 0), 0), 6)
+        FROM acct r
+        JOIN years y ON y.pool = r.pool
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
+                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
+                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+        ) p
+        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_account(integer, timestamptz) IS
+    'Allocation and usage per account and pool in the allocation year (named, or containing at) up to at: '
+    'unit and unit-years, utilization %, projection and projected utilization for the current year, overuse';
+
+-- Usage by submitter inside each account and pool for the allocation year.
+CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, year integer, first_day date, last_day date,
+                   usage numeric, usage_years numeric, account_pct numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
+               round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
+                   sum(c.amount) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM @extschema@.year_charges($1, $2) c
+            GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.amount) <> 0
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_submitter(integer, timestamptz) IS
+    'Usage per submitter (the job''s user) inside each account and pool in the allocation year up to at: '
+    'unit, unit-years, share of the account''s usage, projection for the current year';
+
+-- Monthly breakdown: usage per calendar month (site time zone) of the allocation year up to
+-- `at`, per resource, account and submitter (group further as needed).
+CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   year integer, month date, usage numeric, usage_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
+               round(m.usage, 6), round(m.usage / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year,
+                   g.month,
+                   sum(c.charged * @extschema@.period_share(c.job_start, c.job_end,
+                                                            greatest(c.starts, g.month_start),
+                                                            least(c.upto, g.month_end))) AS usage
+            FROM @extschema@.year_charges($1, $2) c
+            CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z
+            -- the twelve months of the year (its bounds are month bounds), those the job ran in
+            CROSS JOIN LATERAL (
+                SELECT (c.first_day + i * interval '1 month')::date AS month,
+                       (c.first_day + i * interval '1 month') AT TIME ZONE z.tz AS month_start,
+                       (c.first_day + (i + 1) * interval '1 month') AT TIME ZONE z.tz AS month_end
+                FROM pg_catalog.generate_series(0, 11) AS i
+            ) g
+            WHERE g.month_start < least(c.job_end, c.upto) AND g.month_end > greatest(c.job_start, c.starts)
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, g.month
+            HAVING sum(c.charged * @extschema@.period_share(c.job_start, c.job_end,
+                                                            greatest(c.starts, g.month_start),
+                                                            least(c.upto, g.month_end))) <> 0
+        ) m
+        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_month(integer, timestamptz) IS
+    'Usage per calendar month (site time zone) of the allocation year up to at, per pool, resource, account '
+    'and submitter, pro rata by wall-clock time';
+
+-- The current allocation year (of each pool) as views; the functions give any year.
+CREATE VIEW @extschema@.usage_by_resource AS SELECT * FROM @extschema@.usage_by_resource(NULL, pg_catalog.now());
+COMMENT ON VIEW @extschema@.usage_by_resource IS
+    'Usage per cluster and partition in the current allocation year, with projection (usage_by_resource(year, at) for others)';
+CREATE VIEW @extschema@.usage_by_account AS SELECT * FROM @extschema@.usage_by_account(NULL, pg_catalog.now());
+COMMENT ON VIEW @extschema@.usage_by_account IS
+    'Allocation, usage, utilization and projection per account and pool in the current allocation year';
+CREATE VIEW @extschema@.usage_by_submitter AS SELECT * FROM @extschema@.usage_by_submitter(NULL, pg_catalog.now());
+COMMENT ON VIEW @extschema@.usage_by_submitter IS
+    'Usage and projection per submitter inside each account and pool in the current allocation year';
+CREATE VIEW @extschema@.usage_by_month AS SELECT * FROM @extschema@.usage_by_month(NULL, pg_catalog.now());
+COMMENT ON VIEW @extschema@.usage_by_month IS
+    'Monthly usage per pool, resource, account and submitter in the current allocation year';
+
+-- ---- Fair share ---------------------------------------------------------------------------
+
+-- Per pool (and unit) and account, and per user inside each account:
+--   share       = account's allocation valid at `at` / the pool's total (users: the account's
+--                 share divided by their shares, equal by default)
+--   usage       = decayed usage at `at` (setting decay: half_life or interval); each job's
+--                 net charge dated at its end, jobs that ended after `at` not counted
+--   norm_usage  = usage / the pool's total decayed usage
+--   factor      = 2^(-norm_usage / share), times exhausted_factor when the account's usage in
+--                 the allocation year containing `at` has reached its allocation for it
+CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT $1 AS at,
+                   ($1 AT TIME ZONE @extschema@.site_timezone())::date AS day,
+                   @extschema@.fairshare_setting_value('decay') AS form,
+                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
+                   @extschema@.fairshare_setting_value('period')::interval AS period,
+                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
+                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
+                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+        ), alloc AS (
+            SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l, cfg
+            WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY l.cluster, l.unit, l.account
+        ), jobs AS (
+            -- each job's net charge (a re-rated job: the new charge; a deleted one: nothing)
+            SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter, l.job_end,
+                   sum(l.amount)::float8 AS amount
+            FROM @extschema@.ledger l
+            JOIN @extschema@.resource r USING (resource_id)
+            CROSS JOIN cfg
+            WHERE l.kind = 'charge' AND l.job_end <= cfg.at
+              AND (cfg.form = 'half_life' OR l.job_end > cfg.at - cfg.depth * cfg.period)
+            GROUP BY l.cluster, l.jobid, coalesce(r.pool, r.cluster), l.unit, l.account, l.submitter,
+                     l.job_start, l.job_end
+            HAVING sum(l.amount) > 0
+        ), decayed AS (
+            SELECT j.pool, j.unit, j.account, j.submitter,
+                   coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                FILTER (WHERE cfg.form = 'half_life'),
+                            @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay, cfg.depth)
+                                FILTER (WHERE cfg.form = 'interval')) AS usage
+            FROM jobs j CROSS JOIN cfg
+            GROUP BY j.pool, j.unit, j.account, j.submitter
+        ), account_usage AS (
+            SELECT j.pool, j.unit, j.account,
+                   coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                FILTER (WHERE cfg.form = 'half_life'),
+                            @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay, cfg.depth)
+                                FILTER (WHERE cfg.form = 'interval')) AS usage
+            FROM jobs j CROSS JOIN cfg
+            GROUP BY j.pool, j.unit, j.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.usage > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
+    'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
+    'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
+    'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';

@@ -1,0 +1,232 @@
+// SQL area: fair share (SPEC §5). The aggregates
+//   hpcacct.decayed_usage(ts, amount, at, half_life)              (Slurm: half-life decay)
+//   hpcacct.decayed_usage(ts, amount, at, period, decay, depth)   (Maui: decay per period)
+// and the factor hpcacct.fairshare_factor(usage, share). The rules are the core's
+// (src/core/fairshare.hpp); this file only moves values in and out.
+//
+// State: `internal`, pointing to the core's flat, fixed-size state (48 or 64 bytes) in the
+// aggregate's memory context, with combine, serialize and deserialize functions, as for
+// hpcacct.window_quota: nothing outside an aggregate can reach or forge the state, the
+// transition function updates it in place, and the only bytes read from outside are the
+// deserialize function's, which checks their exact size and validates them. The serialized
+// form is the state's bytes (parallel workers run the same build on the same machine).
+#include "pg/postgres.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+#include "utils/timestamp.h"
+}
+
+#include "core/fairshare.hpp"
+#include "pg/guard.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+using hpcacct::pg::guarded;
+namespace fs = hpcacct::fairshare;
+
+namespace {
+
+// The aggregate's memory context; an error unless called as part of an aggregate.
+MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* function) {
+    MemoryContext context = nullptr;
+    if (!AggCheckCallContext(fcinfo, &context)) {
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("%s can only be called as part of the aggregate hpcacct.decayed_usage", function)));
+    }
+    return context;
+}
+
+void require_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
+    if (PG_ARGISNULL(argno)) {
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("decayed_usage: %s must not be NULL", name),
+                        errhint("Leave rows without a time or amount out with WHERE, or use coalesce(amount, 0).")));
+    }
+}
+
+std::int64_t finite_timestamp(FunctionCallInfo fcinfo, int argno, const char* name) {
+    const TimestampTz value = PG_GETARG_TIMESTAMPTZ(argno);
+    if (TIMESTAMP_NOT_FINITE(value)) {
+        ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+                        errmsg("decayed_usage: %s must be a finite timestamp", name)));
+    }
+    return value;
+}
+
+// An interval as microseconds. A month has no fixed length, so a month part is refused, as
+// for job lengths; days count 24 hours. Zero or negative lengths are the core's to refuse.
+std::int64_t interval_usecs(FunctionCallInfo fcinfo, int argno, const char* name) {
+    const Interval* value = PG_GETARG_INTERVAL_P(argno);
+    if (value->month != 0) {
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("decayed_usage: %s must not have a month or year part", name),
+                        errhint("Give it in days or hours, e.g. '30 days'.")));
+    }
+    std::int64_t days = 0, usecs = 0;
+    if (__builtin_mul_overflow(static_cast<std::int64_t>(value->day), USECS_PER_DAY, &days) ||
+        __builtin_add_overflow(days, value->time, &usecs)) {
+        ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE), errmsg("decayed_usage: %s is too long", name)));
+    }
+    return usecs;
+}
+
+template <typename State>
+State* new_state(MemoryContext context) {
+    // All-zero bytes are the value-initialised, empty state (integers and IEEE doubles 0).
+    return static_cast<State*>(MemoryContextAllocZero(context, sizeof(State)));
+}
+
+template <typename State>
+Datum combine(FunctionCallInfo fcinfo, const char* function) {
+    MemoryContext context = aggregate_context(fcinfo, function);
+    if (PG_ARGISNULL(1)) {
+        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
+        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
+    }
+    const State* other = reinterpret_cast<const State*>(PG_GETARG_POINTER(1));
+    if (PG_ARGISNULL(0)) {
+        // The second state may live in a shorter-lived context: copy it into the aggregate's.
+        State* copy = new_state<State>(context);
+        std::memcpy(copy, other, sizeof(State));
+        PG_RETURN_POINTER(copy);
+    }
+    State* state = reinterpret_cast<State*>(PG_GETARG_POINTER(0));
+    guarded([&] { fs::merge(*state, *other); });
+    PG_RETURN_POINTER(state);
+}
+
+template <typename State>
+Datum serialize(FunctionCallInfo fcinfo, const char* function) {
+    aggregate_context(fcinfo, function);
+    const State* state = reinterpret_cast<const State*>(PG_GETARG_POINTER(0));
+    auto* result = static_cast<bytea*>(palloc(VARHDRSZ + sizeof(State)));
+    SET_VARSIZE(result, VARHDRSZ + sizeof(State));
+    std::memcpy(VARDATA(result), state, sizeof(State));
+    PG_RETURN_BYTEA_P(result);
+}
+
+// Checks the exact size and that the bytes are a state accumulate/merge could have built.
+// The result lives in the current (per-call) context; combine copies it when it keeps it.
+template <typename State>
+Datum deserialize(FunctionCallInfo fcinfo, const char* function) {
+    aggregate_context(fcinfo, function);
+    bytea* bytes = PG_GETARG_BYTEA_PP(0);
+    const std::size_t size = VARSIZE_ANY_EXHDR(bytes);
+    if (size != sizeof(State)) {
+        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+                        errmsg("invalid decayed usage state: %zu bytes instead of %zu", size, sizeof(State))));
+    }
+    auto* state = static_cast<State*>(palloc(sizeof(State)));
+    std::memcpy(state, VARDATA_ANY(bytes), sizeof(State));
+    guarded([&] { fs::validate(*state); });
+    PG_RETURN_POINTER(state);
+}
+
+// NULL when the aggregate saw no rows, as sum() does.
+template <typename State>
+Datum finish_state(FunctionCallInfo fcinfo, const char* function) {
+    aggregate_context(fcinfo, function);
+    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
+    const State* state = reinterpret_cast<const State*>(PG_GETARG_POINTER(0));
+    if (fs::empty(*state)) PG_RETURN_NULL();
+    PG_RETURN_FLOAT8(guarded([&] { return fs::finish(*state); }));
+}
+
+}  // namespace
+
+extern "C" {
+
+// decayed_usage_transfn(state internal, ts timestamptz, amount float8, at timestamptz,
+// half_life interval). Not strict: a NULL argument is an error (22004), not a row left out.
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_transfn);
+Datum hpcacct_decayed_usage_transfn(PG_FUNCTION_ARGS) {
+    MemoryContext context = aggregate_context(fcinfo, "decayed_usage_transfn");
+    require_argument(fcinfo, 1, "ts");
+    require_argument(fcinfo, 2, "amount");
+    require_argument(fcinfo, 3, "at");
+    require_argument(fcinfo, 4, "half_life");
+    const std::int64_t ts = finite_timestamp(fcinfo, 1, "ts");
+    const double amount = PG_GETARG_FLOAT8(2);
+    const std::int64_t at = finite_timestamp(fcinfo, 3, "at");
+    const std::int64_t half_life = interval_usecs(fcinfo, 4, "half_life");
+
+    auto* state = PG_ARGISNULL(0) ? new_state<fs::HalfLifeState>(context)
+                                  : reinterpret_cast<fs::HalfLifeState*>(PG_GETARG_POINTER(0));
+    guarded([&] { fs::accumulate(*state, ts, amount, at, half_life); });
+    PG_RETURN_POINTER(state);
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_combinefn);
+Datum hpcacct_decayed_usage_combinefn(PG_FUNCTION_ARGS) {
+    return combine<fs::HalfLifeState>(fcinfo, "decayed_usage_combinefn");
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_serialfn);
+Datum hpcacct_decayed_usage_serialfn(PG_FUNCTION_ARGS) {
+    return serialize<fs::HalfLifeState>(fcinfo, "decayed_usage_serialfn");
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_deserialfn);
+Datum hpcacct_decayed_usage_deserialfn(PG_FUNCTION_ARGS) {
+    return deserialize<fs::HalfLifeState>(fcinfo, "decayed_usage_deserialfn");
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_finalfn);
+Datum hpcacct_decayed_usage_finalfn(PG_FUNCTION_ARGS) {
+    return finish_state<fs::HalfLifeState>(fcinfo, "decayed_usage_finalfn");
+}
+
+// decayed_usage_periods_transfn(state internal, ts timestamptz, amount float8,
+// at timestamptz, period interval, decay float8, depth int4). Not strict, as above.
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_transfn);
+Datum hpcacct_decayed_usage_periods_transfn(PG_FUNCTION_ARGS) {
+    MemoryContext context = aggregate_context(fcinfo, "decayed_usage_periods_transfn");
+    require_argument(fcinfo, 1, "ts");
+    require_argument(fcinfo, 2, "amount");
+    require_argument(fcinfo, 3, "at");
+    require_argument(fcinfo, 4, "period");
+    require_argument(fcinfo, 5, "decay");
+    require_argument(fcinfo, 6, "depth");
+    const std::int64_t ts = finite_timestamp(fcinfo, 1, "ts");
+    const double amount = PG_GETARG_FLOAT8(2);
+    const std::int64_t at = finite_timestamp(fcinfo, 3, "at");
+    const std::int64_t period = interval_usecs(fcinfo, 4, "period");
+    const double decay = PG_GETARG_FLOAT8(5);
+    const int depth = PG_GETARG_INT32(6);
+
+    auto* state = PG_ARGISNULL(0) ? new_state<fs::IntervalState>(context)
+                                  : reinterpret_cast<fs::IntervalState*>(PG_GETARG_POINTER(0));
+    guarded([&] { fs::accumulate(*state, ts, amount, at, period, decay, depth); });
+    PG_RETURN_POINTER(state);
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_combinefn);
+Datum hpcacct_decayed_usage_periods_combinefn(PG_FUNCTION_ARGS) {
+    return combine<fs::IntervalState>(fcinfo, "decayed_usage_periods_combinefn");
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_serialfn);
+Datum hpcacct_decayed_usage_periods_serialfn(PG_FUNCTION_ARGS) {
+    return serialize<fs::IntervalState>(fcinfo, "decayed_usage_periods_serialfn");
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_deserialfn);
+Datum hpcacct_decayed_usage_periods_deserialfn(PG_FUNCTION_ARGS) {
+    return deserialize<fs::IntervalState>(fcinfo, "decayed_usage_periods_deserialfn");
+}
+
+PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_finalfn);
+Datum hpcacct_decayed_usage_periods_finalfn(PG_FUNCTION_ARGS) {
+    return finish_state<fs::IntervalState>(fcinfo, "decayed_usage_periods_finalfn");
+}
+
+// fairshare_factor(usage float8, share float8) -> float8: 2^(−usage/share), 0 for share 0.
+PG_FUNCTION_INFO_V1(hpcacct_fairshare_factor);
+Datum hpcacct_fairshare_factor(PG_FUNCTION_ARGS) {
+    const double usage = PG_GETARG_FLOAT8(0);
+    const double share = PG_GETARG_FLOAT8(1);
+    PG_RETURN_FLOAT8(guarded([&] { return fs::factor(usage, share); }));
+}
+
+}  // extern "C"
