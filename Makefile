@@ -62,3 +62,53 @@ test:
 
 demo:
 	test/scripts/run-demo.sh
+
+# `make bench`: benchmarks in a throw-away cluster (test/bench/run.sh, test/bench/README.md);
+# `make bench JOBS=20000 RUNS=1` is the quick mode that only checks fast paths against references.
+JOBS ?= 1000000
+SEED ?= 42
+RUNS ?= 5
+.PHONY: bench
+bench:
+	JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
+
+# ---- sanitizers and fuzzing of the core (clang-14: libFuzzer, AddressSanitizer, UBSan) ----
+# `make unit-asan` runs the GoogleTest binary built with ASan (+ LeakSanitizer) and UBSan;
+# `make fuzz` runs every test/fuzz/*_fuzz.cpp target for FUZZ_SECONDS, `make fuzz-smoke` (part
+# of `make test`) for FUZZ_SMOKE_SECONDS. Seeds: test/fuzz/corpus/TARGET/; what the fuzzers
+# add, and any crash reproducer, goes under test/fuzz/build/.
+SAN_CXX            ?= clang++-14
+SAN_FLAGS           = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CXXFLAGS       = $(CXXSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                      -fno-omit-frame-pointer -DHPCACCT_CORE_BUILD -Isrc
+FUZZ_SECONDS       ?= 60
+FUZZ_SMOKE_SECONDS ?= 3
+FUZZ_BUILD          = test/fuzz/build
+FUZZ_TARGETS        = $(patsubst test/fuzz/%.cpp,%,$(sort $(wildcard test/fuzz/*_fuzz.cpp)))
+FUZZ_BINS           = $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+FUZZ_CORE_OBJS      = $(patsubst src/core/%.cpp,$(FUZZ_BUILD)/core/%.o,$(CORE_SRCS))
+EXTRA_CLEAN        += test/unit/run_unit_tests_asan $(FUZZ_BUILD)
+
+test/unit/run_unit_tests_asan: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
+	$(SAN_CXX) $(CXXSTD) -O1 -g $(SAN_FLAGS) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread
+
+$(FUZZ_BUILD)/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
+	@mkdir -p $(@D)
+	$(SAN_CXX) $(FUZZ_CXXFLAGS) -c -o $@ $<
+
+$(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuzz/*.hpp) $(wildcard src/core/*.hpp)
+	@mkdir -p $(@D)
+	$(SAN_CXX) $(FUZZ_CXXFLAGS) -o $@ $< $(FUZZ_CORE_OBJS)
+
+.PHONY: unit-asan fuzz-build fuzz fuzz-smoke
+unit-asan: test/unit/run_unit_tests_asan
+	ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 test/unit/run_unit_tests_asan
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	test/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz-build
+	test/fuzz/run.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)

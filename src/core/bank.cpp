@@ -8,9 +8,12 @@
 namespace hpcacct::bank {
 namespace {
 
-// The ledger books amounts to 6 decimals.
+// The ledger books amounts to 6 decimals. A sum of huge amounts can overflow: that is an
+// error, not an infinite balance.
 double to_booked_precision(double value) {
+    if (!std::isfinite(value)) throw Error(ErrorKind::out_of_range, "quarter balance is out of range");
     const double rounded = std::round(value * 1e6) / 1e6;
+    if (!std::isfinite(rounded)) return value;  // too large to have 6 decimals anyway
     return rounded == 0 ? 0.0 : rounded;  // never -0
 }
 
@@ -38,8 +41,9 @@ EntryKind parse_entry_kind(std::string_view text) {
 }
 
 int quarter_of_month(int month_index) {
-    // floor division, so that months before year 0 fall in the right quarter
-    return month_index >= 0 ? month_index / 3 : -((-month_index + 2) / 3);
+    // floor division, so that months before year 0 fall in the right quarter (written so that
+    // no step overflows, down to INT_MIN)
+    return month_index >= 0 ? month_index / 3 : -1 - (-(month_index + 1)) / 3;
 }
 
 void accumulate(State& state, EntryKind kind, int entry_month, double amount, int at_month) {
@@ -63,11 +67,15 @@ void merge(State& state, const State& other) {
     if (state.at_quarter != other.at_quarter) {
         throw Error(ErrorKind::invalid_argument, "all rows of a quarter_balance must name the same quarter");
     }
+    std::int64_t rows;  // states read from bytes may hold any count validate() accepts
+    if (__builtin_add_overflow(state.rows, other.rows, &rows)) {
+        throw Error(ErrorKind::program_limit, "too many rows for a quarter_balance");
+    }
     state.deposits.merge(other.deposits);
     state.charges.merge(other.charges);
     state.transfers.merge(other.transfers);
     state.refunds.merge(other.refunds);
-    state.rows += other.rows;
+    state.rows = rows;
 }
 
 void validate(const State& state) {

@@ -53,6 +53,7 @@ struct Balance {
 
 // Amounts are booked to 6 decimals, so the sums are rounded to 6 decimals: a balance that
 // is exactly zero in the ledger is never reported as a tiny negative number.
+// Throws Error(out_of_range) when a sum or the balance overflows a double.
 Balance finish(const State& state);
 
 }  // namespace hpcacct::bank

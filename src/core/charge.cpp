@@ -23,6 +23,13 @@ void require_finite_nonnegative(double value, const char* what) {
     }
 }
 
+// A ratio of tiny and huge components (or huge hours and rate) can overflow a double; a
+// charge goes into the ledger, so it is refused rather than returned as infinity.
+double finite_result(double value, const char* what) {
+    if (!std::isfinite(value)) throw Error(ErrorKind::out_of_range, std::string(what) + " is out of range");
+    return value;
+}
+
 }  // namespace
 
 double equivalents(const tres::View& request, const tres::View& bundle) {
@@ -36,7 +43,7 @@ double equivalents(const tres::View& request, const tres::View& bundle) {
         while (more_r && r.key() < b.key()) more_r = r.next();
         if (more_r && r.key() == b.key()) result = std::max(result, r.value() / b.value());
     }
-    return result;
+    return finite_result(result, "equivalents");
 }
 
 double whole_nodes(const tres::View& request, const tres::View& node) {
@@ -47,7 +54,7 @@ double whole_nodes(const tres::View& request, const tres::View& node) {
         const double ratio = request.get(n.key()) / n.value();
         nodes = std::max(nodes, std::ceil(ratio * (1 - kWholeTolerance)));
     }
-    return nodes;
+    return finite_result(nodes, "whole nodes");
 }
 
 double exclusive_equivalents(const tres::View& request, const tres::View& node, const tres::View& bundle) {
@@ -59,7 +66,7 @@ double exclusive_equivalents(const tres::View& request, const tres::View& node, 
         const double held = std::max(request.get(b.key()), nodes * node.get(b.key()));
         result = std::max(result, held / b.value());
     }
-    return result;
+    return finite_result(result, "equivalents");
 }
 
 double job_charge(const tres::View& request, double hours, const tres::View& bundle, double rate,
@@ -67,7 +74,7 @@ double job_charge(const tres::View& request, double hours, const tres::View& bun
     require_finite_nonnegative(hours, "elapsed time");
     require_finite_nonnegative(rate, "rate");
     const double eq = node != nullptr ? exclusive_equivalents(request, *node, bundle) : equivalents(request, bundle);
-    return eq * hours * rate;
+    return finite_result(eq * hours * rate, "charge");
 }
 
 }  // namespace hpcacct::charge

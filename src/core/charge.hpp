@@ -17,7 +17,8 @@ double whole_nodes(const tres::View& request, const tres::View& node);
 double exclusive_equivalents(const tres::View& request, const tres::View& node, const tres::View& bundle);
 
 // equivalents x hours x rate; `node` is null for shared node types.
-// Throws on negative or non-finite hours or rate.
+// Throws on negative or non-finite hours or rate. Every function here throws
+// Error(out_of_range) rather than return a result that overflows a double.
 double job_charge(const tres::View& request, double hours, const tres::View& bundle, double rate,
                   const tres::View* node);
 

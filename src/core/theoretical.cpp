@@ -45,11 +45,18 @@ double tc_contribution(date from, date until, double amount, date at, MonthConve
 void Sum::add(double x) {
     check_finite(x, "summand");
     const double t = sum + x;
+    double c = compensation;
     if (std::fabs(sum) >= std::fabs(x))
-        compensation += (sum - t) + x;
+        c += (sum - t) + x;
     else
-        compensation += (x - t) + sum;
+        c += (x - t) + sum;
+    // An overflow is refused here, leaving the state as it was: a non-finite state would be
+    // refused anyway by value() (serial plan) or by a deserialize function (parallel plan),
+    // with different errors.
+    if (!std::isfinite(t) || !std::isfinite(c))
+        throw Error(ErrorKind::out_of_range, "sum is out of range");
     sum = t;
+    compensation = c;
 }
 
 void Sum::merge(const Sum& other) {

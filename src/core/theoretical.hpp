@@ -23,7 +23,8 @@ double tmc_contribution(date from, date until, double amount, date at, MonthConv
 double tc_contribution(date from, date until, double amount, date at, MonthConvention convention);
 
 // Compensated (Neumaier) running sum; flat so that it can be an aggregate state.
-// add and merge throw Error(out_of_range) on non-finite input, value() on overflow.
+// add and merge throw Error(out_of_range) on non-finite input or when the sum overflows
+// (add leaves the state unchanged then), value() on overflow.
 struct Sum {
     double sum = 0;
     double compensation = 0;

@@ -154,7 +154,9 @@ FormattedValue format_component_value(std::string_view key, double value) {
     double shown = value;
     for (const Unit& u : kUnits) {
         const double scaled = std::ldexp(value, -10 * u.power);
-        if (scaled == std::floor(scaled)) {
+        // Exact only if no bit was lost: a tiny value scaled to P can underflow to 0, which is
+        // whole but would print as "0P".
+        if (scaled == std::floor(scaled) && std::ldexp(scaled, 10 * u.power) == value) {
             chosen = &u;
             shown = scaled;
             break;
@@ -263,6 +265,8 @@ View::View(const unsigned char* data, std::size_t size) {
         if (remaining < 1 || remaining < 1u + p[0] + sizeof(double)) {
             throw Error(ErrorKind::internal, "corrupt tres value: truncated component");
         }
+        // Operations copy keys into a Vector's Component::key.
+        if (p[0] > kMaxKeyLength) throw Error(ErrorKind::internal, "corrupt tres value: key too long");
         const std::size_t step = 1u + p[0] + sizeof(double);
         p += step;
         remaining -= step;

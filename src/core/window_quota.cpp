@@ -107,10 +107,14 @@ void merge(State& state, const State& other) {
         return;
     }
     if (state.at != other.at) at_mismatch(state.at, other.at);
+    std::int64_t rows;  // states read from bytes may hold any count validate() accepts
+    if (__builtin_add_overflow(state.rows, other.rows, &rows)) {
+        throw Error(ErrorKind::program_limit, "too many rows for a window quota");
+    }
 
     state.first_month = std::min(state.first_month, other.first_month);
     state.last_month = std::max(state.last_month, other.last_month);
-    state.rows += other.rows;
+    state.rows = rows;
     for (int i = 0; i < 3; ++i) {
         state.window_allowance[i] += other.window_allowance[i];
         state.window_consumed[i] += other.window_consumed[i];

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
     libboost-date-time-dev postgresql-15-cron libgtest-dev make g++
+    clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test: install what is missing, build, install, then run the core's unit tests,
-# pg_regress (sql/, expected/) and pgTAP (test/pgtap/) in a throw-away cluster.
+# make test: install what is missing, build, install, then run the core's unit tests (also
+# under ASan + UBSan), its libFuzzer targets briefly, and pg_regress (sql/, expected/) and
+# pgTAP (test/pgtap/) in a throw-away cluster.
 # Prints the diffs of failing regression tests and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +23,28 @@ if [ -z "$unit_passed" ] && [ -z "$unit_failed" ]; then unit_failed=1; fi  # did
 echo "unit ${unit_passed:-0} ${unit_failed:-0}" >>"$tally"
 rm -f "$unit_log"
 
+# --- the same unit tests built with AddressSanitizer (+ LeakSanitizer) and UBSan ---
+# A sanitizer report aborts the run or, for a leak, fails it after the summary: either way
+# one failure more than GoogleTest counted.
+asan_log=$(mktemp)
+make -s PG_CONFIG=$PG_CONFIG unit-asan 2>&1 | tee "$asan_log"
+asan_status=${PIPESTATUS[0]}
+asan_passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$asan_log")
+asan_failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$asan_log")
+if [ "$asan_status" -ne 0 ] && [ "${asan_failed:-0}" -eq 0 ]; then asan_failed=1; fi
+echo "unit-asan ${asan_passed:-0} ${asan_failed:-0}" >>"$tally"
+rm -f "$asan_log"
+
+# --- libFuzzer targets of the core, a few seconds each (`make fuzz` runs them longer) ---
+# One test per target: passed if it ran without a finding; a finding prints its reproducer.
+fuzz_log=$(mktemp)
+make -s -j"$(nproc)" PG_CONFIG=$PG_CONFIG fuzz-smoke 2>&1 | tee "$fuzz_log"
+fuzz_passed=$(grep -c '^fuzz .* passed' "$fuzz_log")
+fuzz_failed=$(grep -c '^fuzz .* FAILED' "$fuzz_log")
+grep -q '^fuzzers: ' "$fuzz_log" || fuzz_failed=$((fuzz_failed + 1))  # did not build or run
+echo "fuzz $fuzz_passed $fuzz_failed" >>"$tally"
+rm -f "$fuzz_log"
+
 # --- pg_regress and pgTAP in a throw-away cluster ---
 HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-tests.sh
 
@@ -31,7 +54,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit regress pgtap stress compat; do
+for stage in unit unit-asan fuzz regress pgtap stress compat; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]
