@@ -20,34 +20,18 @@ extern "C" {
 }
 
 #include "core/bank.hpp"
+#include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
-#include "pg/guard.hpp"
 
-#include <cstring>
 
+using hpcacct::pg::aggregate_context;
 using hpcacct::pg::guarded;
+using hpcacct::pg::require_argument;
 namespace bank = hpcacct::bank;
 
 namespace {
 
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* function) {
-    MemoryContext context = nullptr;
-    if (!AggCheckCallContext(fcinfo, &context)) {
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("%s can only be called as part of the aggregate hpcacct.quarter_balance", function)));
-    }
-    return context;
-}
-
-bank::State* new_state(MemoryContext context) {
-    return static_cast<bank::State*>(MemoryContextAllocZero(context, sizeof(bank::State)));
-}
-
-void require_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
-    if (PG_ARGISNULL(argno)) {
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("quarter_balance: %s must not be NULL", name)));
-    }
-}
+constexpr const char* kAggregate = "quarter_balance";
 
 void send_sum(StringInfo buffer, const hpcacct::theoretical::Sum& sum) {
     pq_sendfloat8(buffer, sum.sum);
@@ -76,43 +60,30 @@ extern "C" {
 // Not strict: NULL arguments are an error (22004), not rows silently left out.
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_transfn);
 Datum hpcacct_quarter_balance_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "quarter_balance_transfn");
-    require_argument(fcinfo, 1, "kind");
-    require_argument(fcinfo, 2, "quarter");
-    require_argument(fcinfo, 3, "amount");
-    require_argument(fcinfo, 4, "at");
+    MemoryContext context = aggregate_context(fcinfo, kAggregate);
+    require_argument(fcinfo, 1, kAggregate, "kind");
+    require_argument(fcinfo, 2, kAggregate, "quarter");
+    require_argument(fcinfo, 3, kAggregate, "amount");
+    require_argument(fcinfo, 4, kAggregate, "at");
     text* kind_text = PG_GETARG_TEXT_PP(1);
     const std::string_view kind_name(VARDATA_ANY(kind_text), VARSIZE_ANY_EXHDR(kind_text));
     const int entry_month = hpcacct::pg::month_index(PG_GETARG_DATEADT(2), "quarter_balance: quarter");
     const double amount = PG_GETARG_FLOAT8(3);
     const int at_month = hpcacct::pg::month_index(PG_GETARG_DATEADT(4), "quarter_balance: at");
 
-    bank::State* state = PG_ARGISNULL(0) ? new_state(context) : reinterpret_cast<bank::State*>(PG_GETARG_POINTER(0));
+    bank::State* state = hpcacct::pg::transition_state<bank::State>(fcinfo, context);
     guarded([&] { bank::accumulate(*state, bank::parse_entry_kind(kind_name), entry_month, amount, at_month); });
     PG_RETURN_POINTER(state);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_combinefn);
 Datum hpcacct_quarter_balance_combinefn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "quarter_balance_combinefn");
-    if (PG_ARGISNULL(1)) {
-        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
-    }
-    const bank::State* other = reinterpret_cast<const bank::State*>(PG_GETARG_POINTER(1));
-    if (PG_ARGISNULL(0)) {
-        bank::State* copy = new_state(context);
-        std::memcpy(copy, other, sizeof(bank::State));
-        PG_RETURN_POINTER(copy);
-    }
-    bank::State* state = reinterpret_cast<bank::State*>(PG_GETARG_POINTER(0));
-    guarded([&] { bank::merge(*state, *other); });
-    PG_RETURN_POINTER(state);
+    return hpcacct::pg::combine_states<bank::State>(fcinfo, kAggregate, bank::merge);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_serialfn);
 Datum hpcacct_quarter_balance_serialfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "quarter_balance_serialfn");
+    aggregate_context(fcinfo, kAggregate);
     const bank::State* state = reinterpret_cast<const bank::State*>(PG_GETARG_POINTER(0));
     StringInfoData buffer;
     pq_begintypsend(&buffer);
@@ -128,18 +99,8 @@ Datum hpcacct_quarter_balance_serialfn(PG_FUNCTION_ARGS) {
 
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_deserialfn);
 Datum hpcacct_quarter_balance_deserialfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "quarter_balance_deserialfn");
-    bytea* bytes = PG_GETARG_BYTEA_PP(0);
-    const int size = VARSIZE_ANY_EXHDR(bytes);
-    if (size != kSerializedSize) {
-        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid quarter_balance state: %d bytes instead of %d", size, kSerializedSize)));
-    }
-    StringInfoData buffer;
-    buffer.data = VARDATA_ANY(bytes);
-    buffer.len = size;
-    buffer.maxlen = size;
-    buffer.cursor = 0;
+    aggregate_context(fcinfo, kAggregate);
+    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, kSerializedSize, kAggregate);
     auto* state = static_cast<bank::State*>(palloc0(sizeof(bank::State)));
     state->rows = pq_getmsgint64(&buffer);
     state->at_quarter = static_cast<int32>(pq_getmsgint(&buffer, 4));
@@ -156,7 +117,7 @@ Datum hpcacct_quarter_balance_deserialfn(PG_FUNCTION_ARGS) {
 // quarter_balance_finalfn(internal) -> hpcacct.bank_balance; NULL when there were no rows.
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_finalfn);
 Datum hpcacct_quarter_balance_finalfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "quarter_balance_finalfn");
+    aggregate_context(fcinfo, kAggregate);
     if (PG_ARGISNULL(0)) PG_RETURN_NULL();
     const bank::State* state = reinterpret_cast<const bank::State*>(PG_GETARG_POINTER(0));
     if (state->rows == 0) PG_RETURN_NULL();

@@ -18,31 +18,23 @@ extern "C" {
 }
 
 #include "core/fairshare.hpp"
+#include "pg/aggregate.hpp"
 #include "pg/guard.hpp"
 
 #include <cstdint>
 #include <cstring>
 
+using hpcacct::pg::aggregate_context;
 using hpcacct::pg::guarded;
 namespace fs = hpcacct::fairshare;
 
 namespace {
 
-// The aggregate's memory context; an error unless called as part of an aggregate.
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* function) {
-    MemoryContext context = nullptr;
-    if (!AggCheckCallContext(fcinfo, &context)) {
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("%s can only be called as part of the aggregate hpcacct.decayed_usage", function)));
-    }
-    return context;
-}
+constexpr const char* kAggregate = "decayed_usage";
 
 void require_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
-    if (PG_ARGISNULL(argno)) {
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("decayed_usage: %s must not be NULL", name),
-                        errhint("Leave rows without a time or amount out with WHERE, or use coalesce(amount, 0).")));
-    }
+    hpcacct::pg::require_argument(fcinfo, argno, kAggregate, name,
+                                  "Leave rows without a time or amount out with WHERE, or use coalesce(amount, 0).");
 }
 
 std::int64_t finite_timestamp(FunctionCallInfo fcinfo, int argno, const char* name) {
@@ -72,33 +64,13 @@ std::int64_t interval_usecs(FunctionCallInfo fcinfo, int argno, const char* name
 }
 
 template <typename State>
-State* new_state(MemoryContext context) {
-    // All-zero bytes are the value-initialised, empty state (integers and IEEE doubles 0).
-    return static_cast<State*>(MemoryContextAllocZero(context, sizeof(State)));
+Datum combine(FunctionCallInfo fcinfo) {
+    return hpcacct::pg::combine_states<State>(fcinfo, kAggregate, [](State& a, const State& b) { fs::merge(a, b); });
 }
 
 template <typename State>
-Datum combine(FunctionCallInfo fcinfo, const char* function) {
-    MemoryContext context = aggregate_context(fcinfo, function);
-    if (PG_ARGISNULL(1)) {
-        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
-    }
-    const State* other = reinterpret_cast<const State*>(PG_GETARG_POINTER(1));
-    if (PG_ARGISNULL(0)) {
-        // The second state may live in a shorter-lived context: copy it into the aggregate's.
-        State* copy = new_state<State>(context);
-        std::memcpy(copy, other, sizeof(State));
-        PG_RETURN_POINTER(copy);
-    }
-    State* state = reinterpret_cast<State*>(PG_GETARG_POINTER(0));
-    guarded([&] { fs::merge(*state, *other); });
-    PG_RETURN_POINTER(state);
-}
-
-template <typename State>
-Datum serialize(FunctionCallInfo fcinfo, const char* function) {
-    aggregate_context(fcinfo, function);
+Datum serialize(FunctionCallInfo fcinfo) {
+    aggregate_context(fcinfo, kAggregate);
     const State* state = reinterpret_cast<const State*>(PG_GETARG_POINTER(0));
     auto* result = static_cast<bytea*>(palloc(VARHDRSZ + sizeof(State)));
     SET_VARSIZE(result, VARHDRSZ + sizeof(State));
@@ -109,24 +81,19 @@ Datum serialize(FunctionCallInfo fcinfo, const char* function) {
 // Checks the exact size and that the bytes are a state accumulate/merge could have built.
 // The result lives in the current (per-call) context; combine copies it when it keeps it.
 template <typename State>
-Datum deserialize(FunctionCallInfo fcinfo, const char* function) {
-    aggregate_context(fcinfo, function);
-    bytea* bytes = PG_GETARG_BYTEA_PP(0);
-    const std::size_t size = VARSIZE_ANY_EXHDR(bytes);
-    if (size != sizeof(State)) {
-        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid decayed usage state: %zu bytes instead of %zu", size, sizeof(State))));
-    }
+Datum deserialize(FunctionCallInfo fcinfo) {
+    aggregate_context(fcinfo, kAggregate);
+    StringInfoData bytes = hpcacct::pg::serialized_state(fcinfo, static_cast<int>(sizeof(State)), "decayed usage");
     auto* state = static_cast<State*>(palloc(sizeof(State)));
-    std::memcpy(state, VARDATA_ANY(bytes), sizeof(State));
+    std::memcpy(state, bytes.data, sizeof(State));
     guarded([&] { fs::validate(*state); });
     PG_RETURN_POINTER(state);
 }
 
 // NULL when the aggregate saw no rows, as sum() does.
 template <typename State>
-Datum finish_state(FunctionCallInfo fcinfo, const char* function) {
-    aggregate_context(fcinfo, function);
+Datum finish_state(FunctionCallInfo fcinfo) {
+    aggregate_context(fcinfo, kAggregate);
     if (PG_ARGISNULL(0)) PG_RETURN_NULL();
     const State* state = reinterpret_cast<const State*>(PG_GETARG_POINTER(0));
     if (fs::empty(*state)) PG_RETURN_NULL();
@@ -141,7 +108,7 @@ extern "C" {
 // half_life interval). Not strict: a NULL argument is an error (22004), not a row left out.
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_transfn);
 Datum hpcacct_decayed_usage_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "decayed_usage_transfn");
+    MemoryContext context = aggregate_context(fcinfo, kAggregate);
     require_argument(fcinfo, 1, "ts");
     require_argument(fcinfo, 2, "amount");
     require_argument(fcinfo, 3, "at");
@@ -151,37 +118,36 @@ Datum hpcacct_decayed_usage_transfn(PG_FUNCTION_ARGS) {
     const std::int64_t at = finite_timestamp(fcinfo, 3, "at");
     const std::int64_t half_life = interval_usecs(fcinfo, 4, "half_life");
 
-    auto* state = PG_ARGISNULL(0) ? new_state<fs::HalfLifeState>(context)
-                                  : reinterpret_cast<fs::HalfLifeState*>(PG_GETARG_POINTER(0));
+    auto* state = hpcacct::pg::transition_state<fs::HalfLifeState>(fcinfo, context);
     guarded([&] { fs::accumulate(*state, ts, amount, at, half_life); });
     PG_RETURN_POINTER(state);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_combinefn);
 Datum hpcacct_decayed_usage_combinefn(PG_FUNCTION_ARGS) {
-    return combine<fs::HalfLifeState>(fcinfo, "decayed_usage_combinefn");
+    return combine<fs::HalfLifeState>(fcinfo);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_serialfn);
 Datum hpcacct_decayed_usage_serialfn(PG_FUNCTION_ARGS) {
-    return serialize<fs::HalfLifeState>(fcinfo, "decayed_usage_serialfn");
+    return serialize<fs::HalfLifeState>(fcinfo);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_deserialfn);
 Datum hpcacct_decayed_usage_deserialfn(PG_FUNCTION_ARGS) {
-    return deserialize<fs::HalfLifeState>(fcinfo, "decayed_usage_deserialfn");
+    return deserialize<fs::HalfLifeState>(fcinfo);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_finalfn);
 Datum hpcacct_decayed_usage_finalfn(PG_FUNCTION_ARGS) {
-    return finish_state<fs::HalfLifeState>(fcinfo, "decayed_usage_finalfn");
+    return finish_state<fs::HalfLifeState>(fcinfo);
 }
 
 // decayed_usage_periods_transfn(state internal, ts timestamptz, amount float8,
 // at timestamptz, period interval, decay float8, depth int4). Not strict, as above.
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_transfn);
 Datum hpcacct_decayed_usage_periods_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "decayed_usage_periods_transfn");
+    MemoryContext context = aggregate_context(fcinfo, kAggregate);
     require_argument(fcinfo, 1, "ts");
     require_argument(fcinfo, 2, "amount");
     require_argument(fcinfo, 3, "at");
@@ -195,30 +161,29 @@ Datum hpcacct_decayed_usage_periods_transfn(PG_FUNCTION_ARGS) {
     const double decay = PG_GETARG_FLOAT8(5);
     const int depth = PG_GETARG_INT32(6);
 
-    auto* state = PG_ARGISNULL(0) ? new_state<fs::IntervalState>(context)
-                                  : reinterpret_cast<fs::IntervalState*>(PG_GETARG_POINTER(0));
+    auto* state = hpcacct::pg::transition_state<fs::IntervalState>(fcinfo, context);
     guarded([&] { fs::accumulate(*state, ts, amount, at, period, decay, depth); });
     PG_RETURN_POINTER(state);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_combinefn);
 Datum hpcacct_decayed_usage_periods_combinefn(PG_FUNCTION_ARGS) {
-    return combine<fs::IntervalState>(fcinfo, "decayed_usage_periods_combinefn");
+    return combine<fs::IntervalState>(fcinfo);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_serialfn);
 Datum hpcacct_decayed_usage_periods_serialfn(PG_FUNCTION_ARGS) {
-    return serialize<fs::IntervalState>(fcinfo, "decayed_usage_periods_serialfn");
+    return serialize<fs::IntervalState>(fcinfo);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_deserialfn);
 Datum hpcacct_decayed_usage_periods_deserialfn(PG_FUNCTION_ARGS) {
-    return deserialize<fs::IntervalState>(fcinfo, "decayed_usage_periods_deserialfn");
+    return deserialize<fs::IntervalState>(fcinfo);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_finalfn);
 Datum hpcacct_decayed_usage_periods_finalfn(PG_FUNCTION_ARGS) {
-    return finish_state<fs::IntervalState>(fcinfo, "decayed_usage_periods_finalfn");
+    return finish_state<fs::IntervalState>(fcinfo);
 }
 
 // fairshare_factor(usage float8, share float8) -> float8: 2^(−usage/share), 0 for share 0.

@@ -13,8 +13,8 @@
 // allocation event would make TMC and TC wrong without anyone noticing.
 #include "pg/postgres.hpp"
 
+#include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
-#include "pg/guard.hpp"
 
 extern "C" {
 #include "libpq/pqformat.h"
@@ -24,10 +24,11 @@ extern "C" {
 #include "core/theoretical.hpp"
 
 #include <cmath>
-#include <new>
 #include <string_view>
 
+using hpcacct::pg::aggregate_context;
 using hpcacct::pg::gregorian_date;
+using hpcacct::pg::require_argument;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
 namespace theoretical = hpcacct::theoretical;
@@ -39,20 +40,7 @@ constexpr int kSerializedSize = 2 * sizeof(float8);
 
 enum class Measure { tmc, tc };
 
-// The aggregate memory context; every support function refuses to run outside an aggregate.
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* function) {
-    MemoryContext context = nullptr;
-    if (!AggCheckCallContext(fcinfo, &context)) {
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("%s can only be called as part of an aggregate", function)));
-    }
-    return context;
-}
-
-Sum* new_state(MemoryContext context) {
-    void* memory = MemoryContextAllocZero(context, sizeof(Sum));
-    return new (memory) Sum();
-}
+constexpr const char* kSupportedAggregates = "hpcacct.tmc or hpcacct.tc";
 
 Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention) {
     const char* const function = measure == Measure::tmc ? "hpcacct.tmc" : "hpcacct.tc";
@@ -60,11 +48,8 @@ Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention)
     static const char* const arguments[] = {"valid_from", "valid_until", "amount", "at", "convention"};
     const int last = with_convention ? 5 : 4;
     for (int i = 1; i <= last; ++i) {
-        if (PG_ARGISNULL(i)) {
-            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                            errmsg("%s: %s must not be NULL", function, arguments[i - 1]),
-                            errhint("Every allocation event needs a validity window, an amount and a date.")));
-        }
+        require_argument(fcinfo, i, function, arguments[i - 1],
+                         "Every allocation event needs a validity window, an amount and a date.");
     }
     const calendar::date from = gregorian_date(PG_GETARG_DATEADT(1), "valid_from");
     const calendar::date until = gregorian_date(PG_GETARG_DATEADT(2), "valid_until");
@@ -80,7 +65,7 @@ Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention)
         return measure == Measure::tmc ? theoretical::tmc_contribution(from, until, amount, at, convention)
                                        : theoretical::tc_contribution(from, until, amount, at, convention);
     });
-    Sum* state = PG_ARGISNULL(0) ? new_state(context) : reinterpret_cast<Sum*>(PG_GETARG_POINTER(0));
+    Sum* state = hpcacct::pg::transition_state<Sum>(fcinfo, context);
     guarded([&] { state->add(contribution); });
     PG_RETURN_POINTER(state);
 }
@@ -102,26 +87,14 @@ Datum hpcacct_tc_transfn(PG_FUNCTION_ARGS) {
 // Merges the second state into the first; either may be NULL (a worker that saw no row).
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_combine);
 Datum hpcacct_theoretical_combine(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "hpcacct.theoretical_combine");
-    if (PG_ARGISNULL(1)) {
-        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
-    }
-    const Sum* other = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(1));
-    if (PG_ARGISNULL(0)) {
-        Sum* copy = new_state(context);
-        *copy = *other;
-        PG_RETURN_POINTER(copy);
-    }
-    Sum* state = reinterpret_cast<Sum*>(PG_GETARG_POINTER(0));
-    guarded([&] { state->merge(*other); });
-    PG_RETURN_POINTER(state);
+    return hpcacct::pg::combine_states<Sum>(fcinfo, kSupportedAggregates,
+                                            [](Sum& state, const Sum& other) { state.merge(other); });
 }
 
 // The sum; NULL when the aggregate saw no row (as sum() does).
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_final);
 Datum hpcacct_theoretical_final(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "hpcacct.theoretical_final");
+    aggregate_context(fcinfo, kSupportedAggregates);
     if (PG_ARGISNULL(0)) PG_RETURN_NULL();
     const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
     PG_RETURN_FLOAT8(guarded([&] { return state->value(); }));
@@ -129,7 +102,7 @@ Datum hpcacct_theoretical_final(PG_FUNCTION_ARGS) {
 
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialize);
 Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "hpcacct.theoretical_serialize");
+    aggregate_context(fcinfo, kSupportedAggregates);
     const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
     StringInfoData buffer;
     pq_begintypsend(&buffer);
@@ -141,26 +114,16 @@ Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
 // Validates what it reads as if it came from an attacker: exact size, finite numbers.
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialize);
 Datum hpcacct_theoretical_deserialize(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "hpcacct.theoretical_deserialize");
-    bytea* serialized = PG_GETARG_BYTEA_PP(0);
-    const int size = VARSIZE_ANY_EXHDR(serialized);
-    if (size != kSerializedSize) {
-        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid theoretical consumption state: %d bytes, expected %d", size,
-                               kSerializedSize)));
-    }
-    StringInfoData buffer;
-    initStringInfo(&buffer);
-    appendBinaryStringInfo(&buffer, VARDATA_ANY(serialized), size);
+    aggregate_context(fcinfo, kSupportedAggregates);
+    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, kSerializedSize, "theoretical consumption");
     const double sum = pq_getmsgfloat8(&buffer);
     const double compensation = pq_getmsgfloat8(&buffer);
     pq_getmsgend(&buffer);
-    pfree(buffer.data);
     if (!std::isfinite(sum) || !std::isfinite(compensation)) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
                         errmsg("invalid theoretical consumption state: non-finite sum")));
     }
-    Sum* state = new_state(CurrentMemoryContext);
+    Sum* state = hpcacct::pg::new_state<Sum>(CurrentMemoryContext);
     state->sum = sum;
     state->compensation = compensation;
     PG_RETURN_POINTER(state);

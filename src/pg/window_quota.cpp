@@ -27,39 +27,23 @@ extern "C" {
 }
 
 #include "core/window_quota.hpp"
+#include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
-#include "pg/guard.hpp"
 
 #include <cstdint>
-#include <cstring>
 
+using hpcacct::pg::aggregate_context;
 using hpcacct::pg::guarded;
 namespace wq = hpcacct::window_quota;
 
 namespace {
 
-// The aggregate's memory context; an error unless called as part of an aggregate.
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* function) {
-    MemoryContext context = nullptr;
-    if (!AggCheckCallContext(fcinfo, &context)) {
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("%s can only be called as part of the aggregate hpcacct.window_quota", function)));
-    }
-    return context;
-}
+constexpr const char* kAggregate = "window_quota";
 
-wq::State* new_state(MemoryContext context) {
-    // All-zero bytes are the value-initialised, empty State (integers and IEEE doubles 0).
-    return static_cast<wq::State*>(MemoryContextAllocZero(context, sizeof(wq::State)));
-}
-
-void require_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
-    if (PG_ARGISNULL(argno)) {
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("window_quota: %s must not be NULL", name),
-                        errhint("Give every month of the period a row; use coalesce(x, 0) for a month "
-                                "without allowance or consumption.")));
-    }
+void require_row_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
+    hpcacct::pg::require_argument(fcinfo, argno, kAggregate, name,
+                                  "Give every month of the period a row; use coalesce(x, 0) for a month "
+                                  "without allowance or consumption.");
 }
 
 }  // namespace
@@ -70,17 +54,17 @@ extern "C" {
 // Not strict: a NULL argument is an error (22004), not a row silently left out.
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_transfn);
 Datum hpcacct_window_quota_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "window_quota_transfn");
-    require_argument(fcinfo, 1, "month");
-    require_argument(fcinfo, 2, "allowance");
-    require_argument(fcinfo, 3, "consumed");
-    require_argument(fcinfo, 4, "at");
+    MemoryContext context = aggregate_context(fcinfo, kAggregate);
+    require_row_argument(fcinfo, 1, "month");
+    require_row_argument(fcinfo, 2, "allowance");
+    require_row_argument(fcinfo, 3, "consumed");
+    require_row_argument(fcinfo, 4, "at");
     const int month = hpcacct::pg::month_index(PG_GETARG_DATEADT(1), "window_quota: month");
     const double allowance = PG_GETARG_FLOAT8(2);
     const double consumed = PG_GETARG_FLOAT8(3);
     const int at = hpcacct::pg::month_index(PG_GETARG_DATEADT(4), "window_quota: at");
 
-    wq::State* state = PG_ARGISNULL(0) ? new_state(context) : reinterpret_cast<wq::State*>(PG_GETARG_POINTER(0));
+    wq::State* state = hpcacct::pg::transition_state<wq::State>(fcinfo, context);
     guarded([&] { wq::accumulate(*state, month, allowance, consumed, at); });
     PG_RETURN_POINTER(state);
 }
@@ -90,20 +74,7 @@ Datum hpcacct_window_quota_transfn(PG_FUNCTION_ARGS) {
 // of the second in the aggregate context, since the second may live in a shorter context.
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_combinefn);
 Datum hpcacct_window_quota_combinefn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, "window_quota_combinefn");
-    if (PG_ARGISNULL(1)) {
-        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
-    }
-    const wq::State* other = reinterpret_cast<const wq::State*>(PG_GETARG_POINTER(1));
-    if (PG_ARGISNULL(0)) {
-        wq::State* copy = new_state(context);
-        std::memcpy(copy, other, sizeof(wq::State));
-        PG_RETURN_POINTER(copy);
-    }
-    wq::State* state = reinterpret_cast<wq::State*>(PG_GETARG_POINTER(0));
-    guarded([&] { wq::merge(*state, *other); });
-    PG_RETURN_POINTER(state);
+    return hpcacct::pg::combine_states<wq::State>(fcinfo, kAggregate, wq::merge);
 }
 
 // window_quota_serialfn(internal) -> bytea: the State's fields in network byte order, in
@@ -111,7 +82,7 @@ Datum hpcacct_window_quota_combinefn(PG_FUNCTION_ARGS) {
 // node of another architecture (Citus, postgres_fdw).
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_serialfn);
 Datum hpcacct_window_quota_serialfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "window_quota_serialfn");
+    aggregate_context(fcinfo, kAggregate);
     const wq::State* state = reinterpret_cast<const wq::State*>(PG_GETARG_POINTER(0));
     StringInfoData buffer;
     pq_begintypsend(&buffer);
@@ -133,19 +104,8 @@ Datum hpcacct_window_quota_serialfn(PG_FUNCTION_ARGS) {
 // context when it keeps it.
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_deserialfn);
 Datum hpcacct_window_quota_deserialfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "window_quota_deserialfn");
-    bytea* bytes = PG_GETARG_BYTEA_PP(0);
-    const int size = VARSIZE_ANY_EXHDR(bytes);
-    if (size != static_cast<int>(sizeof(wq::State))) {
-        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid window quota state: %d bytes instead of %d", size,
-                               static_cast<int>(sizeof(wq::State)))));
-    }
-    StringInfoData buffer;
-    buffer.data = VARDATA_ANY(bytes);
-    buffer.len = size;
-    buffer.maxlen = size;
-    buffer.cursor = 0;
+    aggregate_context(fcinfo, kAggregate);
+    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, static_cast<int>(sizeof(wq::State)), kAggregate);
     auto* state = static_cast<wq::State*>(palloc0(sizeof(wq::State)));
     state->rows = pq_getmsgint64(&buffer);
     state->at = static_cast<std::int32_t>(pq_getmsgint(&buffer, 4));
@@ -164,7 +124,7 @@ Datum hpcacct_window_quota_deserialfn(PG_FUNCTION_ARGS) {
 // window_quota_finalfn(internal) -> hpcacct.quota; NULL when the aggregate saw no rows.
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_finalfn);
 Datum hpcacct_window_quota_finalfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, "window_quota_finalfn");
+    aggregate_context(fcinfo, kAggregate);
     if (PG_ARGISNULL(0)) PG_RETURN_NULL();
     const wq::State* state = reinterpret_cast<const wq::State*>(PG_GETARG_POINTER(0));
     if (wq::empty(*state)) PG_RETURN_NULL();

@@ -1,0 +1,65 @@
+// Support functions shared by the aggregates whose state is one of the core's flat structs,
+// kept as `internal` in the aggregate's memory context and updated in place. Every support
+// function first checks that it runs inside an aggregate (AggCheckCallContext).
+#pragma once
+
+#include "pg/postgres.hpp"
+
+#include "pg/guard.hpp"
+
+extern "C" {
+#include "lib/stringinfo.h"
+}
+
+#include <cstring>
+#include <type_traits>
+
+namespace hpcacct::pg {
+
+// The aggregate's memory context; an error (0A000) unless called as part of an aggregate.
+MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* aggregate);
+
+// A NULL argument is an error (22004) naming it, not a row silently left out.
+void require_argument(FunctionCallInfo fcinfo, int argno, const char* aggregate, const char* name,
+                      const char* hint = nullptr);
+
+// A zeroed state: for the core's flat structs, all-zero bytes are the empty state.
+template <typename State>
+State* new_state(MemoryContext context) {
+    static_assert(std::is_trivially_copyable_v<State> && std::is_trivially_destructible_v<State>,
+                  "aggregate states are flat structs");
+    return static_cast<State*>(MemoryContextAllocZero(context, sizeof(State)));
+}
+
+// The transition state (argument 0), or a new, empty one on the first row.
+template <typename State>
+State* transition_state(FunctionCallInfo fcinfo, MemoryContext context) {
+    return PG_ARGISNULL(0) ? new_state<State>(context) : reinterpret_cast<State*>(PG_GETARG_POINTER(0));
+}
+
+// The combine function: merges argument 1 into argument 0. Either may be NULL (a worker that
+// saw no row); a state kept from argument 1 is copied into the aggregate's context, since it
+// may live in a shorter-lived one.
+template <typename State, typename Merge>
+Datum combine_states(FunctionCallInfo fcinfo, const char* aggregate, Merge merge) {
+    MemoryContext context = aggregate_context(fcinfo, aggregate);
+    if (PG_ARGISNULL(1)) {
+        if (PG_ARGISNULL(0)) PG_RETURN_NULL();
+        PG_RETURN_POINTER(PG_GETARG_POINTER(0));
+    }
+    const State* other = reinterpret_cast<const State*>(PG_GETARG_POINTER(1));
+    if (PG_ARGISNULL(0)) {
+        State* copy = new_state<State>(context);
+        std::memcpy(copy, other, sizeof(State));
+        PG_RETURN_POINTER(copy);
+    }
+    State* state = reinterpret_cast<State*>(PG_GETARG_POINTER(0));
+    guarded([&] { merge(*state, *other); });
+    PG_RETURN_POINTER(state);
+}
+
+// A serialized state (argument 0 of a deserialize function) to read with pq_getmsg*: an error
+// (22P03) unless it has exactly `size` bytes. What is read must still be validated.
+StringInfoData serialized_state(FunctionCallInfo fcinfo, int size, const char* aggregate);
+
+}  // namespace hpcacct::pg
