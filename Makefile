@@ -1,16 +1,19 @@
 # hpcacct — PGXS build. `make test` and `make demo` do all set-up on a fresh Debian 12 machine.
 
 EXTENSION   = hpcacct
-EXTVERSION  = 0.1
+EXTVERSION  = 0.2
 MODULE_big  = hpcacct
 
 CORE_SRCS   = $(sort $(wildcard src/core/*.cpp))
 GLUE_SRCS   = $(sort $(wildcard src/pg/*.cpp))
 OBJS        = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
 
-# The install script is assembled from one file per SQL area, in name order.
+# The current version's install script is assembled from one file per SQL area, in name
+# order. Released versions are frozen in sql/versions/, with an update script from each
+# to the next: every schema change ships as one.
 INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
+DATA        = $(wildcard sql/versions/$(EXTENSION)--*.sql)
 
 # setup runs first (it creates the job table), then the rest in name order
 REGRESS     = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))

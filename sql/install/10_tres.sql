@@ -6,12 +6,16 @@ CREATE TYPE @extschema@.tres;
 
 CREATE FUNCTION @extschema@.tres_in(cstring) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_in' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_in(cstring) IS 'Text input of tres: Slurm TRES syntax, validated';
 CREATE FUNCTION @extschema@.tres_out(@extschema@.tres) RETURNS cstring
     AS 'MODULE_PATHNAME', 'hpcacct_tres_out' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_out(@extschema@.tres) IS 'Canonical text of a tres: keys sorted, memory in the largest whole unit';
 CREATE FUNCTION @extschema@.tres_recv(internal) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_recv' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_recv(internal) IS 'Binary input of tres, validated as text input is';
 CREATE FUNCTION @extschema@.tres_send(@extschema@.tres) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_tres_send' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_send(@extschema@.tres) IS 'Binary output of tres: count, then key and float8 value per component';
 
 CREATE TYPE @extschema@.tres (
     INPUT = @extschema@.tres_in,
@@ -70,22 +74,31 @@ COMMENT ON AGGREGATE @extschema@.sum(@extschema@.tres) IS 'Component-wise sum of
 -- tres values can be sorted, indexed with btree and used in GROUP BY or DISTINCT.
 CREATE FUNCTION @extschema@.tres_eq(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_eq' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
+COMMENT ON FUNCTION @extschema@.tres_eq(@extschema@.tres, @extschema@.tres) IS 'Equality of canonical resource vectors (operator =)';
 CREATE FUNCTION @extschema@.tres_ne(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_ne' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
+COMMENT ON FUNCTION @extschema@.tres_ne(@extschema@.tres, @extschema@.tres) IS 'Inequality of canonical resource vectors (operator <>)';
 CREATE FUNCTION @extschema@.tres_lt(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_lt' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_lt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <)';
 CREATE FUNCTION @extschema@.tres_le(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_le' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_le(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <=)';
 CREATE FUNCTION @extschema@.tres_gt(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_gt' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_gt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >)';
 CREATE FUNCTION @extschema@.tres_ge(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_ge' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_ge(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >=)';
 CREATE FUNCTION @extschema@.tres_cmp(@extschema@.tres, @extschema@.tres) RETURNS integer
     AS 'MODULE_PATHNAME', 'hpcacct_tres_cmp' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_cmp(@extschema@.tres, @extschema@.tres) IS 'Btree support: -1, 0 or 1 by key, then value';
 CREATE FUNCTION @extschema@.tres_hash(@extschema@.tres) RETURNS integer
     AS 'MODULE_PATHNAME', 'hpcacct_tres_hash' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_hash(@extschema@.tres) IS 'Hash support: hash of the canonical form';
 CREATE FUNCTION @extschema@.tres_hash_extended(@extschema@.tres, bigint) RETURNS bigint
     AS 'MODULE_PATHNAME', 'hpcacct_tres_hash_extended' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_hash_extended(@extschema@.tres, bigint) IS 'Hash support: seeded 64-bit hash of the canonical form';
 
 CREATE OPERATOR @extschema@.= (
     LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_eq,

@@ -67,6 +67,7 @@ CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
         RETURN NEW;
     END
     $$;
+COMMENT ON FUNCTION @extschema@.check_setting() IS 'Trigger: only known settings, with values of the right kind';
 CREATE TRIGGER check_setting BEFORE INSERT OR UPDATE ON @extschema@.setting
     FOR EACH ROW EXECUTE FUNCTION @extschema@.check_setting();
 

@@ -52,6 +52,7 @@ CREATE FUNCTION @extschema@.ledger_is_append_only() RETURNS trigger
             USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
     END
     $$;
+COMMENT ON FUNCTION @extschema@.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
 CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON @extschema@.ledger
     FOR EACH ROW EXECUTE FUNCTION @extschema@.ledger_is_append_only();
 CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
@@ -96,6 +97,7 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
         RETURN columns;
     END
     $$;
+COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
 
 -- Charges jobs as a statement-level AFTER trigger over the transition tables new_jobs and
 -- old_jobs: one set-based INSERT into the ledger per statement (COPY included).

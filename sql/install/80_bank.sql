@@ -357,6 +357,7 @@ CREATE FUNCTION @extschema@.check_personal_allotment() RETURNS trigger
         RETURN NEW;
     END
     $$;
+COMMENT ON FUNCTION @extschema@.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
 CREATE TRIGGER check_personal_allotment BEFORE INSERT OR UPDATE OF personal_allotment ON @extschema@.account
     FOR EACH ROW WHEN (NEW.personal_allotment IS NOT NULL)
     EXECUTE FUNCTION @extschema@.check_personal_allotment();

@@ -35,3 +35,6 @@ test/stress/run.sh
 
 # pg_dump of a populated database restored into a fresh one gives identical reports.
 test/compat/dump_restore.sh
+
+# The previous release, filled and updated with ALTER EXTENSION, equals a fresh install.
+test/compat/upgrade.sh

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs inside with-cluster.sh: installs the previous release of hpcacct (the newest frozen
+# script in sql/versions/ older than the current version), fills it with the demo's site,
+# updates it with ALTER EXTENSION hpcacct UPDATE, and requires
+#   - the same reports (reports.sql) before and after the update,
+#   - the same schema (schema.sql) as a fresh install of the current version.
+# Appends "upgrade passed failed" to $HPCACCT_TALLY.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+passed=0
+failed=0
+check() {
+    if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok - $1"; else failed=$((failed + 1)); echo "not ok - $1"; fi
+}
+work=$(mktemp -d)
+
+current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" hpcacct.control)
+previous=$(ls sql/versions/hpcacct--*.sql 2>/dev/null | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' \
+           | grep -vx "$current" | sort -V | tail -1)
+if [ -z "$previous" ]; then
+    echo "not ok - no previous release of hpcacct in sql/versions"
+    echo "upgrade 0 1" >>"$HPCACCT_TALLY"
+    exit 0
+fi
+echo "# updating $previous to $current"
+
+createdb hpcacct_upgrade
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" >/dev/null 2>&1
+check "version $previous installs" "$([ "$(psql -X -At -d hpcacct_upgrade -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$previous" ] && echo t)"
+# the demo's parts create the extension themselves: skip that statement
+for part in test/demo/*.sql; do
+    grep -v '^CREATE EXTENSION' "$part" | psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade >/dev/null 2>"$work/demo.err" \
+        || { echo "    $part:"; sed 's/^/    /' "$work/demo.err" | head -5; }
+done
+psql -X -q -d hpcacct_upgrade -f test/compat/reports.sql >"$work/before.txt" 2>&1
+
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'ALTER EXTENSION hpcacct UPDATE' 2>"$work/update.err"
+check "ALTER EXTENSION hpcacct UPDATE from $previous to $current succeeds" \
+    "$([ "$(psql -X -At -d hpcacct_upgrade -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+sed 's/^/    /' "$work/update.err" | head -10
+
+psql -X -q -d hpcacct_upgrade -f test/compat/reports.sql >"$work/after.txt" 2>&1
+check "the data and every report are unchanged by the update ($(wc -l <"$work/before.txt") lines)" \
+    "$(cmp -s "$work/before.txt" "$work/after.txt" && echo t)"
+diff "$work/before.txt" "$work/after.txt" | head -10
+
+createdb hpcacct_fresh
+psql -X -q -d hpcacct_fresh -c 'CREATE EXTENSION hpcacct CASCADE' >/dev/null 2>&1
+psql -X -q -d hpcacct_fresh -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1  # as the demo did
+psql -X -q -d hpcacct_fresh -f test/compat/schema.sql >"$work/fresh.txt" 2>&1
+psql -X -q -d hpcacct_upgrade -f test/compat/schema.sql >"$work/updated.txt" 2>&1
+check "the updated schema equals a fresh install of $current ($(wc -l <"$work/fresh.txt") lines compared)" \
+    "$(cmp -s "$work/fresh.txt" "$work/updated.txt" && echo t)"
+diff "$work/fresh.txt" "$work/updated.txt" | head -20
+
+rm -rf "$work"
+echo "upgrade $passed $failed" >>"$HPCACCT_TALLY"
