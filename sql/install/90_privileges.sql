@@ -148,6 +148,8 @@ COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
     'unless they administer the site';
 
 -- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
+-- charge_jobs() among them: it writes the ledger with the owner's rights, so whoever may
+-- attach it to a table of their own could book or reverse charges of any account.
 REVOKE EXECUTE ON FUNCTION
     @extschema@.deposit(text, date, numeric, text),
     @extschema@.refund(text, date, numeric, text),
@@ -160,6 +162,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.set_default_project(text, text),
     @extschema@.recheck_queued(date),
     @extschema@.attach_charging(regclass, text[]),
+    @extschema@.charge_jobs(),
     @extschema@.create_job_table(text),
     @extschema@.protect_table(regclass),
     @extschema@.fairshare_all(timestamptz),

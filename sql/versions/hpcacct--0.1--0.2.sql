@@ -1,4 +1,5 @@
--- hpcacct 0.1 -> 0.2: every function of the extension has a comment.
+-- hpcacct 0.1 -> 0.2: every function of the extension has a comment; only administrators may
+-- attach the charging trigger function (it writes the ledger with the owner's rights).
 
 \echo Use "ALTER EXTENSION hpcacct UPDATE TO '0.2'" to load this file. \quit
 
@@ -19,3 +20,5 @@ COMMENT ON FUNCTION @extschema@.check_setting() IS 'Trigger: only known settings
 COMMENT ON FUNCTION @extschema@.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
 COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
 COMMENT ON FUNCTION @extschema@.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.charge_jobs() FROM PUBLIC;

@@ -13,7 +13,7 @@ CREATE TEMP TABLE relations_with_account AS
                   AND NOT a.attisdropped)
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 27);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 28);
 
 CALL setup_roles();
 CREATE ROLE hp_alice LOGIN IN ROLE hpcacct_portal;
@@ -78,6 +78,10 @@ SELECT throws_ok($$CALL hpcacct.open_quarter('2024-07-01')$$, '42501', NULL, 'no
 SELECT throws_ok($$SELECT hpcacct.add_member('priv_a', 'hp_bob')$$, '42501', NULL, 'nor change members');
 SELECT throws_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'x', 'priv_a', 'hp_alice', 'cpu', NULL,
                    '2024-02-01', '2024-02-02', 'cpu=1', 'COMPLETED')$$, '42501', NULL, 'nor insert jobs');
+CREATE TEMP TABLE forged_jobs AS SELECT * FROM hpcacct.job WITH NO DATA;
+SELECT throws_ok($$CREATE TRIGGER forge AFTER DELETE ON forged_jobs REFERENCING OLD TABLE AS old_jobs
+                   FOR EACH STATEMENT EXECUTE FUNCTION hpcacct.charge_jobs()$$, '42501', NULL,
+                 'nor attach the charging trigger to a table of her own (it could reverse others'' charges)');
 SELECT throws_ok($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
                    VALUES ('priv_a', 'deposit', 1, 'NPL', '2024-01-01', '2024-03-31')$$, '42501', NULL,
                  'nor write the ledger');
