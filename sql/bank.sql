@@ -24,6 +24,7 @@ SELECT account, username, role FROM membership WHERE account = 'nip00001' ORDER 
 SELECT deposit('nip00001', '2024-01-01', 10000) > 0 AS deposited_q1,
        deposit('nip00001', '2024-04-01', 10000) > 0 AS deposited_q2;
 SELECT set_default_project('ben', 'nip00001');
+SELECT set_default_project('ana', 'nip00001');
 SELECT set_default_project('cleo', 'nip00001');                             -- not a member
 
 -- A job from 31 March 20:00 to 1 April 02:00 (Berlin) on one XC30 node: 6 h x 2 NPL = 12 NPL,

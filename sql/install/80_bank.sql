@@ -31,7 +31,8 @@ CREATE TABLE @extschema@.quarter_log (
     amount         numeric(20, 6),
     username       text,
     done_at        timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
-    PRIMARY KEY (quarter, account, action, target_quarter)
+    -- once per quarter, account, action and target quarter (and user, for a default reset)
+    CONSTRAINT quarter_log_once UNIQUE NULLS NOT DISTINCT (quarter, account, action, target_quarter, username)
 );
 COMMENT ON TABLE @extschema@.quarter_log IS
     'What open_quarter did: top-ups (per target quarter), expiries, deletions, default-project resets';
@@ -512,7 +513,7 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
                 IF deposited > 0 THEN
                     INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
                     VALUES (this_quarter, personal.name, 'top_up', target, deposited)
-                    ON CONFLICT (quarter, account, action, target_quarter)
+                    ON CONFLICT ON CONSTRAINT quarter_log_once
                     DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
                 END IF;
             END LOOP;

@@ -35,7 +35,8 @@ SELECT 'no personal allotment was deposited twice for a quarter',
        ''
 UNION ALL
 SELECT 'no quarter-start action was logged twice',
-       NOT EXISTS (SELECT 1 FROM quarter_log GROUP BY quarter, account, action, target_quarter HAVING count(*) > 1),
+       NOT EXISTS (SELECT 1 FROM quarter_log GROUP BY quarter, account, action, target_quarter, username
+                   HAVING count(*) > 1),
        ''
 UNION ALL
 SELECT 'no regulation retraction was booked twice',
