@@ -48,13 +48,18 @@ rm -f "$fuzz_log"
 # --- pg_regress and pgTAP in a throw-away cluster ---
 HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-tests.sh
 
+# --- the benchmark's queries on a small site: every fast path must agree with its reference
+# (make bench's quick mode; timings are printed, never asserted) ---
+HPCACCT_TALLY=$tally JOBS=20000 SEED=42 RUNS=1 EXPLAIN=0 MEMORY=0 \
+    test/scripts/with-cluster.sh bench test/bench/driver.sh || true
+
 passed=$(awk '{p += $2} END {print p + 0}' "$tally")
 failed=$(awk '{f += $3} END {print f + 0}' "$tally")
 echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress pgtap stress compat upgrade; do
+for stage in unit unit-asan fuzz regress pgtap stress compat upgrade bench; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

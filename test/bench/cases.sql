@@ -1,0 +1,223 @@
+-- make bench: the cases, in the main database (psql variables: anchor, ingest_file,
+-- regulation_day, quarter). A group runs its variants side by side (alternating, RUNS times);
+-- a pair is one line of the table: a variant, its reference, the target on their ratio.
+SET client_min_messages = warning;
+
+CREATE TABLE bench.grp (
+    grp      text PRIMARY KEY,
+    ord      integer NOT NULL,
+    db       text NOT NULL,            -- main, ingest or admin
+    rows_sql text NOT NULL,            -- the rows the case works on (shown in the table)
+    explain  boolean NOT NULL DEFAULT true
+);
+CREATE TABLE bench.variant (
+    grp      text NOT NULL REFERENCES bench.grp,
+    variant  text NOT NULL,
+    kind     text NOT NULL DEFAULT 'sql' CHECK (kind IN ('sql', 'pgbench')),
+    settings text NOT NULL DEFAULT '',  -- SET commands before each run
+    before   text NOT NULL DEFAULT '',  -- untimed statements before each run
+    sql      text NOT NULL,             -- the timed statement (pgbench: the script)
+    rollback boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (grp, variant)
+);
+CREATE TABLE bench.pair (
+    ord        integer PRIMARY KEY,
+    name       text NOT NULL,
+    grp        text NOT NULL REFERENCES bench.grp,
+    fast       text NOT NULL,
+    ref        text NOT NULL,
+    ref_label  text NOT NULL,
+    target     text NOT NULL,           -- 'ratio <= x', 'ratio < x', 'ms < x' or '' (measured only)
+    check_fast text,                    -- queries whose rows must agree (NULL: not checked)
+    check_ref  text,
+    check_keys text[],
+    check_fast_gucs text[],             -- name=value settings for each side of the check
+    check_ref_gucs text[],
+    FOREIGN KEY (grp, fast) REFERENCES bench.variant,
+    FOREIGN KEY (grp, ref) REFERENCES bench.variant
+);
+
+-- ---- ingestion: COPY of the first chunk of jobs (INGEST_JOBS) ----------------------------
+INSERT INTO bench.grp VALUES ('ingest', 10, 'ingest', format('SELECT %s', :'ingest_jobs'), false);
+INSERT INTO bench.variant (grp, variant, before, sql)
+SELECT 'ingest', v, format('SELECT bench.prepare_ingest(%L); CHECKPOINT;', v), format('COPY hpcacct.job FROM %L', :'ingest_file')
+FROM unnest(ARRAY['charge_jobs', 'plain', 'plpgsql']) AS v;
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
+    (10, 'ingest: COPY, charge_jobs trigger', 'ingest', 'charge_jobs', 'plain', 'COPY, no trigger',
+     'ratio <= 2.0', NULL, NULL, NULL),
+    (11, 'ingest: COPY, charge_jobs trigger', 'ingest', 'charge_jobs', 'plpgsql', 'COPY, PL/pgSQL row trigger',
+     'ratio <= 0.2',
+     format('SELECT * FROM bench.ingest_ledger(''charge_jobs'', %L)', :'ingest_file'),
+     format('SELECT * FROM bench.ingest_ledger(''plpgsql'', %L)', :'ingest_file'),
+     '{cluster,jobid,amount}');
+
+-- ---- aggregates over N rows, GROUP BY account (2 000 groups) ---------------------------
+CREATE TEMP TABLE aggs (name text, ord integer, call text, ref text, formula text, composite boolean GENERATED ALWAYS AS (name IN ('window_quota', 'quarter_balance')) STORED);
+INSERT INTO aggs VALUES
+    ('tc', 20, format('hpcacct.tc(valid_from, valid_until, amount, %L::date)', :'anchor'), 'sum(amount)',
+     format('SELECT account, sum(bench.tc_row(valid_from, valid_until, amount, %L::date)) AS v FROM bench.agg_rows GROUP BY account', :'anchor')),
+    ('tmc', 30, format('hpcacct.tmc(valid_from, valid_until, amount, %L::date)', :'anchor'), 'sum(amount)',
+     format('SELECT account, sum(bench.tmc_row(valid_from, valid_until, amount, %L::date)) AS v FROM bench.agg_rows GROUP BY account', :'anchor')),
+    ('window_quota', 40, format('hpcacct.window_quota(month, allowance, amount, %L::date)', :'anchor'),
+     'sum(allowance), sum(amount)',
+     format($f$
+        SELECT s.account, f.*
+        FROM (SELECT account,
+                     max(month) >= m.at AND min(month) <= m.at AS inside,
+                     coalesce(sum(allowance) FILTER (WHERE month = m.at - interval '1 month'), 0) AS a_prev,
+                     coalesce(sum(allowance) FILTER (WHERE month = m.at), 0) AS a_cur,
+                     coalesce(sum(allowance) FILTER (WHERE month = m.at + interval '1 month'), 0) AS a_next,
+                     coalesce(sum(amount) FILTER (WHERE month = m.at - interval '1 month'), 0) AS c_prev,
+                     coalesce(sum(amount) FILTER (WHERE month = m.at), 0) AS c_cur,
+                     sum(allowance) AS total_a, sum(amount) AS total_c
+              FROM bench.agg_rows, (SELECT date_trunc('month', %L::date)::date AS at) m
+              GROUP BY account, m.at) s
+        CROSS JOIN LATERAL bench.quota_figures(
+            CASE WHEN s.inside THEN s.a_prev ELSE 0 END, CASE WHEN s.inside THEN s.a_cur ELSE 0 END,
+            CASE WHEN s.inside THEN s.a_next ELSE 0 END, CASE WHEN s.inside THEN s.c_prev ELSE 0 END,
+            CASE WHEN s.inside THEN s.c_cur ELSE 0 END, s.total_a, s.total_c) f
+     $f$, :'anchor')),
+    ('quarter_balance', 50, format('hpcacct.quarter_balance(kind, month, amount, %L::date)', :'anchor'), 'sum(amount)',
+     format($f$
+        SELECT account, at AS quarter_start, round(d::numeric, 6)::float8 AS deposits, round(c::numeric, 6)::float8 AS charges,
+               round(t::numeric, 6)::float8 AS transfers, round(r::numeric, 6)::float8 AS refunds,
+               round((d + t + r - c)::numeric, 6)::float8 AS balance
+        FROM (SELECT account, coalesce(sum(amount) FILTER (WHERE kind = 'deposit' AND date_trunc('quarter', month) = q.at), 0) AS d,
+                     coalesce(sum(amount) FILTER (WHERE kind = 'charge' AND date_trunc('quarter', month) = q.at), 0) AS c,
+                     coalesce(sum(amount) FILTER (WHERE kind = 'transfer' AND date_trunc('quarter', month) = q.at), 0) AS t,
+                     coalesce(sum(amount) FILTER (WHERE kind = 'refund' AND date_trunc('quarter', month) = q.at), 0) AS r,
+                     q.at
+              FROM bench.agg_rows, (SELECT date_trunc('quarter', %L::date)::date AS at) q
+              GROUP BY account, q.at) s
+     $f$, :'anchor')),
+    ('decayed_usage', 60, format('hpcacct.decayed_usage(ts, amount, %L::timestamptz, interval ''7 days'')', :'anchor'),
+     'sum(amount)',
+     format($f$
+        SELECT account, sum(amount * bench.exp2neg(extract(epoch FROM %1$L::timestamptz - ts)::float8 / (7 * 86400)))
+                            FILTER (WHERE ts <= %1$L::timestamptz) AS v
+        FROM bench.agg_rows GROUP BY account
+     $f$, :'anchor'));
+
+INSERT INTO bench.grp SELECT 'agg ' || name, ord, 'main', 'SELECT count(*) FROM bench.agg_rows' FROM aggs;
+INSERT INTO bench.variant (grp, variant, settings, sql)
+SELECT 'agg ' || a.name, v.variant, v.settings,
+       format('SELECT account, %s FROM bench.agg_rows GROUP BY account', CASE WHEN v.variant LIKE 'sum%' THEN a.ref ELSE a.call END)
+FROM aggs a
+CROSS JOIN (VALUES
+    ('serial', 'SET max_parallel_workers_per_gather = 0;'),
+    ('parallel', 'SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;'),
+    ('sum serial', 'SET max_parallel_workers_per_gather = 0;'),
+    ('sum parallel', 'SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;')
+) AS v(variant, settings);
+-- The checks compare the aggregate with its rule in SQL (serial) and the parallel plan with
+-- the serial one (composite results field by field).
+CREATE FUNCTION pg_temp.agg_check(a aggs) RETURNS text LANGUAGE sql
+    RETURN CASE WHEN a.composite
+                THEN format('SELECT s.account, (s.v).* FROM (SELECT account, %s AS v FROM bench.agg_rows GROUP BY account) s', a.call)
+                ELSE format('SELECT account, %s AS v FROM bench.agg_rows GROUP BY account', a.call) END;
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys)
+SELECT a.ord, a.name || ', serial', 'agg ' || a.name, 'serial', 'sum serial', a.ref || ', serial', 'ratio <= 1.3',
+       pg_temp.agg_check(a), a.formula, '{account}'::text[]
+FROM aggs a
+UNION ALL
+SELECT a.ord + 1, a.name || ', parallel', 'agg ' || a.name, 'parallel', 'sum parallel', a.ref || ', parallel', 'ratio <= 1.3',
+       NULL, NULL, NULL::text[]
+FROM aggs a
+UNION ALL
+SELECT a.ord + 2, a.name || ', parallel vs serial', 'agg ' || a.name, 'parallel', 'serial', a.name || ', serial', 'ratio < 1',
+       pg_temp.agg_check(a), pg_temp.agg_check(a), '{account}'::text[]
+FROM aggs a;
+-- the checks run serial plans, except the parallel side of 'parallel vs serial'
+UPDATE bench.pair SET check_fast_gucs = '{max_parallel_workers_per_gather=0}', check_ref_gucs = '{max_parallel_workers_per_gather=0}'
+WHERE grp LIKE 'agg %' AND name LIKE '%, serial';
+UPDATE bench.pair SET check_fast_gucs = '{max_parallel_workers_per_gather=2,parallel_setup_cost=0,parallel_tuple_cost=0,min_parallel_table_scan_size=0}',
+                      check_ref_gucs = '{max_parallel_workers_per_gather=0}'
+WHERE grp LIKE 'agg %' AND name LIKE '%parallel vs serial';
+
+-- ---- reports for all accounts ----------------------------------------------------------
+INSERT INTO bench.grp (grp, ord, db, rows_sql)
+SELECT r.view, r.ord, 'main', 'SELECT count(*) FROM hpcacct.ledger'
+FROM (VALUES ('regulation_report', 70), ('window_quota_usage', 80), ('quarter_balances', 90),
+             ('usage_by_resource', 100), ('usage_by_account', 110), ('usage_by_submitter', 120),
+             ('usage_by_month', 130), ('fairshare', 140)) AS r(view, ord);
+INSERT INTO bench.variant (grp, variant, sql)
+SELECT g.grp, v.variant,
+       CASE WHEN v.variant = 'view' THEN
+                CASE WHEN g.grp = 'fairshare' THEN 'SELECT * FROM hpcacct.fairshare()' ELSE 'SELECT * FROM hpcacct.' || g.grp END
+            ELSE 'SELECT * FROM bench.' || g.grp || '_hand' END
+FROM bench.grp g
+CROSS JOIN (VALUES ('view'), ('hand-written')) AS v(variant)
+WHERE g.ord BETWEEN 70 AND 140;
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys)
+SELECT g.ord, CASE WHEN g.grp = 'fairshare' THEN 'fairshare() table' ELSE g.grp || ' view' END, g.grp, 'view',
+       'hand-written', 'hand-written SQL', 'ms < 1000 at 10M',
+       fast.sql, ref.sql,
+       CASE g.grp
+           WHEN 'regulation_report' THEN '{account,machine,month}'
+           WHEN 'window_quota_usage' THEN '{account}'
+           WHEN 'quarter_balances' THEN '{account,quarter}'
+           WHEN 'usage_by_resource' THEN '{pool,unit,cluster,partition}'
+           WHEN 'usage_by_account' THEN '{pool,unit,account}'
+           WHEN 'usage_by_submitter' THEN '{pool,unit,account,submitter}'
+           WHEN 'usage_by_month' THEN '{pool,unit,cluster,partition,account,submitter,month}'
+           WHEN 'fairshare' THEN '{pool,unit,account,submitter}'
+       END::text[]
+FROM bench.grp g
+JOIN bench.variant fast ON fast.grp = g.grp AND fast.variant = 'view'
+JOIN bench.variant ref ON ref.grp = g.grp AND ref.variant = 'hand-written'
+WHERE g.ord BETWEEN 70 AND 140;
+
+-- ---- scheduled procedures at 10 000 accounts (ADMIN_ACCOUNTS), and the submit check ------
+INSERT INTO bench.grp VALUES
+    ('regulate', 150, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE name LIKE ''r%''', false),
+    ('open_quarter', 160, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE kind = ''personal''', false),
+    ('check_submit', 170, 'main', 'SELECT 1', false);
+INSERT INTO bench.variant (grp, variant, sql, rollback) VALUES
+    ('regulate', 'procedure', format('CALL hpcacct.regulate(%L)', :'regulation_day'), true),
+    ('regulate', 'hand-written', format('SELECT bench.regulate_hand(%L)', :'regulation_day'), true),
+    ('open_quarter', 'procedure', format('CALL hpcacct.open_quarter(%L)', :'quarter'), true),
+    ('open_quarter', 'hand-written', format('SELECT bench.open_quarter_hand(%L)', :'quarter'), true);
+-- pgbench scripts; :n is the sample size (set by the driver), one call per transaction
+INSERT INTO bench.variant (grp, variant, kind, sql) VALUES
+    ('check_submit', 'function', 'pgbench', E'\\set i random(1, :n)\n'
+        'SELECT c.* FROM bench.submit_sample s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
+    ('check_submit', 'hand-written', 'pgbench', E'\\set i random(1, :n)\n'
+        'SELECT c.* FROM bench.submit_sample s, LATERAL bench.check_submit_hand(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
+    ('check_submit', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
+        'SELECT s.* FROM bench.submit_sample s WHERE s.i = :i;\n');
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
+    (150, format('regulate(), %s accounts', :'admin_accounts'), 'regulate', 'procedure', 'hand-written', 'set-based SQL, same writes',
+     'ms < 1000',
+     format('SELECT * FROM bench.regulate_outcome(''procedure'', %L)', :'regulation_day'),
+     format('SELECT * FROM bench.regulate_outcome(''hand'', %L)', :'regulation_day'), '{account,machine}'),
+    (160, format('open_quarter(), %s accounts', :'admin_accounts'), 'open_quarter', 'procedure', 'hand-written', 'set-based SQL, same writes',
+     '',
+     format('SELECT * FROM bench.open_quarter_outcome(''procedure'', %L)', :'quarter'),
+     format('SELECT * FROM bench.open_quarter_outcome(''hand'', %L)', :'quarter'), '{what,account,target,username}'),
+    (170, 'check_submit(), per call', 'check_submit', 'function', 'hand-written', 'one SQL statement, per call',
+     'ms < 1',
+     'SELECT s.i, c.* FROM bench.submit_sample s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c',
+     'SELECT s.i, c.* FROM bench.submit_sample s, LATERAL bench.check_submit_hand(s.username, s.account, s.at) c',
+     '{i}'),
+    (171, 'check_submit(), per call', 'check_submit', 'function', 'select 1', 'a sample lookup alone (round trip)',
+     '', NULL, NULL, NULL);
+
+-- The psql script of a group's SQL variants: run 0 (a warm-up when cheap) to `runs`, the
+-- variants in a rotating order so that none always runs first. Prints variant|run|ms|warmup.
+CREATE FUNCTION bench.script(g text, runs integer, budget_s float8) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+        SELECT E'\\set ON_ERROR_STOP 1\nSET client_min_messages = warning;\n'
+               'CREATE TEMP TABLE timing (variant text, run integer, ms float8, warmup boolean);\n'
+               || string_agg(E'RESET ALL;\nSET client_min_messages = warning;\n' || v.settings || E'\n'
+                             || CASE WHEN v.before <> ''
+                                     THEN format(E'SELECT bench.will_run(%L, %s, %s, %s) AS go \\gset\n\\if :go\n\\o /dev/null\n%s\n\\o\n\\endif\n',
+                                                 v.variant, r, budget_s * 1000, runs, v.before)
+                                     ELSE '' END
+                             || format(E'SELECT bench.time(%L, %s, %L, %L, %s, %s);\n', v.variant, r, v.sql, v.rollback,
+                                       budget_s * 1000, runs),
+                             '' ORDER BY r, (v.rn + r) % v.n)
+        FROM generate_series(0, runs) AS r
+        CROSS JOIN (SELECT x.*, row_number() OVER (ORDER BY x.variant) AS rn, count(*) OVER () AS n
+                    FROM bench.variant x WHERE x.grp = g AND x.kind = 'sql') v
+    $$;
