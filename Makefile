@@ -50,7 +50,7 @@ $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 
 # ---- unit tests of the PostgreSQL-free core (GoogleTest) ----
 UNIT_SRCS = $(sort $(wildcard test/unit/*.cpp))
-test/unit/run_unit_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
+test/unit/run_unit_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp test/unit/*.hpp)
 	$(CXX) $(CXXSTD) -O1 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread
 
 .PHONY: deps unit test demo
@@ -92,7 +92,7 @@ FUZZ_BINS           = $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
 FUZZ_CORE_OBJS      = $(patsubst src/core/%.cpp,$(FUZZ_BUILD)/core/%.o,$(CORE_SRCS))
 EXTRA_CLEAN        += test/unit/run_unit_tests_asan $(FUZZ_BUILD)
 
-test/unit/run_unit_tests_asan: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
+test/unit/run_unit_tests_asan: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp test/unit/*.hpp)
 	$(SAN_CXX) $(CXXSTD) -O1 -g $(SAN_FLAGS) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread
 
 $(FUZZ_BUILD)/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)

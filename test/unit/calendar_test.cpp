@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include "error_kind.hpp"
+
 #include <string>
+
+using hpcacct::testing::kind_of;
 
 namespace {
 
@@ -21,17 +25,6 @@ date ymd(int y, int m, int d) {
 // Position within its year: the fraction part plus the month index.
 double in_year(date day, MonthConvention c) {
     return month_position(day, c) - 12.0 * day.year();
-}
-
-template <typename F>
-ErrorKind kind_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.kind();
-    }
-    ADD_FAILURE() << "no hpcacct::Error thrown";
-    return ErrorKind::internal;
 }
 
 template <typename F>

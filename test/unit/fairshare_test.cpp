@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "error_kind.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -15,6 +17,8 @@
 namespace fs = hpcacct::fairshare;
 using hpcacct::Error;
 using hpcacct::ErrorKind;
+
+using hpcacct::testing::kind_of;
 
 namespace {
 
@@ -39,17 +43,6 @@ double interval_usage(const std::vector<Row>& rows, std::int64_t at, std::int64_
     fs::IntervalState s{};
     for (const Row& r : rows) fs::accumulate(s, r.ts, r.amount, at, period, decay, depth);
     return fs::finish(s);
-}
-
-template <typename F>
-ErrorKind kind_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.kind();
-    }
-    ADD_FAILURE() << "no hpcacct::Error thrown";
-    return ErrorKind::internal;
 }
 
 template <typename State>

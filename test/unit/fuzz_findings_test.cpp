@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "error_kind.hpp"
+
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -21,18 +23,9 @@ using hpcacct::Error;
 using hpcacct::ErrorKind;
 namespace tres = hpcacct::tres;
 
-namespace {
+using hpcacct::testing::kind_of;
 
-template <typename F>
-ErrorKind kind_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.kind();
-    }
-    ADD_FAILURE() << "no error";
-    return ErrorKind::internal;
-}
+namespace {
 
 std::vector<unsigned char> packed(const tres::Vector& v) {
     std::vector<unsigned char> bytes(v.packed_size());

@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include "error_kind.hpp"
+
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
+
+using hpcacct::testing::kind_of;
 
 namespace {
 
@@ -56,17 +60,6 @@ double tc(const std::vector<Event>& events, date at, MonthConvention c = kHalf) 
     for (const Event& e : events)
         s.add(tc_contribution(e.from, e.until, e.amount, at, c));
     return s.value();
-}
-
-template <typename F>
-ErrorKind kind_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.kind();
-    }
-    ADD_FAILURE() << "no hpcacct::Error thrown";
-    return ErrorKind::internal;
 }
 
 TEST(Theoretical, SpecTableTmc) {

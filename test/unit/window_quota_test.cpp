@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "error_kind.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,6 +19,8 @@ namespace wq = hpcacct::window_quota;
 using hpcacct::Error;
 using hpcacct::ErrorKind;
 using Status = wq::Quota::Status;
+
+using hpcacct::testing::kind_of;
 
 namespace {
 
@@ -53,17 +57,6 @@ void expect_same(const wq::Quota& a, const wq::Quota& b) {
     EXPECT_EQ(a.consumable_pct_defined, b.consumable_pct_defined);
     EXPECT_EQ(a.consumable, b.consumable);
     EXPECT_EQ(a.state, b.state);
-}
-
-template <typename F>
-ErrorKind kind_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.kind();
-    }
-    ADD_FAILURE() << "no hpcacct::Error thrown";
-    return ErrorKind::internal;
 }
 
 template <typename F>
