@@ -4,11 +4,7 @@
 # identical ledger. Appends "compat passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-passed=0
-failed=0
-check() {
-    if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok - $1"; else failed=$((failed + 1)); echo "not ok - $1"; fi
-}
+. test/scripts/checks.sh
 work=$(mktemp -d)
 chmod 755 "$work"
 
@@ -39,4 +35,4 @@ check "a job loaded after the restore is charged once" \
     "$([ "$(psql -X -At -d hpcacct_dump_dst -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid LIKE '%-new'")" = 1 ] && echo t)"
 
 rm -rf "$work"
-echo "compat $passed $failed" >>"$HPCACCT_TALLY"
+report compat

@@ -7,11 +7,7 @@
 # Appends "upgrade passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-passed=0
-failed=0
-check() {
-    if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok - $1"; else failed=$((failed + 1)); echo "not ok - $1"; fi
-}
+. test/scripts/checks.sh
 work=$(mktemp -d)
 
 current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" hpcacct.control)
@@ -54,4 +50,4 @@ check "the updated schema equals a fresh install of $current ($(wc -l <"$work/fr
 diff "$work/fresh.txt" "$work/updated.txt" | head -20
 
 rm -rf "$work"
-echo "upgrade $passed $failed" >>"$HPCACCT_TALLY"
+report upgrade

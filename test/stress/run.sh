@@ -5,11 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 db=hpcacct_stress
-passed=0
-failed=0
-check() {  # check NAME OK
-    if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok - $1"; else failed=$((failed + 1)); echo "not ok - $1"; fi
-}
+. ../scripts/checks.sh
 invariants() {  # invariants LABEL
     while IFS='|' read -r name ok detail; do
         check "$1: $name${detail:+ ($detail)}" "$ok"
@@ -50,4 +46,4 @@ for delay in 1 4; do
     invariants "after kill -9 at ${delay}s"
 done
 
-echo "stress $passed $failed" >>"$HPCACCT_TALLY"
+report stress
