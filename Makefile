@@ -1,7 +1,7 @@
 # hpcacct — PGXS build. `make test` and `make demo` do all set-up on a fresh Debian 12 machine.
 
 EXTENSION   = hpcacct
-EXTVERSION  = 0.2
+EXTVERSION  = 0.3
 MODULE_big  = hpcacct
 
 CORE_SRCS   = $(sort $(wildcard src/core/*.cpp))
