@@ -37,7 +37,10 @@ CREATE TABLE @extschema@.ledger (
                   WHEN 'refund' THEN amount > 0 WHEN 'retraction' THEN amount < 0 ELSE true END)
 );
 CREATE INDEX ledger_job ON @extschema@.ledger (cluster, jobid) WHERE kind = 'charge';
-CREATE INDEX ledger_account ON @extschema@.ledger (account, kind);
+CREATE INDEX ledger_allocation_account ON @extschema@.ledger (account) WHERE kind <> 'charge';
+-- Charges by end, for the latest month of the reports (earlier ones are in charge_rollup).
+-- The ledger is appended in about time order: a BRIN index is small and nearly free to keep.
+CREATE INDEX ledger_job_end ON @extschema@.ledger USING brin (job_end);
 COMMENT ON TABLE @extschema@.ledger IS
     'Append-only ledger: one row per charge, reversal, deposit, transfer or retraction';
 COMMENT ON COLUMN @extschema@.ledger.amount IS
@@ -113,6 +116,9 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         changed_old text;
         changed_new text;
         problem  record;
+        unknown_accounts bigint;
+        charged  bigint;
+        jobs     bigint;
     BEGIN
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
             RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
@@ -148,57 +154,73 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         END IF;
 
         IF changed_new IS NOT NULL THEN
+            -- Charge every job that can be charged; only when some cannot, find out why. (The
+            -- accounts are checked first, once each: joined per job, the planner, blind to the
+            -- transition table's size, would scan the accounts once per job.)
             EXECUTE format($q$
-                SELECT * FROM (
-                    SELECT j.cluster, j.jobid, j.account, j.partition, j.job_start,
-                           CASE
-                               WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
-                                    OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
-                               WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
-                               WHEN j.job_end < j.job_start THEN 'end_before_start'
-                               WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
-                                   THEN 'unknown_account'
-                               WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
-                                                WHERE r.cluster = j.cluster AND r.partition = j.partition
-                                                  AND r.valid @> j.job_start)
-                                   THEN 'unknown_resource'
-                           END AS problem
-                    FROM %s j) checked
-                WHERE problem IS NOT NULL
-                LIMIT 1
-                $q$, changed_new) INTO problem;
-
-            IF problem.problem = 'missing' THEN
-                RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
-                    USING ERRCODE = 'null_value_not_allowed';
-            ELSIF problem.problem = 'no_times' THEN
-                RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
-                    USING ERRCODE = 'null_value_not_allowed',
-                          HINT = 'Only finished jobs are charged; load jobs once they have ended.';
-            ELSIF problem.problem = 'end_before_start' THEN
-                RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
-                    USING ERRCODE = 'invalid_parameter_value';
-            ELSIF problem.problem = 'unknown_account' THEN
-                RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
-                    USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
-            ELSIF problem.problem = 'unknown_resource' THEN
-                RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
-                                problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
-                    USING ERRCODE = 'undefined_object',
-                          HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
+                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                $q$, changed_new) INTO unknown_accounts;
+            IF unknown_accounts = 0 THEN
+                EXECUTE format($q$
+                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                    submitter, job_start, job_end)
+                    SELECT j.account, 'charge',
+                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.submitter, j.job_start, j.job_end
+                    FROM %s j
+                    JOIN @extschema@.resource r
+                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                      AND j.job_end >= j.job_start
+                    $q$, changed_new);
+                GET DIAGNOSTICS charged = ROW_COUNT;
+                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
             END IF;
+            IF unknown_accounts > 0 OR charged <> jobs THEN
+                EXECUTE format($q$
+                    SELECT * FROM (
+                        SELECT j.cluster, j.jobid, j.account, j.partition, j.job_start,
+                               CASE
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                       THEN 'unknown_account'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                      AND r.valid @> j.job_start)
+                                       THEN 'unknown_resource'
+                               END AS problem
+                        FROM %s j) checked
+                    WHERE problem IS NOT NULL
+                    LIMIT 1
+                    $q$, changed_new) INTO problem;
 
-            EXECUTE format($q$
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                submitter, job_start, job_end)
-                SELECT j.account, 'charge',
-                       round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
-                                                CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
-                       r.unit, r.resource_id, j.cluster, j.jobid, j.submitter, j.job_start, j.job_end
-                FROM %s j
-                JOIN @extschema@.resource r
-                  ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
-                $q$, changed_new);
+                IF problem.problem = 'missing' THEN
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'no_times' THEN
+                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed',
+                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'end_before_start' THEN
+                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'unknown_account' THEN
+                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+                ELSIF problem.problem = 'unknown_resource' THEN
+                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object',
+                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                END IF;
+                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
+                    USING ERRCODE = 'internal_error';
+            END IF;
         END IF;
         RETURN NULL;
     END

@@ -147,10 +147,12 @@ CREATE FUNCTION @extschema@.window_quota_usage(
         ), consumed AS (
             SELECT c.month, sum(c.amount) AS amount
             FROM period p
-            JOIN @extschema@.charge_by_month c
-              ON c.account = $1 AND c.unit = p.unit AND (p.cluster IS NULL OR c.cluster = p.cluster)
+            JOIN @extschema@.charge_rollup c
+              ON c.account = $1 AND c.unit = p.unit
              AND c.month >= p.period_start AND c.month <= p.period_end
              AND c.month <= $2
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
             GROUP BY c.month
         )
         SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', $2::timestamp)::date,

@@ -99,6 +99,14 @@ COMMENT ON FUNCTION @extschema@.check_fairshare_setting() IS
     'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
 CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
     FOR EACH ROW EXECUTE FUNCTION @extschema@.check_fairshare_setting();
+-- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
+CREATE TRIGGER fairshare_setting_insert_rebuilds_rollup AFTER INSERT ON @extschema@.fairshare_setting
+    FOR EACH ROW WHEN (NEW.name = 'half_life') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+CREATE TRIGGER fairshare_setting_update_rebuilds_rollup AFTER UPDATE ON @extschema@.fairshare_setting
+    FOR EACH ROW WHEN ('half_life' IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD)
+    EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+CREATE TRIGGER fairshare_setting_delete_rebuilds_rollup AFTER DELETE ON @extschema@.fairshare_setting
+    FOR EACH ROW WHEN (OLD.name = 'half_life') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
 
 -- Pools that need settings of their own: the allocation year's first month (1 January at
 -- HLRN and GENCI, 1 April at Compute Canada, 1 July at Fermilab LQCD).
@@ -294,6 +302,32 @@ COMMENT ON FUNCTION @extschema@.year_charges(integer, timestamptz) IS
     'Charge rows attributed pro rata to each pool''s allocation year (named, or containing at) up to at, '
     'jobs ended by at; the building block of the usage reports';
 
+-- The same charges from the rollup: per resource, account, submitter and month of each
+-- pool's allocation year, jobs that ended by `at` (what the usage reports read).
+CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   rate float8, month date, amount numeric, year integer, first_day date, last_day date,
+                   elapsed interval, length interval, state text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
+               y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
+        FROM @extschema@.charges_ended_by($2, (SELECT min(first_day) FROM years),
+                                          (SELECT max(last_day) FROM years)) c
+        JOIN @extschema@.resource r USING (resource_id)
+        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+        WHERE c.month BETWEEN y.first_day AND y.last_day
+    $$;
+COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz) IS
+    'Charges per resource, account, submitter and month of each pool''s allocation year (named, or containing at), '
+    'jobs ended by at, from the charge rollup; the building block of the usage reports';
+
 -- Allocation of each account in each pool for the allocation year: every allocation row
 -- of the ledger (grant, supplement, deposit, retraction, transfer, refund) in the pool,
 -- pro rata by the days of its validity inside the year (a grant for the year counts whole,
@@ -339,7 +373,7 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
                    CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
                         THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
                              / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
-            FROM @extschema@.year_charges($1, $2) c
+            FROM @extschema@.year_usage($1, $2) c
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length
             HAVING sum(c.amount) <> 0  -- only reversed charges: nothing to show
@@ -361,7 +395,7 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
     AS $$
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
-            FROM @extschema@.year_charges($1, $2) c
+            FROM @extschema@.year_usage($1, $2) c
             GROUP BY c.pool, c.unit, c.account
         ), acct AS (
             SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
@@ -413,7 +447,7 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
                    CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
                         THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
                              / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
-            FROM @extschema@.year_charges($1, $2) c
+            FROM @extschema@.year_usage($1, $2) c
             GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length
             HAVING sum(c.amount) <> 0
@@ -435,25 +469,11 @@ CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at tim
         SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
                round(m.usage, 6), round(m.usage / h.hours, 6)
         FROM (
-            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year,
-                   g.month,
-                   sum(c.charged * @extschema@.period_share(c.job_start, c.job_end,
-                                                            greatest(c.starts, g.month_start),
-                                                            least(c.upto, g.month_end))) AS usage
-            FROM @extschema@.year_charges($1, $2) c
-            CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z
-            -- the twelve months of the year (its bounds are month bounds), those the job ran in
-            CROSS JOIN LATERAL (
-                SELECT (c.first_day + i * interval '1 month')::date AS month,
-                       (c.first_day + i * interval '1 month') AT TIME ZONE z.tz AS month_start,
-                       (c.first_day + (i + 1) * interval '1 month') AT TIME ZONE z.tz AS month_end
-                FROM pg_catalog.generate_series(0, 11) AS i
-            ) g
-            WHERE g.month_start < least(c.job_end, c.upto) AND g.month_end > greatest(c.job_start, c.starts)
-            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, g.month
-            HAVING sum(c.charged * @extschema@.period_share(c.job_start, c.job_end,
-                                                            greatest(c.starts, g.month_start),
-                                                            least(c.upto, g.month_end))) <> 0
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
+                   sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
+            HAVING sum(c.amount) <> 0
         ) m
         CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
     $$;
@@ -493,13 +513,33 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
     AS $$
         WITH cfg AS MATERIALIZED (
             SELECT $1 AS at,
-                   ($1 AT TIME ZONE @extschema@.site_timezone())::date AS day,
+                   ($1 AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
                    @extschema@.fairshare_setting_value('decay') AS form,
                    @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
                    @extschema@.fairshare_setting_value('period')::interval AS period,
                    @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
                    @extschema@.fairshare_setting_value('depth')::integer AS depth,
                    @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval)
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since
+            FROM cfg
+        ), factors AS (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`
+            SELECT m.month::date AS end_month,
+                   2 ^ (-pg_catalog.date_part('epoch', cfg.at - (m.month + interval '1 month') AT TIME ZONE cfg.tz)
+                        / pg_catalog.date_part('epoch', cfg.half_life)) AS factor
+            FROM cfg
+            CROSS JOIN LATERAL pg_catalog.generate_series(
+                (SELECT min(c.end_month) FROM @extschema@.charge_rollup c), cfg.at_month - interval '1 month',
+                interval '1 month') AS m(month)
+            WHERE cfg.form = 'half_life'
         ), alloc AS (
             SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l, cfg
@@ -509,30 +549,38 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             -- each job's net charge (a re-rated job: the new charge; a deleted one: nothing)
             SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter, l.job_end,
                    sum(l.amount)::float8 AS amount
-            FROM @extschema@.ledger l
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
             JOIN @extschema@.resource r USING (resource_id)
-            CROSS JOIN cfg
-            WHERE l.kind = 'charge' AND l.job_end <= cfg.at
-              AND (cfg.form = 'half_life' OR l.job_end > cfg.at - cfg.depth * cfg.period)
+            WHERE l.kind = 'charge'
             GROUP BY l.cluster, l.jobid, coalesce(r.pool, r.cluster), l.unit, l.account, l.submitter,
                      l.job_start, l.job_end
             HAVING sum(l.amount) > 0
         ), decayed AS (
-            SELECT j.pool, j.unit, j.account, j.submitter,
-                   coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
-                                FILTER (WHERE cfg.form = 'half_life'),
-                            @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay, cfg.depth)
-                                FILTER (WHERE cfg.form = 'interval')) AS usage
-            FROM jobs j CROSS JOIN cfg
-            GROUP BY j.pool, j.unit, j.account, j.submitter
+            SELECT d.pool, d.unit, d.account, d.submitter, sum(d.usage) AS usage
+            FROM (
+                SELECT j.pool, j.unit, j.account, j.submitter,
+                       coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                    FILTER (WHERE cfg.form = 'half_life'),
+                                @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                          cfg.depth)
+                                    FILTER (WHERE cfg.form = 'interval')) AS usage
+                FROM jobs j CROSS JOIN cfg
+                GROUP BY j.pool, j.unit, j.account, j.submitter
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
+                -- decayed from the end of the month they ended in to `at`
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter, sum(c.decayed * f.factor)
+                FROM @extschema@.charge_rollup c
+                JOIN factors f USING (end_month)
+                JOIN @extschema@.resource r USING (resource_id)
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
         ), account_usage AS (
-            SELECT j.pool, j.unit, j.account,
-                   coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
-                                FILTER (WHERE cfg.form = 'half_life'),
-                            @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay, cfg.depth)
-                                FILTER (WHERE cfg.form = 'interval')) AS usage
-            FROM jobs j CROSS JOIN cfg
-            GROUP BY j.pool, j.unit, j.account
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
         ), accounts AS (
             SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
                    coalesce(a.account, u.account) AS account,

@@ -53,7 +53,6 @@ COMMENT ON TABLE @extschema@.pending_job IS
     'Queued jobs as the site records them; recheck_queued() holds those whose account became invalid';
 
 CREATE INDEX ledger_bank ON @extschema@.ledger (account, valid_from) WHERE kind IN ('deposit', 'transfer', 'refund');
-CREATE INDEX ledger_account_job_end ON @extschema@.ledger (account, job_end) WHERE kind = 'charge';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
@@ -172,29 +171,35 @@ CREATE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.si
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH q AS (
-            SELECT @extschema@.quarter_start(at) AS quarter,
-                   @extschema@.quarter_start(at)::timestamp AT TIME ZONE @extschema@.site_timezone() AS starts,
-                   (@extschema@.quarter_start(at) + interval '3 months') AT TIME ZONE @extschema@.site_timezone() AS ends,
-                   @extschema@.setting_value('bank_unit') AS unit
+            SELECT @extschema@.quarter_start(at) AS quarter, @extschema@.setting_value('bank_unit') AS unit
         )
         SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l, q
                                WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
                                  AND l.unit = q.unit
                                  AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
-                   - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, q.starts, q.ends))
-                               FROM @extschema@.ledger l, q
-                               WHERE l.account = balance.account AND l.kind = 'charge' AND l.unit = q.unit
-                                 AND l.job_end >= q.starts AND l.job_start < q.ends), 0), 6)
+                   - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c, q
+                               WHERE c.account = balance.account AND c.unit = q.unit
+                                 AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
     'Balance of an account in the quarter containing at (default today): deposits + transfers + refunds - charges';
 
 -- One row per account and quarter with entries: what a portal shows.
 CREATE VIEW @extschema@.quarter_balances AS
-    WITH per_quarter AS (
+    WITH entries AS (  -- bank_entry, with the charges from the rollup
+        SELECT l.account, l.kind, @extschema@.quarter_start(l.valid_from) AS quarter, l.amount
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('deposit', 'transfer', 'refund')
+          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+        UNION ALL
+        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
+        FROM @extschema@.charge_rollup c
+        WHERE c.unit = (SELECT @extschema@.setting_value('bank_unit'))
+        GROUP BY c.account, @extschema@.quarter_start(c.month)
+    ), per_quarter AS (
         SELECT e.account, e.quarter,
                @extschema@.quarter_balance(e.kind, e.quarter, e.amount::float8, e.quarter) AS b
-        FROM @extschema@.bank_entry e
+        FROM entries e
         GROUP BY e.account, e.quarter
     )
     SELECT p.account, a.kind AS account_kind, p.quarter,

@@ -166,6 +166,8 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.create_job_table(text),
     @extschema@.protect_table(regclass),
     @extschema@.fairshare_all(timestamptz),
-    @extschema@.add_quota_period(text, date, date, float8, text, text)
+    @extschema@.add_quota_period(text, date, date, float8, text, text),
+    @extschema@.rebuild_rollup(),
+    @extschema@.compact_rollup()
     FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;

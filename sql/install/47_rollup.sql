@@ -1,0 +1,182 @@
+-- ---------------------------------------------------------------------------------------
+-- The charge rollup: the ledger's charges summed per account, resource, submitter, month
+-- they count in (pro rata by wall-clock time, site time zone) and month the jobs ended in.
+-- A statement trigger on the ledger appends the rollup rows of every statement's charges
+-- in the same transaction, so the rollup is always the ledger's sum; reports read
+-- thousands of rollup rows instead of millions of ledger rows. Rows are deltas (one per
+-- group and statement, never updated, so concurrent loaders do not lock each other);
+-- compact_rollup() merges them, rebuild_rollup() recomputes everything from the ledger.
+-- ---------------------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.charge_rollup (
+    account     text NOT NULL,
+    resource_id bigint NOT NULL,
+    unit        text NOT NULL,
+    submitter   text,
+    month       date NOT NULL,
+    end_month   date NOT NULL,
+    amount      numeric NOT NULL,
+    decayed     float8 NOT NULL
+);
+CREATE INDEX charge_rollup_account ON @extschema@.charge_rollup (account, month);
+COMMENT ON TABLE @extschema@.charge_rollup IS
+    'Charges (and reversals) summed per account, resource, unit, submitter, month counted in and month ended in; '
+    'maintained with the ledger, derived from it';
+COMMENT ON COLUMN @extschema@.charge_rollup.month IS
+    'First day of the month (site time zone) the amount counts in: charges are split pro rata by wall-clock time';
+COMMENT ON COLUMN @extschema@.charge_rollup.end_month IS 'First day of the month (site time zone) the jobs ended in';
+COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
+    'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
+    'fairshare() scales it to any later instant';
+
+-- The rollup rows of the charges in `source` (a table or a parenthesized query with the
+-- ledger's columns), as one INSERT statement's text: the trigger runs it over its
+-- transition table, rebuild_rollup() over the whole ledger. A job inside one month (almost
+-- all) takes the short branch without splitting.
+CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       pg_catalog.date_part('epoch', @extschema@.fairshare_setting_value('half_life')::interval)
+                           AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                       e.amount::float8 * 2 ^ (-pg_catalog.date_part('epoch',
+                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
+                               AT TIME ZONE z.tz - e.job_end) / z.half_life) AS decayed
+                FROM %s e, z
+                WHERE e.kind = 'charge'
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
+    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
+
+CREATE FUNCTION @extschema@.roll_up_charges() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        EXECUTE @extschema@.rollup_insert_sql('new_entries');
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
+    'Statement trigger of hpcacct.ledger: adds the rollup rows of the statement''s charges';
+CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
+    REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.roll_up_charges();
+
+-- Recomputes the rollup from the ledger: after a change of the site's time zone or the
+-- fair-share half-life, which its months and decay depend on.
+CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        rows_added bigint;
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
+        DELETE FROM @extschema@.charge_rollup;
+        EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
+        GET DIAGNOSTICS rows_added = ROW_COUNT;
+        RETURN rows_added;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
+    'Recomputes hpcacct.charge_rollup from the ledger (automatic when the time zone or half-life changes); '
+    'returns its rows';
+
+-- Merges the delta rows into one row per group. Exact (sums of the same numerics) and
+-- idempotent; safe next to loaders (it moves only the rows it sees). Run it daily (pg_cron).
+CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH moved AS (
+            DELETE FROM @extschema@.charge_rollup
+            RETURNING account, resource_id, unit, submitter, month, end_month, amount, decayed
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount, decayed)
+            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount), sum(decayed)
+            FROM moved
+            GROUP BY account, resource_id, unit, submitter, month, end_month
+            RETURNING 1
+        )
+        SELECT count(*) FROM merged
+    $$;
+COMMENT ON FUNCTION @extschema@.compact_rollup() IS
+    'Merges the charge rollup''s delta rows into one per group (exact, idempotent); returns the rows left';
+
+-- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
+-- in, for the months from_month to to_month: the rollup for the jobs that ended before the
+-- month of `at`, the ledger (its job_end index) for those that ended in it. Not grouped.
+CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE t.tz) AS at_month
+            FROM (SELECT @extschema@.site_timezone() AS tz) t
+        )
+        SELECT r.account, r.resource_id, r.unit, r.submitter, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE r.end_month < z.at_month AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT l.account, l.resource_id, l.unit, l.submitter, m.month::date,
+               l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz)
+        FROM @extschema@.ledger l, z
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+                                                      z.at_month, interval '1 month') AS m(month)
+        WHERE l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
+          AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
+          AND m.month BETWEEN $2 AND $3
+    $$;
+COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date) IS
+    'Charges of the jobs that ended by at, per account, resource, unit, submitter and month counted in '
+    '(from_month to to_month), from the rollup and the ledger''s latest month; rows to be summed';
+
+-- Months depend on the site's time zone: changing it rebuilds the rollup. (Not dumped: a
+-- restore of the ledger rolls its rows up again, and a restored time zone rebuilds them.)
+CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.rebuild_rollup();
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rebuild_rollup_trigger() IS
+    'Trigger: rebuilds the charge rollup after a change of a setting it depends on';
+CREATE TRIGGER setting_insert_rebuilds_rollup AFTER INSERT ON @extschema@.setting
+    FOR EACH ROW WHEN (NEW.name = 'timezone') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+CREATE TRIGGER setting_update_rebuilds_rollup AFTER UPDATE ON @extschema@.setting
+    FOR EACH ROW WHEN ('timezone' IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD)
+    EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+CREATE TRIGGER setting_delete_rebuilds_rollup AFTER DELETE ON @extschema@.setting
+    FOR EACH ROW WHEN (OLD.name = 'timezone') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();

@@ -1,0 +1,109 @@
+-- The charge rollup (sql/install/47_rollup.sql): it always equals the ledger's charges split
+-- by month, through inserts, re-rating, deletion, compaction and changes of the time zone and
+-- half-life it depends on; the reports that read it agree with the ledger read job by job.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(22);
+
+-- ---- objects ----
+SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
+SELECT has_trigger('hpcacct', 'ledger', 'ledger_roll_up', 'the ledger rolls up its charges');
+SELECT is((SELECT count(*) FROM pg_extension e, unnest(e.extconfig) AS t(oid)
+           WHERE e.extname = 'hpcacct' AND t.oid = 'hpcacct.charge_rollup'::regclass),
+          0::bigint, 'the rollup is not dumped: a restored ledger rolls itself up again');
+SELECT ok(NOT has_function_privilege('public', 'hpcacct.rebuild_rollup()', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'hpcacct.compact_rollup()', 'EXECUTE'),
+          'rebuild_rollup() and compact_rollup() are not for PUBLIC');
+
+-- ---- a site: jobs inside a month, across month ends, of zero length ----
+INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+INSERT INTO account (name) SELECT 'rua' || a FROM generate_series(0, 3) AS a;
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, valid) VALUES
+    ('ruc', 'cpu', 'cpu=32,node=1', 'cpu=1', 1.0, 'core-hours', tstzrange('-infinity', '2026-03-01 00:00+01')),
+    ('ruc', 'cpu', 'cpu=32,node=1', 'cpu=1', 1.5, 'core-hours', tstzrange('2026-03-01 00:00+01', 'infinity')),
+    ('ruc', 'gpu', 'cpu=8,gres/gpu=4,node=1', 'gres/gpu=1', 1.0, 'gpu-hours', '[-infinity,infinity)');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres)
+SELECT 'ruc', 'r' || i, 'rua' || (i % 4), 'ruu' || (i % 7), CASE WHEN i % 5 = 0 THEN 'gpu' ELSE 'cpu' END,
+       s, s + (i % 97) * interval '37 minutes' + CASE WHEN i % 11 = 0 THEN interval '3 days' ELSE interval '0' END,
+       (CASE WHEN i % 5 = 0 THEN 'cpu=8,gres/gpu=' || (1 + i % 4) ELSE 'cpu=' || (1 + i % 32) END)::tres
+FROM generate_series(1, 600) AS i
+CROSS JOIN LATERAL (SELECT timestamptz '2025-12-20 00:00+01' + i * interval '7 hours 13 minutes' AS s) t;
+
+-- the rollup against the ledger split by month (hpcacct.charge_by_month), exactly
+CREATE TEMP VIEW rollup_vs_ledger AS
+    SELECT coalesce(r.account, l.account) AS account, coalesce(r.month, l.month) AS month,
+           r.amount AS rolled, l.amount AS ledger
+    FROM (SELECT account, month, sum(amount) AS amount FROM charge_rollup GROUP BY 1, 2) r
+    FULL JOIN (SELECT account, month, sum(amount) AS amount FROM charge_by_month GROUP BY 1, 2) l
+      ON l.account = r.account AND l.month = r.month
+    WHERE r.amount IS DISTINCT FROM l.amount;
+
+SELECT is_empty('SELECT * FROM rollup_vs_ledger', 'after charging: the rollup equals the ledger per account and month');
+SELECT ok((SELECT count(DISTINCT month) FROM charge_rollup) >= 5, 'the jobs count in several months');
+SELECT ok(EXISTS (SELECT 1 FROM charge_rollup WHERE month < end_month),
+          'jobs across a month end count in both months');
+
+UPDATE job SET "end" = "end" + interval '9 hours' WHERE jobid IN ('r11', 'r22', 'r33', 'r100');  -- re-rated
+DELETE FROM job WHERE jobid IN ('r44', 'r55', 'r300');
+SELECT is_empty('SELECT * FROM rollup_vs_ledger', 'after re-rating and deleting jobs: still equal');
+SELECT is((SELECT sum(amount) FROM charge_rollup), (SELECT sum(amount) FROM ledger WHERE kind = 'charge'),
+          'the rollup''s total is the ledger''s total of charges');
+
+-- ---- compaction: exact and idempotent ----
+CREATE TEMP TABLE before_compaction AS
+    SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount, sum(decayed) AS decayed
+    FROM charge_rollup GROUP BY 1, 2, 3, 4, 5, 6;
+SELECT ok((SELECT count(*) FROM charge_rollup) > (SELECT count(*) FROM before_compaction),
+          'reversals left delta rows to merge');
+SELECT is(compact_rollup(), (SELECT count(*) FROM before_compaction), 'compact_rollup() leaves one row per group');
+SELECT is_empty($$SELECT account, resource_id, unit, submitter, month, end_month, amount FROM charge_rollup
+                  EXCEPT SELECT account, resource_id, unit, submitter, month, end_month, amount FROM before_compaction$$,
+                'the merged rows hold the same sums');
+CREATE TEMP TABLE after_compaction AS SELECT * FROM charge_rollup;
+SELECT is(compact_rollup(), (SELECT count(*) FROM before_compaction), 'a second compaction ...');
+SELECT set_eq('SELECT * FROM charge_rollup', 'SELECT * FROM after_compaction', '... changes nothing');
+
+-- ---- the time zone and the half-life rebuild it ----
+UPDATE setting SET value = 'America/Vancouver' WHERE name = 'timezone';
+SELECT is_empty('SELECT * FROM rollup_vs_ledger', 'after a change of time zone: rebuilt, months of the new zone');
+SELECT ok(EXISTS (SELECT 1 FROM after_compaction a
+                  WHERE NOT EXISTS (SELECT 1 FROM charge_rollup r WHERE r.account = a.account AND r.month = a.month
+                                      AND r.resource_id = a.resource_id AND r.submitter = a.submitter
+                                      AND r.amount = a.amount)),
+          'the months moved with the zone');
+
+-- fairshare() from the rollup against decayed_usage() over the jobs, in the month's middle
+CREATE TEMP VIEW decay_check AS
+    SELECT f.account, f.usage, d.usage AS expected
+    FROM fairshare_all('2026-05-17 12:00+02') f
+    JOIN (SELECT account, decayed_usage(job_end, amount, '2026-05-17 12:00+02',
+                                        (SELECT value::interval FROM fairshare_settings WHERE name = 'half_life')) AS usage
+          FROM (SELECT l.account, l.job_end, sum(l.amount)::float8 AS amount FROM ledger l
+                WHERE l.kind = 'charge' AND l.unit = 'core-hours' AND l.job_end <= '2026-05-17 12:00+02'
+                GROUP BY l.cluster, l.jobid, l.account, l.job_start, l.job_end HAVING sum(l.amount) > 0) j
+          GROUP BY account) d ON d.account = f.account
+    WHERE f.submitter IS NULL AND f.unit = 'core-hours';
+SELECT is((SELECT count(*) FROM decay_check), 4::bigint, 'every account has decayed usage');
+SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
+                'fairshare() usage equals decayed_usage() over the jobs (half-life 7 days)');
+INSERT INTO fairshare_setting VALUES ('half_life', '2 days');
+SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
+                'after a change of half-life: rebuilt, still equal (2 days)');
+
+-- ---- a report mid-month, some jobs ending after `at`: rollup + ledger against the ledger alone ----
+SELECT is_empty($$
+    SELECT account, usage FROM usage_by_account(2026, '2026-02-10 09:30-08') WHERE unit = 'core-hours'
+    EXCEPT
+    SELECT account, round(sum(amount), 6) FROM year_charges(2026, '2026-02-10 09:30-08')
+    WHERE unit = 'core-hours' GROUP BY account$$,
+    'usage_by_account in the middle of a month equals the sum of year_charges() over the ledger');
+SELECT ok((SELECT count(*) FROM ledger WHERE kind = 'charge' AND job_end > '2026-02-10 09:30-08'
+             AND job_start < '2026-02-10 09:30-08') > 0,
+          'and some jobs were still running at that instant (not counted)');
+
+-- ---- a portal user sees only their accounts' rollup rows ----
+SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'hpcacct.charge_rollup'::regclass),
+          'row-level security is on for the rollup');
+
+SELECT * FROM finish();
+ROLLBACK;
