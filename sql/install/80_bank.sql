@@ -581,11 +581,15 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
     AS $$
     DECLARE
         chosen text := account;
+        bank_unit text;
         state text;
+        is_member boolean;
         current_balance numeric;
         reason text;
         message text;
     BEGIN
+        -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
+        -- SQL functions are planned again at every call.
         IF chosen IS NULL THEN
             SELECT coalesce(u.default_account, u.username) INTO chosen
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
@@ -594,24 +598,55 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
                            format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
             END IF;
         END IF;
-        state := @extschema@.account_state(chosen, at);
+        -- setting_value() without the cost of the settings view when the site has set it
+        bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                              @extschema@.setting_value('bank_unit'));
+        SELECT CASE
+                   WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+                   WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                  AND l.unit = bank_unit
+                                  AND l.valid_from >= @extschema@.quarter_start(at)
+                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                HAVING sum(l.amount) > 0) THEN 'active'
+                   ELSE 'expired'
+               END,
+               EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = a.name AND m.username = check_submit.username)
+        INTO state, is_member
+        FROM @extschema@.account a
+        WHERE a.name = chosen;
         IF state IS NULL THEN
             reason := 'unknown_account'; message := format('account %s does not exist', chosen);
         ELSIF state = 'deleted' THEN
             reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
-        ELSIF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                          WHERE m.account = chosen AND m.username = check_submit.username) THEN
+        ELSIF NOT is_member THEN
             reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
         ELSIF state = 'expired' THEN
             reason := 'account_expired';
             message := format('account %s has no allocation for this or a later quarter', chosen);
         ELSE
-            current_balance := @extschema@.balance(chosen, at);
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = chosen AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
+                         - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, q.starts, q.ends))
+                                     FROM @extschema@.ledger l
+                                     WHERE l.account = chosen AND l.kind = 'charge' AND l.unit = bank_unit
+                                       AND l.job_end >= q.starts AND l.job_start < q.ends), 0), 6)
+            INTO current_balance
+            FROM (SELECT z.quarter, z.quarter::timestamp AT TIME ZONE z.tz AS starts,
+                         (z.quarter + interval '3 months') AT TIME ZONE z.tz AS ends
+                  FROM (SELECT @extschema@.quarter_start(at) AS quarter,
+                               coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'timezone'),
+                                        @extschema@.site_timezone()) AS tz) z) q;
             IF current_balance < 0 THEN
                 reason := 'negative_balance';
                 message := format('account %s has a negative balance (%s %s) this quarter', chosen,
-                                  current_balance, @extschema@.setting_value('bank_unit'));
-            ELSIF @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
+                                  current_balance, bank_unit);
+            -- window_quota_state() is NULL without a quota period: ask only when there is one
+            ELSIF EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = chosen)
+                  AND @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
                 reason := 'quota_blocked';
                 message := format('account %s has exceeded its sliding-window quota', chosen);
             END IF;
