@@ -430,24 +430,102 @@ COMMENT ON PROCEDURE @extschema@.regulate(date) IS
 -- status is the monthly rule's; it is NULL for an account under annual regulation, whose
 -- outcomes (1 May, 1 June) are in hpcacct.regulation_log.
 CREATE VIEW @extschema@.regulation_report AS
-    SELECT a.account, a.machine, m.month::date AS month, d.as_of,
-           CASE WHEN st.granted >= s.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
-           st.alloc, st.tmc, st.tc, st.consumption, st.delta,
-           CASE WHEN st.granted >= s.monthly_threshold THEN st.status END AS status,
+    WITH cfg AS MATERIALIZED (
+        SELECT (SELECT @extschema@.site_timezone()) AS tz, (SELECT @extschema@.site_today()) AS today
+    ), events AS MATERIALIZED (
+        SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+    ), months AS MATERIALIZED (
+        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
+               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
+               s.monthly_threshold, s.month_convention
+        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
+              FROM events e GROUP BY e.account, e.machine) a
+        JOIN @extschema@.machine_setting s ON s.machine = a.machine
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
+                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
+                                                      interval '1 month') AS m(month)
+        WHERE m.month::date + 14 <= cfg.today
+    ), bounds AS MATERIALIZED (
+        -- The instants consumption is taken before, in order: 1 January and the 16th (the day
+        -- after the 15th) of every month of the report's years, 13 a year.
+        SELECT y.first_year, pg_catalog.array_agg(d.day::timestamp AT TIME ZONE cfg.tz ORDER BY d.day) AS at
+        FROM (SELECT min(m.year) AS first_year, max(m.year) AS last_year FROM months m) y
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.make_date(g.year, greatest(k.k, 1), CASE WHEN k.k = 0 THEN 1 ELSE 16 END) AS day
+            FROM pg_catalog.generate_series(y.first_year, y.last_year) AS g(year),
+                 pg_catalog.generate_series(0, 12) AS k(k)
+        ) d
+        GROUP BY y.first_year
+    ), status AS (  -- allocation_status() of each row: the events
+        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
+               -- where the day after as_of and 1 January are in bounds.at
+               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
+               coalesce(sum(e.amount), 0) AS alloc,
+               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
+               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
+               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL)
+                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
+                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
+        FROM months m
+        CROSS JOIN bounds b
+        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
+                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
+        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
+    ), charges AS (
+        -- consumption_before(account, machine, at[j]) for every j, summed exactly as it sums:
+        -- a charge ended by at[j] counts its amount from its first such j on ("whole"), a
+        -- charge running across at[j] its share before at[j] ("part").
+        SELECT x.account, x.resource_id, CASE WHEN x.j = x.ws THEN x.we + 1 ELSE x.j END AS j,
+               sum(x.amount) FILTER (WHERE x.j = x.ws) AS whole,
+               sum(x.amount * @extschema@.period_share(x.job_start, x.job_end, '-infinity', x.at[x.j]))
+                   FILTER (WHERE x.j > x.ws) AS part
+        FROM (SELECT l.account, l.resource_id, l.amount, l.job_start, l.job_end, w.ws, w.we, b.at,
+                     pg_catalog.generate_series(w.ws, w.we) AS j
+              FROM @extschema@.ledger l
+              CROSS JOIN bounds b
+              CROSS JOIN LATERAL (  -- at[ws] <= job_start < at[ws + 1]; at[we] < job_end <= at[we + 1]
+                  SELECT pg_catalog.width_bucket(l.job_start, b.at) AS ws,
+                         pg_catalog.width_bucket(CASE WHEN l.job_end > l.job_start
+                                                      THEN l.job_end - interval '1 microsecond'
+                                                      ELSE l.job_start END, b.at) AS we
+              ) w
+              WHERE l.kind = 'charge'
+                AND l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r
+                                      JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster))) x
+        GROUP BY 1, 2, 3
+    ), before AS (
+        SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.j, sum(c.whole) AS whole, sum(c.part) AS part
+        FROM charges c
+        JOIN @extschema@.resource r USING (resource_id)
+        GROUP BY 1, 2, 3
+    ), grid AS (  -- consumption_before(account, machine, at[j]) for every account, machine and j
+        SELECT p.account, p.machine, j.j,
+               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
+               + coalesce(bf.part, 0) AS amount
+        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
+        CROSS JOIN bounds b
+        CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.array_length(b.at, 1)) AS j(j)
+        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
+    )
+    SELECT st.account, st.machine, st.month, st.as_of,
+           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
+           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
+           CASE WHEN st.granted >= st.monthly_threshold
+                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
            g.outcome AS logged_outcome, g.retracted
-    FROM (SELECT l.account, l.cluster AS machine, min(l.valid_from) AS first_day, max(l.valid_until) AS last_day
-          FROM @extschema@.ledger l
-          WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
-          GROUP BY l.account, l.cluster) a
-    JOIN @extschema@.machine_setting s ON s.machine = a.machine
-    CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
-                                                  pg_catalog.date_trunc('month', a.last_day::timestamp),
-                                                  interval '1 month') AS m(month)
-    CROSS JOIN LATERAL (SELECT m.month::date + 14 AS as_of) d
-    CROSS JOIN LATERAL @extschema@.allocation_status(a.account, a.machine, d.as_of) st
+    FROM status st
+    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
+    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
+    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
     LEFT JOIN @extschema@.regulation_log g
-      ON g.account = a.account AND g.machine = a.machine AND g.run_date = d.as_of AND g.run = 'monthly'
-    WHERE d.as_of <= (SELECT @extschema@.site_today());  -- once per query
+      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
 COMMENT ON VIEW @extschema@.regulation_report IS
     'Per account, machine and month up to today: Alloc, TMC, TC, consumption, delta and monthly status at the 15th (NULL under annual regulation), and the outcome the monthly run logged';
 
