@@ -489,9 +489,6 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
     DECLARE
         this_quarter constant date := @extschema@.quarter_start(q);
         previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
-        personal record;
-        deposited numeric;
-        target date;
     BEGIN
         IF q IS NULL OR NOT isfinite(q) THEN
             RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
@@ -499,25 +496,48 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         -- one run at a time
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
 
-        FOR personal IN
-            SELECT a.name FROM @extschema@.account a
+        -- top_up() of the personal accounts of members of active projects (account_state()
+        -- inline), for this and the two following quarters, in one statement
+        WITH cfg AS MATERIALIZED (
+            SELECT @extschema@.setting_value('bank_unit') AS unit
+        ), active AS (
+            SELECT p.name
+            FROM @extschema@.account p, cfg
+            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
+                            AND l.valid_from >= this_quarter
+                          GROUP BY @extschema@.quarter_start(l.valid_from)
+                          HAVING sum(l.amount) > 0)
+        ), missing AS MATERIALIZED (
+            SELECT a.name, t.target,
+                   coalesce(a.personal_allotment,
+                            (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                   - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                               WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                 AND l.unit = cfg.unit), 0) AS amount
+            FROM @extschema@.account a
+            CROSS JOIN cfg
+            CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
+                                FROM pg_catalog.generate_series(0, 2) AS i) t
             WHERE a.kind = 'personal' AND a.deleted_in IS NULL
-              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN @extschema@.account p ON p.name = m.account
-                          WHERE m.username = a.name AND p.kind = 'project'
-                            AND @extschema@.account_state(p.name, this_quarter) = 'active')
-            ORDER BY a.name
-        LOOP
-            FOR i IN 0 .. 2 LOOP
-                target := (this_quarter + i * interval '3 months')::date;
-                deposited := @extschema@.top_up(personal.name, target, @extschema@.personal_allotment(personal.name));
-                IF deposited > 0 THEN
-                    INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
-                    VALUES (this_quarter, personal.name, 'top_up', target, deposited)
-                    ON CONFLICT ON CONSTRAINT quarter_log_once
-                    DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
-                END IF;
-            END LOOP;
-        END LOOP;
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN active p ON p.name = m.account
+                          WHERE m.username = a.name)
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+            SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
+                   'personal allotment'
+            FROM missing m, cfg
+            WHERE m.amount > 0
+            ORDER BY m.name, m.target
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+        SELECT this_quarter, m.name, 'top_up', m.target, m.amount
+        FROM missing m
+        WHERE m.amount > 0
+        ORDER BY m.name, m.target
+        ON CONFLICT ON CONSTRAINT quarter_log_once
+        DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
 
         -- expire personal accounts without an allocation for this quarter
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
@@ -549,7 +569,16 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
             WHERE u.default_account IS NOT NULL
-              AND @extschema@.account_state(u.default_account, this_quarter) IN ('expired', 'deleted')
+              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
+              AND EXISTS (SELECT 1 FROM @extschema@.account a
+                          WHERE a.name = u.default_account
+                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
+                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                                                  AND l.valid_from >= this_quarter
+                                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                                HAVING sum(l.amount) > 0)))
             FOR UPDATE
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL

@@ -342,3 +342,114 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
     LEFT JOIN @extschema@.regulation_log g
       ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
 ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);  -- CREATE OR REPLACE resets it
+
+-- open_quarter(): top-ups in one statement, account_state() inline
+CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        this_quarter constant date := @extschema@.quarter_start(q);
+        previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+    BEGIN
+        IF q IS NULL OR NOT isfinite(q) THEN
+            RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one run at a time
+        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+
+        -- top_up() of the personal accounts of members of active projects (account_state()
+        -- inline), for this and the two following quarters, in one statement
+        WITH cfg AS MATERIALIZED (
+            SELECT @extschema@.setting_value('bank_unit') AS unit
+        ), active AS (
+            SELECT p.name
+            FROM @extschema@.account p, cfg
+            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
+                            AND l.valid_from >= this_quarter
+                          GROUP BY @extschema@.quarter_start(l.valid_from)
+                          HAVING sum(l.amount) > 0)
+        ), missing AS MATERIALIZED (
+            SELECT a.name, t.target,
+                   coalesce(a.personal_allotment,
+                            (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                   - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                               WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                 AND l.unit = cfg.unit), 0) AS amount
+            FROM @extschema@.account a
+            CROSS JOIN cfg
+            CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
+                                FROM pg_catalog.generate_series(0, 2) AS i) t
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN active p ON p.name = m.account
+                          WHERE m.username = a.name)
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+            SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
+                   'personal allotment'
+            FROM missing m, cfg
+            WHERE m.amount > 0
+            ORDER BY m.name, m.target
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+        SELECT this_quarter, m.name, 'top_up', m.target, m.amount
+        FROM missing m
+        WHERE m.amount > 0
+        ORDER BY m.name, m.target
+        ON CONFLICT ON CONSTRAINT quarter_log_once
+        DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
+
+        -- expire personal accounts without an allocation for this quarter
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, a.name, 'expired', this_quarter
+        FROM @extschema@.account a
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit')) AND l.valid_from = this_quarter
+                          HAVING sum(l.amount) > 0)
+        ON CONFLICT DO NOTHING;
+
+        -- delete those that expired in the previous quarter as well
+        WITH deleted AS (
+            UPDATE @extschema@.account a SET deleted_in = this_quarter
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = previous_quarter)
+            RETURNING a.name
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
+        ON CONFLICT DO NOTHING;
+
+        -- default projects that point to expired or deleted accounts fall back to the personal one
+        WITH stale AS (
+            SELECT u.username, u.default_account
+            FROM @extschema@.hpc_user u
+            WHERE u.default_account IS NOT NULL
+              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
+              AND EXISTS (SELECT 1 FROM @extschema@.account a
+                          WHERE a.name = u.default_account
+                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
+                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                                                  AND l.valid_from >= this_quarter
+                                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                                HAVING sum(l.amount) > 0)))
+            FOR UPDATE
+        ), reset AS (
+            UPDATE @extschema@.hpc_user u SET default_account = NULL
+            FROM stale s
+            WHERE u.username = s.username
+            RETURNING s.username, s.default_account AS old_default
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, username)
+        SELECT this_quarter, r.old_default, 'default_reset', this_quarter, r.username FROM reset r
+        ON CONFLICT DO NOTHING;
+    END
+    $$;
