@@ -52,20 +52,3 @@ CREATE VIEW @extschema@.charge_by_month AS
       AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
 COMMENT ON VIEW @extschema@.charge_by_month IS
     'Charges split pro rata over the calendar months (site time zone) in which the jobs ran';
-
--- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
--- pro rata before it.
-CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
-    RETURNS numeric
-    LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', before)), 0)
-        FROM @extschema@.ledger l
-        JOIN @extschema@.resource r USING (resource_id)
-        WHERE l.kind = 'charge' AND l.account = consumption_before.account
-          AND coalesce(r.pool, r.cluster) = consumption_before.pool
-          AND l.job_start < before
-    $$;
-COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
-    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';

@@ -16,6 +16,7 @@ CREATE TABLE @extschema@.charge_rollup (
     month       date NOT NULL,
     end_month   date NOT NULL,
     amount      numeric NOT NULL,
+    job_amount  numeric NOT NULL,
     decayed     float8 NOT NULL
 );
 CREATE INDEX charge_rollup_account ON @extschema@.charge_rollup (account, month);
@@ -25,6 +26,8 @@ COMMENT ON TABLE @extschema@.charge_rollup IS
 COMMENT ON COLUMN @extschema@.charge_rollup.month IS
     'First day of the month (site time zone) the amount counts in: charges are split pro rata by wall-clock time';
 COMMENT ON COLUMN @extschema@.charge_rollup.end_month IS 'First day of the month (site time zone) the jobs ended in';
+COMMENT ON COLUMN @extschema@.charge_rollup.job_amount IS
+    'Sum of the jobs'' whole amounts, on their first month''s row: what they charged, whatever month they ran in';
 COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
     'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
     'fairshare() scales it to any later instant';
@@ -52,17 +55,20 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
                 FROM %s e, z
                 WHERE e.kind = 'charge'
             )
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount, decayed)
-            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount), sum(s.decayed)
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
             FROM (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
-                       e.last_month::date AS end_month, e.amount, e.decayed
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
                 FROM entries e
                 WHERE e.first_month = e.last_month
                 UNION ALL
                 SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
                        e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
                                                            (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
                        CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
                 FROM entries e
                 CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
@@ -117,10 +123,11 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     AS $$
         WITH moved AS (
             DELETE FROM @extschema@.charge_rollup
-            RETURNING account, resource_id, unit, submitter, month, end_month, amount, decayed
+            RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
         ), merged AS (
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount, decayed)
-            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount), sum(decayed)
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount), sum(job_amount), sum(decayed)
             FROM moved
             GROUP BY account, resource_id, unit, submitter, month, end_month
             RETURNING 1
@@ -159,6 +166,32 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
 COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date) IS
     'Charges of the jobs that ended by at, per account, resource, unit, submitter and month counted in '
     '(from_month to to_month), from the rollup and the ledger''s latest month; rows to be summed';
+
+-- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
+-- pro rata before it. Jobs that ended before the instant's month count whole (the rollup's
+-- job_amount); the others, read from the ledger, by their share before the instant. The sum
+-- is exactly the job-by-job one (numeric addition is exact, a whole share is exactly 1).
+CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, pg_catalog.date_trunc('month', $3 AT TIME ZONE t.tz) AS month
+            FROM (SELECT @extschema@.site_timezone() AS tz) t
+        )
+        SELECT coalesce((SELECT sum(c.job_amount)
+                         FROM @extschema@.charge_rollup c
+                         JOIN @extschema@.resource r USING (resource_id), z
+                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < z.month), 0)
+             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
+                         FROM @extschema@.ledger l
+                         JOIN @extschema@.resource r USING (resource_id), z
+                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                           AND l.job_end >= z.month AT TIME ZONE z.tz AND l.job_start < $3), 0)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
 
 -- Months depend on the site's time zone: changing it rebuilds the rollup. (Not dumped: a
 -- restore of the ledger rolls its rows up again, and a restored time zone rebuilds them.)

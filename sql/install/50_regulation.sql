@@ -277,12 +277,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         y_start     date;
         y_end       date;
         today       date;
-        r           record;
-        result      text;
-        used        float8;
-        hours       numeric(20, 6);
-        entry       bigint;
-        entry_unit  text;
+        tz          text;
         already     bigint;
         n_ok        integer := 0;
         n_warning   integer := 0;
@@ -317,78 +312,111 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
         y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
         as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
+        tz := @extschema@.site_timezone();
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
 
-        FOR r IN
-            SELECT a.account, a.machine, s.monthly_threshold, s.annual_warning_percent,
-                   s.annual_retraction_percent, st.*
-            FROM (SELECT DISTINCT l.account, l.cluster AS machine
-                  FROM @extschema@.ledger l
-                  WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
-                    AND l.valid_from <= as_of AND l.valid_until >= y_start) a
-            JOIN @extschema@.machine_setting s ON s.machine = a.machine
-            CROSS JOIN LATERAL @extschema@.allocation_status(a.account, a.machine, as_of) st
-            WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
+        -- Every account's allocation_status(account, machine, as_of) at once: the events in one
+        -- pass over the allocations, consumption in one pass over the charges. Consumption
+        -- is computed as consumption_before() does, charge by charge, and summed exactly
+        -- (numeric): a charge wholly inside the period counts its amount, a charge across
+        -- one of its ends its share before the end minus its share before the start.
+        WITH events AS (
+            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+                   s.annual_retraction_percent,
+                   coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            JOIN @extschema@.machine_setting s ON s.machine = l.cluster
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+              AND l.valid_from <= as_of AND l.valid_until >= y_start
+            GROUP BY l.account, l.cluster, s.machine
+        ), bounds AS (
+            SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
+        ), per_resource AS (
+            SELECT l.account, l.resource_id,
+                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
+                            ELSE l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b2)
+                                 - CASE WHEN l.job_start < b.b1
+                                        THEN l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b1)
+                                        ELSE 0 END
+                       END) AS amount
+            FROM @extschema@.ledger l, bounds b
+            WHERE l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            GROUP BY l.account, l.resource_id
+        ), used AS (
+            SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
+            FROM per_resource p
+            JOIN @extschema@.resource r USING (resource_id)
+            GROUP BY 1, 2
+        ), figures AS (
+            SELECT e.*, coalesce(u.amount, 0)::float8 AS consumption
+            FROM events e
+            LEFT JOIN used u ON u.account = e.account AND u.machine = e.machine
+            WHERE (e.granted >= e.monthly_threshold) = (kind_of_run = 'monthly')
               AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
-                              WHERE g.account = a.account AND g.machine = a.machine
+                              WHERE g.account = e.account AND g.machine = e.machine
                                 AND g.run_date = d AND g.run = kind_of_run)
-            ORDER BY a.machine, a.account
-        LOOP
-            result := 'ok';
-            used := NULL;
-            hours := 0;
-            entry := NULL;
-            IF kind_of_run = 'monthly' THEN
-                result := r.status;
-                IF result = 'retraction' THEN
-                    hours := round(r.tmc::numeric, 6);
-                END IF;
-            ELSIF r.alloc > 0 THEN
-                used := 100 * r.consumption / r.alloc::float8;
-                IF used < r.annual_warning_percent THEN
-                    IF EXISTS (SELECT 1 FROM @extschema@.exoneration x
-                               WHERE x.account = r.account AND x.machine = r.machine
-                                 AND x.year = EXTRACT(year FROM d)) THEN
-                        result := 'exonerated';
-                    ELSIF kind_of_run = 'annual_warning' THEN
-                        result := 'warning';
-                    ELSE
-                        result := 'retraction';
-                        hours := round(greatest(0, least(r.annual_retraction_percent / 100 * r.alloc,
-                                                         r.alloc - r.consumption::numeric)), 6);
-                    END IF;
-                END IF;
-            END IF;
-
-            IF hours > 0 THEN
-                SELECT l.unit INTO entry_unit
-                FROM @extschema@.ledger l
-                WHERE l.account = r.account AND l.cluster = r.machine
-                  AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
-                ORDER BY l.valid_from DESC, l.entry_id DESC
-                LIMIT 1;
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
-                VALUES (r.account, 'retraction', -hours, entry_unit, r.machine, d, y_end,
-                        format('hpcacct.regulate(%s): %s regulation', d,
-                               CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END))
-                RETURNING entry_id INTO entry;
-            END IF;
-
+        ), annual AS (
+            SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
+                             THEN 100 * f.consumption / f.alloc::float8 END AS used
+            FROM figures f
+        ), outcome AS MATERIALIZED (
+            SELECT a.*, x.result,
+                   CASE WHEN x.result <> 'retraction' THEN 0
+                        WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
+                        ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
+                                                     a.alloc - a.consumption::numeric)), 6)
+                   END::numeric(20, 6) AS hours
+            FROM annual a
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN kind_of_run = 'monthly' THEN @extschema@.regulation_status(a.consumption, a.tc, a.tmc)
+                    WHEN a.used < a.annual_warning_percent THEN
+                        CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                                          WHERE x.account = a.account AND x.machine = a.machine
+                                            AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
+                             WHEN kind_of_run = 'annual_warning' THEN 'warning'
+                             ELSE 'retraction' END
+                    ELSE 'ok'
+                END AS result
+            ) x
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            SELECT o.account, 'retraction', -o.hours,
+                   (SELECT l.unit
+                    FROM @extschema@.ledger l
+                    WHERE l.account = o.account AND l.cluster = o.machine
+                      AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                    ORDER BY l.valid_from DESC, l.entry_id DESC
+                    LIMIT 1),
+                   o.machine, d, y_end,
+                   format('hpcacct.regulate(%s): %s regulation', d,
+                          CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
+            FROM outcome o
+            WHERE o.hours > 0
+            ORDER BY o.machine, o.account
+            RETURNING entry_id, account, cluster
+        ), logged AS (
             -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
             -- REPEATABLE READ), the unique key makes it fail rather than book twice.
             INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
                                                     granted, consumption, tc, tmc, delta, used_percent,
                                                     retracted, entry_id)
-            VALUES (d, kind_of_run, r.account, r.machine, as_of, result, r.alloc, r.granted, r.consumption,
-                    r.tc, r.tmc, r.delta, used, hours, entry);
-
-            CASE result
-                WHEN 'ok' THEN n_ok := n_ok + 1;
-                WHEN 'warning' THEN n_warning := n_warning + 1;
-                WHEN 'retraction' THEN n_retracted := n_retracted + 1;
-                ELSE n_exonerated := n_exonerated + 1;
-            END CASE;
-        END LOOP;
+            SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
+                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours, b.entry_id
+            FROM outcome o
+            LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
+            ORDER BY o.machine, o.account
+            RETURNING outcome
+        )
+        SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
+               count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
+        INTO n_ok, n_warning, n_retracted, n_exonerated
+        FROM logged g;
 
         RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
             d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;
@@ -402,24 +430,102 @@ COMMENT ON PROCEDURE @extschema@.regulate(date) IS
 -- status is the monthly rule's; it is NULL for an account under annual regulation, whose
 -- outcomes (1 May, 1 June) are in hpcacct.regulation_log.
 CREATE VIEW @extschema@.regulation_report AS
-    SELECT a.account, a.machine, m.month::date AS month, d.as_of,
-           CASE WHEN st.granted >= s.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
-           st.alloc, st.tmc, st.tc, st.consumption, st.delta,
-           CASE WHEN st.granted >= s.monthly_threshold THEN st.status END AS status,
+    WITH cfg AS MATERIALIZED (
+        SELECT (SELECT @extschema@.site_timezone()) AS tz, (SELECT @extschema@.site_today()) AS today
+    ), events AS MATERIALIZED (
+        SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+    ), months AS MATERIALIZED (
+        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
+               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
+               s.monthly_threshold, s.month_convention
+        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
+              FROM events e GROUP BY e.account, e.machine) a
+        JOIN @extschema@.machine_setting s ON s.machine = a.machine
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
+                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
+                                                      interval '1 month') AS m(month)
+        WHERE m.month::date + 14 <= cfg.today
+    ), bounds AS MATERIALIZED (
+        -- The instants consumption is taken before, in order: 1 January and the 16th (the day
+        -- after the 15th) of every month of the report's years, 13 a year.
+        SELECT y.first_year, pg_catalog.array_agg(d.day::timestamp AT TIME ZONE cfg.tz ORDER BY d.day) AS at
+        FROM (SELECT min(m.year) AS first_year, max(m.year) AS last_year FROM months m) y
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.make_date(g.year, greatest(k.k, 1), CASE WHEN k.k = 0 THEN 1 ELSE 16 END) AS day
+            FROM pg_catalog.generate_series(y.first_year, y.last_year) AS g(year),
+                 pg_catalog.generate_series(0, 12) AS k(k)
+        ) d
+        GROUP BY y.first_year
+    ), status AS (  -- allocation_status() of each row: the events
+        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
+               -- where the day after as_of and 1 January are in bounds.at
+               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
+               coalesce(sum(e.amount), 0) AS alloc,
+               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
+               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
+               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL)
+                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
+                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
+        FROM months m
+        CROSS JOIN bounds b
+        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
+                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
+        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
+    ), charges AS (
+        -- consumption_before(account, machine, at[j]) for every j, summed exactly as it sums:
+        -- a charge ended by at[j] counts its amount from its first such j on ("whole"), a
+        -- charge running across at[j] its share before at[j] ("part").
+        SELECT x.account, x.resource_id, CASE WHEN x.j = x.ws THEN x.we + 1 ELSE x.j END AS j,
+               sum(x.amount) FILTER (WHERE x.j = x.ws) AS whole,
+               sum(x.amount * @extschema@.period_share(x.job_start, x.job_end, '-infinity', x.at[x.j]))
+                   FILTER (WHERE x.j > x.ws) AS part
+        FROM (SELECT l.account, l.resource_id, l.amount, l.job_start, l.job_end, w.ws, w.we, b.at,
+                     pg_catalog.generate_series(w.ws, w.we) AS j
+              FROM @extschema@.ledger l
+              CROSS JOIN bounds b
+              CROSS JOIN LATERAL (  -- at[ws] <= job_start < at[ws + 1]; at[we] < job_end <= at[we + 1]
+                  SELECT pg_catalog.width_bucket(l.job_start, b.at) AS ws,
+                         pg_catalog.width_bucket(CASE WHEN l.job_end > l.job_start
+                                                      THEN l.job_end - interval '1 microsecond'
+                                                      ELSE l.job_start END, b.at) AS we
+              ) w
+              WHERE l.kind = 'charge'
+                AND l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r
+                                      JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster))) x
+        GROUP BY 1, 2, 3
+    ), before AS (
+        SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.j, sum(c.whole) AS whole, sum(c.part) AS part
+        FROM charges c
+        JOIN @extschema@.resource r USING (resource_id)
+        GROUP BY 1, 2, 3
+    ), grid AS (  -- consumption_before(account, machine, at[j]) for every account, machine and j
+        SELECT p.account, p.machine, j.j,
+               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
+               + coalesce(bf.part, 0) AS amount
+        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
+        CROSS JOIN bounds b
+        CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.array_length(b.at, 1)) AS j(j)
+        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
+    )
+    SELECT st.account, st.machine, st.month, st.as_of,
+           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
+           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
+           CASE WHEN st.granted >= st.monthly_threshold
+                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
            g.outcome AS logged_outcome, g.retracted
-    FROM (SELECT l.account, l.cluster AS machine, min(l.valid_from) AS first_day, max(l.valid_until) AS last_day
-          FROM @extschema@.ledger l
-          WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
-          GROUP BY l.account, l.cluster) a
-    JOIN @extschema@.machine_setting s ON s.machine = a.machine
-    CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
-                                                  pg_catalog.date_trunc('month', a.last_day::timestamp),
-                                                  interval '1 month') AS m(month)
-    CROSS JOIN LATERAL (SELECT m.month::date + 14 AS as_of) d
-    CROSS JOIN LATERAL @extschema@.allocation_status(a.account, a.machine, d.as_of) st
+    FROM status st
+    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
+    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
+    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
     LEFT JOIN @extschema@.regulation_log g
-      ON g.account = a.account AND g.machine = a.machine AND g.run_date = d.as_of AND g.run = 'monthly'
-    WHERE d.as_of <= (SELECT @extschema@.site_today());  -- once per query
+      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
 COMMENT ON VIEW @extschema@.regulation_report IS
     'Per account, machine and month up to today: Alloc, TMC, TC, consumption, delta and monthly status at the 15th (NULL under annual regulation), and the outcome the monthly run logged';
 

@@ -548,7 +548,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
         ), jobs AS (
             -- each job's net charge (a re-rated job: the new charge; a deleted one: nothing)
             SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter, l.job_end,
-                   sum(l.amount)::float8 AS amount
+                   sum(l.amount)::float8 AS amount, sum(l.amount) AS net
             FROM recent w
             JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
             JOIN @extschema@.resource r USING (resource_id)
@@ -557,20 +557,23 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                      l.job_start, l.job_end
             HAVING sum(l.amount) > 0
         ), decayed AS (
-            SELECT d.pool, d.unit, d.account, d.submitter, sum(d.usage) AS usage
+            -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
             FROM (
                 SELECT j.pool, j.unit, j.account, j.submitter,
                        coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
                                     FILTER (WHERE cfg.form = 'half_life'),
                                 @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
                                                           cfg.depth)
-                                    FILTER (WHERE cfg.form = 'interval')) AS usage
+                                    FILTER (WHERE cfg.form = 'interval')) AS usage,
+                       sum(j.net) AS net
                 FROM jobs j CROSS JOIN cfg
                 GROUP BY j.pool, j.unit, j.account, j.submitter
                 UNION ALL
                 -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
                 -- decayed from the end of the month they ended in to `at`
-                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter, sum(c.decayed * f.factor)
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter, sum(c.decayed * f.factor),
+                       sum(c.job_amount)
                 FROM @extschema@.charge_rollup c
                 JOIN factors f USING (end_month)
                 JOIN @extschema@.resource r USING (resource_id)
@@ -606,7 +609,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
                    s.share AS account_share, s.pool_usage, s.exhausted
             FROM shares s
-            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.usage > 0
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
                   UNION
                   SELECT s2.pool, s2.unit, s2.account, f2.submitter
                   FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m

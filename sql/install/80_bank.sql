@@ -494,9 +494,6 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
     DECLARE
         this_quarter constant date := @extschema@.quarter_start(q);
         previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
-        personal record;
-        deposited numeric;
-        target date;
     BEGIN
         IF q IS NULL OR NOT isfinite(q) THEN
             RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
@@ -504,25 +501,48 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         -- one run at a time
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
 
-        FOR personal IN
-            SELECT a.name FROM @extschema@.account a
+        -- top_up() of the personal accounts of members of active projects (account_state()
+        -- inline), for this and the two following quarters, in one statement
+        WITH cfg AS MATERIALIZED (
+            SELECT @extschema@.setting_value('bank_unit') AS unit
+        ), active AS (
+            SELECT p.name
+            FROM @extschema@.account p, cfg
+            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
+                            AND l.valid_from >= this_quarter
+                          GROUP BY @extschema@.quarter_start(l.valid_from)
+                          HAVING sum(l.amount) > 0)
+        ), missing AS MATERIALIZED (
+            SELECT a.name, t.target,
+                   coalesce(a.personal_allotment,
+                            (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                   - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                               WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                 AND l.unit = cfg.unit), 0) AS amount
+            FROM @extschema@.account a
+            CROSS JOIN cfg
+            CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
+                                FROM pg_catalog.generate_series(0, 2) AS i) t
             WHERE a.kind = 'personal' AND a.deleted_in IS NULL
-              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN @extschema@.account p ON p.name = m.account
-                          WHERE m.username = a.name AND p.kind = 'project'
-                            AND @extschema@.account_state(p.name, this_quarter) = 'active')
-            ORDER BY a.name
-        LOOP
-            FOR i IN 0 .. 2 LOOP
-                target := (this_quarter + i * interval '3 months')::date;
-                deposited := @extschema@.top_up(personal.name, target, @extschema@.personal_allotment(personal.name));
-                IF deposited > 0 THEN
-                    INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
-                    VALUES (this_quarter, personal.name, 'top_up', target, deposited)
-                    ON CONFLICT ON CONSTRAINT quarter_log_once
-                    DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
-                END IF;
-            END LOOP;
-        END LOOP;
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN active p ON p.name = m.account
+                          WHERE m.username = a.name)
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+            SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
+                   'personal allotment'
+            FROM missing m, cfg
+            WHERE m.amount > 0
+            ORDER BY m.name, m.target
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+        SELECT this_quarter, m.name, 'top_up', m.target, m.amount
+        FROM missing m
+        WHERE m.amount > 0
+        ORDER BY m.name, m.target
+        ON CONFLICT ON CONSTRAINT quarter_log_once
+        DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
 
         -- expire personal accounts without an allocation for this quarter
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
@@ -554,7 +574,16 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
             WHERE u.default_account IS NOT NULL
-              AND @extschema@.account_state(u.default_account, this_quarter) IN ('expired', 'deleted')
+              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
+              AND EXISTS (SELECT 1 FROM @extschema@.account a
+                          WHERE a.name = u.default_account
+                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
+                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                                                  AND l.valid_from >= this_quarter
+                                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                                HAVING sum(l.amount) > 0)))
             FOR UPDATE
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
@@ -586,11 +615,15 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
     AS $$
     DECLARE
         chosen text := account;
+        bank_unit text;
         state text;
+        is_member boolean;
         current_balance numeric;
         reason text;
         message text;
     BEGIN
+        -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
+        -- SQL functions are planned again at every call.
         IF chosen IS NULL THEN
             SELECT coalesce(u.default_account, u.username) INTO chosen
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
@@ -599,24 +632,50 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
                            format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
             END IF;
         END IF;
-        state := @extschema@.account_state(chosen, at);
+        -- setting_value() without the cost of the settings view when the site has set it
+        bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                              @extschema@.setting_value('bank_unit'));
+        SELECT CASE
+                   WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+                   WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                  AND l.unit = bank_unit
+                                  AND l.valid_from >= @extschema@.quarter_start(at)
+                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                HAVING sum(l.amount) > 0) THEN 'active'
+                   ELSE 'expired'
+               END,
+               EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = a.name AND m.username = check_submit.username)
+        INTO state, is_member
+        FROM @extschema@.account a
+        WHERE a.name = chosen;
         IF state IS NULL THEN
             reason := 'unknown_account'; message := format('account %s does not exist', chosen);
         ELSIF state = 'deleted' THEN
             reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
-        ELSIF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                          WHERE m.account = chosen AND m.username = check_submit.username) THEN
+        ELSIF NOT is_member THEN
             reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
         ELSIF state = 'expired' THEN
             reason := 'account_expired';
             message := format('account %s has no allocation for this or a later quarter', chosen);
         ELSE
-            current_balance := @extschema@.balance(chosen, at);
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = chosen AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
+                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                     WHERE c.account = chosen AND c.unit = bank_unit
+                                       AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
+            INTO current_balance
+            FROM (SELECT @extschema@.quarter_start(at) AS quarter) q;
             IF current_balance < 0 THEN
                 reason := 'negative_balance';
                 message := format('account %s has a negative balance (%s %s) this quarter', chosen,
-                                  current_balance, @extschema@.setting_value('bank_unit'));
-            ELSIF @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
+                                  current_balance, bank_unit);
+            -- window_quota_state() is NULL without a quota period: ask only when there is one
+            ELSIF EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = chosen)
+                  AND @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
                 reason := 'quota_blocked';
                 message := format('account %s has exceeded its sliding-window quota', chosen);
             END IF;

@@ -3,7 +3,7 @@
 -- half-life it depends on; the reports that read it agree with the ledger read job by job.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(22);
+SELECT plan(24);
 
 -- ---- objects ----
 SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
@@ -100,6 +100,24 @@ SELECT is_empty($$
 SELECT ok((SELECT count(*) FROM ledger WHERE kind = 'charge' AND job_end > '2026-02-10 09:30-08'
              AND job_start < '2026-02-10 09:30-08') > 0,
           'and some jobs were still running at that instant (not counted)');
+
+-- ---- consumption_before(): rollup + ledger, exactly the job-by-job sum ----
+CREATE TEMP TABLE instants AS
+    SELECT a.account, i.at
+    FROM (SELECT 'rua' || n AS account FROM generate_series(0, 3) AS n) a
+    CROSS JOIN (VALUES (timestamptz '2026-02-10 09:30-08'), ('2026-03-01 00:00-08'), ('2026-01-01 00:00+01'),
+                       ('2026-06-30 23:59-07'), ('2025-12-01 00:00-08')) AS i(at);
+SELECT is_empty($$
+    SELECT i.account, i.at, consumption_before(i.account, 'ruc', i.at) AS fast,
+           (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '-infinity', i.at)), 0)
+            FROM ledger l WHERE l.kind = 'charge' AND l.account = i.account AND l.job_start < i.at) AS slow
+    FROM instants i
+    WHERE consumption_before(i.account, 'ruc', i.at)
+          <> (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '-infinity', i.at)), 0)
+              FROM ledger l WHERE l.kind = 'charge' AND l.account = i.account AND l.job_start < i.at)$$,
+    'consumption_before() equals the job-by-job sum exactly, mid-month, at month starts, before any job');
+SELECT ok((SELECT count(DISTINCT consumption_before(i.account, 'ruc', i.at)) FROM instants i) > 10,
+          'and it is not trivially the same number');
 
 -- ---- a portal user sees only their accounts' rollup rows ----
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'hpcacct.charge_rollup'::regclass),
