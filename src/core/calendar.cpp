@@ -14,12 +14,7 @@ using boost::gregorian::gregorian_calendar;
 constexpr int kMinYear = 1400;
 constexpr int kMaxYear = 9999;
 
-struct Ymd {
-    int year;
-    int month;
-    int day;
-    int days_in_month;
-};
+using Ymd = Civil;
 
 // A boundary as whole months + fraction: differences avoid the epoch's rounding.
 struct Boundary {
@@ -75,16 +70,8 @@ double spanned(const Ymd& from, const Ymd& until, MonthConvention convention) {
     return months_between(start_of(from, convention), end_of(until, convention));
 }
 
-bool before(const Ymd& a, const Ymd& b) {
-    if (a.year != b.year)
-        return a.year < b.year;
-    if (a.month != b.month)
-        return a.month < b.month;
-    return a.day < b.day;
-}
-
 void check_order(const Ymd& from, const Ymd& until) {
-    if (before(until, from))
+    if (until < from)
         throw Error(ErrorKind::invalid_argument,
                     "inverted window: valid until " + iso(until) + " is before valid from " + iso(from));
 }
@@ -112,6 +99,10 @@ void check_date(date day) {
     split(day);
 }
 
+Civil civil(date day) {
+    return split(day);
+}
+
 date make_date(int year, int month, int day) {
     using Short = unsigned short;  // Boost's field type; checked first so nothing wraps
     if (year < kMinYear || year > kMaxYear || month < 1 || month > 12 || day < 1 ||
@@ -133,15 +124,23 @@ double month_position(date day, MonthConvention convention) {
 }
 
 double months_spanned(date from, date until_inclusive, MonthConvention convention) {
-    const Ymd f = split(from);
+    const Ymd f = split(from);  // in this order: the first bad date is the one reported
     const Ymd u = split(until_inclusive);
+    return months_spanned(f, u, convention);
+}
+
+double months_spanned(const Civil& f, const Civil& u, MonthConvention convention) {
     check_order(f, u);
     return spanned(f, u, convention);
 }
 
 double window_months(date from, date until_inclusive, MonthConvention convention) {
-    const Ymd f = split(from);
+    const Ymd f = split(from);  // in this order: the first bad date is the one reported
     const Ymd u = split(until_inclusive);
+    return window_months(f, u, convention);
+}
+
+double window_months(const Civil& f, const Civil& u, MonthConvention convention) {
     check_order(f, u);
     const double months = spanned(f, u, convention);
     if (!(months > 0))

@@ -8,11 +8,55 @@
 
 #include <boost/date_time/gregorian/gregorian_types.hpp>
 
+#include <cstdint>
 #include <string_view>
 
 namespace hpcacct::calendar {
 
 using boost::gregorian::date;
+
+// A day of Boost's range as its civil fields and the length of its month: all that the
+// month arithmetic below needs. Built by civil() (from a date) or civil_of_day().
+struct Civil {
+    int year;
+    int month;           // 1..12
+    int day;             // 1..days_in_month
+    int days_in_month;   // 28..31
+};
+
+constexpr bool operator<(const Civil& a, const Civil& b) {
+    if (a.year != b.year) return a.year < b.year;
+    if (a.month != b.month) return a.month < b.month;
+    return a.day < b.day;
+}
+
+// Days counted from 2000-01-01 (day 0, as PostgreSQL's DateADT counts them): Boost's range,
+// 1400-01-01 .. 9999-12-31, is kFirstDay .. kLastDay.
+constexpr std::int32_t kFirstDay = -219145;
+constexpr std::int32_t kLastDay = 2921939;
+
+// The civil date of day `days` of the proleptic Gregorian calendar, by integer arithmetic
+// only (H. Hinnant's civil_from_days), for kFirstDay <= days <= kLastDay: the caller checks,
+// this is the per-row path of the aggregates. Agrees with Boost on every day of the range.
+constexpr Civil civil_of_day(std::int32_t days) {
+    // Shifted to days from 0000-03-01, so that a leap day ends its (March-based) year; the
+    // range makes it positive. 730425 = days from 0000-03-01 to 2000-01-01.
+    const std::uint32_t z = static_cast<std::uint32_t>(days + 730425);
+    const std::uint32_t era = z / 146097;                                         // 400-year eras
+    const std::uint32_t doe = z - era * 146097;                                   // 0..146096
+    const std::uint32_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;  // 0..399
+    const std::uint32_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);             // 0..365, from March
+    const std::uint32_t mp = (5 * doy + 2) / 153;                                  // 0..11, from March
+    const int month = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
+    const int year = static_cast<int>(yoe + era * 400) + (month <= 2 ? 1 : 0);
+    const int day = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
+    const bool leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    constexpr int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return {year, month, day, month == 2 && leap ? 29 : kDays[month - 1]};
+}
+
+// The civil fields of `day`; throws Error(invalid_datetime) like check_date.
+Civil civil(date day);
 
 enum class MonthConvention { half_month, day };
 
@@ -32,8 +76,10 @@ double month_position(date day, MonthConvention convention);
 // Months from 00:00 of `from` to the end of `until_inclusive`; may be 0.
 // Throws Error(invalid_argument) if until_inclusive < from.
 double months_spanned(date from, date until_inclusive, MonthConvention convention);
+double months_spanned(const Civil& from, const Civil& until_inclusive, MonthConvention convention);
 
 // months_spanned, refusing a window the convention makes empty (Error(invalid_argument)).
 double window_months(date from, date until_inclusive, MonthConvention convention);
+double window_months(const Civil& from, const Civil& until_inclusive, MonthConvention convention);
 
 }  // namespace hpcacct::calendar

@@ -19,21 +19,46 @@ double checked_result(double x) {
     return x;
 }
 
+// An allocation event given as dates, split into civil days after the checks of the date
+// forms in the order they have always run (amount, window, then `at`), so that a row with
+// several faults reports the same one; the Civil forms then compute.
+struct Row {
+    Civil from, until, at;
+};
+
+Row checked_row(date from, date until, double amount, date at, MonthConvention convention) {
+    check_finite(amount, "allocation amount");
+    const Civil f = calendar::civil(from);
+    const Civil u = calendar::civil(until);
+    calendar::window_months(f, u, convention);
+    return {f, u, calendar::civil(at)};
+}
+
 }  // namespace
 
 double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
+    const Row row = checked_row(from, until, amount, at, convention);
+    return tmc_contribution(row.from, row.until, amount, row.at, convention);
+}
+
+double tc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
+    const Row row = checked_row(from, until, amount, at, convention);
+    return tc_contribution(row.from, row.until, amount, row.at, convention);
+}
+
+double tmc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
+                        MonthConvention convention) {
     check_finite(amount, "allocation amount");
     const double window = calendar::window_months(from, until, convention);
-    calendar::check_date(at);
     if (at < from || until < at)
         return 0;
     return checked_result(amount / window);
 }
 
-double tc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
+double tc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
+                       MonthConvention convention) {
     check_finite(amount, "allocation amount");
     const double window = calendar::window_months(from, until, convention);
-    calendar::check_date(at);
     if (at < from)
         return 0;
     if (!(at < until))

@@ -14,6 +14,7 @@
 
 namespace hpcacct::theoretical {
 
+using calendar::Civil;
 using calendar::date;
 using calendar::MonthConvention;
 
@@ -21,6 +22,13 @@ using calendar::MonthConvention;
 // or empty window, Error(invalid_datetime) on a special or out-of-range date.
 double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention);
 double tc_contribution(date from, date until, double amount, date at, MonthConvention convention);
+
+// The same on days already checked and split (calendar::civil_of_day): the aggregates' path,
+// with the same results and the same errors for the amount and the window.
+double tmc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
+                        MonthConvention convention);
+double tc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
+                       MonthConvention convention);
 
 // Compensated (Neumaier) running sum; flat so that it can be an aggregate state.
 // add and merge throw Error(out_of_range) on non-finite input or when the sum overflows

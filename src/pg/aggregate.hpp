@@ -37,6 +37,32 @@ State* transition_state(FunctionCallInfo fcinfo, MemoryContext context) {
     return PG_ARGISNULL(0) ? new_state<State>(context) : reinterpret_cast<State*>(PG_GETARG_POINTER(0));
 }
 
+// What a transition function derives from an argument that is the same on every row (the
+// evaluation date `at`), kept with its call site (fn_extra, which lives as long as the
+// aggregate's FmgrInfo) and derived again only when the argument changes: a constant `at` is
+// converted once per query instead of once per row. `derive` may raise an error; nothing is
+// kept then.
+template <typename Key, typename Value, typename Derive>
+Value derived_once(FunctionCallInfo fcinfo, Key key, Derive derive) {
+    static_assert(std::is_trivially_copyable_v<Key> && std::is_trivially_copyable_v<Value>);
+    struct Cache {
+        bool valid;
+        Key key;
+        Value value;
+    };
+    auto* cache = static_cast<Cache*>(fcinfo->flinfo->fn_extra);
+    if (likely(cache != nullptr && cache->valid && cache->key == key)) return cache->value;
+    if (cache == nullptr) {
+        cache = static_cast<Cache*>(MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Cache)));
+        fcinfo->flinfo->fn_extra = cache;
+    }
+    cache->valid = false;
+    cache->value = derive(key);
+    cache->key = key;
+    cache->valid = true;
+    return cache->value;
+}
+
 // The combine function: merges argument 1 into argument 0. Either may be NULL (a worker that
 // saw no row); a state kept from argument 1 is copied into the aggregate's context, since it
 // may live in a shorter-lived one.
