@@ -74,12 +74,75 @@ date make_date(int year, int month, int day);
 double month_position(date day, MonthConvention convention);
 
 // Months from 00:00 of `from` to the end of `until_inclusive`; may be 0.
-// Throws Error(invalid_argument) if until_inclusive < from.
+// Throws Error(invalid_argument) if until_inclusive < from. (The Civil forms are below.)
 double months_spanned(date from, date until_inclusive, MonthConvention convention);
-double months_spanned(const Civil& from, const Civil& until_inclusive, MonthConvention convention);
 
 // months_spanned, refusing a window the convention makes empty (Error(invalid_argument)).
 double window_months(date from, date until_inclusive, MonthConvention convention);
-double window_months(const Civil& from, const Civil& until_inclusive, MonthConvention convention);
+
+// ---- The month arithmetic, inline: the aggregates run it for every row ----------------
+
+// A boundary as whole months + fraction: differences avoid the epoch's rounding.
+struct Boundary {
+    long months;
+    double fraction;
+};
+
+namespace detail {
+
+// Half months: floor(2 * elapsed/n + 1/2) = (4 * elapsed + n) / (2 * n) in integers, so that
+// ties are exact, for the n = 28..31 days of a month and 0 <= elapsed <= n; tabulated, so that
+// the per-row path does no integer division by a variable.
+struct HalfMonths {
+    signed char halves[4][32];
+};
+constexpr HalfMonths make_half_months() {
+    HalfMonths table{};
+    for (int n = 28; n <= 31; ++n)
+        for (int elapsed = 0; elapsed <= n; ++elapsed)
+            table.halves[n - 28][elapsed] = static_cast<signed char>((4 * elapsed + n) / (2 * n));
+    return table;
+}
+inline constexpr HalfMonths kHalfMonths = make_half_months();
+
+// Throw Error(invalid_argument), as window_months and months_spanned document.
+[[noreturn]] void inverted_window(const Civil& from, const Civil& until);
+[[noreturn]] void empty_window(const Civil& from, const Civil& until, MonthConvention convention);
+
+}  // namespace detail
+
+// The boundary `elapsed_days` (0..days_in_month) into the month of `d`.
+inline Boundary boundary(const Civil& d, int elapsed_days, MonthConvention convention) {
+    const long months = 12L * d.year + (d.month - 1);
+    const int n = d.days_in_month;
+    if (convention == MonthConvention::day)
+        return {months, static_cast<double>(elapsed_days) / n};
+    return {months, detail::kHalfMonths.halves[n - 28][elapsed_days] / 2.0};
+}
+
+// 00:00 of `d`.
+inline Boundary start_of(const Civil& d, MonthConvention convention) {
+    return boundary(d, d.day - 1, convention);
+}
+
+// 00:00 of the next day, computed without date arithmetic (no overflow past 9999-12-31).
+inline Boundary end_of(const Civil& d, MonthConvention convention) {
+    return boundary(d, d.day, convention);
+}
+
+inline double months_between(const Boundary& a, const Boundary& b) {
+    return static_cast<double>(b.months - a.months) + (b.fraction - a.fraction);
+}
+
+inline double months_spanned(const Civil& from, const Civil& until_inclusive, MonthConvention convention) {
+    if (until_inclusive < from) detail::inverted_window(from, until_inclusive);
+    return months_between(start_of(from, convention), end_of(until_inclusive, convention));
+}
+
+inline double window_months(const Civil& from, const Civil& until_inclusive, MonthConvention convention) {
+    const double months = months_spanned(from, until_inclusive, convention);
+    if (!(months > 0)) detail::empty_window(from, until_inclusive, convention);
+    return months;
+}
 
 }  // namespace hpcacct::calendar

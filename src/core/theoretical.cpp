@@ -10,13 +10,7 @@ namespace {
 
 void check_finite(double x, const char* what) {
     if (!std::isfinite(x))
-        throw Error(ErrorKind::out_of_range, std::string(what) + " must be a finite number");
-}
-
-double checked_result(double x) {
-    if (!std::isfinite(x))
-        throw Error(ErrorKind::out_of_range, "theoretical consumption is out of range");
-    return x;
+        detail::not_finite(what);
 }
 
 // An allocation event given as dates, split into civil days after the checks of the date
@@ -36,6 +30,22 @@ Row checked_row(date from, date until, double amount, date at, MonthConvention c
 
 }  // namespace
 
+namespace detail {
+
+void not_finite(const char* what) {
+    throw Error(ErrorKind::out_of_range, std::string(what) + " must be a finite number");
+}
+
+void result_out_of_range() {
+    throw Error(ErrorKind::out_of_range, "theoretical consumption is out of range");
+}
+
+void sum_out_of_range() {
+    throw Error(ErrorKind::out_of_range, "sum is out of range");
+}
+
+}  // namespace detail
+
 double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
     const Row row = checked_row(from, until, amount, at, convention);
     return tmc_contribution(row.from, row.until, amount, row.at, convention);
@@ -46,44 +56,6 @@ double tc_contribution(date from, date until, double amount, date at, MonthConve
     return tc_contribution(row.from, row.until, amount, row.at, convention);
 }
 
-double tmc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
-                        MonthConvention convention) {
-    check_finite(amount, "allocation amount");
-    const double window = calendar::window_months(from, until, convention);
-    if (at < from || until < at)
-        return 0;
-    return checked_result(amount / window);
-}
-
-double tc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
-                       MonthConvention convention) {
-    check_finite(amount, "allocation amount");
-    const double window = calendar::window_months(from, until, convention);
-    if (at < from)
-        return 0;
-    if (!(at < until))
-        return amount;  // the whole window has elapsed: exactly the amount
-    const double elapsed = calendar::months_spanned(from, at, convention);
-    return checked_result(amount * elapsed / window);
-}
-
-void Sum::add(double x) {
-    check_finite(x, "summand");
-    const double t = sum + x;
-    double c = compensation;
-    if (std::fabs(sum) >= std::fabs(x))
-        c += (sum - t) + x;
-    else
-        c += (x - t) + sum;
-    // An overflow is refused here, leaving the state as it was: a non-finite state would be
-    // refused anyway by value() (serial plan) or by a deserialize function (parallel plan),
-    // with different errors.
-    if (!std::isfinite(t) || !std::isfinite(c))
-        throw Error(ErrorKind::out_of_range, "sum is out of range");
-    sum = t;
-    compensation = c;
-}
-
 void Sum::merge(const Sum& other) {
     add(other.sum);
     add(other.compensation);
@@ -92,7 +64,7 @@ void Sum::merge(const Sum& other) {
 double Sum::value() const {
     const double total = sum + compensation;
     if (!std::isfinite(total))
-        throw Error(ErrorKind::out_of_range, "sum is out of range");
+        detail::sum_out_of_range();
     return total;
 }
 

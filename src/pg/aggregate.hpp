@@ -16,12 +16,23 @@ extern "C" {
 
 namespace hpcacct::pg {
 
+// The errors of the two checks below, out of line.
+[[noreturn]] void not_in_aggregate(const char* aggregate);
+[[noreturn]] void null_argument(const char* aggregate, const char* name, const char* hint);
+
 // The aggregate's memory context; an error (0A000) unless called as part of an aggregate.
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* aggregate);
+// Inline, as the next one: transition functions call them for every row.
+inline MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* aggregate) {
+    MemoryContext context = nullptr;
+    if (unlikely(!AggCheckCallContext(fcinfo, &context))) not_in_aggregate(aggregate);
+    return context;
+}
 
 // A NULL argument is an error (22004) naming it, not a row silently left out.
-void require_argument(FunctionCallInfo fcinfo, int argno, const char* aggregate, const char* name,
-                      const char* hint = nullptr);
+inline void require_argument(FunctionCallInfo fcinfo, int argno, const char* aggregate, const char* name,
+                             const char* hint = nullptr) {
+    if (unlikely(PG_ARGISNULL(argno))) null_argument(aggregate, name, hint);
+}
 
 // A zeroed state: for the core's flat structs, all-zero bytes are the empty state.
 template <typename State>
