@@ -36,21 +36,32 @@ constexpr std::int32_t kFirstDay = -219145;
 constexpr std::int32_t kLastDay = 2921939;
 
 // The civil date of day `days` of the proleptic Gregorian calendar, by integer arithmetic
-// only (H. Hinnant's civil_from_days), for kFirstDay <= days <= kLastDay: the caller checks,
-// this is the per-row path of the aggregates. Agrees with Boost on every day of the range.
+// only, for kFirstDay <= days <= kLastDay: the caller checks, this is the per-row path of the
+// aggregates. Agrees with Boost on every day of the range (a unit test checks them all).
+// C. Neri and L. Schneider's algorithm ("Euclidean affine functions and their application to
+// calendar algorithms", Softw. Pract. Exper. 2023): every division is by a constant, most of
+// them by a power of two; about twice as fast as H. Hinnant's civil_from_days.
 constexpr Civil civil_of_day(std::int32_t days) {
-    // Shifted to days from 0000-03-01, so that a leap day ends its (March-based) year; the
-    // range makes it positive. 730425 = days from 0000-03-01 to 2000-01-01.
-    const std::uint32_t z = static_cast<std::uint32_t>(days + 730425);
-    const std::uint32_t era = z / 146097;                                         // 400-year eras
-    const std::uint32_t doe = z - era * 146097;                                   // 0..146096
-    const std::uint32_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;  // 0..399
-    const std::uint32_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);             // 0..365, from March
-    const std::uint32_t mp = (5 * doy + 2) / 153;                                  // 0..11, from March
-    const int month = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
-    const int year = static_cast<int>(yoe + era * 400) + (month <= 2 ? 1 : 0);
-    const int day = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
-    const bool leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    // Days are shifted so that n counts from 0000-03-01 minus 82 × 400 years: positive well
+    // beyond the range, and a leap day ends its (March-based) computational year.
+    constexpr std::uint32_t kShift = 82;
+    constexpr std::uint32_t kK = 730425 + 146097 * kShift;  // 730425: 0000-03-01 to 2000-01-01
+    constexpr std::int32_t kL = 400 * kShift;
+    const std::uint32_t n = static_cast<std::uint32_t>(days) + kK;
+    const std::uint32_t n1 = 4 * n + 3;
+    const std::uint32_t century = n1 / 146097;
+    const std::uint32_t n2 = 4 * (n1 % 146097 / 4) + 3;           // day of the century, as 4x+3
+    const std::uint64_t p2 = std::uint64_t{2939745} * n2;
+    const std::uint32_t year_of_century = static_cast<std::uint32_t>(p2 >> 32);
+    const std::uint32_t day_of_year = static_cast<std::uint32_t>(p2) / 2939745 / 4;  // 0 = 1 March
+    const std::uint32_t n3 = 2141 * day_of_year + 197913;
+    const std::uint32_t march_month = n3 / 65536;                 // 3..14
+    const bool january_or_february = day_of_year >= 306;
+    const int year = static_cast<int>(100 * century + year_of_century) - kL + (january_or_february ? 1 : 0);
+    const int month = static_cast<int>(january_or_february ? march_month - 12 : march_month);
+    const int day = static_cast<int>(n3 % 65536 / 2141) + 1;
+    // Leap: divisible by 4, and by 16 when divisible by 25 (i.e. by 400 when by 100).
+    const bool leap = (year & 3) == 0 && (year % 25 != 0 || (year & 15) == 0);
     constexpr int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     return {year, month, day, month == 2 && leap ? 29 : kDays[month - 1]};
 }
