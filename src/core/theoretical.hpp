@@ -11,6 +11,7 @@
 #include "core/calendar.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 namespace hpcacct::theoretical {
@@ -57,6 +58,32 @@ inline double tc_contribution(const Civil& from, const Civil& until, double amou
     const double result = amount * elapsed / window;
     if (!std::isfinite(result)) detail::result_out_of_range();
     return result;
+}
+
+// The same on days counted from 2000-01-01, each within calendar::kFirstDay..kLastDay (the
+// caller checks): the aggregates' path. A row whose `until` is 31 days or more after `from`
+// cannot be inverted or empty under either convention (its 32 days or more span more than a
+// month, and rounding to half months moves each end by at most a quarter), so when `at` is
+// outside its window the result needs no calendar at all: exactly 0 or the amount, as the
+// Civil forms return (a unit test compares the two forms around the threshold).
+inline double tmc_contribution(std::int32_t from, std::int32_t until, double amount, std::int32_t at,
+                               MonthConvention convention) {
+    if (until - from >= 31 && (at < from || until < at)) {
+        if (!std::isfinite(amount)) detail::not_finite("allocation amount");
+        return 0;
+    }
+    return tmc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount,
+                            calendar::civil_of_day(at), convention);
+}
+
+inline double tc_contribution(std::int32_t from, std::int32_t until, double amount, std::int32_t at,
+                              MonthConvention convention) {
+    if (until - from >= 31 && (at < from || !(at < until))) {
+        if (!std::isfinite(amount)) detail::not_finite("allocation amount");
+        return at < from ? 0 : amount;
+    }
+    return tc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount,
+                           calendar::civil_of_day(at), convention);
 }
 
 // Compensated (Neumaier) running sum; flat so that it can be an aggregate state.

@@ -66,10 +66,10 @@ inline boost::gregorian::date gregorian_date(DateADT date, const char* what) {
     });
 }
 
-// The civil fields of a date in Boost's range, as gregorian_date() would give them (and with
-// its errors for any other date: infinite, or outside 1400-01-01 .. 9999-12-31).
-inline calendar::Civil civil_day(DateADT date, const char* what) {
-    if (likely(in_boost_range(date))) return calendar::civil_of_day(date);
+// A date in Boost's range as it is (days from 2000-01-01); for any other date, the error
+// gregorian_date() raises (infinite, or outside 1400-01-01 .. 9999-12-31).
+inline DateADT boost_range_day(DateADT date, const char* what) {
+    if (likely(in_boost_range(date))) return date;
     gregorian_date(date, what);  // raises the error: no date outside the range passes it
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("%s: unexpected date %d", what, date)));
     pg_unreachable();

@@ -27,7 +27,7 @@ extern "C" {
 #include <string_view>
 
 using hpcacct::pg::aggregate_context;
-using hpcacct::pg::civil_day;
+using hpcacct::pg::boost_range_day;
 using hpcacct::pg::require_argument;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
@@ -51,13 +51,13 @@ Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention)
         require_argument(fcinfo, i, function, arguments[i - 1],
                          "Every allocation event needs a validity window, an amount and a date.");
     }
-    // Dates are split with integer arithmetic (civil_day), `at` once per query; the errors
-    // are gregorian_date's, in the same order (valid_from, valid_until, at).
-    const calendar::Civil from = civil_day(PG_GETARG_DATEADT(1), "valid_from");
-    const calendar::Civil until = civil_day(PG_GETARG_DATEADT(2), "valid_until");
+    // Dates stay day counts (the core splits them with integer arithmetic only when it needs
+    // their months); the errors are gregorian_date's, in the same order (valid_from,
+    // valid_until, at).
+    const DateADT from = boost_range_day(PG_GETARG_DATEADT(1), "valid_from");
+    const DateADT until = boost_range_day(PG_GETARG_DATEADT(2), "valid_until");
     const double amount = PG_GETARG_FLOAT8(3);
-    const calendar::Civil at = hpcacct::pg::derived_once<DateADT, calendar::Civil>(
-        fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) { return civil_day(day, "at"); });
+    const DateADT at = boost_range_day(PG_GETARG_DATEADT(4), "at");
     std::string_view convention_name;
     if (with_convention) {
         text* name = PG_GETARG_TEXT_PP(5);

@@ -6,6 +6,7 @@
 #include "error_kind.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -265,6 +266,54 @@ TEST(Theoretical, CivilFormsEqualTheDateForms) {
               ErrorKind::invalid_argument);
     EXPECT_EQ(kind_of([&] { tc_contribution(civil(day(5, 1)), civil(day(4, 30)), 1, civil(day(1, 1)), kDay); }),
               ErrorKind::invalid_argument);
+}
+
+}  // namespace
+
+namespace {
+
+// The outcome of a call: the result's bits, or the error's kind and text.
+template <typename F>
+std::string outcome(F&& f) {
+    try {
+        const double x = f();
+        std::uint64_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        return "value " + std::to_string(bits);
+    } catch (const Error& e) {
+        return "error " + std::to_string(static_cast<int>(e.kind())) + " " + e.what() + " | " + e.detail();
+    }
+}
+
+// The day-count forms skip the calendar for long windows that `at` is outside of; for every
+// window length around that threshold (inverted and empty ones included) and every `at` around
+// the window, they give the Civil forms' result or error.
+TEST(Theoretical, DayFormsEqualTheCivilForms) {
+    using hpcacct::calendar::civil_of_day;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (std::int32_t from : {8815, 8825, 8835, 8846, 9190}) {  // 2024-02-19 .. 2025-02-28
+        for (std::int32_t length = -3; length <= 40; ++length) {
+            const std::int32_t until = from + length;
+            for (std::int32_t at = from - 35; at <= until + 35; ++at) {
+                for (MonthConvention c : {kHalf, kDay}) {
+                    for (double amount : {1234.5, nan}) {
+                        EXPECT_EQ(outcome([&] { return tc_contribution(from, until, amount, at, c); }),
+                                  outcome([&] {
+                                      return tc_contribution(civil_of_day(from), civil_of_day(until), amount,
+                                                             civil_of_day(at), c);
+                                  }))
+                            << from << " " << until << " " << at;
+                        EXPECT_EQ(outcome([&] { return tmc_contribution(from, until, amount, at, c); }),
+                                  outcome([&] {
+                                      return tmc_contribution(civil_of_day(from), civil_of_day(until), amount,
+                                                              civil_of_day(at), c);
+                                  }))
+                            << from << " " << until << " " << at;
+                    }
+                }
+            }
+        }
+    }
 }
 
 }  // namespace
