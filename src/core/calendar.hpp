@@ -66,6 +66,16 @@ constexpr Civil civil_of_day(std::int32_t days) {
     return {year, month, day, month == 2 && leap ? 29 : kDays[month - 1]};
 }
 
+// A day both as a count from 2000-01-01 and split: for a day every row compares with.
+struct Day {
+    std::int32_t days;
+    Civil civil;
+};
+
+constexpr Day day_of(std::int32_t days) {
+    return {days, civil_of_day(days)};
+}
+
 // The civil fields of `day`; throws Error(invalid_datetime) like check_date.
 Civil civil(date day);
 

@@ -61,29 +61,29 @@ inline double tc_contribution(const Civil& from, const Civil& until, double amou
 }
 
 // The same on days counted from 2000-01-01, each within calendar::kFirstDay..kLastDay (the
-// caller checks): the aggregates' path. A row whose `until` is 31 days or more after `from`
+// caller checks; `at`, the same on every row, comes split too): the aggregates' path. A row whose `until` is 31 days or more after `from`
 // cannot be inverted or empty under either convention (its 32 days or more span more than a
 // month, and rounding to half months moves each end by at most a quarter), so when `at` is
 // outside its window the result needs no calendar at all: exactly 0 or the amount, as the
 // Civil forms return (a unit test compares the two forms around the threshold).
-inline double tmc_contribution(std::int32_t from, std::int32_t until, double amount, std::int32_t at,
+inline double tmc_contribution(std::int32_t from, std::int32_t until, double amount, const calendar::Day& at,
                                MonthConvention convention) {
-    if (until - from >= 31 && (at < from || until < at)) {
+    if (until - from >= 31 && (at.days < from || until < at.days)) {
         if (!std::isfinite(amount)) detail::not_finite("allocation amount");
         return 0;
     }
-    return tmc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount,
-                            calendar::civil_of_day(at), convention);
+    return tmc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount, at.civil,
+                            convention);
 }
 
-inline double tc_contribution(std::int32_t from, std::int32_t until, double amount, std::int32_t at,
+inline double tc_contribution(std::int32_t from, std::int32_t until, double amount, const calendar::Day& at,
                               MonthConvention convention) {
-    if (until - from >= 31 && (at < from || !(at < until))) {
+    if (until - from >= 31 && (at.days < from || !(at.days < until))) {
         if (!std::isfinite(amount)) detail::not_finite("allocation amount");
-        return at < from ? 0 : amount;
+        return at.days < from ? 0 : amount;
     }
-    return tc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount,
-                           calendar::civil_of_day(at), convention);
+    return tc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount, at.civil,
+                           convention);
 }
 
 // Compensated (Neumaier) running sum; flat so that it can be an aggregate state.

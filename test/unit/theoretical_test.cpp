@@ -297,13 +297,13 @@ TEST(Theoretical, DayFormsEqualTheCivilForms) {
             for (std::int32_t at = from - 35; at <= until + 35; ++at) {
                 for (MonthConvention c : {kHalf, kDay}) {
                     for (double amount : {1234.5, nan}) {
-                        EXPECT_EQ(outcome([&] { return tc_contribution(from, until, amount, at, c); }),
+                        EXPECT_EQ(outcome([&] { return tc_contribution(from, until, amount, hpcacct::calendar::day_of(at), c); }),
                                   outcome([&] {
                                       return tc_contribution(civil_of_day(from), civil_of_day(until), amount,
                                                              civil_of_day(at), c);
                                   }))
                             << from << " " << until << " " << at;
-                        EXPECT_EQ(outcome([&] { return tmc_contribution(from, until, amount, at, c); }),
+                        EXPECT_EQ(outcome([&] { return tmc_contribution(from, until, amount, hpcacct::calendar::day_of(at), c); }),
                                   outcome([&] {
                                       return tmc_contribution(civil_of_day(from), civil_of_day(until), amount,
                                                               civil_of_day(at), c);
