@@ -14,18 +14,7 @@ using boost::gregorian::gregorian_calendar;
 constexpr int kMinYear = 1400;
 constexpr int kMaxYear = 9999;
 
-struct Ymd {
-    int year;
-    int month;
-    int day;
-    int days_in_month;
-};
-
-// A boundary as whole months + fraction: differences avoid the epoch's rounding.
-struct Boundary {
-    long months;
-    double fraction;
-};
+using Ymd = Civil;
 
 Ymd split(date day) {
     if (day.is_special())
@@ -45,48 +34,6 @@ std::string iso(const Ymd& d) {
     char text[16];
     std::snprintf(text, sizeof text, "%04d-%02d-%02d", d.year, d.month, d.day);
     return text;
-}
-
-// The boundary `elapsed_days` (0..days_in_month) into the month of `d`.
-Boundary boundary(const Ymd& d, int elapsed_days, MonthConvention convention) {
-    const long months = 12L * d.year + (d.month - 1);
-    const int n = d.days_in_month;
-    if (convention == MonthConvention::day)
-        return {months, static_cast<double>(elapsed_days) / n};
-    // Half months: floor(2 * elapsed/n + 1/2), in integers so that ties are exact.
-    const int halves = (4 * elapsed_days + n) / (2 * n);
-    return {months, halves / 2.0};
-}
-
-Boundary start_of(const Ymd& d, MonthConvention convention) {
-    return boundary(d, d.day - 1, convention);
-}
-
-// 00:00 of the next day, computed without date arithmetic (no overflow past 9999-12-31).
-Boundary end_of(const Ymd& d, MonthConvention convention) {
-    return boundary(d, d.day, convention);
-}
-
-double months_between(const Boundary& a, const Boundary& b) {
-    return static_cast<double>(b.months - a.months) + (b.fraction - a.fraction);
-}
-
-double spanned(const Ymd& from, const Ymd& until, MonthConvention convention) {
-    return months_between(start_of(from, convention), end_of(until, convention));
-}
-
-bool before(const Ymd& a, const Ymd& b) {
-    if (a.year != b.year)
-        return a.year < b.year;
-    if (a.month != b.month)
-        return a.month < b.month;
-    return a.day < b.day;
-}
-
-void check_order(const Ymd& from, const Ymd& until) {
-    if (before(until, from))
-        throw Error(ErrorKind::invalid_argument,
-                    "inverted window: valid until " + iso(until) + " is before valid from " + iso(from));
 }
 
 }  // namespace
@@ -112,6 +59,10 @@ void check_date(date day) {
     split(day);
 }
 
+Civil civil(date day) {
+    return split(day);
+}
+
 date make_date(int year, int month, int day) {
     using Short = unsigned short;  // Boost's field type; checked first so nothing wraps
     if (year < kMinYear || year > kMaxYear || month < 1 || month > 12 || day < 1 ||
@@ -133,24 +84,32 @@ double month_position(date day, MonthConvention convention) {
 }
 
 double months_spanned(date from, date until_inclusive, MonthConvention convention) {
-    const Ymd f = split(from);
+    const Ymd f = split(from);  // in this order: the first bad date is the one reported
     const Ymd u = split(until_inclusive);
-    check_order(f, u);
-    return spanned(f, u, convention);
+    return months_spanned(f, u, convention);
 }
 
 double window_months(date from, date until_inclusive, MonthConvention convention) {
-    const Ymd f = split(from);
+    const Ymd f = split(from);  // in this order: the first bad date is the one reported
     const Ymd u = split(until_inclusive);
-    check_order(f, u);
-    const double months = spanned(f, u, convention);
-    if (!(months > 0))
-        throw Error(ErrorKind::invalid_argument,
-                    "empty window: " + iso(f) + " to " + iso(u) + " spans no time under the " +
-                        to_string(convention) + " convention",
-                    "Both ends round to the same half-month boundary; "
-                    "use the 'day' convention for such a short window.");
-    return months;
+    return window_months(f, u, convention);
 }
+
+namespace detail {
+
+void inverted_window(const Civil& from, const Civil& until) {
+    throw Error(ErrorKind::invalid_argument,
+                "inverted window: valid until " + iso(until) + " is before valid from " + iso(from));
+}
+
+void empty_window(const Civil& from, const Civil& until, MonthConvention convention) {
+    throw Error(ErrorKind::invalid_argument,
+                "empty window: " + iso(from) + " to " + iso(until) + " spans no time under the " +
+                    to_string(convention) + " convention",
+                "Both ends round to the same half-month boundary; "
+                "use the 'day' convention for such a short window.");
+}
+
+}  // namespace detail
 
 }  // namespace hpcacct::calendar

@@ -10,53 +10,50 @@ namespace {
 
 void check_finite(double x, const char* what) {
     if (!std::isfinite(x))
-        throw Error(ErrorKind::out_of_range, std::string(what) + " must be a finite number");
+        detail::not_finite(what);
 }
 
-double checked_result(double x) {
-    if (!std::isfinite(x))
-        throw Error(ErrorKind::out_of_range, "theoretical consumption is out of range");
-    return x;
+// An allocation event given as dates, split into civil days after the checks of the date
+// forms in the order they have always run (amount, window, then `at`), so that a row with
+// several faults reports the same one; the Civil forms then compute.
+struct Row {
+    Civil from, until, at;
+};
+
+Row checked_row(date from, date until, double amount, date at, MonthConvention convention) {
+    check_finite(amount, "allocation amount");
+    const Civil f = calendar::civil(from);
+    const Civil u = calendar::civil(until);
+    calendar::window_months(f, u, convention);
+    return {f, u, calendar::civil(at)};
 }
 
 }  // namespace
 
+namespace detail {
+
+void not_finite(const char* what) {
+    throw Error(ErrorKind::out_of_range, std::string(what) + " must be a finite number");
+}
+
+void result_out_of_range() {
+    throw Error(ErrorKind::out_of_range, "theoretical consumption is out of range");
+}
+
+void sum_out_of_range() {
+    throw Error(ErrorKind::out_of_range, "sum is out of range");
+}
+
+}  // namespace detail
+
 double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
-    check_finite(amount, "allocation amount");
-    const double window = calendar::window_months(from, until, convention);
-    calendar::check_date(at);
-    if (at < from || until < at)
-        return 0;
-    return checked_result(amount / window);
+    const Row row = checked_row(from, until, amount, at, convention);
+    return tmc_contribution(row.from, row.until, amount, row.at, convention);
 }
 
 double tc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
-    check_finite(amount, "allocation amount");
-    const double window = calendar::window_months(from, until, convention);
-    calendar::check_date(at);
-    if (at < from)
-        return 0;
-    if (!(at < until))
-        return amount;  // the whole window has elapsed: exactly the amount
-    const double elapsed = calendar::months_spanned(from, at, convention);
-    return checked_result(amount * elapsed / window);
-}
-
-void Sum::add(double x) {
-    check_finite(x, "summand");
-    const double t = sum + x;
-    double c = compensation;
-    if (std::fabs(sum) >= std::fabs(x))
-        c += (sum - t) + x;
-    else
-        c += (x - t) + sum;
-    // An overflow is refused here, leaving the state as it was: a non-finite state would be
-    // refused anyway by value() (serial plan) or by a deserialize function (parallel plan),
-    // with different errors.
-    if (!std::isfinite(t) || !std::isfinite(c))
-        throw Error(ErrorKind::out_of_range, "sum is out of range");
-    sum = t;
-    compensation = c;
+    const Row row = checked_row(from, until, amount, at, convention);
+    return tc_contribution(row.from, row.until, amount, row.at, convention);
 }
 
 void Sum::merge(const Sum& other) {
@@ -67,7 +64,7 @@ void Sum::merge(const Sum& other) {
 double Sum::value() const {
     const double total = sum + compensation;
     if (!std::isfinite(total))
-        throw Error(ErrorKind::out_of_range, "sum is out of range");
+        detail::sum_out_of_range();
     return total;
 }
 

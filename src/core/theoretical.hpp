@@ -10,10 +10,13 @@
 
 #include "core/calendar.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 namespace hpcacct::theoretical {
 
+using calendar::Civil;
 using calendar::date;
 using calendar::MonthConvention;
 
@@ -22,6 +25,67 @@ using calendar::MonthConvention;
 double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention);
 double tc_contribution(date from, date until, double amount, date at, MonthConvention convention);
 
+namespace detail {
+// Throw Error(out_of_range): "<what> must be a finite number", "theoretical consumption is
+// out of range", "sum is out of range".
+[[noreturn]] void not_finite(const char* what);
+[[noreturn]] void result_out_of_range();
+[[noreturn]] void sum_out_of_range();
+}  // namespace detail
+
+// The same on days already checked and split (calendar::civil_of_day): the aggregates' path,
+// inline, with the same results and the same errors for the amount and the window.
+inline double tmc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
+                               MonthConvention convention) {
+    if (!std::isfinite(amount)) detail::not_finite("allocation amount");
+    const double window = calendar::window_months(from, until, convention);
+    if (at < from || until < at)
+        return 0;
+    const double result = amount / window;
+    if (!std::isfinite(result)) detail::result_out_of_range();
+    return result;
+}
+
+inline double tc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
+                              MonthConvention convention) {
+    if (!std::isfinite(amount)) detail::not_finite("allocation amount");
+    const double window = calendar::window_months(from, until, convention);
+    if (at < from)
+        return 0;
+    if (!(at < until))
+        return amount;  // the whole window has elapsed: exactly the amount
+    const double elapsed = calendar::months_spanned(from, at, convention);
+    const double result = amount * elapsed / window;
+    if (!std::isfinite(result)) detail::result_out_of_range();
+    return result;
+}
+
+// The same on days counted from 2000-01-01, each within calendar::kFirstDay..kLastDay (the
+// caller checks; `at`, the same on every row, comes split too): the aggregates' path. A row whose `until` is 31 days or more after `from`
+// cannot be inverted or empty under either convention (its 32 days or more span more than a
+// month, and rounding to half months moves each end by at most a quarter), so when `at` is
+// outside its window the result needs no calendar at all: exactly 0 or the amount, as the
+// Civil forms return (a unit test compares the two forms around the threshold).
+inline double tmc_contribution(std::int32_t from, std::int32_t until, double amount, const calendar::Day& at,
+                               MonthConvention convention) {
+    if (until - from >= 31 && (at.days < from || until < at.days)) {
+        if (!std::isfinite(amount)) detail::not_finite("allocation amount");
+        return 0;
+    }
+    return tmc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount, at.civil,
+                            convention);
+}
+
+inline double tc_contribution(std::int32_t from, std::int32_t until, double amount, const calendar::Day& at,
+                              MonthConvention convention) {
+    if (until - from >= 31 && (at.days < from || !(at.days < until))) {
+        if (!std::isfinite(amount)) detail::not_finite("allocation amount");
+        return at.days < from ? 0 : amount;
+    }
+    return tc_contribution(calendar::civil_of_day(from), calendar::civil_of_day(until), amount, at.civil,
+                           convention);
+}
+
 // Compensated (Neumaier) running sum; flat so that it can be an aggregate state.
 // add and merge throw Error(out_of_range) on non-finite input or when the sum overflows
 // (add leaves the state unchanged then), value() on overflow.
@@ -29,11 +93,27 @@ struct Sum {
     double sum = 0;
     double compensation = 0;
 
-    void add(double x);
+    void add(double x);            // inline, below: the aggregates call it for every row
     void merge(const Sum& other);  // an aggregate combine function
     double value() const;
 };
 static_assert(std::is_trivially_copyable_v<Sum> && std::is_standard_layout_v<Sum>);
+
+inline void Sum::add(double x) {
+    if (!std::isfinite(x)) detail::not_finite("summand");
+    const double t = sum + x;
+    double c = compensation;
+    if (std::fabs(sum) >= std::fabs(x))
+        c += (sum - t) + x;
+    else
+        c += (x - t) + sum;
+    // An overflow is refused here, leaving the state as it was: a non-finite state would be
+    // refused anyway by value() (serial plan) or by a deserialize function (parallel plan),
+    // with different errors.
+    if (!std::isfinite(t) || !std::isfinite(c)) detail::sum_out_of_range();
+    sum = t;
+    compensation = c;
+}
 
 enum class RegulationStatus { ok, warning, retraction };
 

@@ -2,20 +2,16 @@
 
 namespace hpcacct::pg {
 
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* aggregate) {
-    MemoryContext context = nullptr;
-    if (!AggCheckCallContext(fcinfo, &context)) {
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("this function can only be called as part of the aggregate %s", aggregate)));
-    }
-    return context;
+void not_in_aggregate(const char* aggregate) {
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("this function can only be called as part of the aggregate %s", aggregate)));
+    pg_unreachable();
 }
 
-void require_argument(FunctionCallInfo fcinfo, int argno, const char* aggregate, const char* name, const char* hint) {
-    if (PG_ARGISNULL(argno)) {
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s: %s must not be NULL", aggregate, name),
-                        hint != nullptr ? errhint("%s", hint) : 0));
-    }
+void null_argument(const char* aggregate, const char* name, const char* hint) {
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s: %s must not be NULL", aggregate, name),
+                    hint != nullptr ? errhint("%s", hint) : 0));
+    pg_unreachable();
 }
 
 StringInfoData serialized_state(FunctionCallInfo fcinfo, int size, const char* aggregate) {

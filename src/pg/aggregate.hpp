@@ -16,12 +16,23 @@ extern "C" {
 
 namespace hpcacct::pg {
 
+// The errors of the two checks below, out of line.
+[[noreturn]] void not_in_aggregate(const char* aggregate);
+[[noreturn]] void null_argument(const char* aggregate, const char* name, const char* hint);
+
 // The aggregate's memory context; an error (0A000) unless called as part of an aggregate.
-MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* aggregate);
+// Inline, as the next one: transition functions call them for every row.
+inline MemoryContext aggregate_context(FunctionCallInfo fcinfo, const char* aggregate) {
+    MemoryContext context = nullptr;
+    if (unlikely(!AggCheckCallContext(fcinfo, &context))) not_in_aggregate(aggregate);
+    return context;
+}
 
 // A NULL argument is an error (22004) naming it, not a row silently left out.
-void require_argument(FunctionCallInfo fcinfo, int argno, const char* aggregate, const char* name,
-                      const char* hint = nullptr);
+inline void require_argument(FunctionCallInfo fcinfo, int argno, const char* aggregate, const char* name,
+                             const char* hint = nullptr) {
+    if (unlikely(PG_ARGISNULL(argno))) null_argument(aggregate, name, hint);
+}
 
 // A zeroed state: for the core's flat structs, all-zero bytes are the empty state.
 template <typename State>
@@ -35,6 +46,32 @@ State* new_state(MemoryContext context) {
 template <typename State>
 State* transition_state(FunctionCallInfo fcinfo, MemoryContext context) {
     return PG_ARGISNULL(0) ? new_state<State>(context) : reinterpret_cast<State*>(PG_GETARG_POINTER(0));
+}
+
+// What a transition function derives from an argument that is the same on every row (the
+// evaluation date `at`), kept with its call site (fn_extra, which lives as long as the
+// aggregate's FmgrInfo) and derived again only when the argument changes: a constant `at` is
+// converted once per query instead of once per row. `derive` may raise an error; nothing is
+// kept then.
+template <typename Key, typename Value, typename Derive>
+Value derived_once(FunctionCallInfo fcinfo, Key key, Derive derive) {
+    static_assert(std::is_trivially_copyable_v<Key> && std::is_trivially_copyable_v<Value>);
+    struct Cache {
+        bool valid;
+        Key key;
+        Value value;
+    };
+    auto* cache = static_cast<Cache*>(fcinfo->flinfo->fn_extra);
+    if (likely(cache != nullptr && cache->valid && cache->key == key)) return cache->value;
+    if (cache == nullptr) {
+        cache = static_cast<Cache*>(MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Cache)));
+        fcinfo->flinfo->fn_extra = cache;
+    }
+    cache->valid = false;
+    cache->value = derive(key);
+    cache->key = key;
+    cache->valid = true;
+    return cache->value;
 }
 
 // The combine function: merges argument 1 into argument 0. Either may be NULL (a worker that

@@ -69,7 +69,9 @@ Datum hpcacct_quarter_balance_transfn(PG_FUNCTION_ARGS) {
     const std::string_view kind_name(VARDATA_ANY(kind_text), VARSIZE_ANY_EXHDR(kind_text));
     const int entry_month = hpcacct::pg::month_index(PG_GETARG_DATEADT(2), "quarter_balance: quarter");
     const double amount = PG_GETARG_FLOAT8(3);
-    const int at_month = hpcacct::pg::month_index(PG_GETARG_DATEADT(4), "quarter_balance: at");
+    const int at_month = hpcacct::pg::derived_once<DateADT, int>(fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) {
+        return hpcacct::pg::month_index(day, "quarter_balance: at");
+    });
 
     bank::State* state = hpcacct::pg::transition_state<bank::State>(fcinfo, context);
     guarded([&] { bank::accumulate(*state, bank::parse_entry_kind(kind_name), entry_month, amount, at_month); });

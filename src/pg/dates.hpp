@@ -11,6 +11,8 @@ extern "C" {
 #include "utils/datetime.h"
 }
 
+#include "core/calendar.hpp"
+
 #include <boost/date_time/gregorian/gregorian_types.hpp>
 
 namespace hpcacct::pg {
@@ -31,8 +33,21 @@ inline CivilDate civil_date(DateADT date, const char* what) {
     return civil;
 }
 
+// DateADT counts days from 2000-01-01, as the core's calendar::civil_of_day does.
+static_assert(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE == 10957, "DateADT day 0 is 2000-01-01");
+
+// Whether `date` is in Boost's range 1400-01-01 .. 9999-12-31, where the per-row paths below
+// split it with integer arithmetic (calendar::civil_of_day) rather than j2date and Boost.
+inline bool in_boost_range(DateADT date) {
+    return date >= calendar::kFirstDay && date <= calendar::kLastDay;
+}
+
 // Months counted as year * 12 + month - 1, so that consecutive months differ by one.
 inline int month_index(DateADT date, const char* what) {
+    if (likely(in_boost_range(date))) {
+        const calendar::Civil civil = calendar::civil_of_day(date);
+        return civil.year * 12 + civil.month - 1;
+    }
     const CivilDate civil = civil_date(date, what);
     return civil.year * 12 + civil.month - 1;
 }
@@ -49,6 +64,15 @@ inline boost::gregorian::date gregorian_date(DateADT date, const char* what) {
         return boost::gregorian::date(static_cast<unsigned short>(civil.year),
                                       static_cast<unsigned short>(civil.month), static_cast<unsigned short>(civil.day));
     });
+}
+
+// A date in Boost's range as it is (days from 2000-01-01); for any other date, the error
+// gregorian_date() raises (infinite, or outside 1400-01-01 .. 9999-12-31).
+inline DateADT boost_range_day(DateADT date, const char* what) {
+    if (likely(in_boost_range(date))) return date;
+    gregorian_date(date, what);  // raises the error: no date outside the range passes it
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("%s: unexpected date %d", what, date)));
+    pg_unreachable();
 }
 
 }  // namespace hpcacct::pg

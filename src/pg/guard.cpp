@@ -32,18 +32,23 @@ void copy_text(char* out, std::size_t capacity, const char* text) noexcept {
 
 void capture(PendingError& pending, const Error& error) noexcept {
     pending.kind = error.kind();
+    pending.out_of_memory = false;
     copy_text(pending.message, sizeof pending.message, error.what());
     copy_text(pending.detail, sizeof pending.detail, error.detail().c_str());
 }
 
 void capture_out_of_memory(PendingError& pending) noexcept {
+    pending.kind = ErrorKind::internal;
     pending.out_of_memory = true;
     copy_text(pending.message, sizeof pending.message, "out of memory in hpcacct");
+    pending.detail[0] = '\0';
 }
 
 void capture_unexpected(PendingError& pending, const char* what) noexcept {
     pending.kind = ErrorKind::internal;
+    pending.out_of_memory = false;
     std::snprintf(pending.message, sizeof pending.message, "unexpected error in hpcacct: %s", what);
+    pending.detail[0] = '\0';
 }
 
 void raise(const PendingError& pending) {

@@ -15,11 +15,14 @@
 
 namespace hpcacct::pg {
 
+// Filled in by exactly one capture function, which sets every field. It is left
+// uninitialised until then: guarded() runs once per row in the aggregates, and zeroing its
+// 1.5 KB on every call (no error) used to be a quarter of their cost.
 struct PendingError {
-    ErrorKind kind = ErrorKind::internal;
-    bool out_of_memory = false;
-    char message[512] = {};
-    char detail[1024] = {};
+    ErrorKind kind;
+    bool out_of_memory;
+    char message[512];
+    char detail[1024];
 };
 
 void capture(PendingError& pending, const Error& error) noexcept;
@@ -32,7 +35,7 @@ auto guarded(Body&& body) -> decltype(body()) {
     using Result = decltype(body());
     static_assert(std::is_void_v<Result> || std::is_trivially_destructible_v<Result>,
                   "a guarded body must not return an object with a destructor");
-    PendingError pending;
+    PendingError pending;  // set by a capture function before raise() reads it
     try {
         return body();
     } catch (const Error& e) {

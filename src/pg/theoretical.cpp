@@ -27,7 +27,7 @@ extern "C" {
 #include <string_view>
 
 using hpcacct::pg::aggregate_context;
-using hpcacct::pg::gregorian_date;
+using hpcacct::pg::boost_range_day;
 using hpcacct::pg::require_argument;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
@@ -51,22 +51,27 @@ Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention)
         require_argument(fcinfo, i, function, arguments[i - 1],
                          "Every allocation event needs a validity window, an amount and a date.");
     }
-    const calendar::date from = gregorian_date(PG_GETARG_DATEADT(1), "valid_from");
-    const calendar::date until = gregorian_date(PG_GETARG_DATEADT(2), "valid_until");
+    // Dates stay day counts (the core splits them with integer arithmetic only when it needs
+    // their months; `at` is split once per query); the errors are gregorian_date's, in the
+    // same order (valid_from, valid_until, at).
+    const DateADT from = boost_range_day(PG_GETARG_DATEADT(1), "valid_from");
+    const DateADT until = boost_range_day(PG_GETARG_DATEADT(2), "valid_until");
     const double amount = PG_GETARG_FLOAT8(3);
-    const calendar::date at = gregorian_date(PG_GETARG_DATEADT(4), "at");
-    calendar::MonthConvention convention = calendar::MonthConvention::half_month;
+    const calendar::Day at = hpcacct::pg::derived_once<DateADT, calendar::Day>(
+        fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) { return calendar::day_of(boost_range_day(day, "at")); });
+    std::string_view convention_name;
     if (with_convention) {
         text* name = PG_GETARG_TEXT_PP(5);
-        const std::string_view view(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-        convention = guarded([&] { return calendar::parse_month_convention(view); });
+        convention_name = std::string_view(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
     }
-    const double contribution = guarded([&] {
-        return measure == Measure::tmc ? theoretical::tmc_contribution(from, until, amount, at, convention)
-                                       : theoretical::tc_contribution(from, until, amount, at, convention);
-    });
     Sum* state = hpcacct::pg::transition_state<Sum>(fcinfo, context);
-    guarded([&] { state->add(contribution); });
+    guarded([&] {
+        const calendar::MonthConvention convention = with_convention
+                                                         ? calendar::parse_month_convention(convention_name)
+                                                         : calendar::MonthConvention::half_month;
+        state->add(measure == Measure::tmc ? theoretical::tmc_contribution(from, until, amount, at, convention)
+                                           : theoretical::tc_contribution(from, until, amount, at, convention));
+    });
     PG_RETURN_POINTER(state);
 }
 

@@ -62,7 +62,9 @@ Datum hpcacct_window_quota_transfn(PG_FUNCTION_ARGS) {
     const int month = hpcacct::pg::month_index(PG_GETARG_DATEADT(1), "window_quota: month");
     const double allowance = PG_GETARG_FLOAT8(2);
     const double consumed = PG_GETARG_FLOAT8(3);
-    const int at = hpcacct::pg::month_index(PG_GETARG_DATEADT(4), "window_quota: at");
+    const int at = hpcacct::pg::derived_once<DateADT, int>(fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) {
+        return hpcacct::pg::month_index(day, "window_quota: at");
+    });
 
     wq::State* state = hpcacct::pg::transition_state<wq::State>(fcinfo, context);
     guarded([&] { wq::accumulate(*state, month, allowance, consumed, at); });

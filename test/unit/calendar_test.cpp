@@ -136,3 +136,44 @@ TEST(Calendar, MakeDateValidates) {
 }
 
 }  // namespace
+
+namespace {
+
+using hpcacct::calendar::Civil;
+
+// The aggregates split PostgreSQL dates with civil_of_day; it must agree with Boost on
+// every day of the range, leap days and century years included.
+TEST(Calendar, CivilOfDayAgreesWithBoostOnEveryDay) {
+    const date epoch = ymd(2000, 1, 1);
+    EXPECT_EQ(date(epoch + boost::gregorian::days(kFirstDay)), ymd(1400, 1, 1));
+    EXPECT_EQ(date(epoch + boost::gregorian::days(kLastDay)), ymd(9999, 12, 31));
+    int mismatches = 0;
+    for (std::int32_t n = kFirstDay; n <= kLastDay && mismatches < 10; ++n) {
+        const date day = epoch + boost::gregorian::days(n);
+        const Civil fast = civil_of_day(n);
+        const Civil slow = civil(day);
+        if (fast.year != slow.year || fast.month != slow.month || fast.day != slow.day ||
+            fast.days_in_month != slow.days_in_month) {
+            ++mismatches;
+            ADD_FAILURE() << "day " << n << ": " << fast.year << "-" << fast.month << "-" << fast.day << " ("
+                          << fast.days_in_month << ") instead of " << slow.year << "-" << slow.month << "-" << slow.day;
+        }
+    }
+    EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Calendar, CivilFormsEqualTheDateForms) {
+    const date from = ymd(2023, 3, 15), until = ymd(2024, 2, 29);
+    const Civil f = civil(from), u = civil(until);
+    for (MonthConvention c : {kHalf, kDay}) {
+        EXPECT_EQ(window_months(f, u, c), window_months(from, until, c));
+        EXPECT_EQ(months_spanned(f, civil(ymd(2023, 11, 16)), c), months_spanned(from, ymd(2023, 11, 16), c));
+    }
+    EXPECT_EQ(kind_of([&] { window_months(u, f, kDay); }), ErrorKind::invalid_argument);
+    EXPECT_EQ(message_of([&] { window_months(u, f, kDay); }), message_of([&] { window_months(until, from, kDay); }));
+    EXPECT_LT(f, u);
+    EXPECT_FALSE(u < f);
+    EXPECT_FALSE(f < f);
+}
+
+}  // namespace

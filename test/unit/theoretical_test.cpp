@@ -6,6 +6,8 @@
 #include "error_kind.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -231,6 +233,87 @@ TEST(Theoretical, SumRejectsNonFinite) {
     // kept, then refused with another error by a parallel plan's deserialize function).
     EXPECT_EQ(kind_of([&] { big.add(std::numeric_limits<double>::max()); }), ErrorKind::out_of_range);
     EXPECT_EQ(big.value(), std::numeric_limits<double>::max());  // unchanged
+}
+
+}  // namespace
+
+namespace {
+
+// The aggregates call the Civil forms; they give the date forms' results bit for bit, and the
+// same errors, on every day of a leap year and the next for a few windows.
+TEST(Theoretical, CivilFormsEqualTheDateForms) {
+    using hpcacct::calendar::civil;
+    const std::vector<Event> windows = {
+        {day(1, 1), day(12, 31), 1200000},  {day(3, 15), day(12, 31), -100000},
+        {day(2, 20), day(3, 10), 7.25}, {make_date(kYear + 1, 2, 29), make_date(kYear + 1, 3, 20), 3},      {day(11, 16), make_date(kYear + 1, 2, 28), 100000},
+    };
+    for (MonthConvention c : {kHalf, kDay}) {
+        for (const Event& e : windows) {
+            for (date at = make_date(kYear - 1, 12, 1); at <= make_date(kYear + 1, 3, 31); at += boost::gregorian::days(1)) {
+                const double tmc_date = tmc_contribution(e.from, e.until, e.amount, at, c);
+                const double tc_date = tc_contribution(e.from, e.until, e.amount, at, c);
+                const double tmc_civil = tmc_contribution(civil(e.from), civil(e.until), e.amount, civil(at), c);
+                const double tc_civil = tc_contribution(civil(e.from), civil(e.until), e.amount, civil(at), c);
+                EXPECT_EQ(std::memcmp(&tmc_date, &tmc_civil, sizeof(double)), 0) << iso(at);
+                EXPECT_EQ(std::memcmp(&tc_date, &tc_civil, sizeof(double)), 0) << iso(at);
+            }
+        }
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_EQ(kind_of([&] { tc_contribution(civil(day(1, 1)), civil(day(12, 31)), nan, civil(day(6, 1)), kHalf); }),
+              ErrorKind::out_of_range);
+    EXPECT_EQ(kind_of([&] { tmc_contribution(civil(day(12, 28)), civil(day(12, 31)), 1, civil(day(6, 1)), kHalf); }),
+              ErrorKind::invalid_argument);
+    EXPECT_EQ(kind_of([&] { tc_contribution(civil(day(5, 1)), civil(day(4, 30)), 1, civil(day(1, 1)), kDay); }),
+              ErrorKind::invalid_argument);
+}
+
+}  // namespace
+
+namespace {
+
+// The outcome of a call: the result's bits, or the error's kind and text.
+template <typename F>
+std::string outcome(F&& f) {
+    try {
+        const double x = f();
+        std::uint64_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        return "value " + std::to_string(bits);
+    } catch (const Error& e) {
+        return "error " + std::to_string(static_cast<int>(e.kind())) + " " + e.what() + " | " + e.detail();
+    }
+}
+
+// The day-count forms skip the calendar for long windows that `at` is outside of; for every
+// window length around that threshold (inverted and empty ones included) and every `at` around
+// the window, they give the Civil forms' result or error.
+TEST(Theoretical, DayFormsEqualTheCivilForms) {
+    using hpcacct::calendar::civil_of_day;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (std::int32_t from : {8815, 8825, 8835, 8846, 9190}) {  // 2024-02-19 .. 2025-02-28
+        for (std::int32_t length = -3; length <= 40; ++length) {
+            const std::int32_t until = from + length;
+            for (std::int32_t at = from - 35; at <= until + 35; ++at) {
+                for (MonthConvention c : {kHalf, kDay}) {
+                    for (double amount : {1234.5, nan}) {
+                        EXPECT_EQ(outcome([&] { return tc_contribution(from, until, amount, hpcacct::calendar::day_of(at), c); }),
+                                  outcome([&] {
+                                      return tc_contribution(civil_of_day(from), civil_of_day(until), amount,
+                                                             civil_of_day(at), c);
+                                  }))
+                            << from << " " << until << " " << at;
+                        EXPECT_EQ(outcome([&] { return tmc_contribution(from, until, amount, hpcacct::calendar::day_of(at), c); }),
+                                  outcome([&] {
+                                      return tmc_contribution(civil_of_day(from), civil_of_day(until), amount,
+                                                              civil_of_day(at), c);
+                                  }))
+                            << from << " " << until << " " << at;
+                    }
+                }
+            }
+        }
+    }
 }
 
 }  // namespace
