@@ -45,6 +45,9 @@ CORE_CXXFLAGS = $(CXXSTD) -O2 -g -fPIC -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
 
+# PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
+$(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
+
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 	cat $^ > $@
 

@@ -80,15 +80,23 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
 COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
     'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 
-CREATE FUNCTION @extschema@.roll_up_charges() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        EXECUTE @extschema@.rollup_insert_sql('new_entries');
-        RETURN NULL;
-    END
-    $$;
+-- The trigger runs that statement as static SQL, so that PL/pgSQL keeps its plan: a loader
+-- inserting one job per statement does not plan it again for every job. Its text is pasted
+-- in from rollup_insert_sql('new_entries') when the function is created: one definition.
+DO $do$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE FUNCTION @extschema@.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
+                          '            RETURN NULL;\n'
+                          '        END IF;\n'
+                          '%s;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries')));
+END
+$do$;
 COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
     'Statement trigger of hpcacct.ledger: adds the rollup rows of the statement''s charges';
 CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
