@@ -1268,4 +1268,17 @@ SELECT @extschema@.protect_table('@extschema@.charge_rollup');
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 ALTER VIEW @extschema@.quarter_balances SET (security_invoker = true);
 REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup(), @extschema@.compact_rollup() FROM PUBLIC;
+-- Sites that ran setup_roles() before: its roles get the new table and functions as
+-- setup_roles() grants them (portal reports read the rollup, administrators write it).
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.charge_rollup TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.charge_rollup TO hpcacct_portal;
+    END IF;
+END
+$do$;
 -- end of perf-ingest-reports

@@ -4,6 +4,7 @@
 # updates it with ALTER EXTENSION hpcacct UPDATE, and requires
 #   - the same reports (reports.sql) before and after the update,
 #   - the same schema (schema.sql) as a fresh install of the current version.
+#   - that a portal user of the previous release still reads every report after it.
 # Appends "upgrade passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,6 +29,9 @@ for part in test/demo/*.sql; do
     grep -v '^CREATE EXTENSION' "$part" | psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade >/dev/null 2>"$work/demo.err" \
         || { echo "    $part:"; sed 's/^/    /' "$work/demo.err" | head -5; }
 done
+# the site's roles, as setup_roles() made them under the previous release, and a portal user
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'CALL hpcacct.setup_roles()' \
+    -c 'CREATE ROLE hp_upgrade_portal LOGIN IN ROLE hpcacct_portal' >/dev/null
 psql -X -q -d hpcacct_upgrade -f test/compat/reports.sql >"$work/before.txt" 2>&1
 
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'ALTER EXTENSION hpcacct UPDATE' 2>"$work/update.err"
@@ -36,6 +40,15 @@ check "ALTER EXTENSION hpcacct UPDATE from $previous to $current succeeds" \
 sed 's/^/    /' "$work/update.err" | head -10
 
 psql -X -q -d hpcacct_upgrade -f test/compat/reports.sql >"$work/after.txt" 2>&1
+portal_errors=$(for view in usage_by_resource usage_by_account usage_by_submitter usage_by_month quarter_balances \
+                            window_quota_usage regulation_report; do
+                    psql -X -q -At -U hp_upgrade_portal -d hpcacct_upgrade -c "SELECT count(*) FROM hpcacct.$view" 2>&1 |
+                        grep ERROR
+                done; psql -X -q -At -U hp_upgrade_portal -d hpcacct_upgrade -c 'SELECT count(*) FROM hpcacct.fairshare()' 2>&1 |
+                        grep ERROR)
+check "after the update a portal user still reads every report (the new rollup is granted)" \
+    "$([ -z "$portal_errors" ] && echo t)"
+[ -n "$portal_errors" ] && echo "$portal_errors" | head -3 | sed 's/^/    /'
 check "the data and every report are unchanged by the update ($(wc -l <"$work/before.txt") lines)" \
     "$(cmp -s "$work/before.txt" "$work/after.txt" && echo t)"
 diff "$work/before.txt" "$work/after.txt" | head -10
@@ -43,6 +56,7 @@ diff "$work/before.txt" "$work/after.txt" | head -10
 createdb hpcacct_fresh
 psql -X -q -d hpcacct_fresh -c 'CREATE EXTENSION hpcacct CASCADE' >/dev/null 2>&1
 psql -X -q -d hpcacct_fresh -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1  # as the demo did
+psql -X -q -d hpcacct_fresh -c 'CALL hpcacct.setup_roles()' >/dev/null 2>&1         # as the site did
 psql -X -q -d hpcacct_fresh -f test/compat/schema.sql >"$work/fresh.txt" 2>&1
 psql -X -q -d hpcacct_upgrade -f test/compat/schema.sql >"$work/updated.txt" 2>&1
 check "the updated schema equals a fresh install of $current ($(wc -l <"$work/fresh.txt") lines compared)" \
