@@ -201,23 +201,30 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
     'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
 
--- Months depend on the site's time zone: changing it rebuilds the rollup. (Not dumped: a
--- restore of the ledger rolls its rows up again, and a restored time zone rebuilds them.)
+-- Months depend on the site's time zone, decayed sums on the fair-share half-life: a row
+-- trigger on each settings table rebuilds the rollup when the row of the setting named by
+-- its argument is added, changed or removed. (Not dumped: a restore of the ledger rolls its
+-- rows up again, and a restored time zone rebuilds them.)
 CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        setting constant text := TG_ARGV[0];
+        changed boolean;
     BEGIN
-        PERFORM @extschema@.rebuild_rollup();
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = setting
+                       WHEN 'DELETE' THEN OLD.name = setting
+                       ELSE setting IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
         RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.rebuild_rollup_trigger() IS
-    'Trigger: rebuilds the charge rollup after a change of a setting it depends on';
-CREATE TRIGGER setting_insert_rebuilds_rollup AFTER INSERT ON @extschema@.setting
-    FOR EACH ROW WHEN (NEW.name = 'timezone') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER setting_update_rebuilds_rollup AFTER UPDATE ON @extschema@.setting
-    FOR EACH ROW WHEN ('timezone' IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD)
-    EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER setting_delete_rebuilds_rollup AFTER DELETE ON @extschema@.setting
-    FOR EACH ROW WHEN (OLD.name = 'timezone') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+    'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
+CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('timezone');

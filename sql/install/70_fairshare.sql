@@ -100,13 +100,8 @@ COMMENT ON FUNCTION @extschema@.check_fairshare_setting() IS
 CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
     FOR EACH ROW EXECUTE FUNCTION @extschema@.check_fairshare_setting();
 -- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
-CREATE TRIGGER fairshare_setting_insert_rebuilds_rollup AFTER INSERT ON @extschema@.fairshare_setting
-    FOR EACH ROW WHEN (NEW.name = 'half_life') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER fairshare_setting_update_rebuilds_rollup AFTER UPDATE ON @extschema@.fairshare_setting
-    FOR EACH ROW WHEN ('half_life' IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD)
-    EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER fairshare_setting_delete_rebuilds_rollup AFTER DELETE ON @extschema@.fairshare_setting
-    FOR EACH ROW WHEN (OLD.name = 'half_life') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+CREATE TRIGGER fairshare_setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.fairshare_setting
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('half_life');
 
 -- Pools that need settings of their own: the allocation year's first month (1 January at
 -- HLRN and GENCI, 1 April at Compute Canada, 1 July at Fermilab LQCD).

@@ -787,26 +787,33 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
     'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
 
--- Months depend on the site's time zone: changing it rebuilds the rollup. (Not dumped: a
--- restore of the ledger rolls its rows up again, and a restored time zone rebuilds them.)
+-- Months depend on the site's time zone, decayed sums on the fair-share half-life: a row
+-- trigger on each settings table rebuilds the rollup when the row of the setting named by
+-- its argument is added, changed or removed. (Not dumped: a restore of the ledger rolls its
+-- rows up again, and a restored time zone rebuilds them.)
 CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        setting constant text := TG_ARGV[0];
+        changed boolean;
     BEGIN
-        PERFORM @extschema@.rebuild_rollup();
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = setting
+                       WHEN 'DELETE' THEN OLD.name = setting
+                       ELSE setting IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
         RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.rebuild_rollup_trigger() IS
-    'Trigger: rebuilds the charge rollup after a change of a setting it depends on';
-CREATE TRIGGER setting_insert_rebuilds_rollup AFTER INSERT ON @extschema@.setting
-    FOR EACH ROW WHEN (NEW.name = 'timezone') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER setting_update_rebuilds_rollup AFTER UPDATE ON @extschema@.setting
-    FOR EACH ROW WHEN ('timezone' IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD)
-    EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER setting_delete_rebuilds_rollup AFTER DELETE ON @extschema@.setting
-    FOR EACH ROW WHEN (OLD.name = 'timezone') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+    'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
+CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('timezone');
 -- the rollup of the charges booked so far
 SELECT @extschema@.rebuild_rollup();
 
@@ -1083,13 +1090,8 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
 -- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
-CREATE TRIGGER fairshare_setting_insert_rebuilds_rollup AFTER INSERT ON @extschema@.fairshare_setting
-    FOR EACH ROW WHEN (NEW.name = 'half_life') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER fairshare_setting_update_rebuilds_rollup AFTER UPDATE ON @extschema@.fairshare_setting
-    FOR EACH ROW WHEN ('half_life' IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD)
-    EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
-CREATE TRIGGER fairshare_setting_delete_rebuilds_rollup AFTER DELETE ON @extschema@.fairshare_setting
-    FOR EACH ROW WHEN (OLD.name = 'half_life') EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger();
+CREATE TRIGGER fairshare_setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.fairshare_setting
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('half_life');
 
 CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
         account text,

@@ -3,7 +3,7 @@
 -- half-life it depends on; the reports that read it agree with the ledger read job by job.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(24);
+SELECT plan(25);
 
 -- ---- objects ----
 SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
@@ -89,6 +89,9 @@ SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * 
 INSERT INTO fairshare_setting VALUES ('half_life', '2 days');
 SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
                 'after a change of half-life: rebuilt, still equal (2 days)');
+DELETE FROM fairshare_setting WHERE name = 'half_life';
+SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
+                'after the half-life setting is removed: rebuilt for the default (7 days), still equal');
 
 -- ---- a report mid-month, some jobs ending after `at`: rollup + ledger against the ledger alone ----
 SELECT is_empty($$
