@@ -147,19 +147,26 @@ COMMENT ON FUNCTION @extschema@.compact_rollup() IS
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
--- month of `at`, the ledger (its job_end index) for those that ended in it. Not grouped.
+-- month of `at`, the ledger (its job_end index) for those that ended in it. When no charge
+-- of that month ends after `at` (a report of today, as portals ask), the rollup's rows of
+-- that month are exactly those jobs and the ledger is not read. Not grouped.
 CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH z AS MATERIALIZED (
-            SELECT t.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE t.tz) AS at_month
-            FROM (SELECT @extschema@.site_timezone() AS tz) t
+            SELECT t.tz, t.at_month,
+                   NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.job_end > $1
+                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete
+            FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
+                  FROM (SELECT @extschema@.site_timezone() AS tz) s) t
         )
         SELECT r.account, r.resource_id, r.unit, r.submitter, r.month, r.amount
         FROM @extschema@.charge_rollup r, z
-        WHERE r.end_month < z.at_month AND r.month BETWEEN $2 AND $3
+        WHERE (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
         UNION ALL
         SELECT l.account, l.resource_id, l.unit, l.submitter, m.month::date,
                l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
@@ -167,7 +174,8 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
         FROM @extschema@.ledger l, z
         CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
                                                       z.at_month, interval '1 month') AS m(month)
-        WHERE l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
+        WHERE NOT z.month_complete
+          AND l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
           AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
           AND m.month BETWEEN $2 AND $3
     $$;

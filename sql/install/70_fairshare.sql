@@ -525,53 +525,66 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
                                  ELSE cfg.at - cfg.depth * cfg.period END AS since
             FROM cfg
-        ), factors AS (
-            -- half-life: how much the rollup's decayed sums of each month decay until `at`
-            SELECT m.month::date AS end_month,
-                   2 ^ (-pg_catalog.date_part('epoch', cfg.at - (m.month + interval '1 month') AT TIME ZONE cfg.tz)
-                        / pg_catalog.date_part('epoch', cfg.half_life)) AS factor
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on
+            SELECT f.first_index,
+                   pg_catalog.array_agg(2 ^ (-pg_catalog.date_part('epoch', cfg.at - (m.month + interval '1 month')
+                                                                              AT TIME ZONE cfg.tz)
+                                             / pg_catalog.date_part('epoch', cfg.half_life)) ORDER BY m.month) AS factor
             FROM cfg
-            CROSS JOIN LATERAL pg_catalog.generate_series(
-                (SELECT min(c.end_month) FROM @extschema@.charge_rollup c), cfg.at_month - interval '1 month',
-                interval '1 month') AS m(month)
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM @extschema@.charge_rollup c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month, cfg.at_month - interval '1 month',
+                                                          interval '1 month') AS m(month)
             WHERE cfg.form = 'half_life'
+            GROUP BY f.first_index
         ), alloc AS (
             SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l, cfg
             WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
             GROUP BY l.cluster, l.unit, l.account
         ), jobs AS (
-            -- each job's net charge (a re-rated job: the new charge; a deleted one: nothing)
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
             SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter, l.job_end,
-                   sum(l.amount)::float8 AS amount, sum(l.amount) AS net
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
             FROM recent w
             JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
             JOIN @extschema@.resource r USING (resource_id)
             WHERE l.kind = 'charge'
-            GROUP BY l.cluster, l.jobid, coalesce(r.pool, r.cluster), l.unit, l.account, l.submitter,
-                     l.job_start, l.job_end
-            HAVING sum(l.amount) > 0
         ), decayed AS (
             -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
             SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
             FROM (
                 SELECT j.pool, j.unit, j.account, j.submitter,
                        coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
-                                    FILTER (WHERE cfg.form = 'half_life'),
+                                    FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
                                 @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
                                                           cfg.depth)
-                                    FILTER (WHERE cfg.form = 'interval')) AS usage,
+                                    FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                       - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                      FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                  @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                            cfg.depth)
+                                      FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
                        sum(j.net) AS net
                 FROM jobs j CROSS JOIN cfg
                 GROUP BY j.pool, j.unit, j.account, j.submitter
                 UNION ALL
                 -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
                 -- decayed from the end of the month they ended in to `at`
-                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter, sum(c.decayed * f.factor),
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
                        sum(c.job_amount)
                 FROM @extschema@.charge_rollup c
-                JOIN factors f USING (end_month)
                 JOIN @extschema@.resource r USING (resource_id)
+                WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
             ) d
             GROUP BY d.pool, d.unit, d.account, d.submitter

@@ -3,7 +3,7 @@
 -- half-life it depends on; the reports that read it agree with the ledger read job by job.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(25);
+SELECT plan(32);
 
 -- ---- objects ----
 SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
@@ -72,7 +72,13 @@ SELECT ok(EXISTS (SELECT 1 FROM after_compaction a
                                       AND r.amount = a.amount)),
           'the months moved with the zone');
 
--- fairshare() from the rollup against decayed_usage() over the jobs, in the month's middle
+-- fairshare() from the rollup against decayed_usage() over the jobs, in the month's middle;
+-- jobs of that month re-rated and deleted: the ledger's reversals in the latest month
+UPDATE job SET "end" = "end" + interval '2 hours' WHERE jobid IN ('r480', 'r481');
+DELETE FROM job WHERE jobid = 'r483';
+SELECT is((SELECT count(*) FROM ledger WHERE kind = 'charge' AND amount < 0
+           AND job_end BETWEEN '2026-05-01 00:00-07' AND '2026-05-17 12:00+02'), 3::bigint,
+          'three reversals in the month of the fair-share instant');
 CREATE TEMP VIEW decay_check AS
     SELECT f.account, f.usage, d.usage AS expected
     FROM fairshare_all('2026-05-17 12:00+02') f
@@ -93,6 +99,32 @@ DELETE FROM fairshare_setting WHERE name = 'half_life';
 SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
                 'after the half-life setting is removed: rebuilt for the default (7 days), still equal');
 
+-- Maui periods: the rollup's months are not read; a user whose only job ended before the
+-- counted periods is not listed, as in decayed_usage() over the jobs
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres) VALUES
+    ('ruc', 'old1', 'rua1', 'ruold', 'cpu', '2026-02-02 10:00+01', '2026-02-02 20:00+01', 'cpu=4');
+INSERT INTO fairshare_setting VALUES ('decay', 'interval'), ('period', '1 day'), ('period_decay', '0.5'), ('depth', '3');
+SELECT set_eq($$SELECT account, submitter FROM fairshare_all('2026-05-17 12:00+02') WHERE submitter IS NOT NULL$$,
+              $$SELECT account, submitter FROM ledger WHERE kind = 'charge'
+                AND job_end > timestamptz '2026-05-17 12:00+02' - interval '3 days' AND job_end <= '2026-05-17 12:00+02'
+                GROUP BY 1, 2 HAVING sum(amount) > 0$$,
+              'interval decay: the users are those with a job in the counted periods');
+SELECT is_empty($$
+    SELECT f.account, f.submitter, f.usage, e.usage
+    FROM fairshare_all('2026-05-17 12:00+02') f
+    JOIN (SELECT account, submitter,
+                 decayed_usage(job_end, amount, '2026-05-17 12:00+02', '1 day', 0.5, 3) AS usage
+          FROM (SELECT l.account, l.submitter, l.job_end, sum(l.amount)::float8 AS amount FROM ledger l
+                WHERE l.kind = 'charge' AND l.job_end <= '2026-05-17 12:00+02'
+                GROUP BY l.cluster, l.jobid, l.account, l.submitter, l.job_start, l.job_end
+                HAVING sum(l.amount) > 0) j
+          GROUP BY 1, 2) e USING (account, submitter)
+    WHERE abs(f.usage - e.usage) > 1e-9 * e.usage$$,
+    'interval decay: each user''s usage equals decayed_usage() over the jobs');
+DELETE FROM fairshare_setting;
+SELECT ok(EXISTS (SELECT 1 FROM fairshare_all('2026-05-17 12:00+02') WHERE submitter = 'ruold' AND usage > 0),
+          'half-life decay: that user is listed, with their decayed usage');
+
 -- ---- a report mid-month, some jobs ending after `at`: rollup + ledger against the ledger alone ----
 SELECT is_empty($$
     SELECT account, usage FROM usage_by_account(2026, '2026-02-10 09:30-08') WHERE unit = 'core-hours'
@@ -103,6 +135,21 @@ SELECT is_empty($$
 SELECT ok((SELECT count(*) FROM ledger WHERE kind = 'charge' AND job_end > '2026-02-10 09:30-08'
              AND job_start < '2026-02-10 09:30-08') > 0,
           'and some jobs were still running at that instant (not counted)');
+SELECT ok((SELECT count(*) FROM ledger WHERE kind = 'charge' AND job_end > '2026-02-10 09:30-08'
+             AND job_end < '2026-03-01 00:00-08') > 0,
+          'some of them end later in that month (the ledger is read for it)');
+
+-- ---- a report when every charge of the month has ended (as today's): the rollup alone ----
+CREATE TEMP TABLE last_end AS SELECT max(job_end) AS at FROM ledger WHERE kind = 'charge';
+SELECT ok((SELECT count(*) FROM charge_rollup, last_end
+           WHERE end_month = date_trunc('month', last_end.at AT TIME ZONE 'America/Vancouver')) > 0,
+          'the month of the last job''s end has rollup rows');
+SELECT is_empty($$
+    SELECT account, usage FROM last_end, usage_by_account(2026, last_end.at) WHERE unit = 'core-hours'
+    EXCEPT
+    SELECT account, round(sum(amount), 6) FROM last_end, year_charges(2026, last_end.at)
+    WHERE unit = 'core-hours' GROUP BY account$$,
+    'usage_by_account at the last job''s end equals the sum of year_charges() over the ledger');
 
 -- ---- consumption_before(): rollup + ledger, exactly the job-by-job sum ----
 CREATE TEMP TABLE instants AS
