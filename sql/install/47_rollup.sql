@@ -32,6 +32,38 @@ COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
     'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
     'fairshare() scales it to any later instant';
 
+-- The consumption rollup, for GENCI's regulation report: consumption before an instant
+-- (consumption_before()) at the instants the report needs, 1 January and the 16th of each
+-- month at 00:00 (the day after the 15th), site time zone. Per account, resource and such
+-- boundary: the whole amounts of the jobs that ended by it (and after the boundary before),
+-- and the share before it of the jobs running across it. Consumption before boundary b is
+-- the sum of `ended` up to b plus `running` at b: exactly consumption_before()'s numerics.
+CREATE TABLE @extschema@.consumption_rollup (
+    account     text NOT NULL,
+    resource_id bigint NOT NULL,
+    boundary    date NOT NULL,
+    ended       numeric NOT NULL,
+    running     numeric NOT NULL
+);
+COMMENT ON TABLE @extschema@.consumption_rollup IS
+    'Charges per account, resource and regulation boundary (1 January, the 16th of each month): amounts of the '
+    'jobs ended by it, shares before it of the jobs running across it; maintained with the ledger, derived from it';
+COMMENT ON COLUMN @extschema@.consumption_rollup.boundary IS
+    '1 January or the 16th of a month, at 00:00 in the site time zone';
+
+-- The first regulation boundary strictly after a local time. Inlined (SQL-standard body).
+CREATE FUNCTION @extschema@.regulation_boundary_after(local_time timestamp) RETURNS date
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN local_time < pg_catalog.date_trunc('month', local_time) + interval '15 days'
+            THEN (pg_catalog.date_trunc('month', local_time) + interval '15 days')::date
+        WHEN pg_catalog.date_part('month', local_time) = 12
+            THEN (pg_catalog.date_trunc('month', local_time) + interval '1 month')::date
+        ELSE (pg_catalog.date_trunc('month', local_time) + interval '1 month 15 days')::date
+    END;
+COMMENT ON FUNCTION @extschema@.regulation_boundary_after(timestamp) IS
+    'First regulation boundary (1 January, or the 16th of a month, at 00:00) strictly after a local time';
+
 -- The rollup rows of the charges in `source` (a table or a parenthesized query with the
 -- ledger's columns), as one INSERT statement's text: the trigger runs it over its
 -- transition table, rebuild_rollup() over the whole ledger. A job inside one month (almost
@@ -80,6 +112,51 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
 COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
     'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 
+-- The same for the consumption rollup. A job that crosses no boundary (almost all) gives
+-- one row; one that runs across boundaries also a share before each of them.
+CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN (e.job_end AT TIME ZONE z.tz) - interval '1 microsecond'
+                                ELSE e.job_start AT TIME ZONE z.tz END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.job_start AT TIME ZONE z.tz) AS first_after_start
+                FROM %s e, z
+                WHERE e.kind = 'charge'
+            )
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', e.first_after_start),
+                                                              e.ended_by, interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+    'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+
 -- The trigger runs that statement as static SQL, so that PL/pgSQL keeps its plan: a loader
 -- inserting one job per statement does not plan it again for every job. Its text is pasted
 -- in from rollup_insert_sql('new_entries') when the function is created: one definition.
@@ -93,12 +170,14 @@ BEGIN
                           '            RETURN NULL;\n'
                           '        END IF;\n'
                           '%s;\n'
+                          '%s;\n'
                           '        RETURN NULL;\n'
-                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries')));
+                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
+                          @extschema@.consumption_rollup_insert_sql('new_entries')));
 END
 $do$;
 COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
-    'Statement trigger of hpcacct.ledger: adds the rollup rows of the statement''s charges';
+    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
 CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.roll_up_charges();
@@ -116,12 +195,14 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         DELETE FROM @extschema@.charge_rollup;
         EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
+        DELETE FROM @extschema@.consumption_rollup;
+        EXECUTE @extschema@.consumption_rollup_insert_sql('@extschema@.ledger');
         RETURN rows_added;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
-    'Recomputes hpcacct.charge_rollup from the ledger (automatic when the time zone or half-life changes); '
-    'returns its rows';
+    'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
+    'or half-life changes); returns the rows of charge_rollup';
 
 -- Merges the delta rows into one row per group. Exact (sums of the same numerics) and
 -- idempotent; safe next to loaders (it moves only the rows it sees). Run it daily (pg_cron).
@@ -129,7 +210,15 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH moved AS (
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup
+            RETURNING account, resource_id, boundary, ended, running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT account, resource_id, boundary, sum(ended), sum(running)
+            FROM moved_consumption
+            GROUP BY account, resource_id, boundary
+        ), moved AS (
             DELETE FROM @extschema@.charge_rollup
             RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
         ), merged AS (
@@ -143,7 +232,8 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         SELECT count(*) FROM merged
     $$;
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
-    'Merges the charge rollup''s delta rows into one per group (exact, idempotent); returns the rows left';
+    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent); '
+    'returns the rows left in charge_rollup';
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the

@@ -478,32 +478,23 @@ CREATE VIEW @extschema@.regulation_report AS
         LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
                           AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
         GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
-    ), charges AS (
-        -- consumption_before(account, machine, at[j]) for every j, summed exactly as it sums:
-        -- a charge ended by at[j] counts its amount from its first such j on ("whole"), a
-        -- charge running across at[j] its share before at[j] ("part").
-        SELECT x.account, x.resource_id, CASE WHEN x.j = x.ws THEN x.we + 1 ELSE x.j END AS j,
-               sum(x.amount) FILTER (WHERE x.j = x.ws) AS whole,
-               sum(x.amount * @extschema@.period_share(x.job_start, x.job_end, '-infinity', x.at[x.j]))
-                   FILTER (WHERE x.j > x.ws) AS part
-        FROM (SELECT l.account, l.resource_id, l.amount, l.job_start, l.job_end, w.ws, w.we, b.at,
-                     pg_catalog.generate_series(w.ws, w.we) AS j
-              FROM @extschema@.ledger l
-              CROSS JOIN bounds b
-              CROSS JOIN LATERAL (  -- at[ws] <= job_start < at[ws + 1]; at[we] < job_end <= at[we + 1]
-                  SELECT pg_catalog.width_bucket(l.job_start, b.at) AS ws,
-                         pg_catalog.width_bucket(CASE WHEN l.job_end > l.job_start
-                                                      THEN l.job_end - interval '1 microsecond'
-                                                      ELSE l.job_start END, b.at) AS we
-              ) w
-              WHERE l.kind = 'charge'
-                AND l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r
-                                      JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster))) x
-        GROUP BY 1, 2, 3
     ), before AS (
-        SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.j, sum(c.whole) AS whole, sum(c.part) AS part
-        FROM charges c
-        JOIN @extschema@.resource r USING (resource_id)
+        -- consumption_before(account, machine, at[j]) for every j, from the consumption rollup
+        -- (its boundaries are the at[j]), summed exactly as consumption_before() sums: a job
+        -- ended by at[j] counts its amount from there on ("whole", at[j] with its rows of
+        -- earlier boundaries), a job running across at[j] its share before at[j] ("part")
+        SELECT c.account, c.machine, greatest(c.j, 1) AS j, sum(c.ended) AS whole,
+               sum(c.running) FILTER (WHERE c.j >= 1) AS part
+        FROM (SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.ended, c.running,
+                     -- where the boundary is in bounds.at (1 January: k = 0; the 16th of month k)
+                     (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
+                     + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
+                            ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
+              FROM @extschema@.consumption_rollup c
+              JOIN @extschema@.resource r USING (resource_id)
+              JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster)
+              CROSS JOIN bounds b) c
+        WHERE c.j <= (SELECT pg_catalog.array_length(b.at, 1) FROM bounds b)
         GROUP BY 1, 2, 3
     ), grid AS (  -- consumption_before(account, machine, at[j]) for every account, machine and j
         SELECT p.account, p.machine, j.j,

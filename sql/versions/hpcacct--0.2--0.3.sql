@@ -243,106 +243,6 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
     END
     $$;
 
--- regulation_report: set-based, not allocation_status() per account and month
-CREATE OR REPLACE VIEW @extschema@.regulation_report AS
-    WITH cfg AS MATERIALIZED (
-        SELECT (SELECT @extschema@.site_timezone()) AS tz, (SELECT @extschema@.site_today()) AS today
-    ), events AS MATERIALIZED (
-        SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
-        FROM @extschema@.ledger l
-        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
-    ), months AS MATERIALIZED (
-        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
-               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
-               s.monthly_threshold, s.month_convention
-        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
-              FROM events e GROUP BY e.account, e.machine) a
-        JOIN @extschema@.machine_setting s ON s.machine = a.machine
-        CROSS JOIN cfg
-        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
-                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
-                                                      interval '1 month') AS m(month)
-        WHERE m.month::date + 14 <= cfg.today
-    ), bounds AS MATERIALIZED (
-        -- The instants consumption is taken before, in order: 1 January and the 16th (the day
-        -- after the 15th) of every month of the report's years, 13 a year.
-        SELECT y.first_year, pg_catalog.array_agg(d.day::timestamp AT TIME ZONE cfg.tz ORDER BY d.day) AS at
-        FROM (SELECT min(m.year) AS first_year, max(m.year) AS last_year FROM months m) y
-        CROSS JOIN cfg
-        CROSS JOIN LATERAL (
-            SELECT pg_catalog.make_date(g.year, greatest(k.k, 1), CASE WHEN k.k = 0 THEN 1 ELSE 16 END) AS day
-            FROM pg_catalog.generate_series(y.first_year, y.last_year) AS g(year),
-                 pg_catalog.generate_series(0, 12) AS k(k)
-        ) d
-        GROUP BY y.first_year
-    ), status AS (  -- allocation_status() of each row: the events
-        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
-               -- where the day after as_of and 1 January are in bounds.at
-               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
-               coalesce(sum(e.amount), 0) AS alloc,
-               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
-               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
-                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
-               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
-                            FILTER (WHERE e.account IS NOT NULL)
-                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
-                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
-                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
-        FROM months m
-        CROSS JOIN bounds b
-        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
-                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
-        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
-    ), charges AS (
-        -- consumption_before(account, machine, at[j]) for every j, summed exactly as it sums:
-        -- a charge ended by at[j] counts its amount from its first such j on ("whole"), a
-        -- charge running across at[j] its share before at[j] ("part").
-        SELECT x.account, x.resource_id, CASE WHEN x.j = x.ws THEN x.we + 1 ELSE x.j END AS j,
-               sum(x.amount) FILTER (WHERE x.j = x.ws) AS whole,
-               sum(x.amount * @extschema@.period_share(x.job_start, x.job_end, '-infinity', x.at[x.j]))
-                   FILTER (WHERE x.j > x.ws) AS part
-        FROM (SELECT l.account, l.resource_id, l.amount, l.job_start, l.job_end, w.ws, w.we, b.at,
-                     pg_catalog.generate_series(w.ws, w.we) AS j
-              FROM @extschema@.ledger l
-              CROSS JOIN bounds b
-              CROSS JOIN LATERAL (  -- at[ws] <= job_start < at[ws + 1]; at[we] < job_end <= at[we + 1]
-                  SELECT pg_catalog.width_bucket(l.job_start, b.at) AS ws,
-                         pg_catalog.width_bucket(CASE WHEN l.job_end > l.job_start
-                                                      THEN l.job_end - interval '1 microsecond'
-                                                      ELSE l.job_start END, b.at) AS we
-              ) w
-              WHERE l.kind = 'charge'
-                AND l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r
-                                      JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster))) x
-        GROUP BY 1, 2, 3
-    ), before AS (
-        SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.j, sum(c.whole) AS whole, sum(c.part) AS part
-        FROM charges c
-        JOIN @extschema@.resource r USING (resource_id)
-        GROUP BY 1, 2, 3
-    ), grid AS (  -- consumption_before(account, machine, at[j]) for every account, machine and j
-        SELECT p.account, p.machine, j.j,
-               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
-               + coalesce(bf.part, 0) AS amount
-        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
-        CROSS JOIN bounds b
-        CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.array_length(b.at, 1)) AS j(j)
-        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
-    )
-    SELECT st.account, st.machine, st.month, st.as_of,
-           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
-           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
-           CASE WHEN st.granted >= st.monthly_threshold
-                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
-           g.outcome AS logged_outcome, g.retracted
-    FROM status st
-    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
-    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
-    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
-    LEFT JOIN @extschema@.regulation_log g
-      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
-ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);  -- CREATE OR REPLACE resets it
-
 -- open_quarter(): top-ups in one statement, account_state() inline
 CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
     LANGUAGE plpgsql
@@ -618,6 +518,38 @@ COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
     'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
     'fairshare() scales it to any later instant';
 
+-- The consumption rollup, for GENCI's regulation report: consumption before an instant
+-- (consumption_before()) at the instants the report needs, 1 January and the 16th of each
+-- month at 00:00 (the day after the 15th), site time zone. Per account, resource and such
+-- boundary: the whole amounts of the jobs that ended by it (and after the boundary before),
+-- and the share before it of the jobs running across it. Consumption before boundary b is
+-- the sum of `ended` up to b plus `running` at b: exactly consumption_before()'s numerics.
+CREATE TABLE @extschema@.consumption_rollup (
+    account     text NOT NULL,
+    resource_id bigint NOT NULL,
+    boundary    date NOT NULL,
+    ended       numeric NOT NULL,
+    running     numeric NOT NULL
+);
+COMMENT ON TABLE @extschema@.consumption_rollup IS
+    'Charges per account, resource and regulation boundary (1 January, the 16th of each month): amounts of the '
+    'jobs ended by it, shares before it of the jobs running across it; maintained with the ledger, derived from it';
+COMMENT ON COLUMN @extschema@.consumption_rollup.boundary IS
+    '1 January or the 16th of a month, at 00:00 in the site time zone';
+
+-- The first regulation boundary strictly after a local time. Inlined (SQL-standard body).
+CREATE FUNCTION @extschema@.regulation_boundary_after(local_time timestamp) RETURNS date
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN local_time < pg_catalog.date_trunc('month', local_time) + interval '15 days'
+            THEN (pg_catalog.date_trunc('month', local_time) + interval '15 days')::date
+        WHEN pg_catalog.date_part('month', local_time) = 12
+            THEN (pg_catalog.date_trunc('month', local_time) + interval '1 month')::date
+        ELSE (pg_catalog.date_trunc('month', local_time) + interval '1 month 15 days')::date
+    END;
+COMMENT ON FUNCTION @extschema@.regulation_boundary_after(timestamp) IS
+    'First regulation boundary (1 January, or the 16th of a month, at 00:00) strictly after a local time';
+
 -- The rollup rows of the charges in `source` (a table or a parenthesized query with the
 -- ledger's columns), as one INSERT statement's text: the trigger runs it over its
 -- transition table, rebuild_rollup() over the whole ledger. A job inside one month (almost
@@ -666,6 +598,51 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
 COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
     'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 
+-- The same for the consumption rollup. A job that crosses no boundary (almost all) gives
+-- one row; one that runs across boundaries also a share before each of them.
+CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN (e.job_end AT TIME ZONE z.tz) - interval '1 microsecond'
+                                ELSE e.job_start AT TIME ZONE z.tz END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.job_start AT TIME ZONE z.tz) AS first_after_start
+                FROM %s e, z
+                WHERE e.kind = 'charge'
+            )
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', e.first_after_start),
+                                                              e.ended_by, interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+    'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+
 -- The trigger runs that statement as static SQL, so that PL/pgSQL keeps its plan: a loader
 -- inserting one job per statement does not plan it again for every job. Its text is pasted
 -- in from rollup_insert_sql('new_entries') when the function is created: one definition.
@@ -679,12 +656,14 @@ BEGIN
                           '            RETURN NULL;\n'
                           '        END IF;\n'
                           '%s;\n'
+                          '%s;\n'
                           '        RETURN NULL;\n'
-                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries')));
+                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
+                          @extschema@.consumption_rollup_insert_sql('new_entries')));
 END
 $do$;
 COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
-    'Statement trigger of hpcacct.ledger: adds the rollup rows of the statement''s charges';
+    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
 CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.roll_up_charges();
@@ -702,12 +681,14 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         DELETE FROM @extschema@.charge_rollup;
         EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
+        DELETE FROM @extschema@.consumption_rollup;
+        EXECUTE @extschema@.consumption_rollup_insert_sql('@extschema@.ledger');
         RETURN rows_added;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
-    'Recomputes hpcacct.charge_rollup from the ledger (automatic when the time zone or half-life changes); '
-    'returns its rows';
+    'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
+    'or half-life changes); returns the rows of charge_rollup';
 
 -- Merges the delta rows into one row per group. Exact (sums of the same numerics) and
 -- idempotent; safe next to loaders (it moves only the rows it sees). Run it daily (pg_cron).
@@ -715,7 +696,15 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH moved AS (
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup
+            RETURNING account, resource_id, boundary, ended, running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT account, resource_id, boundary, sum(ended), sum(running)
+            FROM moved_consumption
+            GROUP BY account, resource_id, boundary
+        ), moved AS (
             DELETE FROM @extschema@.charge_rollup
             RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
         ), merged AS (
@@ -729,7 +718,8 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         SELECT count(*) FROM merged
     $$;
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
-    'Merges the charge rollup''s delta rows into one per group (exact, idempotent); returns the rows left';
+    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent); '
+    'returns the rows left in charge_rollup';
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
@@ -824,6 +814,98 @@ CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @exts
     FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('timezone');
 -- the rollup of the charges booked so far
 SELECT @extschema@.rebuild_rollup();
+
+-- regulation_report: set-based, not allocation_status() per account and month; consumption
+-- from the consumption rollup
+CREATE OR REPLACE VIEW @extschema@.regulation_report AS
+    WITH cfg AS MATERIALIZED (
+        SELECT (SELECT @extschema@.site_timezone()) AS tz, (SELECT @extschema@.site_today()) AS today
+    ), events AS MATERIALIZED (
+        SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+    ), months AS MATERIALIZED (
+        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
+               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
+               s.monthly_threshold, s.month_convention
+        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
+              FROM events e GROUP BY e.account, e.machine) a
+        JOIN @extschema@.machine_setting s ON s.machine = a.machine
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
+                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
+                                                      interval '1 month') AS m(month)
+        WHERE m.month::date + 14 <= cfg.today
+    ), bounds AS MATERIALIZED (
+        -- The instants consumption is taken before, in order: 1 January and the 16th (the day
+        -- after the 15th) of every month of the report's years, 13 a year.
+        SELECT y.first_year, pg_catalog.array_agg(d.day::timestamp AT TIME ZONE cfg.tz ORDER BY d.day) AS at
+        FROM (SELECT min(m.year) AS first_year, max(m.year) AS last_year FROM months m) y
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.make_date(g.year, greatest(k.k, 1), CASE WHEN k.k = 0 THEN 1 ELSE 16 END) AS day
+            FROM pg_catalog.generate_series(y.first_year, y.last_year) AS g(year),
+                 pg_catalog.generate_series(0, 12) AS k(k)
+        ) d
+        GROUP BY y.first_year
+    ), status AS (  -- allocation_status() of each row: the events
+        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
+               -- where the day after as_of and 1 January are in bounds.at
+               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
+               coalesce(sum(e.amount), 0) AS alloc,
+               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
+               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
+               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL)
+                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
+                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
+        FROM months m
+        CROSS JOIN bounds b
+        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
+                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
+        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
+    ), before AS (
+        -- consumption_before(account, machine, at[j]) for every j, from the consumption rollup
+        -- (its boundaries are the at[j]), summed exactly as consumption_before() sums: a job
+        -- ended by at[j] counts its amount from there on ("whole", at[j] with its rows of
+        -- earlier boundaries), a job running across at[j] its share before at[j] ("part")
+        SELECT c.account, c.machine, greatest(c.j, 1) AS j, sum(c.ended) AS whole,
+               sum(c.running) FILTER (WHERE c.j >= 1) AS part
+        FROM (SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.ended, c.running,
+                     -- where the boundary is in bounds.at (1 January: k = 0; the 16th of month k)
+                     (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
+                     + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
+                            ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
+              FROM @extschema@.consumption_rollup c
+              JOIN @extschema@.resource r USING (resource_id)
+              JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster)
+              CROSS JOIN bounds b) c
+        WHERE c.j <= (SELECT pg_catalog.array_length(b.at, 1) FROM bounds b)
+        GROUP BY 1, 2, 3
+    ), grid AS (  -- consumption_before(account, machine, at[j]) for every account, machine and j
+        SELECT p.account, p.machine, j.j,
+               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
+               + coalesce(bf.part, 0) AS amount
+        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
+        CROSS JOIN bounds b
+        CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.array_length(b.at, 1)) AS j(j)
+        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
+    )
+    SELECT st.account, st.machine, st.month, st.as_of,
+           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
+           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
+           CASE WHEN st.granted >= st.monthly_threshold
+                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
+           g.outcome AS logged_outcome, g.retracted
+    FROM status st
+    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
+    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
+    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
+    LEFT JOIN @extschema@.regulation_log g
+      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
+ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);  -- CREATE OR REPLACE resets it
 
 CREATE OR REPLACE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
@@ -1296,6 +1378,7 @@ COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
     'negative balance and a blocked sliding-window quota';
 
 SELECT @extschema@.protect_table('@extschema@.charge_rollup');
+SELECT @extschema@.protect_table('@extschema@.consumption_rollup');
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 ALTER VIEW @extschema@.quarter_balances SET (security_invoker = true);
 REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup(), @extschema@.compact_rollup() FROM PUBLIC;
@@ -1304,11 +1387,11 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup(), @extschema@.compact_rol
 DO $do$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.charge_rollup TO hpcacct_admin;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.charge_rollup, @extschema@.consumption_rollup TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
-        GRANT SELECT ON @extschema@.charge_rollup TO hpcacct_portal;
+        GRANT SELECT ON @extschema@.charge_rollup, @extschema@.consumption_rollup TO hpcacct_portal;
     END IF;
 END
 $do$;

@@ -3,7 +3,7 @@
 -- half-life it depends on; the reports that read it agree with the ledger read job by job.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(32);
+SELECT plan(37);
 
 -- ---- objects ----
 SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
@@ -28,6 +28,9 @@ SELECT 'ruc', 'r' || i, 'rua' || (i % 4), 'ruu' || (i % 7), CASE WHEN i % 5 = 0 
        (CASE WHEN i % 5 = 0 THEN 'cpu=8,gres/gpu=' || (1 + i % 4) ELSE 'cpu=' || (1 + i % 32) END)::tres
 FROM generate_series(1, 600) AS i
 CROSS JOIN LATERAL (SELECT timestamptz '2025-12-20 00:00+01' + i * interval '7 hours 13 minutes' AS s) t;
+-- a job ending exactly at a regulation boundary (the 16th, 00:00): ended by it
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres) VALUES
+    ('ruc', 'edge1', 'rua2', 'ruu2', 'cpu', '2026-03-15 20:00+01', '2026-03-16 00:00+01', 'cpu=8');
 
 -- the rollup against the ledger split by month (hpcacct.charge_by_month), exactly
 CREATE TEMP VIEW rollup_vs_ledger AS
@@ -38,7 +41,26 @@ CREATE TEMP VIEW rollup_vs_ledger AS
       ON l.account = r.account AND l.month = r.month
     WHERE r.amount IS DISTINCT FROM l.amount;
 
+-- the consumption rollup against consumption before each boundary, job by job, exactly
+CREATE TEMP VIEW consumption_vs_ledger AS
+    SELECT a.account, b.boundary, c.amount AS rolled, l.amount AS ledger
+    FROM (SELECT DISTINCT account FROM ledger WHERE kind = 'charge') a
+    CROSS JOIN (SELECT make_date(y, greatest(k, 1), CASE WHEN k = 0 THEN 1 ELSE 16 END) AS boundary
+                FROM generate_series(2025, 2027) AS y, generate_series(0, 12) AS k) b  -- 1 January, the 16ths
+    CROSS JOIN LATERAL (SELECT coalesce(sum(c.ended) FILTER (WHERE c.boundary <= b.boundary), 0)
+                               + coalesce(sum(c.running) FILTER (WHERE c.boundary = b.boundary), 0) AS amount
+                        FROM consumption_rollup c WHERE c.account = a.account) c
+    CROSS JOIN LATERAL (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '-infinity',
+                                                                    b.boundary::timestamp AT TIME ZONE site_timezone())), 0) AS amount
+                        FROM ledger l WHERE l.kind = 'charge' AND l.account = a.account
+                          AND l.job_start < b.boundary::timestamp AT TIME ZONE site_timezone()) l
+    WHERE c.amount <> l.amount;
+
 SELECT is_empty('SELECT * FROM rollup_vs_ledger', 'after charging: the rollup equals the ledger per account and month');
+SELECT is_empty('SELECT * FROM consumption_vs_ledger',
+                'after charging: consumption before every 1 January and 16th from the consumption rollup is exact');
+SELECT ok(EXISTS (SELECT 1 FROM consumption_rollup WHERE running <> 0),
+          'some jobs run across a boundary (a share before it)');
 SELECT ok((SELECT count(DISTINCT month) FROM charge_rollup) >= 5, 'the jobs count in several months');
 SELECT ok(EXISTS (SELECT 1 FROM charge_rollup WHERE month < end_month),
           'jobs across a month end count in both months');
@@ -168,6 +190,23 @@ SELECT is_empty($$
     'consumption_before() equals the job-by-job sum exactly, mid-month, at month starts, before any job');
 SELECT ok((SELECT count(DISTINCT consumption_before(i.account, 'ruc', i.at)) FROM instants i) > 10,
           'and it is not trivially the same number');
+
+-- ---- the regulation report reads the consumption rollup ----
+SELECT is_empty('SELECT * FROM consumption_vs_ledger',
+                'after re-rating, deletion, compaction and a change of time zone: consumption still exact');
+INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ruc', 100);
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+SELECT 'rua' || a, 'grant', 5000, 'core-hours', 'ruc', '2026-01-01', '2026-12-31' FROM generate_series(0, 3) AS a;
+SELECT ok((SELECT count(*) FROM regulation_report WHERE machine = 'ruc' AND consumption > 0) >= 20,
+          'the regulation report has months with consumption');
+SELECT is_empty($$
+    SELECT r.account, r.month, r.consumption
+    FROM regulation_report r
+    CROSS JOIN (SELECT site_timezone() AS tz) z
+    WHERE r.machine = 'ruc'
+      AND r.consumption <> (consumption_before(r.account, 'ruc', (r.as_of + 1)::timestamp AT TIME ZONE z.tz)
+                            - consumption_before(r.account, 'ruc', date_trunc('year', r.month)::timestamp AT TIME ZONE z.tz))::float8$$,
+    'regulation_report: each month''s consumption is consumption_before() at the 16th minus at 1 January');
 
 -- ---- a portal user sees only their accounts' rollup rows ----
 SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'hpcacct.charge_rollup'::regclass),
