@@ -143,8 +143,9 @@ CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS t
                        e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
                                                            b.boundary::timestamp AT TIME ZONE e.tz)
                 FROM entries e
-                CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', e.first_after_start),
-                                                              e.ended_by, interval '1 month') AS m(month)
+                CROSS JOIN LATERAL pg_catalog.generate_series(
+                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
+                    interval '1 month') AS m(month)
                 CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
                                            (CASE WHEN pg_catalog.date_part('month', m.month) = 1
                                                  THEN m.month::date END)) AS b(boundary)
@@ -157,9 +158,9 @@ CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS t
 COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
 
--- The trigger runs that statement as static SQL, so that PL/pgSQL keeps its plan: a loader
--- inserting one job per statement does not plan it again for every job. Its text is pasted
--- in from rollup_insert_sql('new_entries') when the function is created: one definition.
+-- The trigger runs those statements as static SQL, so that PL/pgSQL keeps their plans: a
+-- loader inserting one job per statement does not plan them again for every job. Their text
+-- is pasted in from the two *_insert_sql('new_entries') when the function is created.
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
