@@ -36,10 +36,13 @@ CREATE VIEW @extschema@.settings AS
     LEFT JOIN @extschema@.setting s USING (name);
 COMMENT ON VIEW @extschema@.settings IS 'Every setting with its effective value and where it comes from';
 
+-- PL/pgSQL keeps this function's plan for the session; a SQL function would plan its body
+-- again in every statement that calls it (the charging and rollup triggers call it per
+-- statement: a loader inserting one job per statement paid that for every job).
 CREATE FUNCTION @extschema@.setting_value(name text) RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    AS $$ SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name $$;
+    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name); END $$;
 COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting';
 
 -- Only known settings, with values of the right kind.

@@ -4,9 +4,9 @@
 -- ---------------------------------------------------------------------------------------
 
 CREATE FUNCTION @extschema@.site_timezone() RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
     SET search_path = pg_catalog, pg_temp
-    AS $$ SELECT @extschema@.setting_value('timezone') $$;
+    AS $$ BEGIN RETURN @extschema@.setting_value('timezone'); END $$;
 COMMENT ON FUNCTION @extschema@.site_timezone() IS
     'The site''s time zone (setting timezone): days, months and quarters of reports are its';
 

@@ -50,9 +50,9 @@ COMMENT ON VIEW @extschema@.fairshare_settings IS
     'Every fair-share and usage-report setting with its effective value and where it comes from';
 
 CREATE FUNCTION @extschema@.fairshare_setting_value(name text) RETURNS text
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
     SET search_path = pg_catalog, pg_temp
-    AS $$ SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1 $$;
+    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1); END $$;
 COMMENT ON FUNCTION @extschema@.fairshare_setting_value(text) IS
     'Effective value of a fair-share or usage-report setting (NULL for an unknown name)';
 

@@ -1397,3 +1397,17 @@ BEGIN
 END
 $do$;
 -- end of perf-ingest-reports
+
+-- ---- settings read through PL/pgSQL (plans kept for the session)
+CREATE OR REPLACE FUNCTION @extschema@.setting_value(name text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name); END $$;
+CREATE OR REPLACE FUNCTION @extschema@.site_timezone() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN @extschema@.setting_value('timezone'); END $$;
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_setting_value(name text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1); END $$;

@@ -67,7 +67,7 @@ CREATE FUNCTION bench.prepare_ingest(variant text) RETURNS void
     AS $$
     BEGIN
         SET LOCAL session_replication_role = replica;  -- the ledger's TRUNCATE guard stays quiet
-        TRUNCATE hpcacct.job, hpcacct.ledger, hpcacct.charge_rollup;
+        TRUNCATE hpcacct.job, hpcacct.ledger, hpcacct.charge_rollup, hpcacct.consumption_rollup;
         SET LOCAL session_replication_role = DEFAULT;
         IF variant = 'charge_jobs' THEN
             ALTER TABLE hpcacct.job ENABLE TRIGGER USER;
