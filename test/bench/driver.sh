@@ -8,6 +8,7 @@
 #   TUNE=0 RUNS=0 JOBS=20000 ADMIN_ACCOUNTS=1000 EXPLAIN=0 MEMORY=0 test/bench/driver.sh
 # appends "bench PASSED FAILED" to $HPCACCT_TALLY when that is set.
 set -euo pipefail
+trap 'echo "bench: driver.sh stopped at line $LINENO (exit status $?)" >&2' ERR
 cd "$(dirname "$0")"
 bench=$(pwd)
 
@@ -108,7 +109,9 @@ log "allocations, aggregate rows, references in ${prepared}s"
 # ingestion database: the same accounts and resources, no jobs; the first INGEST_JOBS jobs
 q -d $ingest -v seed="$SEED" -v anchor="$ANCHOR" -f site.sql -f plpgsql_trigger.sql
 ingest_file=$data/ingest.tsv
-cat "$data"/jobs_*.tsv | head -n "$INGEST_JOBS" >"$ingest_file"
+# awk, not `cat | head`: with several chunks head exits early, cat dies of SIGPIPE and
+# pipefail would end the run
+awk -v n="$INGEST_JOBS" 'NR > n { exit } { print }' "$data"/jobs_*.tsv >"$ingest_file"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$ingest_file"
 
 # procedures at 10 000 accounts
@@ -213,8 +216,8 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
                 plan=$(value -d $main -c "SET max_parallel_workers_per_gather = 0; SET work_mem = '1GB';
                        SELECT bench.explain('SELECT $grouping, $(echo "$call" | sed "s/'/''/g")
                                              FROM (SELECT * FROM bench.agg_rows LIMIT $rows) r GROUP BY $grouping')")
-                groups=$(echo "$plan" | sed -n 's/.*HashAggregate.*rows=\([0-9]*\) loops.*/\1/p' | head -1)
-                kb=$(echo "$plan" | sed -n 's/.*Memory Usage: \([0-9]*\)kB.*/\1/p' | head -1)
+                groups=$(echo "$plan" | sed -n 's/.*HashAggregate.*rows=\([0-9]*\) loops.*/\1/p' | sed -n 1p)
+                kb=$(echo "$plan" | sed -n 's/.*Memory Usage: \([0-9]*\)kB.*/\1/p' | sed -n 1p)
                 printf '%-16s %-22s %9s %8s %9s kB %8s B\n' "$name" "$grouping" "$rows" "$groups" "$kb" \
                     "$(awk -v k="$kb" -v g="$groups" 'BEGIN { if (g > 0) printf "%.0f", k * 1024 / g }')"
             done
