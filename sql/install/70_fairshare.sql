@@ -541,6 +541,9 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                                                           interval '1 month') AS m(month)
             WHERE cfg.form = 'half_life'
             GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            SELECT NOT EXISTS (SELECT 1 FROM @extschema@.fairshare_base b, cfg WHERE b.through >= cfg.at_month) AS usable
         ), alloc AS (
             SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l, cfg
@@ -576,7 +579,8 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                 GROUP BY j.pool, j.unit, j.account, j.submitter
                 UNION ALL
                 -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
-                -- decayed from the end of the month they ended in to `at`
+                -- decayed from the end of the month they ended in to `at`; the rows folded into
+                -- fairshare_base are read from there when it was folded before that month
                 SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
                        sum(c.decayed * (SELECT f.factor FROM factors f)[
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
@@ -585,7 +589,19 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                 FROM @extschema@.charge_rollup c
                 JOIN @extschema@.resource r USING (resource_id)
                 WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                  AND NOT (c.folded AND (SELECT b.usable FROM base b))
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * 2 ^ (-pg_catalog.date_part('epoch', cfg.at - (b.through + interval '1 month')::timestamp
+                                                                                 AT TIME ZONE cfg.tz)
+                                            / pg_catalog.date_part('epoch', cfg.half_life))),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
             ) d
             GROUP BY d.pool, d.unit, d.account, d.submitter
         ), account_usage AS (

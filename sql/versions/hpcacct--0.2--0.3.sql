@@ -503,7 +503,8 @@ CREATE TABLE @extschema@.charge_rollup (
     end_month   date NOT NULL,
     amount      numeric NOT NULL,
     job_amount  numeric NOT NULL,
-    decayed     float8 NOT NULL
+    decayed     float8 NOT NULL,
+    folded      boolean NOT NULL DEFAULT false
 );
 CREATE INDEX charge_rollup_account ON @extschema@.charge_rollup (account, month);
 COMMENT ON TABLE @extschema@.charge_rollup IS
@@ -517,6 +518,27 @@ COMMENT ON COLUMN @extschema@.charge_rollup.job_amount IS
 COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
     'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
     'fairshare() scales it to any later instant';
+COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
+    'Its decayed sum is in hpcacct.fairshare_base (set by compact_rollup(); new rows are not)';
+
+-- The half-life fair share needs every month's decayed sum, scaled to `at`. compact_rollup()
+-- folds the months up to the one before the current into one row per account, resource,
+-- unit and submitter, decayed to the end of that month (`through`), so that fairshare()
+-- reads one row per user for the past and the rollup only for what came since.
+CREATE TABLE @extschema@.fairshare_base (
+    account     text NOT NULL,
+    resource_id bigint NOT NULL,
+    unit        text NOT NULL,
+    submitter   text,
+    through     date NOT NULL,
+    decayed     float8 NOT NULL,
+    job_amount  numeric NOT NULL
+);
+COMMENT ON TABLE @extschema@.fairshare_base IS
+    'The folded rows of charge_rollup per account, resource, unit and submitter: decayed sums to the end of the '
+    'month `through`, whole amounts; written by compact_rollup(), emptied by rebuild_rollup()';
+COMMENT ON COLUMN @extschema@.fairshare_base.through IS
+    'First day of the last month folded in (site time zone); decayed is scaled to the end of that month';
 
 -- The consumption rollup, for GENCI's regulation report: consumption before an instant
 -- (consumption_before()) at the instants the report needs, 1 January and the 16th of each
@@ -679,6 +701,8 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         rows_added bigint;
     BEGIN
         LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
+        DELETE FROM @extschema@.fairshare_base;
         DELETE FROM @extschema@.charge_rollup;
         EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
@@ -691,12 +715,15 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
 
--- Merges the delta rows into one row per group. Exact (sums of the same numerics) and
--- idempotent; safe next to loaders (it moves only the rows it sees). Run it daily (pg_cron).
+-- Merges the delta rows into one row per group and folds the decayed sums of the months up
+-- to the one before the current into fairshare_base. Exact (sums of the same numerics) and
+-- idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
+-- unfolded and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
 CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
     AS $$
+        SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
         WITH moved_consumption AS (
             DELETE FROM @extschema@.consumption_rollup
             RETURNING account, resource_id, boundary, ended, running
@@ -705,22 +732,45 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
             SELECT account, resource_id, boundary, sum(ended), sum(running)
             FROM moved_consumption
             GROUP BY account, resource_id, boundary
+        ), cfg AS MATERIALIZED (
+            SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
+                             AS through,
+                   pg_catalog.date_part('epoch', @extschema@.fairshare_setting_value('half_life')::interval) AS half_life
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), moved AS (
             DELETE FROM @extschema@.charge_rollup
             RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
-        ), merged AS (
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed)
-            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount), sum(job_amount), sum(decayed)
+        ), groups AS MATERIALIZED (
+            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount,
+                   sum(job_amount) AS job_amount, sum(decayed) AS decayed
             FROM moved
             GROUP BY account, resource_id, unit, submitter, month, end_month
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed, folded)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
+                   g.decayed, g.end_month <= cfg.through
+            FROM groups g, cfg
             RETURNING 1
+        ), old_base AS (
+            DELETE FROM @extschema@.fairshare_base RETURNING 1
+        ), new_base AS (
+            INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
+                   sum(g.decayed * 2 ^ (-pg_catalog.date_part('epoch',
+                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz
+                                            - (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz)
+                                        / cfg.half_life)),
+                   sum(g.job_amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
         )
         SELECT count(*) FROM merged
     $$;
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
-    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent); '
-    'returns the rows left in charge_rollup';
+    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
+    'the decayed sums of past months into fairshare_base; returns the rows left in charge_rollup';
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
@@ -1096,6 +1146,9 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                                                           interval '1 month') AS m(month)
             WHERE cfg.form = 'half_life'
             GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            SELECT NOT EXISTS (SELECT 1 FROM @extschema@.fairshare_base b, cfg WHERE b.through >= cfg.at_month) AS usable
         ), alloc AS (
             SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l, cfg
@@ -1131,7 +1184,8 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                 GROUP BY j.pool, j.unit, j.account, j.submitter
                 UNION ALL
                 -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
-                -- decayed from the end of the month they ended in to `at`
+                -- decayed from the end of the month they ended in to `at`; the rows folded into
+                -- fairshare_base are read from there when it was folded before that month
                 SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
                        sum(c.decayed * (SELECT f.factor FROM factors f)[
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
@@ -1140,7 +1194,19 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                 FROM @extschema@.charge_rollup c
                 JOIN @extschema@.resource r USING (resource_id)
                 WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                  AND NOT (c.folded AND (SELECT b.usable FROM base b))
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * 2 ^ (-pg_catalog.date_part('epoch', cfg.at - (b.through + interval '1 month')::timestamp
+                                                                                 AT TIME ZONE cfg.tz)
+                                            / pg_catalog.date_part('epoch', cfg.half_life))),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
             ) d
             GROUP BY d.pool, d.unit, d.account, d.submitter
         ), account_usage AS (
@@ -1380,6 +1446,7 @@ COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
 
 SELECT @extschema@.protect_table('@extschema@.charge_rollup');
 SELECT @extschema@.protect_table('@extschema@.consumption_rollup');
+SELECT @extschema@.protect_table('@extschema@.fairshare_base');
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 ALTER VIEW @extschema@.quarter_balances SET (security_invoker = true);
 REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup(), @extschema@.compact_rollup() FROM PUBLIC;
@@ -1388,11 +1455,13 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup(), @extschema@.compact_rol
 DO $do$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.charge_rollup, @extschema@.consumption_rollup TO hpcacct_admin;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.charge_rollup, @extschema@.consumption_rollup,
+            @extschema@.fairshare_base TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
-        GRANT SELECT ON @extschema@.charge_rollup, @extschema@.consumption_rollup TO hpcacct_portal;
+        GRANT SELECT ON @extschema@.charge_rollup, @extschema@.consumption_rollup, @extschema@.fairshare_base
+            TO hpcacct_portal;
     END IF;
 END
 $do$;

@@ -97,6 +97,7 @@ t=$(seconds)
 q -d $main -f allocations.sql
 q -d $main -v jobs="$JOBS" -f agg_rows.sql
 q -d $main -f reference.sql
+q -d $main -c 'SELECT hpcacct.compact_rollup()' >/dev/null  # the site's daily compaction (pg_cron), once
 q -d $main -c 'VACUUM ANALYZE'
 prepared=$(since "$t")
 log "allocations, aggregate rows, references in ${prepared}s"

@@ -3,7 +3,7 @@
 -- half-life it depends on; the reports that read it agree with the ledger read job by job.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(37);
+SELECT plan(43);
 
 -- ---- objects ----
 SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
@@ -120,6 +120,37 @@ SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * 
 DELETE FROM fairshare_setting WHERE name = 'half_life';
 SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
                 'after the half-life setting is removed: rebuilt for the default (7 days), still equal');
+
+-- compaction folds the past months into fairshare_base; fairshare() at an instant after them
+-- reads it, before them the rollup's months; rows added after the fold are read as they are
+CREATE FUNCTION pg_temp.decay_mismatches(at timestamptz) RETURNS bigint LANGUAGE sql AS $$
+    SELECT count(*)
+    FROM (SELECT * FROM fairshare_all(at) WHERE submitter IS NULL AND unit = 'core-hours') f
+    FULL JOIN (SELECT account, decayed_usage(job_end, amount, at,
+                                             (SELECT value::interval FROM fairshare_settings WHERE name = 'half_life'))
+                                 AS usage
+               FROM (SELECT l.account, l.job_end, sum(l.amount)::float8 AS amount FROM ledger l
+                     WHERE l.kind = 'charge' AND l.unit = 'core-hours' AND l.job_end <= at
+                     GROUP BY l.cluster, l.jobid, l.account, l.job_start, l.job_end HAVING sum(l.amount) > 0) j
+               GROUP BY account) d ON d.account = f.account
+    WHERE f.account IS NULL OR d.account IS NULL OR NOT abs(f.usage - d.usage) <= 1e-9 * d.usage
+$$;
+SELECT compact_rollup() AS compacted \gset
+SELECT ok(EXISTS (SELECT 1 FROM fairshare_base) AND NOT EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded)
+          AND (SELECT max(through) FROM fairshare_base) = date_trunc('month', now() AT TIME ZONE site_timezone()) - interval '1 month',
+          'compaction folds every month up to the previous one into fairshare_base');
+SELECT is(pg_temp.decay_mismatches(now()), 0::bigint,
+          'fairshare() now, from fairshare_base: usage equals decayed_usage() over the jobs');
+SELECT is(pg_temp.decay_mismatches('2026-05-17 12:00+02'), 0::bigint,
+          'fairshare() at an instant inside the folded months, from the rollup: still equal');
+UPDATE job SET "end" = "end" + interval '5 hours' WHERE jobid IN ('r100', 'r250');  -- re-rated after the fold
+DELETE FROM job WHERE jobid = 'r260';
+SELECT ok(EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded AND end_month < '2026-07-01'),
+          'late reversals of folded months stay unfolded');
+SELECT is(pg_temp.decay_mismatches(now()), 0::bigint, 'and fairshare() now counts them');
+SELECT compact_rollup() AS compacted \gset
+SELECT ok(pg_temp.decay_mismatches(now()) = 0 AND NOT EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded),
+          'the next compaction folds them too, fairshare() unchanged');
 
 -- Maui periods: the rollup's months are not read; a user whose only job ended before the
 -- counted periods is not listed, as in decayed_usage() over the jobs
