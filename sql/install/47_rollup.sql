@@ -230,8 +230,8 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'or half-life changes); returns the rows of charge_rollup';
 
 -- Merges the delta rows into one row per group and folds the decayed sums of the months up
--- to the one before the current into fairshare_base. Exact (sums of the same numerics) and
--- idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
+-- to the one before the current into fairshare_base (recomputed each time). Exact (sums of
+-- the same numerics) and idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
 -- unfolded and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
 CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql

@@ -716,8 +716,8 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'or half-life changes); returns the rows of charge_rollup';
 
 -- Merges the delta rows into one row per group and folds the decayed sums of the months up
--- to the one before the current into fairshare_base. Exact (sums of the same numerics) and
--- idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
+-- to the one before the current into fairshare_base (recomputed each time). Exact (sums of
+-- the same numerics) and idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
 -- unfolded and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
 CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
@@ -870,7 +870,7 @@ SELECT @extschema@.rebuild_rollup();
 -- from the consumption rollup
 CREATE OR REPLACE VIEW @extschema@.regulation_report AS
     WITH cfg AS MATERIALIZED (
-        SELECT (SELECT @extschema@.site_timezone()) AS tz, (SELECT @extschema@.site_today()) AS today
+        SELECT (SELECT @extschema@.site_today()) AS today
     ), events AS MATERIALIZED (
         SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
         FROM @extschema@.ledger l
@@ -888,20 +888,14 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
                                                       interval '1 month') AS m(month)
         WHERE m.month::date + 14 <= cfg.today
     ), bounds AS MATERIALIZED (
-        -- The instants consumption is taken before, in order: 1 January and the 16th (the day
-        -- after the 15th) of every month of the report's years, 13 a year.
-        SELECT y.first_year, pg_catalog.array_agg(d.day::timestamp AT TIME ZONE cfg.tz ORDER BY d.day) AS at
-        FROM (SELECT min(m.year) AS first_year, max(m.year) AS last_year FROM months m) y
-        CROSS JOIN cfg
-        CROSS JOIN LATERAL (
-            SELECT pg_catalog.make_date(g.year, greatest(k.k, 1), CASE WHEN k.k = 0 THEN 1 ELSE 16 END) AS day
-            FROM pg_catalog.generate_series(y.first_year, y.last_year) AS g(year),
-                 pg_catalog.generate_series(0, 12) AS k(k)
-        ) d
-        GROUP BY y.first_year
+        -- The instants consumption is taken before, numbered j = 1, 2, ... in order: 1 January
+        -- and the 16th (the day after the 15th) of every month of the report's years, 13 a year
+        -- (the boundaries of consumption_rollup).
+        SELECT min(m.year) AS first_year, (max(m.year) - min(m.year) + 1) * 13 AS count
+        FROM months m
     ), status AS (  -- allocation_status() of each row: the events
         SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
-               -- where the day after as_of and 1 January are in bounds.at
+               -- the numbers of the day after as_of and of 1 January
                (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
                coalesce(sum(e.amount), 0) AS alloc,
                coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
@@ -918,14 +912,14 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
                           AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
         GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
     ), before AS (
-        -- consumption_before(account, machine, at[j]) for every j, from the consumption rollup
-        -- (its boundaries are the at[j]), summed exactly as consumption_before() sums: a job
-        -- ended by at[j] counts its amount from there on ("whole", at[j] with its rows of
-        -- earlier boundaries), a job running across at[j] its share before at[j] ("part")
+        -- consumption_before(account, machine, instant j) for every j, from the consumption
+        -- rollup, summed exactly as consumption_before() sums: a job ended by instant j counts
+        -- its amount from there on ("whole", j with the rows of earlier boundaries), a job
+        -- running across instant j its share before it ("part")
         SELECT c.account, c.machine, greatest(c.j, 1) AS j, sum(c.ended) AS whole,
                sum(c.running) FILTER (WHERE c.j >= 1) AS part
         FROM (SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.ended, c.running,
-                     -- where the boundary is in bounds.at (1 January: k = 0; the 16th of month k)
+                     -- the boundary's number (1 January: k = 0; the 16th of month k)
                      (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
                      + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
                             ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
@@ -933,15 +927,15 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
               JOIN @extschema@.resource r USING (resource_id)
               JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster)
               CROSS JOIN bounds b) c
-        WHERE c.j <= (SELECT pg_catalog.array_length(b.at, 1) FROM bounds b)
+        WHERE c.j <= (SELECT b.count FROM bounds b)
         GROUP BY 1, 2, 3
-    ), grid AS (  -- consumption_before(account, machine, at[j]) for every account, machine and j
+    ), grid AS (  -- consumption_before(account, machine, instant j) for every account, machine and j
         SELECT p.account, p.machine, j.j,
                coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
                + coalesce(bf.part, 0) AS amount
         FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
         CROSS JOIN bounds b
-        CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.array_length(b.at, 1)) AS j(j)
+        CROSS JOIN LATERAL pg_catalog.generate_series(1, b.count) AS j(j)
         LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
     )
     SELECT st.account, st.machine, st.month, st.as_of,
