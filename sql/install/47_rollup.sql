@@ -21,6 +21,8 @@ CREATE TABLE @extschema@.charge_rollup (
     folded      boolean NOT NULL DEFAULT false
 );
 CREATE INDEX charge_rollup_account ON @extschema@.charge_rollup (account, month);
+-- The rows not yet folded (the current month's, late reversals): what reports read next to the bases.
+CREATE INDEX charge_rollup_unfolded ON @extschema@.charge_rollup (end_month) WHERE NOT folded;
 COMMENT ON TABLE @extschema@.charge_rollup IS
     'Charges (and reversals) summed per account, resource, unit, submitter, month counted in and month ended in; '
     'maintained with the ledger, derived from it';
@@ -33,7 +35,8 @@ COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
     'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
     'fairshare() scales it to any later instant';
 COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
-    'Its decayed sum is in hpcacct.fairshare_base (set by compact_rollup(); new rows are not)';
+    'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base (set by compact_rollup(); '
+    'new rows are not)';
 
 -- The half-life fair share needs every month's decayed sum, scaled to `at`. compact_rollup()
 -- folds the months up to the one before the current into one row per account, resource,
@@ -53,6 +56,23 @@ COMMENT ON TABLE @extschema@.fairshare_base IS
     'month `through`, whole amounts; written by compact_rollup(), emptied by rebuild_rollup()';
 COMMENT ON COLUMN @extschema@.fairshare_base.through IS
     'First day of the last month folded in (site time zone); decayed is scaled to the end of that month';
+
+-- The same folded rows without the submitter, per month counted in: the usage per account
+-- and per resource (and the fair share's year usage) read about a quarter of the rows.
+CREATE TABLE @extschema@.usage_base (
+    account     text NOT NULL,
+    resource_id bigint NOT NULL,
+    unit        text NOT NULL,
+    month       date NOT NULL,
+    through     date NOT NULL,
+    amount      numeric NOT NULL
+);
+CREATE INDEX usage_base_through ON @extschema@.usage_base (through);
+COMMENT ON TABLE @extschema@.usage_base IS
+    'The folded rows of charge_rollup per account, resource, unit and month counted in (their amounts); '
+    'written by compact_rollup(), emptied by rebuild_rollup()';
+COMMENT ON COLUMN @extschema@.usage_base.through IS
+    'First day of the last month folded in (site time zone): the jobs in it ended before the next month';
 
 -- The consumption rollup, for GENCI's regulation report: consumption before an instant
 -- (consumption_before()) at the instants the report needs, 1 January and the 16th of each
@@ -217,6 +237,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
         PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
         DELETE FROM @extschema@.fairshare_base;
+        DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
         EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
@@ -229,10 +250,11 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
 
--- Merges the delta rows into one row per group and folds the decayed sums of the months up
--- to the one before the current into fairshare_base (recomputed each time). Exact (sums of
--- the same numerics) and idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
--- unfolded and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
+-- Merges the delta rows into one row per group and folds the months up to the one before
+-- the current into fairshare_base (decayed sums) and usage_base (amounts without the
+-- submitter), both recomputed each time. Exact (sums of the same numerics) and idempotent;
+-- safe next to loaders (it moves only the rows it sees; rows added meanwhile stay unfolded
+-- and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
 CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
@@ -279,19 +301,29 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
             FROM groups g, cfg
             WHERE g.end_month <= cfg.through
             GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
+        ), old_usage_base AS (
+            DELETE FROM @extschema@.usage_base RETURNING 1
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
         )
         SELECT count(*) FROM merged
     $$;
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
-    'the decayed sums of past months into fairshare_base; returns the rows left in charge_rollup';
+    'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
 -- month of `at`, the ledger (its job_end index) for those that ended in it. When no charge
 -- of that month ends after `at` (a report of today, as portals ask), the rollup's rows of
--- that month are exactly those jobs and the ledger is not read. Not grouped.
-CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date)
+-- that month are exactly those jobs and the ledger is not read. Without per_submitter
+-- (submitter NULL), the months folded into usage_base are read from there when they all
+-- ended before the month of `at`, and only the rollup rows not folded. Not grouped.
+CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -300,16 +332,30 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
             SELECT t.tz, t.at_month,
                    NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
                                WHERE l.kind = 'charge' AND l.job_end > $1
-                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete
+                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete,
+                   -- one compaction wrote the base: the latest month folded is every row's
+                   NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
+                       AS from_base
             FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
                   FROM (SELECT @extschema@.site_timezone() AS tz) s) t
         )
-        SELECT r.account, r.resource_id, r.unit, r.submitter, r.month, r.amount
+        SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
+        FROM @extschema@.usage_base b, z
+        WHERE z.from_base AND b.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
         FROM @extschema@.charge_rollup r, z
-        WHERE (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+        WHERE NOT z.from_base
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL
-        SELECT l.account, l.resource_id, l.unit, l.submitter, m.month::date,
+        SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE z.from_base AND NOT r.folded  -- the partial index of the rows not folded
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT l.account, l.resource_id, l.unit, CASE WHEN $4 THEN l.submitter END, m.month::date,
                l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
                                                    (m.month + interval '1 month') AT TIME ZONE z.tz)
         FROM @extschema@.ledger l, z
@@ -320,9 +366,9 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
           AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
           AND m.month BETWEEN $2 AND $3
     $$;
-COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date) IS
-    'Charges of the jobs that ended by at, per account, resource, unit, submitter and month counted in '
-    '(from_month to to_month), from the rollup and the ledger''s latest month; rows to be summed';
+COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
+    'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
 -- pro rata before it. Jobs that ended before the instant's month count whole (the rollup's

@@ -297,9 +297,10 @@ COMMENT ON FUNCTION @extschema@.year_charges(integer, timestamptz) IS
     'Charge rows attributed pro rata to each pool''s allocation year (named, or containing at) up to at, '
     'jobs ended by at; the building block of the usage reports';
 
--- The same charges from the rollup: per resource, account, submitter and month of each
--- pool's allocation year, jobs that ended by `at` (what the usage reports read).
-CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz)
+-- The same charges from the rollup: per resource, account, submitter (unless not
+-- per_submitter: NULL, and fewer rows to read) and month of each pool's allocation year,
+-- jobs that ended by `at` (what the usage reports read).
+CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz, per_submitter boolean)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
                    rate float8, month date, amount numeric, year integer, first_day date, last_day date,
                    elapsed interval, length interval, state text)
@@ -314,14 +315,14 @@ CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz)
         SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
                y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
         FROM @extschema@.charges_ended_by($2, (SELECT min(first_day) FROM years),
-                                          (SELECT max(last_day) FROM years)) c
+                                          (SELECT max(last_day) FROM years), $3) c
         JOIN @extschema@.resource r USING (resource_id)
         JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
         WHERE c.month BETWEEN y.first_day AND y.last_day
     $$;
-COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz) IS
-    'Charges per resource, account, submitter and month of each pool''s allocation year (named, or containing at), '
-    'jobs ended by at, from the charge rollup; the building block of the usage reports';
+COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
+    'Charges per resource, account, submitter (or not: NULL) and month of each pool''s allocation year (named, or '
+    'containing at), jobs ended by at, from the charge rollup; the building block of the usage reports';
 
 -- Allocation of each account in each pool for the allocation year: every allocation row
 -- of the ledger (grant, supplement, deposit, retraction, transfer, refund) in the pool,
@@ -364,14 +365,20 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
                round(u.projected, 6), round(u.projected / h.hours, 6)
         FROM (
             SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
-                   sum(c.amount / nullif(c.rate, 0)::numeric) AS hours, sum(c.amount) AS usage,
+                   sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
                    CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
-                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
                              / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
-            FROM @extschema@.year_usage($1, $2) c
+            FROM (  -- per rate first: one division per rate
+                SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                       y.elapsed, y.length, sum(y.amount) AS usage
+                FROM @extschema@.year_usage($1, $2, false) y
+                GROUP BY y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                         y.elapsed, y.length
+            ) c
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length
-            HAVING sum(c.amount) <> 0  -- only reversed charges: nothing to show
+            HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
         ) u
         CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
     $$;
@@ -390,7 +397,7 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
     AS $$
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
-            FROM @extschema@.year_usage($1, $2) c
+            FROM @extschema@.year_usage($1, $2, false) c
             GROUP BY c.pool, c.unit, c.account
         ), acct AS (
             SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
@@ -442,7 +449,7 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
                    CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
                         THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
                              / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
-            FROM @extschema@.year_usage($1, $2) c
+            FROM @extschema@.year_usage($1, $2, true) c
             GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length
             HAVING sum(c.amount) <> 0
@@ -466,7 +473,7 @@ CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at tim
         FROM (
             SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
                    sum(c.amount) AS usage
-            FROM @extschema@.year_usage($1, $2) c
+            FROM @extschema@.year_usage($1, $2, true) c
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
             HAVING sum(c.amount) <> 0
         ) m
@@ -586,10 +593,11 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
                                - (SELECT f.first_index FROM factors f)]),
                        sum(c.job_amount)
-                FROM @extschema@.charge_rollup c
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
                 JOIN @extschema@.resource r USING (resource_id)
                 WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
-                  AND NOT (c.folded AND (SELECT b.usable FROM base b))
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
                 UNION ALL
                 SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,

@@ -507,6 +507,8 @@ CREATE TABLE @extschema@.charge_rollup (
     folded      boolean NOT NULL DEFAULT false
 );
 CREATE INDEX charge_rollup_account ON @extschema@.charge_rollup (account, month);
+-- The rows not yet folded (the current month's, late reversals): what reports read next to the bases.
+CREATE INDEX charge_rollup_unfolded ON @extschema@.charge_rollup (end_month) WHERE NOT folded;
 COMMENT ON TABLE @extschema@.charge_rollup IS
     'Charges (and reversals) summed per account, resource, unit, submitter, month counted in and month ended in; '
     'maintained with the ledger, derived from it';
@@ -519,7 +521,8 @@ COMMENT ON COLUMN @extschema@.charge_rollup.decayed IS
     'Sum of amount x 2^(-(end of end_month - job_end) / half_life) of the jobs, on their first month''s row: '
     'fairshare() scales it to any later instant';
 COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
-    'Its decayed sum is in hpcacct.fairshare_base (set by compact_rollup(); new rows are not)';
+    'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base (set by compact_rollup(); '
+    'new rows are not)';
 
 -- The half-life fair share needs every month's decayed sum, scaled to `at`. compact_rollup()
 -- folds the months up to the one before the current into one row per account, resource,
@@ -539,6 +542,23 @@ COMMENT ON TABLE @extschema@.fairshare_base IS
     'month `through`, whole amounts; written by compact_rollup(), emptied by rebuild_rollup()';
 COMMENT ON COLUMN @extschema@.fairshare_base.through IS
     'First day of the last month folded in (site time zone); decayed is scaled to the end of that month';
+
+-- The same folded rows without the submitter, per month counted in: the usage per account
+-- and per resource (and the fair share's year usage) read about a quarter of the rows.
+CREATE TABLE @extschema@.usage_base (
+    account     text NOT NULL,
+    resource_id bigint NOT NULL,
+    unit        text NOT NULL,
+    month       date NOT NULL,
+    through     date NOT NULL,
+    amount      numeric NOT NULL
+);
+CREATE INDEX usage_base_through ON @extschema@.usage_base (through);
+COMMENT ON TABLE @extschema@.usage_base IS
+    'The folded rows of charge_rollup per account, resource, unit and month counted in (their amounts); '
+    'written by compact_rollup(), emptied by rebuild_rollup()';
+COMMENT ON COLUMN @extschema@.usage_base.through IS
+    'First day of the last month folded in (site time zone): the jobs in it ended before the next month';
 
 -- The consumption rollup, for GENCI's regulation report: consumption before an instant
 -- (consumption_before()) at the instants the report needs, 1 January and the 16th of each
@@ -703,6 +723,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
         PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
         DELETE FROM @extschema@.fairshare_base;
+        DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
         EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
@@ -715,10 +736,11 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
 
--- Merges the delta rows into one row per group and folds the decayed sums of the months up
--- to the one before the current into fairshare_base (recomputed each time). Exact (sums of
--- the same numerics) and idempotent; safe next to loaders (it moves only the rows it sees; rows added meanwhile stay
--- unfolded and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
+-- Merges the delta rows into one row per group and folds the months up to the one before
+-- the current into fairshare_base (decayed sums) and usage_base (amounts without the
+-- submitter), both recomputed each time. Exact (sums of the same numerics) and idempotent;
+-- safe next to loaders (it moves only the rows it sees; rows added meanwhile stay unfolded
+-- and are read as they are). Compactions wait for each other. Run it daily (pg_cron).
 CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
@@ -765,19 +787,29 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
             FROM groups g, cfg
             WHERE g.end_month <= cfg.through
             GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
+        ), old_usage_base AS (
+            DELETE FROM @extschema@.usage_base RETURNING 1
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
         )
         SELECT count(*) FROM merged
     $$;
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
-    'the decayed sums of past months into fairshare_base; returns the rows left in charge_rollup';
+    'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
 -- month of `at`, the ledger (its job_end index) for those that ended in it. When no charge
 -- of that month ends after `at` (a report of today, as portals ask), the rollup's rows of
--- that month are exactly those jobs and the ledger is not read. Not grouped.
-CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date)
+-- that month are exactly those jobs and the ledger is not read. Without per_submitter
+-- (submitter NULL), the months folded into usage_base are read from there when they all
+-- ended before the month of `at`, and only the rollup rows not folded. Not grouped.
+CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -786,16 +818,30 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
             SELECT t.tz, t.at_month,
                    NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
                                WHERE l.kind = 'charge' AND l.job_end > $1
-                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete
+                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete,
+                   -- one compaction wrote the base: the latest month folded is every row's
+                   NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
+                       AS from_base
             FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
                   FROM (SELECT @extschema@.site_timezone() AS tz) s) t
         )
-        SELECT r.account, r.resource_id, r.unit, r.submitter, r.month, r.amount
+        SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
+        FROM @extschema@.usage_base b, z
+        WHERE z.from_base AND b.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
         FROM @extschema@.charge_rollup r, z
-        WHERE (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+        WHERE NOT z.from_base
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL
-        SELECT l.account, l.resource_id, l.unit, l.submitter, m.month::date,
+        SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE z.from_base AND NOT r.folded  -- the partial index of the rows not folded
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT l.account, l.resource_id, l.unit, CASE WHEN $4 THEN l.submitter END, m.month::date,
                l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
                                                    (m.month + interval '1 month') AT TIME ZONE z.tz)
         FROM @extschema@.ledger l, z
@@ -806,9 +852,9 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
           AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
           AND m.month BETWEEN $2 AND $3
     $$;
-COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date) IS
-    'Charges of the jobs that ended by at, per account, resource, unit, submitter and month counted in '
-    '(from_month to to_month), from the rollup and the ledger''s latest month; rows to be summed';
+COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
+    'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
 -- pro rata before it. Jobs that ended before the instant's month count whole (the rollup's
@@ -952,7 +998,10 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
       ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
 ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);  -- CREATE OR REPLACE resets it
 
-CREATE OR REPLACE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz)
+-- The same charges from the rollup: per resource, account, submitter (unless not
+-- per_submitter: NULL, and fewer rows to read) and month of each pool's allocation year,
+-- jobs that ended by `at` (what the usage reports read).
+CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz, per_submitter boolean)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
                    rate float8, month date, amount numeric, year integer, first_day date, last_day date,
                    elapsed interval, length interval, state text)
@@ -967,14 +1016,15 @@ CREATE OR REPLACE FUNCTION @extschema@.year_usage(for_year integer, at timestamp
         SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
                y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
         FROM @extschema@.charges_ended_by($2, (SELECT min(first_day) FROM years),
-                                          (SELECT max(last_day) FROM years)) c
+                                          (SELECT max(last_day) FROM years), $3) c
         JOIN @extschema@.resource r USING (resource_id)
         JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
         WHERE c.month BETWEEN y.first_day AND y.last_day
     $$;
-COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz) IS
-    'Charges per resource, account, submitter and month of each pool''s allocation year (named, or containing at), '
-    'jobs ended by at, from the charge rollup; the building block of the usage reports';
+COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
+    'Charges per resource, account, submitter (or not: NULL) and month of each pool''s allocation year (named, or '
+    'containing at), jobs ended by at, from the charge rollup; the building block of the usage reports';
+-- Usage by resource (cluster and partition) for the allocation year.
 CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, cluster text, partition text, year integer, first_day date, last_day date,
                    equivalent_hours numeric, usage numeric, usage_years numeric,
@@ -987,20 +1037,27 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAUL
                round(u.projected, 6), round(u.projected / h.hours, 6)
         FROM (
             SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
-                   sum(c.amount / nullif(c.rate, 0)::numeric) AS hours, sum(c.amount) AS usage,
+                   sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
                    CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
-                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
                              / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
-            FROM @extschema@.year_usage($1, $2) c
+            FROM (  -- per rate first: one division per rate
+                SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                       y.elapsed, y.length, sum(y.amount) AS usage
+                FROM @extschema@.year_usage($1, $2, false) y
+                GROUP BY y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                         y.elapsed, y.length
+            ) c
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length
-            HAVING sum(c.amount) <> 0  -- only reversed charges: nothing to show
+            HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
         ) u
         CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_resource(integer, timestamptz) IS
     'Usage per cluster and partition in each pool''s allocation year (named, or containing at) up to at: '
     'equivalent-hours (unweighted), usage in the unit and in unit-years, projection for the current year';
+-- Usage by account (project) and pool for the allocation year, against the allocation.
 CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, year integer, first_day date, last_day date,
                    allocation numeric, allocation_years numeric, usage numeric, usage_years numeric,
@@ -1011,7 +1068,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT
     AS $$
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
-            FROM @extschema@.year_usage($1, $2) c
+            FROM @extschema@.year_usage($1, $2, false) c
             GROUP BY c.pool, c.unit, c.account
         ), acct AS (
             SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
@@ -1044,6 +1101,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT
 COMMENT ON FUNCTION @extschema@.usage_by_account(integer, timestamptz) IS
     'Allocation and usage per account and pool in the allocation year (named, or containing at) up to at: '
     'unit and unit-years, utilization %, projection and projected utilization for the current year, overuse';
+-- Usage by submitter inside each account and pool for the allocation year.
 CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, year integer, first_day date, last_day date,
                    usage numeric, usage_years numeric, account_pct numeric,
@@ -1061,7 +1119,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAU
                    CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
                         THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
                              / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
-            FROM @extschema@.year_usage($1, $2) c
+            FROM @extschema@.year_usage($1, $2, true) c
             GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length
             HAVING sum(c.amount) <> 0
@@ -1071,6 +1129,8 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAU
 COMMENT ON FUNCTION @extschema@.usage_by_submitter(integer, timestamptz) IS
     'Usage per submitter (the job''s user) inside each account and pool in the allocation year up to at: '
     'unit, unit-years, share of the account''s usage, projection for the current year';
+-- Monthly breakdown: usage per calendar month (site time zone) of the allocation year up to
+-- `at`, per resource, account and submitter (group further as needed).
 CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
                    year integer, month date, usage numeric, usage_years numeric)
@@ -1082,7 +1142,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT N
         FROM (
             SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
                    sum(c.amount) AS usage
-            FROM @extschema@.year_usage($1, $2) c
+            FROM @extschema@.year_usage($1, $2, true) c
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
             HAVING sum(c.amount) <> 0
         ) m
@@ -1185,10 +1245,11 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
                                - (SELECT f.first_index FROM factors f)]),
                        sum(c.job_amount)
-                FROM @extschema@.charge_rollup c
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
                 JOIN @extschema@.resource r USING (resource_id)
                 WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
-                  AND NOT (c.folded AND (SELECT b.usable FROM base b))
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
                 UNION ALL
                 SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
@@ -1441,6 +1502,7 @@ COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
 SELECT @extschema@.protect_table('@extschema@.charge_rollup');
 SELECT @extschema@.protect_table('@extschema@.consumption_rollup');
 SELECT @extschema@.protect_table('@extschema@.fairshare_base');
+SELECT @extschema@.protect_table('@extschema@.usage_base');
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 ALTER VIEW @extschema@.quarter_balances SET (security_invoker = true);
 REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup(), @extschema@.compact_rollup() FROM PUBLIC;
@@ -1450,12 +1512,12 @@ DO $do$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
         GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.charge_rollup, @extschema@.consumption_rollup,
-            @extschema@.fairshare_base TO hpcacct_admin;
+            @extschema@.fairshare_base, @extschema@.usage_base TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
-        GRANT SELECT ON @extschema@.charge_rollup, @extschema@.consumption_rollup, @extschema@.fairshare_base
-            TO hpcacct_portal;
+        GRANT SELECT ON @extschema@.charge_rollup, @extschema@.consumption_rollup, @extschema@.fairshare_base,
+            @extschema@.usage_base TO hpcacct_portal;
     END IF;
 END
 $do$;

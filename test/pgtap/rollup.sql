@@ -3,7 +3,7 @@
 -- half-life it depends on; the reports that read it agree with the ledger read job by job.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(43);
+SELECT plan(51);
 
 -- ---- objects ----
 SELECT has_table('hpcacct', 'charge_rollup', 'the charge rollup table exists');
@@ -143,14 +143,57 @@ SELECT is(pg_temp.decay_mismatches(now()), 0::bigint,
           'fairshare() now, from fairshare_base: usage equals decayed_usage() over the jobs');
 SELECT is(pg_temp.decay_mismatches('2026-05-17 12:00+02'), 0::bigint,
           'fairshare() at an instant inside the folded months, from the rollup: still equal');
+
+-- usage_base: the same folded months without the submitter, which the reports per account
+-- and per resource read; compared with year_charges() over the ledger, job by job
+CREATE FUNCTION pg_temp.usage_mismatches(at timestamptz) RETURNS bigint LANGUAGE sql AS $$
+    WITH account_usage AS (
+        SELECT pool, unit, account, usage FROM usage_by_account(2026, at)
+    ), account_expected AS (
+        SELECT pool, unit, account, round(sum(amount), 6) AS usage FROM year_charges(2026, at)
+        GROUP BY 1, 2, 3 HAVING sum(amount) <> 0
+    ), resource_usage AS (
+        SELECT pool, unit, cluster, partition, usage, equivalent_hours FROM usage_by_resource(2026, at)
+    ), resource_expected AS (
+        SELECT pool, unit, cluster, partition, round(sum(amount), 6) AS usage,
+               round(sum(amount / rate::numeric), 6) AS equivalent_hours
+        FROM year_charges(2026, at) GROUP BY 1, 2, 3, 4 HAVING sum(amount) <> 0
+    )
+    SELECT (SELECT count(*) FROM account_usage a FULL JOIN account_expected e USING (pool, unit, account)
+            WHERE a.usage IS DISTINCT FROM e.usage)
+         + (SELECT count(*) FROM resource_usage r FULL JOIN resource_expected e USING (pool, unit, cluster, partition)
+            WHERE r.usage IS DISTINCT FROM e.usage
+               OR NOT abs(r.equivalent_hours - e.equivalent_hours) <= 0.000001)
+$$;
+SELECT set_eq('SELECT account, resource_id, unit, month, through, amount FROM usage_base',
+              $$SELECT account, resource_id, unit, month,
+                       (date_trunc('month', now() AT TIME ZONE site_timezone()) - interval '1 month')::date, sum(amount)
+                FROM charge_rollup WHERE folded GROUP BY 1, 2, 3, 4$$,
+              'compaction folds the same months into usage_base, per account, resource and month, without the submitter');
+SELECT ok((SELECT count(*) FROM usage_base) < (SELECT count(*) FROM charge_rollup WHERE folded),
+          'and it has fewer rows than the rollup''s');
+SELECT is(pg_temp.usage_mismatches(now()), 0::bigint,
+          'usage_by_account and usage_by_resource now, from usage_base: equal to year_charges()');
+SAVEPOINT tampered;
+UPDATE usage_base SET amount = amount + 1 WHERE month = '2026-03-01';
+SELECT ok(pg_temp.usage_mismatches(now()) > 0, 'they do read usage_base (altered, they disagree)');
+ROLLBACK TO SAVEPOINT tampered;
+SELECT is(pg_temp.usage_mismatches('2026-05-17 12:00+02'), 0::bigint,
+          'at an instant inside the folded months they read the rollup: still equal');
 UPDATE job SET "end" = "end" + interval '5 hours' WHERE jobid IN ('r100', 'r250');  -- re-rated after the fold
 DELETE FROM job WHERE jobid = 'r260';
 SELECT ok(EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded AND end_month < '2026-07-01'),
           'late reversals of folded months stay unfolded');
 SELECT is(pg_temp.decay_mismatches(now()), 0::bigint, 'and fairshare() now counts them');
+SELECT is(pg_temp.usage_mismatches(now()), 0::bigint, 'so do the usage reports, next to usage_base');
 SELECT compact_rollup() AS compacted \gset
 SELECT ok(pg_temp.decay_mismatches(now()) = 0 AND NOT EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded),
           'the next compaction folds them too, fairshare() unchanged');
+SELECT is(pg_temp.usage_mismatches(now()), 0::bigint, 'and the usage reports unchanged');
+SELECT rebuild_rollup() AS rebuilt \gset
+SELECT ok(NOT EXISTS (SELECT 1 FROM usage_base) AND pg_temp.usage_mismatches(now()) = 0,
+          'rebuild_rollup() empties usage_base; the reports read the rollup alone, still equal');
+SELECT compact_rollup() AS compacted \gset
 
 -- Maui periods: the rollup's months are not read; a user whose only job ended before the
 -- counted periods is not listed, as in decayed_usage() over the jobs
