@@ -1212,17 +1212,18 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             -- the charges and reversals themselves: a reversal decays exactly as the charge it
             -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
             -- new charge and a deleted one nothing, without grouping the ledger by job
-            SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter, l.job_end,
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
                    abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
             FROM recent w
             JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
-            JOIN @extschema@.resource r USING (resource_id)
             WHERE l.kind = 'charge'
         ), decayed AS (
             -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
             SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
             FROM (
-                SELECT j.pool, j.unit, j.account, j.submitter,
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                SELECT j.resource_id, j.unit, j.account, j.submitter,
                        coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
                                     FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
                                 @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
@@ -1235,7 +1236,9 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                                       FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
                        sum(j.net) AS net
                 FROM jobs j CROSS JOIN cfg
-                GROUP BY j.pool, j.unit, j.account, j.submitter
+                GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
                 UNION ALL
                 -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
                 -- decayed from the end of the month they ended in to `at`; the rows folded into
