@@ -571,20 +571,20 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             FROM (
                 SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
                 FROM (  -- per resource first, its pool looked up once per group
-                SELECT j.resource_id, j.unit, j.account, j.submitter,
-                       coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
-                                    FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
-                                @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
-                                                          cfg.depth)
-                                    FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
-                       - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
-                                      FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
-                                  @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
-                                                            cfg.depth)
-                                      FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
-                       sum(j.net) AS net
-                FROM jobs j CROSS JOIN cfg
-                GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
                 ) g
                 JOIN @extschema@.resource r USING (resource_id)
                 UNION ALL
