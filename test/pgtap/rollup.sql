@@ -283,8 +283,10 @@ SELECT is_empty($$
     'regulation_report: each month''s consumption is consumption_before() at the 16th minus at 1 January');
 
 -- ---- a portal user sees only their accounts' rollup rows ----
-SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'hpcacct.charge_rollup'::regclass),
-          'row-level security is on for the rollup');
+SELECT is((SELECT count(*) FROM pg_class
+           WHERE relrowsecurity AND oid IN ('hpcacct.charge_rollup'::regclass, 'hpcacct.consumption_rollup'::regclass,
+                                            'hpcacct.fairshare_base'::regclass, 'hpcacct.usage_base'::regclass)),
+          4::bigint, 'row-level security is on for both rollups and both bases');
 
 SELECT * FROM finish();
 ROLLBACK;
