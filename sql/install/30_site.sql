@@ -9,7 +9,8 @@ CREATE FUNCTION @extschema@.setting_catalog()
     SET search_path = pg_catalog, pg_temp
     AS $$
         VALUES ('timezone', NULL::text,
-                'Time zone of the site''s days, months and quarters (default: the server''s TimeZone)'),
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
                ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
                ('personal_allotment', '2500',
                 'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)')
@@ -26,7 +27,8 @@ COMMENT ON TABLE @extschema@.setting IS 'Site settings set by the administrator;
 CREATE VIEW @extschema@.settings AS
     SELECT c.name,
            coalesce(s.value, c.default_value,
-                    -- the server's configured TimeZone, not the session's
+                    -- the TimeZone the session started with (the server's, unless the client sent
+                    -- its own at connection: PGTZ, PGOPTIONS, JDBC), not one SET later
                     CASE WHEN c.name = 'timezone'
                          THEN (SELECT p.reset_val FROM pg_catalog.pg_settings p WHERE p.name = 'TimeZone') END)
                AS value,

@@ -1539,3 +1539,17 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_setting_value(name text) RETURN
     LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
     SET search_path = pg_catalog, pg_temp
     AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1); END $$;
+
+-- ---- the time zone's description: an unset timezone follows the TimeZone a session starts with
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)')
+    $$;
