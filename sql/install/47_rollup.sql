@@ -349,9 +349,11 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL
+        -- the same rows as above, but only those not folded: a branch of its own, so that the
+        -- planner can read them through the partial index charge_rollup_unfolded
         SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
         FROM @extschema@.charge_rollup r, z
-        WHERE z.from_base AND NOT r.folded  -- the partial index of the rows not folded
+        WHERE z.from_base AND NOT r.folded
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL

@@ -550,7 +550,9 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
-            SELECT NOT EXISTS (SELECT 1 FROM @extschema@.fairshare_base b, cfg WHERE b.through >= cfg.at_month) AS usable
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
         ), alloc AS (
             SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l, cfg

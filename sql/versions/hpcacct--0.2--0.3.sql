@@ -835,9 +835,11 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL
+        -- the same rows as above, but only those not folded: a branch of its own, so that the
+        -- planner can read them through the partial index charge_rollup_unfolded
         SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
         FROM @extschema@.charge_rollup r, z
-        WHERE z.from_base AND NOT r.folded  -- the partial index of the rows not folded
+        WHERE z.from_base AND NOT r.folded
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL
@@ -1202,7 +1204,9 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
-            SELECT NOT EXISTS (SELECT 1 FROM @extschema@.fairshare_base b, cfg WHERE b.through >= cfg.at_month) AS usable
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
         ), alloc AS (
             SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l, cfg

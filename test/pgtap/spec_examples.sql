@@ -36,28 +36,24 @@ SELECT is((SELECT string_agg(account || ':' || run, ',' ORDER BY account) FROM r
            WHERE machine = 'turing' AND run_date = '2025-01-15'),
           'tu5:monthly', 'on Turing, 5 M hours are regulated monthly, 4 999 999 are not');
 
--- ---- §2 annual regulation: "less than 30 %" of the allocation by the end of April ----
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ada', 1000000);
-INSERT INTO account (name) VALUES ('p30'), ('p29');
-INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('ada', 'cpu', 'cpu=1000', 'cpu=1', 1, 'hours');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
-SELECT a, 'grant', 500000, 'hours', 'ada', '2025-01-01', '2025-12-31' FROM unnest(ARRAY['p30', 'p29']) AS a;
--- 1 000 cores for 150 h (30 % of 500 000) and for 149 h 57 min (29.99 %), in April
-INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres) VALUES
-    ('ada', 'a30', 'p30', 'pu', 'cpu', '2025-04-01 00:00 Europe/Berlin', '2025-04-07 06:00 Europe/Berlin', 'cpu=1000'),
-    ('ada', 'a29', 'p29', 'pu', 'cpu', '2025-04-01 00:00 Europe/Berlin', '2025-04-07 05:57 Europe/Berlin', 'cpu=1000');
-
--- ---- §2 both percentages are settings: warn below 50 %, retract up to 80 % ----
+-- ---- §2 annual regulation: "less than 30 %" of the allocation by the end of April on ada
+-- (the defaults); both percentages as settings on ada3: warn below 50 %, retract up to 80 % ----
 INSERT INTO machine_setting (machine, monthly_threshold, annual_warning_percent, annual_retraction_percent)
-VALUES ('ada3', 1000000, 50, 80);
-INSERT INTO account (name) VALUES ('q40'), ('q10');
-INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('ada3', 'cpu', 'cpu=1000', 'cpu=1', 1, 'hours');
+VALUES ('ada', 1000000, DEFAULT, DEFAULT), ('ada3', 1000000, 50, 80);
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
+SELECT m, 'cpu', 'cpu=1000', 'cpu=1', 1, 'hours' FROM unnest(ARRAY['ada', 'ada3']) AS m;
+-- 500 000 hours each; 1 000 cores in April for 150 h (30 %), 149 h 57 min (29.99 %),
+-- 200 h (40 %) and 50 h (10 %)
+CREATE TEMP TABLE annual (machine text, account text, hours interval);
+INSERT INTO annual VALUES ('ada', 'p30', '150 hours'), ('ada', 'p29', '149 hours 57 minutes'),
+                          ('ada3', 'q40', '200 hours'), ('ada3', 'q10', '50 hours');
+INSERT INTO account (name) SELECT account FROM annual;
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
-SELECT a, 'grant', 500000, 'hours', 'ada3', '2025-01-01', '2025-12-31' FROM unnest(ARRAY['q40', 'q10']) AS a;
--- 200 000 hours (40 %) and 50 000 hours (10 %), in April
-INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres) VALUES
-    ('ada3', 'b40', 'q40', 'qu', 'cpu', '2025-04-01 00:00 Europe/Berlin', '2025-04-09 08:00 Europe/Berlin', 'cpu=1000'),
-    ('ada3', 'b10', 'q10', 'qu', 'cpu', '2025-04-01 00:00 Europe/Berlin', '2025-04-03 02:00 Europe/Berlin', 'cpu=1000');
+SELECT account, 'grant', 500000, 'hours', machine, '2025-01-01', '2025-12-31' FROM annual;
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres)
+SELECT machine, 'j-' || account, account, 'pu', 'cpu', '2025-04-01 00:00 Europe/Berlin',
+       timestamptz '2025-04-01 00:00 Europe/Berlin' + hours, 'cpu=1000'
+FROM annual;
 CALL regulate('2025-05-01');
 SELECT is((SELECT outcome FROM regulation_log WHERE account = 'p30' AND run_date = '2025-05-01'), 'ok',
           'a project that used exactly 30 % is not warned');
