@@ -1,7 +1,7 @@
 # hpcacct — PGXS build. `make test` and `make demo` do all set-up on a fresh Debian 12 machine.
 
 EXTENSION   = hpcacct
-EXTVERSION  = 0.3
+EXTVERSION  = 0.4
 MODULE_big  = hpcacct
 
 CORE_SRCS   = $(sort $(wildcard src/core/*.cpp))
@@ -64,10 +64,10 @@ unit: test/unit/run_unit_tests
 	test/unit/run_unit_tests
 
 test:
-	test/scripts/run-tests.sh
+	PG_CONFIG=$(PG_CONFIG) test/scripts/run-tests.sh
 
 demo:
-	test/scripts/run-demo.sh
+	PG_CONFIG=$(PG_CONFIG) test/scripts/run-demo.sh
 
 # `make bench`: benchmarks in a throw-away cluster (test/bench/run.sh, test/bench/README.md);
 # `make bench JOBS=20000 RUNS=1` is the quick mode that only checks fast paths against references.
@@ -76,7 +76,7 @@ SEED ?= 42
 RUNS ?= 5
 .PHONY: bench
 bench:
-	JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
+	PG_CONFIG=$(PG_CONFIG) JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
 
 # ---- sanitizers and fuzzing of the core (clang-14: libFuzzer, AddressSanitizer, UBSan) ----
 # `make unit-asan` runs the GoogleTest binary built with ASan (+ LeakSanitizer) and UBSan;

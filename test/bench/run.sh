@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: install what is missing, build, install, then benchmark hpcacct against
-# PostgreSQL's own costs in a throw-away cluster (/tmp/hpcacct-bench) and print one table.
+# PostgreSQL's own costs in a throw-away cluster (a fresh mktemp -d directory) and print one table.
 #
 #   JOBS=1000000  jobs of the synthetic site (10 000 000 works on 2 cores / 24 GiB)
 #   SEED=42       seed of the generator: the same seed and ANCHOR give the same site
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 test/scripts/install-deps.sh
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 make -s PG_CONFIG=$PG_CONFIG all >/dev/null
 # Installing touches the shared PostgreSQL installation: one engineer at a time.
 flock /tmp/hpcacct.lock make -s PG_CONFIG=$PG_CONFIG install >/dev/null

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 test/scripts/install-deps.sh
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 make -s PG_CONFIG=$PG_CONFIG all >/dev/null
 make -s PG_CONFIG=$PG_CONFIG install >/dev/null
 

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 test/scripts/install-deps.sh || exit 1
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 make -s PG_CONFIG=$PG_CONFIG all >/dev/null || { echo "hpcacct: build failed" >&2; exit 1; }
 make -s PG_CONFIG=$PG_CONFIG install >/dev/null || { echo "hpcacct: install failed" >&2; exit 1; }
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# with-cluster.sh NAME COMMAND...: runs COMMAND against a throw-away PostgreSQL cluster in
-# /tmp/hpcacct-NAME (Unix socket only, pg_cron preloaded), then stops and removes it.
-# A cluster left over by an interrupted run is stopped and removed first.
+# with-cluster.sh NAME COMMAND...: runs COMMAND against a throw-away PostgreSQL cluster in a
+# fresh directory of its own (mktemp -d, Unix socket only, pg_cron preloaded), then stops
+# and removes it. It never touches a cluster it did not start.
 set -euo pipefail
 
 name=$1
 shift
 pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 bindir=$("$pg_config" --bindir)
-base=/tmp/hpcacct-$name
+base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-$name.XXXXXX")
 data=$base/data
 
 as_server_owner() {
@@ -22,8 +22,8 @@ remove_cluster() {
     rm -rf "$base"
 }
 
-remove_cluster
-mkdir -p "$base"
+trap remove_cluster EXIT
+trap 'exit 130' INT TERM
 [ "$(id -u)" -eq 0 ] && chown postgres: "$base"
 as_server_owner "$bindir/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
     --no-sync >"$base/initdb.log" 2>&1 || { cat "$base/initdb.log"; exit 1; }
@@ -39,8 +39,6 @@ synchronous_commit = off
 full_page_writes = off
 max_parallel_workers_per_gather = 2
 CONF
-trap remove_cluster EXIT
-trap 'exit 130' INT TERM
 as_server_owner "$bindir/pg_ctl" -D "$data" -l "$base/server.log" -w start >/dev/null
 
 export PGHOST=$base PGPORT=5432 PGUSER=postgres PGDATABASE=postgres
