@@ -109,8 +109,7 @@ PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialize);
 Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
     aggregate_context(fcinfo, kSupportedAggregates);
     const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer;
-    pq_begintypsend(&buffer);
+    StringInfoData buffer = hpcacct::pg::begin_state();
     pq_sendfloat8(&buffer, state->sum);
     pq_sendfloat8(&buffer, state->compensation);
     PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
