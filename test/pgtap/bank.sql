@@ -43,7 +43,7 @@ SELECT is((SELECT sum(amount) FROM ledger WHERE account = 'u1' AND kind = 'depos
           2500.000000, 'the personal account holds exactly one allotment for Q3');
 
 -- The scheduled command of the README's pg_cron recipe runs.
-SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 0 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(current_date)$$),
+SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 0 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(hpcacct.site_today())$$),
             NULL::bigint, 'open_quarter can be scheduled with pg_cron');
 SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-open-quarter'),
                 'the scheduled command runs');
