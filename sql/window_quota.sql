@@ -164,11 +164,14 @@ ORDER BY u.month;
 SELECT at, window_quota_state('wq_blocked', at) AS state
 FROM unnest('{2012-01-15,2012-02-15,2012-03-15,2012-04-15}'::date[]) AS at;
 
--- No quota period: no row, and no state (no window rule applies); NULL in, nothing out.
-SELECT count(*) AS rows_for_unknown FROM window_quota_usage('nobody', '2012-03-01');
-SELECT window_quota_state('nobody', '2012-03-01') IS NULL AS no_state,
-       window_quota_state(NULL, '2012-03-01') IS NULL AS null_account,
-       window_quota_state('wq_spec1', NULL) IS NULL AS null_date;
+-- No quota period: no row, and no state (no window rule applies). An unknown account and a
+-- NULL account are errors (42704, 22004), not an empty answer; a NULL day is today.
+INSERT INTO account (name) VALUES ('wq_none');
+SELECT count(*) AS rows_without_period FROM window_quota_usage('wq_none', '2012-03-01');
+SELECT window_quota_state('wq_none', '2012-03-01') IS NULL AS no_state;
+SELECT count(*) FROM window_quota_usage('nobody', '2012-03-01');
+SELECT window_quota_state(NULL, '2012-03-01');
+SELECT window_quota_state('wq_spec1', NULL) IS NOT DISTINCT FROM window_quota_state('wq_spec1') AS null_date_is_today;
 
 -- ===== The view, for the current month =====
 -- wq_now's period runs from two months before the current month to three after it; it

@@ -149,40 +149,48 @@ CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extsche
     AS $$
         SELECT CASE
             WHEN a.name IS NULL THEN NULL
-            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
             WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                           AND l.valid_from >= @extschema@.quarter_start(at)
+                           AND l.valid_from >= @extschema@.quarter_start(d.day)
                          GROUP BY @extschema@.quarter_start(l.valid_from)
                          HAVING sum(l.amount) > 0) THEN 'active'
             ELSE 'expired'
         END
-        FROM (SELECT 1) one
+        FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
         LEFT JOIN @extschema@.account a ON a.name = account_state.account
     $$;
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
-    'active (an allocation this quarter or later), expired, or deleted; NULL for an unknown account';
+    'active (an allocation this quarter or later), expired, or deleted, at a day (NULL: today in the site '
+    'time zone); NULL for an unknown account';
 
 -- Exact balance of an account in the quarter containing `at` (numeric, from the ledger).
+-- A NULL `at` is today in the site's time zone; a NULL account is 22004; an account that does
+-- not exist, or that row-level security hides from the caller, is 42704 (the same error for
+-- both, so that a portal user learns nothing of other accounts), never a balance of 0.
 CREATE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
     RETURNS numeric
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH q AS (
-            SELECT @extschema@.quarter_start(at) AS quarter, @extschema@.setting_value('bank_unit') AS unit
-        )
-        SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l, q
+    DECLARE
+        quarter constant date := @extschema@.quarter_start(@extschema@.day_or_today(at, 'balance'));
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        PERFORM @extschema@.require_account(account, 'balance');
+        RETURN round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
                                WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
-                                 AND l.unit = q.unit
-                                 AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
-                   - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c, q
-                               WHERE c.account = balance.account AND c.unit = q.unit
-                                 AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
+                                 AND l.unit = bank_unit
+                                 AND l.valid_from >= quarter AND l.valid_from < quarter + interval '3 months'), 0)
+                     - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                 WHERE c.account = balance.account AND c.unit = bank_unit
+                                   AND c.month >= quarter AND c.month < quarter + interval '3 months'), 0), 6);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
-    'Balance of an account in the quarter containing at (default today): deposits + transfers + refunds - charges';
+    'Balance of an account in the quarter containing at (default and NULL: today in the site time zone): '
+    'deposits + transfers + refunds - charges; an unknown or invisible account is an error (42704)';
 
 -- One row per account and quarter with entries: what a portal shows.
 CREATE VIEW @extschema@.quarter_balances AS
@@ -223,6 +231,9 @@ CREATE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
             RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
         END IF;
@@ -239,7 +250,10 @@ CREATE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF amount IS NULL OR amount = 'NaN' OR amount <= 0 THEN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
             RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
@@ -256,7 +270,10 @@ CREATE FUNCTION @extschema@.book_allocation(account text, kind text, quarter dat
         q constant date := @extschema@.quarter_start(quarter);
         entry bigint;
     BEGIN
-        IF quarter IS NULL OR NOT isfinite(quarter) THEN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
             RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
         END IF;
         INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
@@ -622,6 +639,11 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
         reason text;
         message text;
     BEGIN
+        -- A NULL user is an error, a NULL day is today in the site's time zone (as the default).
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        at := @extschema@.day_or_today(at, 'check_submit');
         -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
         -- SQL functions are planned again at every call.
         IF chosen IS NULL THEN

@@ -14,7 +14,7 @@ SELECT add_member('proj', 'u1', 'admin');
 SELECT throws_ok($$SELECT hpcacct.deposit('nobody', '2024-01-01', 1)$$, '42704', NULL, 'deposit to an unknown account');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', -1)$$, '22003', NULL, 'negative deposit');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', 'NaN')$$, '22003', NULL, 'NaN deposit');
-SELECT throws_ok($$SELECT hpcacct.deposit('proj', NULL, 1)$$, '22008', NULL, 'deposit without a quarter');
+SELECT throws_ok($$SELECT hpcacct.deposit('proj', NULL, 1)$$, '22004', NULL, 'deposit without a quarter');
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'ghost')$$, '42704', NULL, 'unknown user');
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member', 'ghost')$$, '42501', NULL,
                  'only administrators add members');

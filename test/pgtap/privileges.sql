@@ -63,11 +63,14 @@ SELECT cmp_ok((SELECT count(*) FROM hpcacct.quarter_balances WHERE account = 'pr
 SELECT is((SELECT array_agg(name ORDER BY name) FROM hpcacct.account), ARRAY['hp_alice', 'priv_a'],
           'hp_alice sees her two accounts and no other');
 SELECT is((SELECT array_agg(username) FROM hpcacct.hpc_user), ARRAY['hp_alice'], 'and only her own user row');
-SELECT is(hpcacct.balance('priv_b', '2024-02-15'), 0::numeric, 'balance() of another project reveals nothing');
+SELECT throws_ok($$SELECT hpcacct.balance('priv_b', '2024-02-15')$$, '42704',
+                 'account "priv_b" does not exist or is not visible to you',
+                 'balance() of another project is the error of an unknown one: it reveals nothing, and is no 0');
 SELECT is((hpcacct.check_submit('hp_bob', 'priv_b', '2024-02-15')).reason, 'unknown_account',
           'check_submit() cannot see another project');
-SELECT is((SELECT count(*) FROM hpcacct.window_quota_usage('priv_b', '2024-02-15')), 0::bigint,
-          'window_quota_usage() of another project is empty');
+SELECT throws_ok($$SELECT * FROM hpcacct.window_quota_usage('priv_b', '2024-02-15')$$, '42704',
+                 'account "priv_b" does not exist or is not visible to you',
+                 'window_quota_usage() of another project is the error of an unknown one');
 SELECT is((SELECT array_agg(DISTINCT account) FROM hpcacct.fairshare('2024-03-01 00:00+00') WHERE pool = 'privc'),
           ARRAY['priv_a'], 'fairshare() shows hp_alice only her project');
 SELECT is((SELECT share FROM hpcacct.fairshare('2024-03-01 00:00+00') WHERE account = 'priv_a' AND submitter IS NULL),
