@@ -13,7 +13,7 @@ CREATE TEMP TABLE relations_with_account AS
                   AND NOT a.attisdropped)
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 28);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 30);
 
 CALL setup_roles();
 CREATE ROLE hp_alice LOGIN IN ROLE hpcacct_portal;
@@ -95,6 +95,12 @@ SET SESSION AUTHORIZATION hp_loader;
 SELECT lives_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'a2', 'priv_a', 'hp_alice', 'cpu', NULL,
                   '2024-02-02 00:00+00', '2024-02-02 01:00+00', 'cpu=2', 'COMPLETED')$$,
                 'the ingestion role loads a job');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'a2', 'priv_a', 'hp_alice', 'cpu', NULL,
+                  '2024-02-02 00:00+00', '2024-02-02 01:00+00', 'cpu=2', 'COMPLETED')$$, '23505', NULL,
+                 'loading the same job again is 23505 (its hint says how to skip repeated jobs)');
+SELECT lives_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'a2', 'priv_a', 'hp_alice', 'cpu', NULL,
+                  '2024-02-02 00:00+00', '2024-02-02 01:00+00', 'cpu=2', 'COMPLETED') ON CONFLICT DO NOTHING$$,
+                'and what the hint says works with the ingestion role''s rights: ON CONFLICT DO NOTHING');
 SELECT throws_ok($$SELECT count(*) FROM hpcacct.ledger$$, '42501', NULL, 'but cannot read the ledger');
 SELECT throws_ok($$SELECT count(*) FROM hpcacct.job$$, '42501', NULL, 'nor the jobs');
 SELECT throws_ok($$SELECT hpcacct.deposit('priv_a', '2024-04-01', 10)$$, '42501', NULL, 'nor deposit');
