@@ -291,6 +291,211 @@ COMMENT ON FUNCTION @extschema@.window_quota_state(text, date) IS
     'Sliding-window state of an account at a date (default and NULL: today, site time zone): normal, '
     'low_priority, blocked; NULL without a quota period; errors as window_quota_usage';
 
+-- One bank, one allocation: the bank's deposits (no cluster) count in every pool of their unit
+
+CREATE OR REPLACE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, account text, allocation numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH allocations AS MATERIALIZED (
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+            FROM @extschema@.ledger l
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.first_day, y.last_day
+            FROM (SELECT DISTINCT a.pool FROM allocations a) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT a.pool, a.unit, a.account,
+               sum(a.amount * greatest(0, least(a.valid_until, y.last_day) + 1 - greatest(a.valid_from, y.first_day))
+                   / (a.valid_until + 1 - a.valid_from))
+        FROM allocations a
+        JOIN years y ON y.pool = a.pool
+        WHERE a.valid_from <= y.last_day AND a.valid_until >= y.first_day
+        GROUP BY a.pool, a.unit, a.account
+    $$;
+COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
+    'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
+    'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
+
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT $1 AS at,
+                   ($1 AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
+                   @extschema@.fairshare_setting_value('decay') AS form,
+                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
+                   @extschema@.fairshare_setting_value('period')::interval AS period,
+                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
+                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
+                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval)
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since
+            FROM cfg
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on
+            SELECT f.first_index,
+                   pg_catalog.array_agg(2 ^ (-pg_catalog.date_part('epoch', cfg.at - (m.month + interval '1 month')
+                                                                              AT TIME ZONE cfg.tz)
+                                             / pg_catalog.date_part('epoch', cfg.half_life)) ORDER BY m.month) AS factor
+            FROM cfg
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM @extschema@.charge_rollup c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month, cfg.at_month - interval '1 month',
+                                                          interval '1 month') AS m(month)
+            WHERE cfg.form = 'half_life'
+            GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
+        ), alloc AS (
+            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+        ), jobs AS (
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
+            WHERE l.kind = 'charge'
+        ), decayed AS (
+            -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
+            FROM (
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
+                -- decayed from the end of the month they ended in to `at`; the rows folded into
+                -- fairshare_base are read from there when it was folded before that month
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
+                       sum(c.job_amount)
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
+                JOIN @extschema@.resource r USING (resource_id)
+                WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * 2 ^ (-pg_catalog.date_part('epoch', cfg.at - (b.through + interval '1 month')::timestamp
+                                                                                 AT TIME ZONE cfg.tz)
+                                            / pg_catalog.date_part('epoch', cfg.half_life))),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
+        ), account_usage AS (
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
+    'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
+    'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
+    'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+
 -- Charged resources may only be closed; accounts with entries stay; rerate() (sql/install/48_rerate.sql)
 
 -- ---------------------------------------------------------------------------------------
