@@ -427,14 +427,50 @@ CREATE FUNCTION @extschema@.require_admin(account text, by_user text) RETURNS vo
 COMMENT ON FUNCTION @extschema@.require_admin(text, text) IS
     'Raises unless by_user administers the account (NULL: staff acting directly)';
 
--- Project administrators (by_user) add members and other administrators; staff pass NULL.
-CREATE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
-                                       by_user text DEFAULT NULL)
-    RETURNS void
-    LANGUAGE plpgsql
+-- Who may change an account's members: staff (superusers and members of hpcacct_admin,
+-- who may name the project administrator they act for in by_user, or pass NULL), and the
+-- account's own administrators, who act as themselves: for a portal user (hpcacct_portal)
+-- the session user must administer the account, and by_user, if given, must be that user.
+-- 42501 otherwise. (The functions that call it run as their owner, so it looks at the
+-- session user, as row-level security does.)
+CREATE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM @extschema@.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+
+-- Project administrators add members and other administrators, from a portal (as
+-- themselves) or through staff (by_user names them; staff acting directly pass NULL).
+CREATE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
         PERFORM @extschema@.require_bank_account(account);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
@@ -445,15 +481,16 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     END
     $$;
 COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
-    'Grants a user access to an account as member or admin; by_user must administer it (NULL: staff)';
+    'Grants a user access to an account as member or admin; a portal user must administer the account, '
+    'staff may name the administrator in by_user (NULL: staff acting directly)';
 
 CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
     RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_admin(account, by_user);
+        PERFORM @extschema@.require_member_manager(account, by_user);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
@@ -471,7 +508,8 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
     END
     $$;
 COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
-    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this';
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
+    'a portal user must administer the account';
 
 CREATE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
     LANGUAGE plpgsql

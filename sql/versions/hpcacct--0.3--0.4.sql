@@ -746,17 +746,137 @@ COMMENT ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) IS
     'books reversals and new charges; logged in rerate_log; returns the new row''s id';
 REVOKE EXECUTE ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) FROM PUBLIC;
 
--- Sites that ran setup_roles() before: its roles get what setup_roles() grants on the new
--- objects of this section.
+-- Project administrators manage their members from a portal; a read-only auditor role
+
+CREATE OR REPLACE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM @extschema@.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+
+CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
+        PERFORM @extschema@.require_bank_account(account);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+        PERFORM @extschema@.require_admin(account, by_user);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
+        ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
+    'Grants a user access to an account as member or admin; a portal user must administer the account, '
+    'staff may name the administrator in by_user (NULL: staff acting directly)';
+
+CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
+                         AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+        DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
+        UPDATE @extschema@.hpc_user u SET default_account = NULL
+        WHERE u.username = remove_member.username AND u.default_account = remove_member.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
+    'a portal user must administer the account';
+
+CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+    $$;
+COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin or hpcacct_auditor, who see every account''s rows';
+
+CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        role_name text;
+    BEGIN
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+            END IF;
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.setup_roles() IS
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
+
+-- Sites that use setup_roles()' roles get what it grants now, on the new objects of this
+-- section, to portal users (members of their projects) and to the new hpcacct_auditor.
 DO $do$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
-        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
-        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.rerate_log TO hpcacct_admin;
-        GRANT USAGE, SELECT, UPDATE ON SEQUENCE @extschema@.rerate_log_rerate_id_seq TO hpcacct_admin;
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
-        GRANT SELECT ON @extschema@.rerate_log TO hpcacct_portal;
+        CALL @extschema@.setup_roles();
     END IF;
 END
 $do$;
