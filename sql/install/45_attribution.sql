@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- Attribution of charges to periods (SPEC §0): a job's charge counts in the days, months
+-- Attribution of charges to periods (rules §0): a job's charge counts in the days, months
 -- and quarters in which it ran, pro rata by wall-clock time, in the site's time zone.
 -- ---------------------------------------------------------------------------------------
 

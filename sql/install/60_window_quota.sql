@@ -1,9 +1,9 @@
 -- ---------------------------------------------------------------------------------------
--- Sliding-window quotas (SPEC §3, RWTH): monthly allowances within an accounting period,
+-- Sliding-window quotas (rules §3, RWTH): monthly allowances within an accounting period,
 -- consumption from the job charges, and the figures of RWTH's `r_wlm_usage -q`.
 -- ---------------------------------------------------------------------------------------
 
--- What the aggregate returns for the month `at` (field names as in SPEC §3).
+-- What the aggregate returns for the month `at` (field names as in rules §3).
 CREATE TYPE @extschema@.quota AS (
     monthly          float8,  -- A(at)
     remaining_prev   float8,  -- A(at-1) - C(at-1)

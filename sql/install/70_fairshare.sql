@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- Fair share and usage reports (SPEC §5: Fermilab LQCD, Compute Canada).
+-- Fair share and usage reports (rules §5: Fermilab LQCD, Compute Canada).
 --
 -- A pool is where allocations and usage meet: a resource's charges count in its pool
 -- (coalesce(resource.pool, resource.cluster)), an allocation row of the ledger (any kind
@@ -269,7 +269,7 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ---- Usage reports ----------------------------------------------------------------------
 
 -- The charges of each pool's allocation year up to `at`, pro rata by wall-clock time
--- (SPEC §0), from jobs that ended by `at`. One row per ledger charge row (reversals
+-- (rules §0), from jobs that ended by `at`. One row per ledger charge row (reversals
 -- included, so they cancel). Zero-length jobs charge nothing and are left out.
 CREATE FUNCTION @extschema@.year_charges(for_year integer, at timestamptz)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,

@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- The quarterly bank, HLRN (SPEC §4): users, members, deposits per quarter, balances,
+-- The quarterly bank, HLRN (rules §4): users, members, deposits per quarter, balances,
 -- the quarter-start run and the submit check.
 -- ---------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 -- ---- aggregates: the rules written as SQL over bench.agg_rows (correctness only) ---------
 
 -- A day boundary in months under the half_month convention: month index + the elapsed days
--- of the month rounded to the nearest half month, ties upward (SPEC §2).
+-- of the month rounded to the nearest half month, ties upward (rules §2).
 CREATE FUNCTION bench.half_months(d date, elapsed_days integer) RETURNS float8
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (extract(year FROM d) * 12 + extract(month FROM d) - 1)::float8
@@ -34,7 +34,7 @@ CREATE FUNCTION bench.tmc_row(f date, u date, amount float8, at date) RETURNS fl
         ELSE amount / (bench.half_months(u, extract(day FROM u)::integer) - bench.half_months(f, extract(day FROM f)::integer - 1))
     END;
 
--- window_quota's figures from the per-month sums of a group (SPEC §3).
+-- window_quota's figures from the per-month sums of a group (rules §3).
 CREATE FUNCTION bench.quota_figures(a_prev float8, a_cur float8, a_next float8, c_prev float8, c_cur float8,
                                     total_a float8, total_c float8,
                                     OUT monthly float8, OUT remaining_prev float8, OUT consumed_current float8,

@@ -137,7 +137,7 @@ SELECT lives_ok($$CALL hpcacct.regulate('2025-01-16')$$, 'another date is a no-o
 SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
               (SELECT ROW(ledger_rows, log_rows) FROM counts_before), 'nothing was written');
 
--- ---- Monthly regulation of a project that consumes nothing (SPEC §2) ----
+-- ---- Monthly regulation of a project that consumes nothing (rules §2) ----
 CALL hpcacct.regulate('2025-01-15');
 CALL hpcacct.regulate('2025-02-15');
 CALL hpcacct.regulate('2025-03-15');
