@@ -1,5 +1,5 @@
 // SQL area: the quarterly bank aggregate hpcacct.quarter_balance(kind, quarter, amount, at)
-// -> hpcacct.bank_balance (SPEC §4, HLRN). The rule is the core's (src/core/bank.hpp).
+// -> hpcacct.bank_balance (rules §4, HLRN). The rule is the core's (src/core/bank.hpp).
 //
 // State: `internal`, the core's flat bank::State in the aggregate context, updated in place;
 // serialized as every aggregate state is (pg/aggregate.hpp), deserialize checks it and runs

@@ -1,4 +1,4 @@
-// SQL area: fair share (SPEC §5). The aggregates
+// SQL area: fair share (rules §5). The aggregates
 //   hpcacct.decayed_usage(ts, amount, at, half_life)              (Slurm: half-life decay)
 //   hpcacct.decayed_usage(ts, amount, at, period, decay, depth)   (Maui: decay per period)
 // and the factor hpcacct.fairshare_factor(usage, share). The rules are the core's

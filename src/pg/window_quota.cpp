@@ -1,5 +1,5 @@
 // SQL area: the sliding-window quota aggregate hpcacct.window_quota(month, allowance,
-// consumed, at) -> hpcacct.quota (SPEC §3, RWTH). The rule is the core's
+// consumed, at) -> hpcacct.quota (rules §3, RWTH). The rule is the core's
 // (src/core/window_quota.hpp); this file only moves values in and out.
 //
 // State: `internal`, pointing to the core's flat 88-byte window_quota::State allocated in the
