@@ -94,6 +94,10 @@ teardown() {
     local status=$?
     set +e
     trap - EXIT INT TERM
+    if [ -n "${cmd_pid:-}" ] && kill -0 "$cmd_pid" 2>/dev/null; then
+        kill -TERM "$cmd_pid" 2>/dev/null
+        wait_gone 5 "$cmd_pid" || kill -KILL "$cmd_pid" 2>/dev/null
+    fi
     # jobs first, so that no slurmstepd outlives its slurmd
     if [ -f "$etc/slurm.conf" ] && [ -n "${ctld_pid:-}" ] && kill -0 "$ctld_pid" 2>/dev/null; then
         local jobs
@@ -144,7 +148,11 @@ wait_for() {  # wait_for SECONDS WHAT COMMAND...
     local t=$1 what=$2 i
     shift 2
     for ((i = 0; i < t * 10; i++)); do
-        "$@" >/dev/null 2>&1 && return 0
+        if declare -F "$1" >/dev/null; then
+            "$@" >/dev/null 2>&1 && return 0
+        else
+            timeout 10 "$@" >/dev/null 2>&1 && return 0
+        fi
         sleep 0.1
     done
     fail "$what did not come up within ${t}s"
@@ -154,7 +162,8 @@ read -r db_port dbd_port ctld_port n1_port n2_port n3_port n4_port <<<"$(pick_po
 node_ports=("$n1_port" "$n2_port" "$n3_port" "$n4_port")
 for v in $(compgen -e); do [[ $v == SLURM_* ]] && unset "$v"; done
 export SLURM_CONF=$etc/slurm.conf
-authinfo="AuthInfo=socket=$base/munge/munge.socket"
+# cred_expire also sets how long a requeued job waits before it may start again (120 s by default)
+authinfo="AuthInfo=socket=$base/munge/munge.socket,cred_expire=${HPCACCT_SLURM_CRED_EXPIRE:-10}"
 ctld_host=$(hostname -s)
 
 # --- munge ---
@@ -214,7 +223,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 $authinfo
-CommunicationParameters=NoInAddrAny
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
 StateSaveLocation=$base/ctld
 SlurmctldPidFile=$run/slurmctld.pid
 SlurmctldLogFile=$log/slurmctld.log
@@ -279,12 +288,12 @@ fi
 slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
 pids+=($!)
 wait_for 60 slurmdbd sacctmgr -n list cluster
-sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
-sacctmgr -i add account proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
+timeout 30 sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
+timeout 30 sacctmgr -i add account proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
     fail "sacctmgr add account failed"
-sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
+timeout 30 sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
     fail "sacctmgr add user failed"
-sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
+timeout 30 sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
 
 # --- slurmctld and four slurmd ---
 slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
@@ -295,9 +304,15 @@ for n in 1 2 3 4; do
     slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
     pids+=($!)
 done
-nodes_idle() { [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
+nodes_idle() { [ "$(timeout 10 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
 wait_for 30 "the four slurmd" nodes_idle
 
 export HPCACCT_SLURM_DIR=$base HPCACCT_SLURM_CLUSTER=$cluster
+# in the background, so that INT or TERM reach teardown at once; stdin stays the caller's
+"$@" <&0 &
+cmd_pid=$!
 set +e
-"$@"
+wait "$cmd_pid"
+status=$?
+cmd_pid=
+exit $status
