@@ -30,15 +30,42 @@
 #                                 unset: none
 #   HPCACCT_SLURM_KEEP_LOGS       a directory the daemons' logs are copied to on exit
 #
-# The sacct invocation a loader should use on this Slurm (22.05.8), found with
-# test/slurm/smoke.sh; samples in test/slurm/samples/:
-#   SLURM_TIME_FORMAT=%FT%T%z sacct -a -D -X --parsable2 \
-#     -S START -E END \
-#     --format=Cluster,JobID,JobIDRaw,Account,User,Partition,Submit,Start,End,ElapsedRaw,AllocTRES,ReqTRES,State,QOS,NodeList
-#   (see SACCT NOTES at the end of this comment)
+# Ports: each daemon listens on 127.0.0.1 only, except slurmdbd, which 22.05 binds to every
+# address (slurmdbd.conf has no option for it); its port is still picked free, and it talks
+# only to clients with this run's munge key.
+#
+# SACCT NOTES: the invocation a loader should use on this Slurm (22.05.8), found with smoke.sh;
+# real output in test/slurm/samples/:
+#   SLURM_TIME_FORMAT=%FT%T%z sacct -a -D -X --parsable2 -S START -E END \
+#     --format=Cluster,JobID,JobIDRaw,Account,User,Partition,Submit%40,Start%40,End%40,ElapsedRaw,AllocTRES,ReqTRES,State,QOS,NodeList
+# - --parsable2: '|'-separated, no trailing '|', first line the header (field names without
+#   the %N). Drop -X to get the steps too (JobID N.batch, N.extern, N.0, N.1...; steps have
+#   User, Partition, QOS, ReqTRES empty and Submit = the step's start; .batch has no billing).
+# - Times: sacct honours SLURM_TIME_FORMAT (a strftime format), but cuts every time to its
+#   field's width (19) even under --parsable2: %FT%T%z alone loses the offset, hence
+#   Submit%40 etc. Other fields are not cut under --parsable2 (only in the fixed-width output,
+#   with a '+'). -S/-E are read in the local time zone (TZ), and printed in it.
+# - Unknown: Start and End of a pending job, End of a running one (ElapsedRaw then counts up
+#   to now). None: Start of a job cancelled while pending (seen once as Start = End instead);
+#   its NodeList is "None assigned" (as while pending), AllocTRES empty, ElapsedRaw 0.
+# - -S/-E without --state select a run when Eligible < END (strict) and (End >= START, or not
+#   ended): a job that ended exactly at -E is included (it was eligible before), and so is one
+#   that ended exactly at -S; consecutive windows [S,E) [E,F) can both return a run, so load
+#   idempotently. A run never eligible is never selected: held then cancelled (it shows only
+#   with -j or --state), pending on a dependency or a future --begin. Without -S sacct starts
+#   at 00:00 today; without -E, END is now.
+# - Requeue: with -D each run is a row of its own, same JobID and JobIDRaw; the earlier run has
+#   State REQUEUED and its own Submit/Start/End; the later run's Submit is the requeue time.
+#   Without -D only the last run shows. A requeued job waits AuthInfo cred_expire (here 10 s;
+#   120 s by default) before it may start again.
+# - Arrays: JobID A_T; JobIDRaw is a job id of its own per task, except one task (here the
+#   last) that keeps A itself; so key rows on JobIDRaw (+ Submit for requeued runs), not JobID.
+# - Het jobs: JobID H+0, H+1 with JobIDRaw H and a job id of its own (13+0 -> 13, 13+1 -> 14);
+#   steps H+0.batch, H+0.0, H+1.0 (raw 13.batch, 13.0, 14.0); only component 0 has .batch.
+# - State of a cancelled job is "CANCELLED by UID" (job row; its steps say CANCELLED).
+# - AllocTRES order: billing,cpu,gres/gpu,mem,node (mem with a unit suffix, e.g. 512M).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
 cluster=testcl
 base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-slurm.XXXXXX")
 # munged wants every directory above its socket searchable by all, and none writable by others
