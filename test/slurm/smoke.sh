@@ -64,7 +64,8 @@ check() {  # check DESCRIPTION COMMAND...
     fi
 }
 t0=$(date +%s.%N)
-test/slurm/with-slurm.sh bash "$self" --inside "$out"
+# bounded: on TERM with-slurm.sh stops its command and every daemon at once
+timeout 600 test/slurm/with-slurm.sh bash "$self" --inside "$out"
 status=$?
 t1=$(date +%s.%N)
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
@@ -177,6 +178,6 @@ if [ -n "${HPCACCT_SLURM_SAVE_SAMPLES:-}" ]; then
 fi
 
 echo "1..$n"
-echo "slurm: $passed passed, $failed failed"
+echo "# slurm: $passed passed, $failed failed"
 [ -n "${HPCACCT_TALLY:-}" ] && echo "slurm $passed $failed" >>"$HPCACCT_TALLY"
 [ "$failed" -eq 0 ]
