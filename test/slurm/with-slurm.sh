@@ -29,6 +29,8 @@
 #   HPCACCT_SLURM_ENFORCE         AccountingStorageEnforce (e.g. associations,limits,qos);
 #                                 unset: none
 #   HPCACCT_SLURM_KEEP_LOGS       a directory the daemons' logs are copied to on exit
+#   HPCACCT_SLURM_CRED_EXPIRE     AuthInfo cred_expire, also how long a requeued job waits
+#                                 before it may start again (default 10 s; Slurm's is 120 s)
 #
 # Ports: each daemon listens on 127.0.0.1 only, except slurmdbd, which 22.05 binds to every
 # address (slurmdbd.conf has no option for it); its port is still picked free, and it talks
@@ -172,9 +174,9 @@ fail() {
 }
 
 wait_for() {  # wait_for SECONDS WHAT COMMAND...
-    local t=$1 what=$2 i
+    local t=$1 what=$2 deadline=$((SECONDS + $1))
     shift 2
-    for ((i = 0; i < t * 10; i++)); do
+    while [ $SECONDS -lt $deadline ]; do
         if declare -F "$1" >/dev/null; then
             "$@" >/dev/null 2>&1 && return 0
         else
