@@ -89,7 +89,7 @@ running=$id
 # an srun job: an allocation with step 0 and no batch step
 srun -J srun -o /dev/null true &
 srun_pid=$!
-wait_state "$running" RUNNING 30
+wait_state "$running" RUNNING 60
 sleep 1
 scancel "$pending" "$running"
 wait "$srun_pid"
