@@ -22,11 +22,9 @@ if [ "${1:-}" = --inside ]; then
     since=$(date +%FT%T -d '-10 min')
     echo "$since" >"$out/since"
     # our daemons: processes with a file open under the private directory
-    for d in /proc/[0-9]*; do
-        if ls -l "$d/fd" 2>/dev/null | grep -qF -- "-> $HPCACCT_SLURM_DIR/"; then
-            echo "${d#/proc/} $(cat "$d/comm" 2>/dev/null)"
-        fi
-    done >"$out/daemons"
+    find /proc/[0-9]*/fd -maxdepth 1 -lname "$HPCACCT_SLURM_DIR/*" 2>/dev/null | cut -d/ -f3 |
+        sort -u | while read -r pid; do echo "$pid $(cat "/proc/$pid/comm" 2>/dev/null)"; done |
+        grep -vE ' (bash|sh)$' >"$out/daemons"
     ss -Hltnp 2>/dev/null >"$out/listen" || true
     capture() {  # capture NAME: sacct with and without -X
         sacct -a -D -X --parsable2 -S "$since" -E now --format="$FIELDS" >"$out/$1-alloc.txt"
@@ -98,12 +96,7 @@ gone() {
 }
 check "every daemon it started is gone" gone
 in_dir() {  # no process has a file or its cwd in the private directory
-    local d
-    for d in /proc/[0-9]*; do
-        [[ "$(readlink "$d/cwd" 2>/dev/null)" == "$dir"* ]] && return 1
-        ls -l "$d/fd" 2>/dev/null | grep -qF -- "-> $dir/" && return 1
-    done
-    return 0
+    [ -z "$(find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$dir" -o -lname "$dir/*" \) 2>/dev/null)" ]
 }
 check "no process is left in the private directory" in_dir
 

@@ -76,7 +76,8 @@ etc=$base/etc log=$base/log run=$base/run
 mkdir -p "$etc" "$log" "$run" "$base/munge" "$base/ctld" "$base/spool" "$base/dev" "$base/work" "$base/tmp"
 chmod 711 "$base/munge"
 
-pids=()   # daemons we started, stopped in reverse order
+# daemons we started
+db_pid= dbd_pid= ctld_pid= slurmd_pids=()
 
 # Free TCP ports on 127.0.0.1 below the ephemeral range, distinct, none in use now.
 pick_ports() {
@@ -95,16 +96,8 @@ pick_ports() {
 
 # Processes other than this shell whose cwd or an open file lies under $base.
 procs_in_base() {
-    local d pid
-    for d in /proc/[0-9]*; do
-        pid=${d#/proc/}
-        [ "$pid" = $$ ] && continue
-        [ "$pid" = "${BASHPID:-$$}" ] && continue
-        if [[ "$(readlink "$d/cwd" 2>/dev/null)" == "$base"* ]] ||
-            ls -l "$d/fd" 2>/dev/null | grep -qF -- "-> $base/"; then
-            echo "$pid"
-        fi
-    done
+    find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$base" -o -lname "$base/*" \) \
+        2>/dev/null | cut -d/ -f3 | sort -u | grep -vx -e "$$" -e "${BASHPID:-$$}" || true
 }
 
 wait_gone() {  # wait_gone SECONDS PID...: true when all PIDs have exited
@@ -117,6 +110,15 @@ wait_gone() {  # wait_gone SECONDS PID...: true when all PIDs have exited
         sleep 0.1
     done
     return 1
+}
+
+stop() {  # stop SECONDS PID...: TERM, and KILL what is left after SECONDS
+    local t=$1
+    shift
+    [ $# -gt 0 ] || return 0
+    kill -TERM "$@" 2>/dev/null
+    wait_gone "$t" "$@" || kill -KILL "$@" 2>/dev/null
+    wait "$@" 2>/dev/null  # reaps our children (munged is not one)
 }
 
 teardown() {
@@ -139,15 +141,12 @@ teardown() {
             done
         fi
     fi
-    local i p
-    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-        p=${pids[i]}
-        kill -TERM "$p" 2>/dev/null && wait_gone 10 "$p" || kill -KILL "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
-    done
-    [ -f "$run/munged.pid" ] && p=$(cat "$run/munged.pid") && {
-        kill -TERM "$p" 2>/dev/null && wait_gone 5 "$p" || kill -KILL "$p" 2>/dev/null
-    }
+    # the slurm daemons together, then slurmdbd, then MariaDB and munged
+    stop 10 "${slurmd_pids[@]}" $ctld_pid
+    stop 10 $dbd_pid
+    local munged_pid=
+    [ -f "$run/munged.pid" ] && munged_pid=$(cat "$run/munged.pid")
+    stop 10 $db_pid $munged_pid
     # anything left that belongs to us (steps, job processes whose cwd is the directory)
     local left
     left=$(procs_in_base)
@@ -211,7 +210,7 @@ mariadbd --no-defaults --user=root --datadir="$base/db" --socket="$run/mysqld.so
     --port="$db_port" --skip-grant-tables --skip-name-resolve --skip-log-bin \
     --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-buffer-pool-size=128M \
     --innodb-lock-wait-timeout=900 --max-allowed-packet=64M >/dev/null 2>&1 &
-pids+=($!)
+db_pid=$!
 wait_for 30 MariaDB mariadb-admin --no-defaults --protocol=tcp -h 127.0.0.1 -P "$db_port" -u root ping
 
 # --- configuration ---
@@ -315,7 +314,7 @@ fi
 
 # --- slurmdbd, then the cluster's associations (before slurmctld, which loads them) ---
 slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
-pids+=($!)
+dbd_pid=$!
 wait_for 60 slurmdbd sacctmgr -n list cluster
 timeout 30 sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
 timeout 30 sacctmgr -i add account proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
@@ -327,11 +326,10 @@ timeout 30 sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || 
 # --- slurmctld and four slurmd ---
 slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
 ctld_pid=$!
-pids+=($ctld_pid)
 wait_for 30 slurmctld scontrol ping
 for n in 1 2 3 4; do
     slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
-    pids+=($!)
+    slurmd_pids+=($!)
 done
 nodes_idle() { [ "$(timeout 10 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
 wait_for 30 "the four slurmd" nodes_idle
