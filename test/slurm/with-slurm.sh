@@ -48,14 +48,16 @@
 #   Submit%40 etc. Other fields are not cut under --parsable2 (only in the fixed-width output,
 #   with a '+'). -S/-E are read in the local time zone (TZ), and printed in it.
 # - Unknown: Start and End of a pending job, End of a running one (ElapsedRaw then counts up
-#   to now). None: Start of a job cancelled while pending (seen once as Start = End instead);
-#   its NodeList is "None assigned" (as while pending), AllocTRES empty, ElapsedRaw 0.
-# - -S/-E without --state select a run when Eligible < END (strict) and (End >= START, or not
-#   ended): a job that ended exactly at -E is included (it was eligible before), and so is one
-#   that ended exactly at -S; consecutive windows [S,E) [E,F) can both return a run, so load
-#   idempotently. A run never eligible is never selected: held then cancelled (it shows only
-#   with -j or --state), pending on a dependency or a future --begin. Without -S sacct starts
-#   at 00:00 today; without -E, END is now.
+#   to now), Eligible of a held one. A job cancelled while pending has Start None (held for
+#   seconds) or Start = End (cancelled within its first second, or waiting on --begin): the
+#   sure sign that it never ran is NodeList "None assigned" (as while pending) with AllocTRES
+#   empty and ElapsedRaw 0. Eligible can lie in the future (--begin) or after End.
+# - -S/-E without --state select a run when Eligible < END (strict; checked to the second) and
+#   (End >= START, or not ended): a job that ended exactly at -E is included (it was eligible
+#   before), and so is one that ended exactly at -S; consecutive windows [S,E) [E,F) can both
+#   return a run, so load idempotently. A run not eligible (yet) is not selected: held, then
+#   cancelled (it shows with -j, or with --state=CA and the window), pending on a dependency
+#   or a future --begin. Without -S sacct starts at 00:00 today; without -E, END is now.
 # - Requeue: with -D each run is a row of its own, same JobID and JobIDRaw; the earlier run has
 #   State REQUEUED and its own Submit/Start/End; the later run's Submit is the requeue time.
 #   Without -D only the last run shows. A requeued job waits AuthInfo cred_expire (here 10 s;
