@@ -160,7 +160,8 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
             SELECT DISTINCT x.account
             FROM (SELECT l.account FROM hpcacct.ledger l, cfg
                   WHERE l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit AND l.valid_from >= cfg.this_q
-                  GROUP BY l.account, hpcacct.quarter_start(l.valid_from)
+                    AND l.valid_from < cfg.this_q + interval '3 months'   -- active: this quarter
+                  GROUP BY l.account
                   HAVING sum(l.amount) > 0) x
             JOIN hpcacct.account p ON p.name = x.account AND p.kind = 'project'
             CROSS JOIN cfg
