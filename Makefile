@@ -92,6 +92,14 @@ RUNS ?= 5
 .PHONY: bench
 bench:
 	PG_CONFIG=$(PG_CONFIG) JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
+	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
+
+# `make bench-submit`: job_submit/lua's check against a plugin that checks nothing, in a real Slurm
+SUBMITS ?= 200
+SUBMIT_ROUNDS ?= 3
+.PHONY: bench-submit
+bench-submit:
+	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
 
 # ---- sanitizers and fuzzing of the core (clang-14: libFuzzer, AddressSanitizer, UBSan) ----
 # `make unit-asan` runs the GoogleTest binary built with ASan (+ LeakSanitizer) and UBSan;

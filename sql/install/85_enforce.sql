@@ -11,6 +11,19 @@
 -- refuses every account: unknown, deleted, or a user who is not a member.
 -- ---------------------------------------------------------------------------------------
 
+-- The bank's unit, as setting_value('bank_unit') gives it, without reading pg_settings (the
+-- settings view does, for the time zone's default): the submit check runs at every submission.
+CREATE FUNCTION @extschema@.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+
 -- The policies that bind an account: its own list when set, otherwise derived:
 --   special accounts: none;
 --   window_quota when it has a quota period, genci when it has a grant or supplement;
@@ -37,10 +50,13 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
         has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
         has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
                              WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
-        has_bank := a.kind = 'personal' OR NOT (has_quota OR has_genci)
-                    OR EXISTS (SELECT 1 FROM @extschema@.ledger l
-                               WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                 AND l.unit = (SELECT @extschema@.setting_value('bank_unit')));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
                                              CASE WHEN has_genci THEN 'genci' END], NULL);
@@ -100,9 +116,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         pol := @extschema@.account_policies(account);
 
         IF 'bank' = ANY (pol) THEN
-            -- setting_value() without the cost of the settings view when the site has set it
-            bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                                  @extschema@.setting_value('bank_unit'));
+            bank_unit := @extschema@.bank_unit();
             SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
             INTO current_active, next_quarter
             FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter

@@ -965,6 +965,16 @@ CREATE OR REPLACE VIEW @extschema@.quarter_balances WITH (security_invoker = tru
     JOIN @extschema@.account a ON a.name = p.account;
 COMMENT ON VIEW @extschema@.quarter_balances IS
     'Per account and quarter: deposits, charges, transfers, refunds, balance, state (active/inactive/expired/deleted)';
+CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -986,10 +996,13 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
         has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
                              WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
-        has_bank := a.kind = 'personal' OR NOT (has_quota OR has_genci)
-                    OR EXISTS (SELECT 1 FROM @extschema@.ledger l
-                               WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                 AND l.unit = (SELECT @extschema@.setting_value('bank_unit')));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
                                              CASE WHEN has_genci THEN 'genci' END], NULL);
@@ -1034,9 +1047,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         pol := @extschema@.account_policies(account);
 
         IF 'bank' = ANY (pol) THEN
-            -- setting_value() without the cost of the settings view when the site has set it
-            bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                                  @extschema@.setting_value('bank_unit'));
+            bank_unit := @extschema@.bank_unit();
             SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
             INTO current_active, next_quarter
             FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
@@ -1217,7 +1228,7 @@ COMMENT ON PROCEDURE @extschema@.setup_roles() IS
 DO $do$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
-        GRANT EXECUTE ON FUNCTION @extschema@.account_policies(text), @extschema@.account_verdict(text, date),
+        GRANT EXECUTE ON FUNCTION @extschema@.bank_unit(), @extschema@.account_policies(text), @extschema@.account_verdict(text, date),
                                   @extschema@.slurm_associations(date), @extschema@.grant_submit_role()
             TO hpcacct_admin;
         GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.slurm_association TO hpcacct_admin;
