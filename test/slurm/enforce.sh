@@ -123,7 +123,7 @@ refused_with() {  # refused_with ACCOUNT TEXT: sbatch fails and prints TEXT
     if [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"; then echo t; else echo "# sbatch said: $out" >&2; fi
 }
 
-# 1-5: refusals through job_submit/lua, each with hpcacct's message
+# refusals through job_submit/lua, each with hpcacct's message
 check "sbatch to an account hpcacct does not know is refused with its message" \
     "$(refused_with e_nosuch 'account e_nosuch does not exist')"
 check "an expired account is refused: no allocation for this or a later quarter" \
@@ -133,7 +133,7 @@ check "a negative balance is refused, with the balance" \
     "$(refused_with e_neg 'account e_neg has a negative balance this quarter (-40 NPL)')"
 check "an RWTH account blocked by its window (C > 6 A) is refused" \
     "$(refused_with e_rwth 'account e_rwth is blocked by its sliding-window quota')"
-# 6-8: accepted
+# accepted
 submit e_good
 check "a good account is accepted (job $job)" "$([ $rc -eq 0 ] && [ -n "$job" ] && echo t)"
 submit e_staff
@@ -144,7 +144,7 @@ check "a job without -A gets hpcacct's default project (e_good)" \
 scancel --quiet $(squeue -h -o %A) 2>/dev/null
 check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission refused for root on e_neg: negative_balance' "$log" && echo t)"
 
-# 10-14: associations
+# associations
 before=$(sacctmgr -n -P show assoc cluster=testcl format=Account,User,GrpSubmitJobs,DefaultQOS,QOS)
 dry=$(hpcacct-slurm-sync --assoc --dry-run 2>&1)
 after=$(sacctmgr -n -P show assoc cluster=testcl format=Account,User,GrpSubmitJobs,DefaultQOS,QOS)
@@ -163,7 +163,7 @@ check "the low_priority account's associations default to the low QOS" \
 sync2=$(hpcacct-slurm-sync --assoc 2>&1)
 check "a second sync changes nothing" "$(grep -q 'associations: nothing to change' <<<"$sync2" && ! grep -q 'ran:' <<<"$sync2" && echo t)"
 
-# 15-16: priority of a low_priority account's pending job
+# priority of a low_priority account's pending job
 submit e_good -N 2 -n 8 --exclusive     # fills the cpu partition: what follows stays pending
 filler=$job
 sleep 2
@@ -181,7 +181,7 @@ check "a low_priority account's pending job ranks below a normal one" \
        [ -n "$prio_low" ] && [ -n "$prio_normal" ] && [ "$prio_low" -lt "$prio_normal" ] && echo t)"
 sprio -h -j "$normal_job,$low_job" -o '%i %A %F %Q %Y' | sed 's/^/# sprio (job age fairshare qos priority): /'
 
-# 17-22: holds and releases of pending jobs
+# holds and releases of pending jobs
 submit e_hold
 hold_job=$job
 q1=$(hpcacct-slurm-sync --queue 2>&1)
@@ -206,7 +206,25 @@ check "after a deposit the job is released, pending again without hpcacct's comm
 q5=$(hpcacct-slurm-sync --queue 2>&1)
 check "a second run releases nothing again" "$(grep -q 'pending jobs: nothing to change' <<<"$q5" && echo t)"
 
-# 23: Slurm itself refuses a blocked account, without the plugin's check
+# the owner corrects the reason by moving the held job to a valid account (HLRN)
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'big2', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=9000000', 'COMPLETED')"
+hpcacct-slurm-sync --queue >/dev/null 2>&1
+held_again=$(squeue -h -j "$hold_job" -o %r)
+bad_move=$(scontrol update jobid="$hold_job" account=e_nosuch 2>&1)
+bad_rc=$?
+echo "# moving the job to e_nosuch: $bad_move"
+check "the plugin refuses to move a pending job to an account hpcacct refuses" \
+    "$([ "$held_again" = JobHeldAdmin ] && [ $bad_rc -ne 0 ] && [ "$(squeue -h -j "$hold_job" -o %a)" = e_hold ] &&
+       grep -q 'hpcacct: account change refused for root on e_nosuch: unknown_account' "$log" && echo t)"
+scontrol update jobid="$hold_job" account=e_good
+q6=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q6" | sed 's/^/# /'
+check "moved to a valid account by its owner, the held job is released" \
+    "$([ "$(squeue -h -j "$hold_job" -o %a)" = e_good ] && [ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] &&
+       grep -q "ran: scontrol release $hold_job" <<<"$q6" && echo t)"
+
+# Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
 reload
 submit e_neg
@@ -216,7 +234,7 @@ check "a blocked account is refused by Slurm itself (GrpSubmitJobs=0)" \
 sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
 reload
 
-# 24-27: the database stopped: fail open (the setting), reconnection, fail closed
+# the database stopped: fail open (the setting), reconnection, fail closed
 data=$PGHOST/data
 pgbin=$("$PG_CONFIG" --bindir)
 # e_nosuch: refused by hpcacct (unknown to it), not limited in Slurm (the sync leaves
