@@ -44,12 +44,12 @@ VALUES ('testcl', 'cpu', 'cpu=4', 'cpu=1', 1, 'NPL'),
 SELECT add_user('root', current_date);               -- personal account root, this and 2 quarters
 INSERT INTO account (name, kind) VALUES
     ('e_good', 'project'), ('e_expired', 'project'), ('e_neg', 'project'), ('e_rwth', 'project'),
-    ('e_low', 'project'), ('e_staff', 'special'), ('e_hold', 'project');
+    ('e_low', 'project'), ('e_staff', 'special'), ('e_hold', 'project'), ('e_low2', 'project');
 INSERT INTO account (name, kind, deleted_in) VALUES ('e_deleted', 'personal', current_date - 1);
 INSERT INTO hpc_user (username) VALUES ('e_deleted');
 INSERT INTO membership (account, username, role)
 SELECT a, 'root', 'admin'
-FROM unnest(ARRAY['e_good', 'e_expired', 'e_neg', 'e_rwth', 'e_low', 'e_staff', 'e_hold', 'e_deleted']) AS a;
+FROM unnest(ARRAY['e_good', 'e_expired', 'e_neg', 'e_rwth', 'e_low', 'e_staff', 'e_hold', 'e_deleted', 'e_low2']) AS a;
 SELECT deposit('e_good', current_date, 100000);
 SELECT deposit('e_expired', (current_date - interval '6 months')::date, 1000);
 SELECT deposit('e_neg', current_date, 10), deposit('e_hold', current_date, 100);
@@ -58,6 +58,9 @@ SELECT set_default_project('root', 'e_good');
 -- (period from this month: 0 + 1 000 + 1 000 - 2 500 < 0) but not blocked (2 500 <= 6 000)
 SELECT add_quota_period('e_rwth', date_trunc('month', current_date)::date,
                         (date_trunc('month', current_date) + interval '6 months - 1 day')::date, 10, 'testcl', 'core-hours');
+SELECT add_quota_period('e_low2', date_trunc('month', current_date)::date,
+                        (date_trunc('month', current_date) + interval '6 months - 1 day')::date, 1000, 'testcl',
+                        'core-hours');
 SELECT add_quota_period('e_low', date_trunc('month', current_date)::date,
                         (date_trunc('month', current_date) + interval '6 months - 1 day')::date, 1000, 'testcl',
                         'core-hours');
@@ -103,8 +106,9 @@ reload() {  # new configuration: job_submit/lua reloads its script when the file
     sleep 1.1
 }
 
-sacctmgr -i add account e_good,e_expired,e_deleted,e_neg,e_rwth,e_low,e_staff,e_hold,e_nosuch cluster=testcl >/dev/null
-sacctmgr -i add user root account=e_good,e_expired,e_deleted,e_neg,e_rwth,e_low,e_staff,e_hold,e_nosuch cluster=testcl >/dev/null
+accounts=e_good,e_expired,e_deleted,e_neg,e_rwth,e_low,e_staff,e_hold,e_nosuch,e_low2
+sacctmgr -i add account $accounts cluster=testcl >/dev/null
+sacctmgr -i add user root account=$accounts cluster=testcl >/dev/null
 sacctmgr -i add qos hpcacct-low set priority=0 >/dev/null
 sacctmgr -i modify qos normal set priority=100 >/dev/null
 sleep 1   # slurmctld receives the association updates from slurmdbd
@@ -180,6 +184,25 @@ check "a low_priority account's pending job ranks below a normal one" \
     "$([ "$(squeue -h -t PD -j "$normal_job,$low_job" | wc -l)" -eq 2 ] &&
        [ -n "$prio_low" ] && [ -n "$prio_normal" ] && [ "$prio_low" -lt "$prio_normal" ] && echo t)"
 sprio -h -j "$normal_job,$low_job" -o '%i %A %F %Q %Y' | sed 's/^/# sprio (job age fairshare qos priority): /'
+
+# an account that enters low-priority mode: its pending jobs move to the low QOS, and back
+submit e_low2
+low2_job=$job
+was=$(squeue -h -j "$low2_job" -o %q)
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'w3', 'e_low2', 'root', 'gpu', now() - interval '2 min', now() - interval '1 min', 'cpu=150000', 'COMPLETED')"
+s1=$(hpcacct-slurm-sync 2>&1)
+echo "$s1" | sed 's/^/# /'
+check "e_low2 enters low-priority mode: its pending job moves from normal to the low QOS" \
+    "$([ "$was" = normal ] && [ "$(squeue -h -j "$low2_job" -o %q)" = hpcacct-low ] &&
+       [ "$(assoc e_low2 root DefaultQOS)" = hpcacct-low ] && echo t)"
+sql "DELETE FROM hpcacct.job WHERE jobid = 'w3'"     # charged back: consumable again
+s2=$(hpcacct-slurm-sync 2>&1)
+echo "$s2" | sed 's/^/# /'
+check "and back to normal: the job and the associations return to the normal QOS" \
+    "$([ "$(squeue -h -j "$low2_job" -o %q)" = normal ] && [ "$(assoc e_low2 '' DefaultQOS)" = normal ] &&
+       [ "$(assoc e_low2 root DefaultQOS)" = normal ] && echo t)"
+scancel "$low2_job"
 
 # holds and releases of pending jobs
 submit e_hold
