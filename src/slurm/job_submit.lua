@@ -146,9 +146,10 @@ local function check(user, account)
             end
             qerr = "check_submit returned no row"
         end
-        -- a broken connection, a restarted server, a timeout: start afresh once
+        -- a broken connection or a restarted server: start afresh once; a check that ran out
+        -- of time would only run out of time again
         disconnect()
-        if attempt == 2 then return nil, tostring(qerr) end
+        if attempt == 2 or tostring(qerr):find("statement timeout", 1, true) then return nil, tostring(qerr) end
         slurm.log_info("%s: query failed (%s), reconnecting", NAME, tostring(qerr))
     end
 end
@@ -183,7 +184,7 @@ local function decide(what, user, account, job_desc)
     if not d then
         if conf.on_db_error == "closed" then
             slurm.log_error("%s: %s refused for %s: accounting database unavailable (%s)", NAME, what, user, err)
-            slurm.log_user("%s", "the accounting database cannot be reached, so no job can be checked: "
+            slurm.log_user("%s", "the accounting database cannot be reached or did not answer, so no job can be checked: "
                                  .. "submissions are refused until it is back (try again later)")
             return slurm.ERROR
         end
