@@ -99,9 +99,9 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         reason text;
         message text;
     BEGIN
-        IF at IS NULL THEN
-            RAISE EXCEPTION 'a submit check needs a day' USING ERRCODE = 'null_value_not_allowed';
-        ELSIF NOT isfinite(at) THEN
+        -- a NULL day is today in the site's time zone (the default), an infinite one 22008
+        at := coalesce(at, @extschema@.site_today());
+        IF NOT isfinite(at) THEN
             RAISE EXCEPTION 'a submit check needs a finite day, not %', at USING ERRCODE = 'datetime_field_overflow';
         END IF;
         q := @extschema@.quarter_start(at);
@@ -199,6 +199,9 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
         chosen text := account;
         verdict @extschema@.submit_decision;
     BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF chosen IS NULL THEN
             SELECT coalesce(u.default_account, u.username) INTO chosen
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;

@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(53);
+SELECT plan(55);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -129,6 +129,8 @@ SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'p1'), NULL, 'witho
 SELECT is_empty($$SELECT * FROM recheck_queued('2024-05-10')$$, 'a second recheck releases nothing again');
 SELECT throws_ok($$SELECT * FROM hpcacct.check_submit('eu', 'e_bank', 'infinity')$$, '22008', NULL,
                  'an infinite day is refused');
+SELECT throws_ok($$SELECT * FROM hpcacct.check_submit(NULL, 'e_bank')$$, '22004', NULL, 'a NULL user is refused');
+SELECT is(check_submit('eu', 'e_old', NULL), check_submit('eu', 'e_old'), 'a NULL day is today');
 
 -- The submit role sees every account, reads, and writes nothing.
 CALL setup_roles();
