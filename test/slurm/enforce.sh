@@ -279,5 +279,10 @@ runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
 check "database stopped, on_db_error = closed: the job is refused, saying why" \
     "$(refused_with e_good 'the accounting database cannot be reached')"
 runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -l "$PGHOST/server.log" -w start >/dev/null
+q7=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q7" | sed 's/^/# /'
+check "the job accepted unchecked is held by the next queue run" \
+    "$([ -n "$fo_job" ] && [ "$(squeue -h -j "$fo_job" -o %r)" = JobHeldAdmin ] &&
+       squeue -h -j "$fo_job" -o %k | grep -q '^hpcacct: account e_nosuch does not exist' && echo t)"
 [ -n "$fo_job" ] && scancel "$fo_job" 2>/dev/null
 [ "$failed" -eq 0 ]
