@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(55);
+SELECT plan(56);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -60,6 +60,11 @@ SELECT is((check_submit('ghost', 'e_bank', '2024-05-10')).reason, 'no_access', '
 SELECT is(account_state('e_future', '2024-05-10'), 'inactive', 'account_state: inactive before its quarter');
 SELECT is(account_state('e_future', '2024-10-02'), 'active', 'and active in it');
 SELECT is(account_state('e_old', '2024-05-10'), 'expired', 'account_state: expired');
+INSERT INTO job VALUES ('enf', 'f1', 'e_future', 'eu', 'cpu', NULL, '2024-05-01 00:00+00', '2024-05-01 01:00+00',
+                        'cpu=1', 'COMPLETED');              -- a charge in Q2, before its allocation
+SELECT results_eq($$SELECT quarter, state FROM quarter_balances WHERE account = 'e_future' ORDER BY quarter$$,
+                  $$VALUES (date '2024-04-01', 'inactive'), (date '2024-10-01', 'active')$$,
+                  'quarter_balances: inactive in a quarter before the allocation, active in its quarter');
 
 -- An explicit list replaces the derived one: a special account under the bank is refused.
 UPDATE account SET policies = '{bank}' WHERE name = 'e_staff';
