@@ -81,7 +81,7 @@ CONF
     export HPCACCT_SLURM_CONF_EXTRA='JobSubmitPlugins=lua'
     export HPCACCT_SLURM_JOB_SUBMIT_LUA=$root/src/slurm/job_submit.lua
     export HPCACCT_SLURM_ENFORCE=associations,limits,qos
-    exec test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm
+    exec timeout 600 test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm   # bounded: 10 minutes
 fi
 
 # ---- inside Slurm as well -----------------------------------------------------------------------
