@@ -15,6 +15,12 @@ INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 DATA        = $(wildcard sql/versions/$(EXTENSION)--*.sql)
 
+# Slurm enforcement (issue 15): hpcacct-slurm-sync goes into PostgreSQL's bindir; the
+# job_submit/lua script and an example of its configuration into $(datadir)/hpcacct/
+# (`pg_config --sharedir`/hpcacct), from where a site copies them next to slurm.conf.
+SCRIPTS     = src/slurm/hpcacct-slurm-sync
+SLURM_FILES = src/slurm/job_submit.lua src/slurm/hpcacct_job_submit.conf.example
+
 # setup runs first (it creates the job table), then the rest in name order
 REGRESS     = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=btree_gist --load-extension=$(EXTENSION)
@@ -39,6 +45,15 @@ ifeq ($(wildcard $(CLANG)),)
 with_llvm = no
 endif
 endif
+
+install: install-slurm
+uninstall: uninstall-slurm
+.PHONY: install-slurm uninstall-slurm
+install-slurm:
+	$(MKDIR_P) '$(DESTDIR)$(datadir)/hpcacct'
+	$(INSTALL_DATA) $(SLURM_FILES) '$(DESTDIR)$(datadir)/hpcacct/'
+uninstall-slurm:
+	rm -f $(addprefix '$(DESTDIR)$(datadir)/hpcacct'/, $(notdir $(SLURM_FILES)))
 
 # The core is compiled without PostgreSQL's include path: it cannot include its headers.
 CORE_CXXFLAGS = $(CXXSTD) -O2 -g -fPIC -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc
@@ -77,6 +92,14 @@ RUNS ?= 5
 .PHONY: bench
 bench:
 	PG_CONFIG=$(PG_CONFIG) JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
+	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
+
+# `make bench-submit`: job_submit/lua's check against a plugin that checks nothing, in a real Slurm
+SUBMITS ?= 200
+SUBMIT_ROUNDS ?= 3
+.PHONY: bench-submit
+bench-submit:
+	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
 
 # ---- sanitizers and fuzzing of the core (clang-14: libFuzzer, AddressSanitizer, UBSan) ----
 # `make unit-asan` runs the GoogleTest binary built with ASan (+ LeakSanitizer) and UBSan;

@@ -111,9 +111,11 @@ WHERE quarter >= '2025-01-01' AND account IN ('ana', 'ben', 'cleo', 'nip00001') 
 SELECT name, deleted_in FROM account WHERE name IN ('ana', 'ben', 'cleo') ORDER BY name;
 SELECT * FROM check_submit('cleo', NULL, '2025-04-02');
 SELECT deposit('cleo', '2025-04-01', 100);                                  -- deleted: refused
--- The project is reactivated by a new allocation.
+-- The project is reactivated by a new allocation: inactive until the allocation's quarter
+-- (submissions refused, no top-ups for its members), active in it, expired after.
 SELECT deposit('nip00001', '2025-07-01', 20000) > 0 AS deposited;
-SELECT account_state('nip00001', '2025-04-02'), account_state('nip00001', '2025-10-01');
+SELECT account_state('nip00001', '2025-04-02'), account_state('nip00001', '2025-07-02'),
+       account_state('nip00001', '2025-10-01');
 
 -- A blocked sliding-window quota refuses submission too.
 INSERT INTO account (name, kind) VALUES ('rwth0001', 'project');

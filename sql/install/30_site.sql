@@ -108,6 +108,9 @@ CREATE TABLE @extschema@.account (
     -- quarterly bank (HLRN): a personal account's own allotment, and when it was deleted
     personal_allotment numeric CHECK (personal_allotment > 0),
     deleted_in  date,
+    -- which submit rules bind the account (enforcement, issue 15); NULL: derived from what it has
+    policies    text[] CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'genci']
+                              AND pg_catalog.array_position(policies, NULL) IS NULL),
     CONSTRAINT account_allotment_is_personal CHECK (personal_allotment IS NULL OR kind = 'personal'),
     CONSTRAINT account_deleted_only_personal CHECK (deleted_in IS NULL OR kind = 'personal')
 );
@@ -146,6 +149,8 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.setting', '');
 COMMENT ON COLUMN @extschema@.account.personal_allotment IS
     'Credits per quarter for this personal account, when raised on request (at most double the setting)';
 COMMENT ON COLUMN @extschema@.account.deleted_in IS 'Quarter in which a personal account was deleted; it stays deleted';
+COMMENT ON COLUMN @extschema@.account.policies IS
+    'Submit rules that bind the account: bank, window_quota, genci; {} none (staff); NULL derived (account_policies)';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.account', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource', '');

@@ -145,9 +145,10 @@ CREATE VIEW @extschema@.bank_entry AS
 COMMENT ON VIEW @extschema@.bank_entry IS
     'Ledger entries in the bank unit, each attributed to the quarter it counts in (charges pro rata)';
 
--- State of an account at a day: deleted (personal accounts, for good), active while it has
--- an allocation (deposits and transfers adding up to more than zero) for the day's quarter
--- or a later one, otherwise expired.
+-- State of an account at a day (HLRN): deleted (personal accounts, for good); active while it
+-- has an allocation (deposits and transfers adding up to more than zero) for the day's
+-- quarter; inactive when it has none for this quarter but one for a later quarter (not yet
+-- active, not expired either); otherwise expired.
 CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -156,20 +157,23 @@ CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extsche
         SELECT CASE
             WHEN a.name IS NULL THEN NULL
             WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
-            WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
-                         WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                           AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                           AND l.valid_from >= @extschema@.quarter_start(d.day)
-                         GROUP BY @extschema@.quarter_start(l.valid_from)
-                         HAVING sum(l.amount) > 0) THEN 'active'
-            ELSE 'expired'
+            ELSE (SELECT CASE WHEN bool_or(s.quarter = @extschema@.quarter_start(d.day)) THEN 'active'
+                              WHEN count(*) > 0 THEN 'inactive'
+                              ELSE 'expired' END
+                  FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+                        FROM @extschema@.ledger l
+                        WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                          AND l.valid_from >= @extschema@.quarter_start(d.day)
+                        GROUP BY 1
+                        HAVING sum(l.amount) > 0) s)
         END
         FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
         LEFT JOIN @extschema@.account a ON a.name = account_state.account
     $$;
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
-    'active (an allocation this quarter or later), expired, or deleted, at a day (NULL: today in the site '
-    'time zone); NULL for an unknown account';
+    'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
+    'later), or deleted, at a day (NULL: today in the site time zone); NULL for an unknown account';
 
 -- Exact balance of an account in the quarter containing `at` (numeric, from the ledger).
 -- A NULL `at` is today in the site's time zone; a NULL account is 22004; an account that does
@@ -220,15 +224,16 @@ CREATE VIEW @extschema@.quarter_balances AS
            (p.b).deposits, (p.b).charges, (p.b).transfers, (p.b).refunds, (p.b).balance,
            CASE
                WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= p.quarter THEN 'deleted'
+               WHEN (p.b).deposits + (p.b).transfers > 0 THEN 'active'
                WHEN bool_or((p.b).deposits + (p.b).transfers > 0)
                         OVER (PARTITION BY p.account ORDER BY p.quarter DESC ROWS UNBOUNDED PRECEDING)
-                   THEN 'active'
+                   THEN 'inactive'
                ELSE 'expired'
            END AS state
     FROM per_quarter p
     JOIN @extschema@.account a ON a.name = p.account;
 COMMENT ON VIEW @extschema@.quarter_balances IS
-    'Per account and quarter: deposits, charges, transfers, refunds, balance, state (active/expired/deleted)';
+    'Per account and quarter: deposits, charges, transfers, refunds, balance, state (active/inactive/expired/deleted)';
 
 -- ---- deposits, transfers, refunds ----------------------------------------------------
 
@@ -578,8 +583,9 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         -- one run at a time
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
 
-        -- top_up() of the personal accounts of members of active projects (account_state()
-        -- inline), for this and the two following quarters, in one statement
+        -- top_up() of the personal accounts of members of projects active in this quarter
+        -- (account_state() inline: an allocation for q, not only for a later quarter), for
+        -- this and the two following quarters, in one statement
         WITH cfg AS MATERIALIZED (
             SELECT @extschema@.setting_value('bank_unit') AS unit
         ), active AS (
@@ -588,8 +594,7 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
             WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
               AND EXISTS (SELECT 1 FROM @extschema@.ledger l
                           WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
-                            AND l.valid_from >= this_quarter
-                          GROUP BY @extschema@.quarter_start(l.valid_from)
+                            AND l.valid_from >= this_quarter AND l.valid_from < this_quarter + interval '3 months'
                           HAVING sum(l.amount) > 0)
         ), missing AS MATERIALIZED (
             SELECT a.name, t.target, lv.level,
@@ -678,124 +683,3 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
     $$;
 COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
     'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
-
--- ---- submit checks ---------------------------------------------------------------------
-
--- Resolves the account a job is charged to and says whether it may be submitted:
--- reason is NULL when ok, else one of unknown_user, unknown_account, account_deleted,
--- no_access, account_expired, negative_balance, quota_blocked; message says it in words.
-CREATE TYPE @extschema@.submit_decision AS (ok boolean, account text, reason text, message text);
-COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the job run, on which account, and why not';
-
-CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
-                                         at date DEFAULT @extschema@.site_today())
-    RETURNS @extschema@.submit_decision
-    LANGUAGE plpgsql STABLE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        chosen text := account;
-        bank_unit text;
-        state text;
-        is_member boolean;
-        current_balance numeric;
-        reason text;
-        message text;
-    BEGIN
-        -- A NULL user is an error, a NULL day is today in the site's time zone (as the default).
-        IF username IS NULL THEN
-            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        at := @extschema@.day_or_today(at, 'check_submit');
-        -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
-        -- SQL functions are planned again at every call.
-        IF chosen IS NULL THEN
-            SELECT coalesce(u.default_account, u.username) INTO chosen
-            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
-            IF NOT FOUND THEN
-                RETURN ROW(false, NULL, 'unknown_user',
-                           format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
-            END IF;
-        END IF;
-        -- setting_value() without the cost of the settings view when the site has set it
-        bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                              @extschema@.setting_value('bank_unit'));
-        SELECT CASE
-                   WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
-                   WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                                  AND l.unit = bank_unit
-                                  AND l.valid_from >= @extschema@.quarter_start(at)
-                                GROUP BY @extschema@.quarter_start(l.valid_from)
-                                HAVING sum(l.amount) > 0) THEN 'active'
-                   ELSE 'expired'
-               END,
-               EXISTS (SELECT 1 FROM @extschema@.membership m
-                       WHERE m.account = a.name AND m.username = check_submit.username)
-        INTO state, is_member
-        FROM @extschema@.account a
-        WHERE a.name = chosen;
-        IF state IS NULL THEN
-            reason := 'unknown_account'; message := format('account %s does not exist', chosen);
-        ELSIF state = 'deleted' THEN
-            reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
-        ELSIF NOT is_member THEN
-            reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
-        ELSIF state = 'expired' THEN
-            reason := 'account_expired';
-            message := format('account %s has no allocation for this or a later quarter', chosen);
-        ELSE
-            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                                   WHERE l.account = chosen AND l.kind IN ('deposit', 'transfer', 'refund')
-                                     AND l.unit = bank_unit
-                                     AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
-                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
-                                     WHERE c.account = chosen AND c.unit = bank_unit
-                                       AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
-            INTO current_balance
-            FROM (SELECT @extschema@.quarter_start(at) AS quarter) q;
-            IF current_balance < 0 THEN
-                reason := 'negative_balance';
-                message := format('account %s has a negative balance (%s %s) this quarter', chosen,
-                                  current_balance, bank_unit);
-            -- window_quota_state() is NULL without a quota period: ask only when there is one
-            ELSIF EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = chosen)
-                  AND @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
-                reason := 'quota_blocked';
-                message := format('account %s has exceeded its sliding-window quota', chosen);
-            END IF;
-        END IF;
-        RETURN ROW(reason IS NULL, chosen, reason, message)::@extschema@.submit_decision;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
-    'Submit check: resolves the default project, refuses unknown/deleted/expired accounts, no access, '
-    'negative balance and a blocked sliding-window quota';
-
--- Re-checks queued jobs and holds those whose account became invalid (HLRN's SystemHold).
--- Returns the jobs it held with the reason; held jobs stay held until the site releases them.
-CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
-    RETURNS TABLE (cluster text, jobid text, reason text, message text)
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RETURN QUERY
-        WITH checked AS (
-            SELECT p.cluster, p.jobid, c.ok, c.reason, c.message
-            FROM @extschema@.pending_job p
-            CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
-            WHERE NOT p.held
-            FOR UPDATE OF p
-        ), held AS (
-            UPDATE @extschema@.pending_job p
-            SET held = NOT c.ok, hold_reason = c.message, checked_at = pg_catalog.now()
-            FROM checked c
-            WHERE p.cluster = c.cluster AND p.jobid = c.jobid
-            RETURNING p.cluster, p.jobid, c.ok, c.reason, c.message
-        )
-        SELECT h.cluster, h.jobid, h.reason, h.message FROM held h WHERE NOT h.ok ORDER BY 1, 2;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
-    'Holds queued jobs whose account became invalid, with the reason; returns them';

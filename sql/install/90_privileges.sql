@@ -9,7 +9,9 @@
 --                   session user is a member of (row-level security); a project
 --                   administrator among them manages the members of their projects
 --                   (add_member, remove_member);
---   hpcacct_auditor reads every table and view with every account's rows, changes nothing.
+--   hpcacct_auditor reads every table and view with every account's rows, changes nothing;
+--   hpcacct_submit  the scheduler's submit check: EXECUTE on check_submit and SELECT on what
+--                   it reads, for every account.
 -- Administrative functions and procedures are not executable by PUBLIC.
 -- ---------------------------------------------------------------------------------------
 
@@ -26,18 +28,19 @@ COMMENT ON FUNCTION @extschema@.visible_accounts() IS
     'Accounts the session user is a member of: what row-level security lets a portal role see';
 
 -- Whether the current role sees every row: superusers and members of hpcacct_admin or of
--- hpcacct_auditor (who reads everything and may change nothing).
+-- hpcacct_auditor (who reads everything and may change nothing), and hpcacct_submit (the
+-- scheduler's submit check decides for every account, and holds SELECT only on what that needs).
 CREATE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
                          AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
                OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
     $$;
 COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
-    'True for superusers and members of hpcacct_admin or hpcacct_auditor, who see every account''s rows';
+    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
 
 -- The charging trigger books the ledger for whoever inserts jobs (hpcacct_ingest has no
 -- right on the ledger itself). Its search_path is pinned and everything it calls qualified.
@@ -101,6 +104,25 @@ SELECT count(*) FILTER (WHERE @extschema@.protect_table(c.oid)) AS protected_tab
 FROM pg_catalog.pg_class c
 WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 
+-- hpcacct_submit: the scheduler's submit check (job_submit.lua) and nothing else. It reads
+-- the tables check_submit reads, for every account (sees_all_accounts), and writes nothing.
+CREATE FUNCTION @extschema@.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.machine_setting
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION @extschema@.grant_submit_role() FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.grant_submit_role() IS
+    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
+
 -- Creates the four roles if they do not exist yet and grants them their privileges. Run it
 -- after create_job_table(), and again after adding tables of your own to the schema.
 CREATE PROCEDURE @extschema@.setup_roles()
@@ -110,7 +132,8 @@ CREATE PROCEDURE @extschema@.setup_roles()
     DECLARE
         role_name text;
     BEGIN
-        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor',
+                                          'hpcacct_submit'] LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
             END IF;
@@ -132,11 +155,13 @@ CREATE PROCEDURE @extschema@.setup_roles()
         -- the fair share of every account; it writes nothing and runs no administrative function
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+        PERFORM @extschema@.grant_submit_role();
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
-    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
+    'their privileges';
 
 -- A share is an account's fraction of its pool, so computing one account's factor needs
 -- every account's usage, which row-level security hides from a portal user. fairshare()

@@ -1,4 +1,5 @@
--- hpcacct 0.3 -> 0.4: security (issue 20), the sacct loader (issue 14), the first hour (issue 18).
+-- hpcacct 0.3 -> 0.4: security (issue 20), the sacct loader (issue 14), the first hour (issue 18),
+-- enforcement (issue 15), notifications (issue 16), federation (issue 17).
 -- Every change here is also in sql/install/.
 \echo Use "ALTER EXTENSION hpcacct UPDATE TO '0.4'" to load this file. \quit
 
@@ -1629,6 +1630,502 @@ BEGIN
 END
 $do$;
 
+-- enforcement (issue 15) ---
+-- the policies that bind an account; an account is active only with an allocation for the
+-- current quarter (inactive with one only later); one submit decision for every policy;
+-- releases of queued jobs; the association state for Slurm; the role hpcacct_submit.
+ALTER TABLE @extschema@.account
+    ADD COLUMN policies text[] CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'genci']
+                                      AND pg_catalog.array_position(policies, NULL) IS NULL);
+COMMENT ON COLUMN @extschema@.account.policies IS
+    'Submit rules that bind the account: bank, window_quota, genci; {} none (staff); NULL derived (account_policies)';
+CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN a.name IS NULL THEN NULL
+            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+            ELSE (SELECT CASE WHEN bool_or(s.quarter = @extschema@.quarter_start(at)) THEN 'active'
+                              WHEN count(*) > 0 THEN 'inactive'
+                              ELSE 'expired' END
+                  FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+                        FROM @extschema@.ledger l
+                        WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                          AND l.valid_from >= @extschema@.quarter_start(at)
+                        GROUP BY 1
+                        HAVING sum(l.amount) > 0) s)
+        END
+        FROM (SELECT 1) one
+        LEFT JOIN @extschema@.account a ON a.name = account_state.account
+    $$;
+COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
+    'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
+    'later), or deleted; NULL for an unknown account';
+CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        this_quarter constant date := @extschema@.quarter_start(q);
+        previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+    BEGIN
+        IF q IS NULL OR NOT isfinite(q) THEN
+            RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one run at a time
+        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+
+        -- top_up() of the personal accounts of members of projects active in this quarter
+        -- (account_state() inline: an allocation for q, not only for a later quarter), for
+        -- this and the two following quarters, in one statement
+        WITH cfg AS MATERIALIZED (
+            SELECT @extschema@.setting_value('bank_unit') AS unit
+        ), active AS (
+            SELECT p.name
+            FROM @extschema@.account p, cfg
+            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
+                            AND l.valid_from >= this_quarter AND l.valid_from < this_quarter + interval '3 months'
+                          HAVING sum(l.amount) > 0)
+        ), missing AS MATERIALIZED (
+            SELECT a.name, t.target, lv.level,
+                   lv.level - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                        WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                          AND l.unit = cfg.unit), 0) AS amount
+            FROM @extschema@.account a
+            CROSS JOIN LATERAL (SELECT coalesce(a.personal_allotment,
+                                                (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                                           AS level) lv
+            CROSS JOIN cfg
+            CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
+                                FROM pg_catalog.generate_series(0, 2) AS i) t
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN active p ON p.name = m.account
+                          WHERE m.username = a.name)
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+            SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
+                   @extschema@.top_up_note(m.level)
+            FROM missing m, cfg
+            WHERE m.amount > 0
+            ORDER BY m.name, m.target
+            ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+            DO NOTHING
+            RETURNING account, valid_from, amount
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+        SELECT this_quarter, b.account, 'top_up', b.valid_from, b.amount
+        FROM booked b
+        ORDER BY b.account, b.valid_from
+        ON CONFLICT ON CONSTRAINT quarter_log_once
+        DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
+
+        -- expire personal accounts without an allocation for this quarter
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, a.name, 'expired', this_quarter
+        FROM @extschema@.account a
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit')) AND l.valid_from = this_quarter
+                          HAVING sum(l.amount) > 0)
+        ON CONFLICT DO NOTHING;
+
+        -- delete those that expired in the previous quarter as well
+        WITH deleted AS (
+            UPDATE @extschema@.account a SET deleted_in = this_quarter
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = previous_quarter)
+            RETURNING a.name
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
+        ON CONFLICT DO NOTHING;
+
+        -- default projects that point to expired or deleted accounts fall back to the personal one
+        WITH stale AS (
+            SELECT u.username, u.default_account
+            FROM @extschema@.hpc_user u
+            WHERE u.default_account IS NOT NULL
+              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
+              AND EXISTS (SELECT 1 FROM @extschema@.account a
+                          WHERE a.name = u.default_account
+                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
+                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                                                  AND l.valid_from >= this_quarter
+                                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                                HAVING sum(l.amount) > 0)))
+            FOR UPDATE
+        ), reset AS (
+            UPDATE @extschema@.hpc_user u SET default_account = NULL
+            FROM stale s
+            WHERE u.username = s.username
+            RETURNING s.username, s.default_account AS old_default
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, username)
+        SELECT this_quarter, r.old_default, 'default_reset', this_quarter, r.username FROM reset r
+        ON CONFLICT DO NOTHING;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
+    'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
+CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_submit')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+    $$;
+COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin or hpcacct_submit, who see every account''s rows';
+CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        role_name text;
+    BEGIN
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_submit'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+            END IF;
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        PERFORM @extschema@.grant_submit_role();
+    END
+    $$;
+CREATE OR REPLACE VIEW @extschema@.quarter_balances WITH (security_invoker = true) AS
+    WITH entries AS (  -- bank_entry, with the charges from the rollup
+        SELECT l.account, l.kind, @extschema@.quarter_start(l.valid_from) AS quarter, l.amount
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('deposit', 'transfer', 'refund')
+          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+        UNION ALL
+        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
+        FROM @extschema@.charge_rollup c
+        WHERE c.unit = (SELECT @extschema@.setting_value('bank_unit'))
+        GROUP BY c.account, @extschema@.quarter_start(c.month)
+    ), per_quarter AS (
+        SELECT e.account, e.quarter,
+               @extschema@.quarter_balance(e.kind, e.quarter, e.amount::float8, e.quarter) AS b
+        FROM entries e
+        GROUP BY e.account, e.quarter
+    )
+    SELECT p.account, a.kind AS account_kind, p.quarter,
+           (p.b).deposits, (p.b).charges, (p.b).transfers, (p.b).refunds, (p.b).balance,
+           CASE
+               WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= p.quarter THEN 'deleted'
+               WHEN (p.b).deposits + (p.b).transfers > 0 THEN 'active'
+               WHEN bool_or((p.b).deposits + (p.b).transfers > 0)
+                        OVER (PARTITION BY p.account ORDER BY p.quarter DESC ROWS UNBOUNDED PRECEDING)
+                   THEN 'inactive'
+               ELSE 'expired'
+           END AS state
+    FROM per_quarter p
+    JOIN @extschema@.account a ON a.name = p.account;
+COMMENT ON VIEW @extschema@.quarter_balances IS
+    'Per account and quarter: deposits, charges, transfers, refunds, balance, state (active/inactive/expired/deleted)';
+CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_genci boolean;
+        has_bank boolean;
+    BEGIN
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_genci THEN 'genci' END], NULL);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'genci with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date;
+        a record;
+        pol text[];
+        bank_unit text;
+        next_quarter date;
+        current_active boolean;
+        current_balance numeric;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        -- a NULL day is today in the site's time zone (the default), an infinite one 22008
+        at := coalesce(at, @extschema@.site_today());
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'a submit check needs a finite day, not %', at USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        q := @extschema@.quarter_start(at);
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            bank_unit := @extschema@.bank_unit();
+            SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
+            INTO current_active, next_quarter
+            FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+                  FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit
+                    AND l.valid_from >= q
+                  GROUP BY 1
+                  HAVING sum(l.amount) > 0) s;
+            IF NOT coalesce(current_active, false) AND next_quarter IS NULL THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF NOT coalesce(current_active, false) THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, next_quarter))::@extschema@.submit_decision;
+            END IF;
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q AND l.valid_from < q + interval '3 months'), 0)
+                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                     WHERE c.account = a.name AND c.unit = bank_unit
+                                       AND c.month >= q AND c.month < q + interval '3 months'), 0), 6)
+            INTO current_balance;
+            IF current_balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(current_balance), bank_unit))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'genci' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
+    'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
+CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
+                                         at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        chosen text := account;
+        verdict @extschema@.submit_decision;
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF chosen IS NULL THEN
+            SELECT coalesce(u.default_account, u.username) INTO chosen
+            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
+            IF NOT FOUND THEN
+                RETURN ROW(false, NULL::text, 'unknown_user',
+                           format('user %s is not known to the accounting system: submit with an account '
+                                  '(sbatch -A) or ask support to register you', username))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+        verdict := @extschema@.account_verdict(chosen, at);
+        IF verdict.reason IN ('unknown_account', 'account_deleted') THEN
+            RETURN verdict;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = chosen AND m.username = check_submit.username) THEN
+            RETURN ROW(false, chosen, 'no_access',
+                       format('user %s is not a member of account %s: ask one of its project administrators '
+                              'to add you, or submit with another account', username, chosen))::@extschema@.submit_decision;
+        END IF;
+        RETURN verdict;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
+    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, unknown_account, '
+    'account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, no_allocation, '
+    'allocation_exhausted, with a message';
+CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (cluster text, jobid text, reason text, message text)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN QUERY
+        WITH checked AS (
+            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
+            FROM @extschema@.pending_job p
+            CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
+            FOR UPDATE OF p
+        ), updated AS (
+            UPDATE @extschema@.pending_job p
+            SET held = NOT c.ok, hold_reason = CASE WHEN c.ok THEN NULL ELSE c.message END,
+                checked_at = pg_catalog.now()
+            FROM checked c
+            WHERE p.cluster = c.cluster AND p.jobid = c.jobid
+            RETURNING p.cluster, p.jobid, c.was_held, c.ok, c.account, c.reason, c.message
+        )
+        SELECT u.cluster, u.jobid, u.reason,
+               CASE WHEN u.ok THEN format('released: account %s is valid again', u.account) ELSE u.message END
+        FROM updated u
+        WHERE u.was_held = u.ok   -- held and now valid, or not held and now invalid
+        ORDER BY 1, 2;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
+    'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
+    'returns the changes (releases with reason NULL)';
+CREATE OR REPLACE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, policies text[], state text, reason text, message text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT a.name, v.pol,
+               CASE WHEN NOT (v.d).ok THEN 'blocked'
+                    WHEN 'window_quota' = ANY (v.pol)
+                         AND @extschema@.window_quota_state(a.name, $1) = 'low_priority' THEN 'low_priority'
+                    ELSE 'normal' END,
+               (v.d).reason, (v.d).message
+        FROM @extschema@.account a
+        CROSS JOIN LATERAL (SELECT @extschema@.account_policies(a.name) AS pol,
+                                   @extschema@.account_verdict(a.name, $1) AS d) v
+        ORDER BY a.name
+    $$;
+COMMENT ON FUNCTION @extschema@.slurm_associations(date) IS
+    'The state each account''s Slurm association should have at a day: blocked (no submission), low_priority '
+    '(a low QOS), normal; with the reason and message of a block';
+CREATE OR REPLACE FUNCTION @extschema@.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.machine_setting
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+CREATE VIEW @extschema@.slurm_association WITH (security_invoker = true) AS
+    SELECT s.account, s.policies, s.state, s.reason, s.message
+    FROM @extschema@.slurm_associations((SELECT @extschema@.site_today())) s;
+COMMENT ON VIEW @extschema@.slurm_association IS
+    'slurm_associations() today (site time zone): what hpcacct-slurm-sync applies';
+REVOKE EXECUTE ON FUNCTION @extschema@.grant_submit_role() FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.grant_submit_role() IS
+    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
+COMMENT ON PROCEDURE @extschema@.setup_roles() IS
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_submit if missing and grants their privileges';
+-- what setup_roles() would grant on the new objects, when the site ran it
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON FUNCTION @extschema@.bank_unit(), @extschema@.account_policies(text), @extschema@.account_verdict(text, date),
+                                  @extschema@.slurm_associations(date), @extschema@.grant_submit_role()
+            TO hpcacct_admin;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.slurm_association TO hpcacct_admin;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_submit') THEN
+            CREATE ROLE hpcacct_submit NOLOGIN;
+        END IF;
+        PERFORM @extschema@.grant_submit_role();
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.slurm_association TO hpcacct_portal;
+    END IF;
+END
+$do$;
+-- end of enforcement (issue 15)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -2249,8 +2746,9 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         -- one run at a time
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
 
-        -- top_up() of the personal accounts of members of active projects (account_state()
-        -- inline), for this and the two following quarters, in one statement
+        -- top_up() of the personal accounts of members of projects active in this quarter
+        -- (account_state() inline: an allocation for q, not only for a later quarter), for
+        -- this and the two following quarters, in one statement
         WITH cfg AS MATERIALIZED (
             SELECT @extschema@.setting_value('bank_unit') AS unit
         ), active AS (
@@ -2259,8 +2757,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
             WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
               AND EXISTS (SELECT 1 FROM @extschema@.ledger l
                           WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
-                            AND l.valid_from >= this_quarter
-                          GROUP BY @extschema@.quarter_start(l.valid_from)
+                            AND l.valid_from >= this_quarter AND l.valid_from < this_quarter + interval '3 months'
                           HAVING sum(l.amount) > 0)
         ), missing AS MATERIALIZED (
             SELECT a.name, t.target, lv.level,
@@ -2413,20 +2910,23 @@ CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAU
         SELECT CASE
             WHEN a.name IS NULL THEN NULL
             WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
-            WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
-                         WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                           AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                           AND l.valid_from >= @extschema@.quarter_start(d.day)
-                         GROUP BY @extschema@.quarter_start(l.valid_from)
-                         HAVING sum(l.amount) > 0) THEN 'active'
-            ELSE 'expired'
+            ELSE (SELECT CASE WHEN bool_or(s.quarter = @extschema@.quarter_start(d.day)) THEN 'active'
+                              WHEN count(*) > 0 THEN 'inactive'
+                              ELSE 'expired' END
+                  FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+                        FROM @extschema@.ledger l
+                        WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                          AND l.valid_from >= @extschema@.quarter_start(d.day)
+                        GROUP BY 1
+                        HAVING sum(l.amount) > 0) s)
         END
         FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
         LEFT JOIN @extschema@.account a ON a.name = account_state.account
     $$;
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
-    'active (an allocation this quarter or later), expired, or deleted, at a day (NULL: today in the site '
-    'time zone); NULL for an unknown account';
+    'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
+    'later), or deleted, at a day (NULL: today in the site time zone); NULL for an unknown account';
 CREATE OR REPLACE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -2491,82 +2991,37 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
     AS $$
     DECLARE
         chosen text := account;
-        bank_unit text;
-        state text;
-        is_member boolean;
-        current_balance numeric;
-        reason text;
-        message text;
+        verdict @extschema@.submit_decision;
     BEGIN
-        -- A NULL user is an error, a NULL day is today in the site's time zone (as the default).
         IF username IS NULL THEN
             RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        at := @extschema@.day_or_today(at, 'check_submit');
-        -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
-        -- SQL functions are planned again at every call.
         IF chosen IS NULL THEN
             SELECT coalesce(u.default_account, u.username) INTO chosen
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
             IF NOT FOUND THEN
-                RETURN ROW(false, NULL, 'unknown_user',
-                           format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
+                RETURN ROW(false, NULL::text, 'unknown_user',
+                           format('user %s is not known to the accounting system: submit with an account '
+                                  '(sbatch -A) or ask support to register you', username))::@extschema@.submit_decision;
             END IF;
         END IF;
-        -- setting_value() without the cost of the settings view when the site has set it
-        bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                              @extschema@.setting_value('bank_unit'));
-        SELECT CASE
-                   WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
-                   WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                                  AND l.unit = bank_unit
-                                  AND l.valid_from >= @extschema@.quarter_start(at)
-                                GROUP BY @extschema@.quarter_start(l.valid_from)
-                                HAVING sum(l.amount) > 0) THEN 'active'
-                   ELSE 'expired'
-               END,
-               EXISTS (SELECT 1 FROM @extschema@.membership m
-                       WHERE m.account = a.name AND m.username = check_submit.username)
-        INTO state, is_member
-        FROM @extschema@.account a
-        WHERE a.name = chosen;
-        IF state IS NULL THEN
-            reason := 'unknown_account'; message := format('account %s does not exist', chosen);
-        ELSIF state = 'deleted' THEN
-            reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
-        ELSIF NOT is_member THEN
-            reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
-        ELSIF state = 'expired' THEN
-            reason := 'account_expired';
-            message := format('account %s has no allocation for this or a later quarter', chosen);
-        ELSE
-            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                                   WHERE l.account = chosen AND l.kind IN ('deposit', 'transfer', 'refund')
-                                     AND l.unit = bank_unit
-                                     AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
-                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
-                                     WHERE c.account = chosen AND c.unit = bank_unit
-                                       AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
-            INTO current_balance
-            FROM (SELECT @extschema@.quarter_start(at) AS quarter) q;
-            IF current_balance < 0 THEN
-                reason := 'negative_balance';
-                message := format('account %s has a negative balance (%s %s) this quarter', chosen,
-                                  current_balance, bank_unit);
-            -- window_quota_state() is NULL without a quota period: ask only when there is one
-            ELSIF EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = chosen)
-                  AND @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
-                reason := 'quota_blocked';
-                message := format('account %s has exceeded its sliding-window quota', chosen);
-            END IF;
+        verdict := @extschema@.account_verdict(chosen, at);
+        IF verdict.reason IN ('unknown_account', 'account_deleted') THEN
+            RETURN verdict;
         END IF;
-        RETURN ROW(reason IS NULL, chosen, reason, message)::@extschema@.submit_decision;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = chosen AND m.username = check_submit.username) THEN
+            RETURN ROW(false, chosen, 'no_access',
+                       format('user %s is not a member of account %s: ask one of its project administrators '
+                              'to add you, or submit with another account', username, chosen))::@extschema@.submit_decision;
+        END IF;
+        RETURN verdict;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
-    'Submit check: resolves the default project, refuses unknown/deleted/expired accounts, no access, '
-    'negative balance and a blocked sliding-window quota';
+    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, unknown_account, '
+    'account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, no_allocation, '
+    'allocation_exhausted, with a message';
 CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
         account text,
         at date DEFAULT @extschema@.site_today())
@@ -2924,12 +3379,12 @@ CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
                          AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
                OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
     $$;
 COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
-    'True for superusers and members of hpcacct_admin or hpcacct_auditor, who see every account''s rows';
+    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
 CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -2937,7 +3392,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     DECLARE
         role_name text;
     BEGIN
-        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor',
+                                          'hpcacct_submit'] LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
             END IF;
@@ -2959,6 +3415,216 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         -- the fair share of every account; it writes nothing and runs no administrative function
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+        PERFORM @extschema@.grant_submit_role();
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_genci boolean;
+        has_bank boolean;
+    BEGIN
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_genci THEN 'genci' END], NULL);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'genci with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date;
+        a record;
+        pol text[];
+        bank_unit text;
+        next_quarter date;
+        current_active boolean;
+        current_balance numeric;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        q := @extschema@.quarter_start(at);
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            bank_unit := @extschema@.bank_unit();
+            SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
+            INTO current_active, next_quarter
+            FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+                  FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit
+                    AND l.valid_from >= q
+                  GROUP BY 1
+                  HAVING sum(l.amount) > 0) s;
+            IF NOT coalesce(current_active, false) AND next_quarter IS NULL THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF NOT coalesce(current_active, false) THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, next_quarter))::@extschema@.submit_decision;
+            END IF;
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q AND l.valid_from < q + interval '3 months'), 0)
+                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                     WHERE c.account = a.name AND c.unit = bank_unit
+                                       AND c.month >= q AND c.month < q + interval '3 months'), 0), 6)
+            INTO current_balance;
+            IF current_balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(current_balance), bank_unit))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'genci' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
+    'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
+CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (cluster text, jobid text, reason text, message text)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN QUERY
+        WITH checked AS (
+            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
+            FROM @extschema@.pending_job p
+            CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
+            FOR UPDATE OF p
+        ), updated AS (
+            UPDATE @extschema@.pending_job p
+            SET held = NOT c.ok, hold_reason = CASE WHEN c.ok THEN NULL ELSE c.message END,
+                checked_at = pg_catalog.now()
+            FROM checked c
+            WHERE p.cluster = c.cluster AND p.jobid = c.jobid
+            RETURNING p.cluster, p.jobid, c.was_held, c.ok, c.account, c.reason, c.message
+        )
+        SELECT u.cluster, u.jobid, u.reason,
+               CASE WHEN u.ok THEN format('released: account %s is valid again', u.account) ELSE u.message END
+        FROM updated u
+        WHERE u.was_held = u.ok   -- held and now valid, or not held and now invalid
+        ORDER BY 1, 2;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
+    'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
+    'returns the changes (releases with reason NULL)';
+CREATE OR REPLACE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, policies text[], state text, reason text, message text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT a.name, v.pol,
+               CASE WHEN NOT (v.d).ok THEN 'blocked'
+                    WHEN 'window_quota' = ANY (v.pol)
+                         AND @extschema@.window_quota_state(a.name, $1) = 'low_priority' THEN 'low_priority'
+                    ELSE 'normal' END,
+               (v.d).reason, (v.d).message
+        FROM @extschema@.account a
+        CROSS JOIN LATERAL (SELECT @extschema@.account_policies(a.name) AS pol,
+                                   @extschema@.account_verdict(a.name, $1) AS d) v
+        ORDER BY a.name
+    $$;
+COMMENT ON FUNCTION @extschema@.slurm_associations(date) IS
+    'The state each account''s Slurm association should have at a day: blocked (no submission), low_priority '
+    '(a low QOS), normal; with the reason and message of a block';
+CREATE OR REPLACE FUNCTION @extschema@.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.machine_setting
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
     END
     $$;
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it

@@ -160,7 +160,8 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
             SELECT DISTINCT x.account
             FROM (SELECT l.account FROM hpcacct.ledger l, cfg
                   WHERE l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit AND l.valid_from >= cfg.this_q
-                  GROUP BY l.account, hpcacct.quarter_start(l.valid_from)
+                    AND l.valid_from < cfg.this_q + interval '3 months'   -- active: this quarter
+                  GROUP BY l.account
                   HAVING sum(l.amount) > 0) x
             JOIN hpcacct.account p ON p.name = x.account AND p.kind = 'project'
             CROSS JOIN cfg
@@ -181,7 +182,7 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
         ), booked AS (
             INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   'personal allotment up to ' || trim_scale(m.level)::text
+                   hpcacct.top_up_note(m.level)   -- the note the procedure books (its once-only key)
             FROM missing m, cfg
             WHERE m.amount > 0
             RETURNING account, valid_from, amount

@@ -518,34 +518,76 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                                        AND l.job_end >= c.starts AND l.job_start < c.ends), 0), 6) AS balance
             FROM c
         ), x AS MATERIALIZED (
-            SELECT c.*,
+            SELECT c.*, n.next_q,
                    CASE WHEN c.chosen IS NULL THEN 'unknown_user'
                         WHEN a.name IS NULL THEN 'unknown_account'
                         WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= $3 THEN 'account_deleted'
                         WHEN NOT EXISTS (SELECT 1 FROM hpcacct.membership m WHERE m.account = c.chosen AND m.username = $1)
                             THEN 'no_access'
-                        WHEN NOT EXISTS (SELECT 1 FROM hpcacct.ledger l
-                                         WHERE l.account = c.chosen AND l.kind IN ('deposit', 'transfer') AND l.unit = c.unit
-                                           AND l.valid_from >= c.q
-                                         GROUP BY date_trunc('quarter', l.valid_from::timestamp)
-                                         HAVING sum(l.amount) > 0) THEN 'account_expired'
+                        WHEN NOT p.bank THEN NULL
+                        WHEN n.next_q IS NULL THEN 'account_expired'
+                        WHEN n.next_q > c.q THEN 'account_inactive'
                         WHEN (SELECT b.balance FROM b) < 0 THEN 'negative_balance'
-                        WHEN EXISTS (SELECT 1 FROM hpcacct.quota_period p WHERE p.account = c.chosen)
-                             AND hpcacct.window_quota_state(c.chosen, $3) = 'blocked' THEN 'quota_blocked'
-                   END AS reason
+                   END AS bank_reason,
+                   p.quota
             FROM c
             LEFT JOIN hpcacct.account a ON a.name = c.chosen
+            -- the policies: the account's list, or derived (special: none; window with a quota
+            -- period; bank with bank entries, for personal accounts, or when nothing else binds).
+            -- The sample holds HLRN users and projects: GENCI's rule is not in this reference.
+            LEFT JOIN LATERAL (
+                SELECT coalesce('bank' = ANY (a.policies),
+                                a.kind <> 'special'
+                                AND (a.kind = 'personal'
+                                     OR NOT (d.quota OR d.genci)
+                                     OR EXISTS (SELECT 1 FROM hpcacct.ledger l
+                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                                  AND l.unit = c.unit))) AS bank,
+                       coalesce('window_quota' = ANY (a.policies), a.kind <> 'special' AND d.quota) AS quota
+                FROM (SELECT EXISTS (SELECT 1 FROM hpcacct.quota_period q WHERE q.account = a.name) AS quota,
+                             EXISTS (SELECT 1 FROM hpcacct.ledger l
+                                     WHERE l.account = a.name AND l.kind IN ('grant', 'supplement')) AS genci) d
+            ) p ON true
+            LEFT JOIN LATERAL (   -- the first quarter from this one on with an allocation
+                SELECT min(s.quarter) AS next_q
+                FROM (SELECT date_trunc('quarter', l.valid_from::timestamp)::date AS quarter
+                      FROM hpcacct.ledger l
+                      WHERE l.account = c.chosen AND l.kind IN ('deposit', 'transfer') AND l.unit = c.unit
+                        AND l.valid_from >= c.q
+                      GROUP BY 1
+                      HAVING sum(l.amount) > 0) s
+            ) n ON true
+        ), y AS (
+            SELECT x.*,
+                   coalesce(x.bank_reason,
+                            CASE WHEN x.bank_reason IS NULL AND x.quota
+                                      AND hpcacct.window_quota_state(x.chosen, $3) = 'blocked' THEN 'quota_blocked' END)
+                       AS reason
+            FROM x
         )
-        SELECT x.reason IS NULL, x.chosen, x.reason,
-               CASE x.reason
-                   WHEN 'unknown_user' THEN format('user %s is not known to the accounting system', $1)
-                   WHEN 'unknown_account' THEN format('account %s does not exist', x.chosen)
-                   WHEN 'account_deleted' THEN format('account %s has been deleted', x.chosen)
-                   WHEN 'no_access' THEN format('user %s has no access to account %s', $1, x.chosen)
-                   WHEN 'account_expired' THEN format('account %s has no allocation for this or a later quarter', x.chosen)
-                   WHEN 'negative_balance' THEN format('account %s has a negative balance (%s %s) this quarter', x.chosen,
-                                                       (SELECT b.balance FROM b), x.unit)
-                   WHEN 'quota_blocked' THEN format('account %s has exceeded its sliding-window quota', x.chosen)
+        SELECT y.reason IS NULL, y.chosen, y.reason,
+               CASE y.reason
+                   WHEN 'unknown_user' THEN format('user %s is not known to the accounting system: submit with an '
+                                                   'account (sbatch -A) or ask support to register you', $1)
+                   WHEN 'unknown_account' THEN format('account %s does not exist: check the account you gave (sbatch -A)',
+                                                      y.chosen)
+                   WHEN 'account_deleted' THEN format('account %s has been deleted and cannot be used again', y.chosen)
+                   WHEN 'no_access' THEN format('user %s is not a member of account %s: ask one of its project '
+                                                'administrators to add you, or submit with another account', $1, y.chosen)
+                   WHEN 'account_expired' THEN format('account %s has no allocation for this or a later quarter: ask '
+                                                      'for a new allocation, or submit with another account (sbatch -A)',
+                                                      y.chosen)
+                   WHEN 'account_inactive' THEN format('account %s has no allocation for this quarter; its allocation '
+                                                       'begins on %s: ask staff to move allocation into this quarter, '
+                                                       'or submit with another account', y.chosen, y.next_q)
+                   WHEN 'negative_balance' THEN format('account %s has a negative balance this quarter (%s %s): ask for '
+                                                       'a transfer or a deposit, or submit with another account',
+                                                       y.chosen, trim_scale((SELECT b.balance FROM b)), y.unit)
+                   WHEN 'quota_blocked' THEN
+                       (SELECT format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                      'monthly allowance %s): submit with another account', y.chosen,
+                                      round(u.consumed_current::numeric, 2), u.unit, round(u.monthly::numeric, 2))
+                        FROM hpcacct.window_quota_usage(y.chosen, $3) u)
                END
-        FROM x
+        FROM y
     $$;

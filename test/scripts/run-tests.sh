@@ -58,13 +58,17 @@ HPCACCT_TALLY=$tally JOBS=20000 SEED=42 RUNS=1 EXPLAIN=0 MEMORY=0 \
 # shows of them and that nothing is left behind (test/slurm/smoke.sh, about 2 minutes) ---
 HPCACCT_TALLY=$tally test/slurm/smoke.sh || true
 
+# --- hpcacct's decisions in a real Slurm on localhost (job_submit/lua, hpcacct-slurm-sync):
+# a PostgreSQL cluster and a Slurm of its own, both removed after ---
+HPCACCT_TALLY=$tally test/slurm/enforce.sh || true
+
 passed=$(awk '{p += $2} END {print p + 0}' "$tally")
 failed=$(awk '{f += $3} END {print f + 0}' "$tally")
 echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade bench slurm; do
+for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade bench slurm enforce; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

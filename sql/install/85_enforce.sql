@@ -1,0 +1,292 @@
+-- ---------------------------------------------------------------------------------------
+-- Enforcement (issue 15): one submit decision for every policy, queued jobs held and
+-- released, and the association state Slurm should have.
+--
+-- Each account is bound by a set of policies (account.policies, or derived from what the
+-- account has: account_policies()):
+--   bank          HLRN's quarterly bank: an allocation for this quarter, a balance >= 0;
+--   window_quota  RWTH's sliding window: refused once blocked, low priority past the quota;
+--   genci         GENCI/IDRIS allocations: a grant valid today, not used up (retractions count).
+-- An account bound by none (HLRN's special accounts for staff) is refused only for what
+-- refuses every account: unknown, deleted, or a user who is not a member.
+-- ---------------------------------------------------------------------------------------
+
+-- The bank's unit, as setting_value('bank_unit') gives it, without reading pg_settings (the
+-- settings view does, for the time zone's default): the submit check runs at every submission.
+CREATE FUNCTION @extschema@.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+
+-- The policies that bind an account: its own list when set, otherwise derived:
+--   special accounts: none;
+--   window_quota when it has a quota period, genci when it has a grant or supplement;
+--   bank when it has bank entries (deposits, transfers, refunds in the bank unit), when it
+--   is a personal account, or when nothing else binds it (what every account was before).
+CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_genci boolean;
+        has_bank boolean;
+    BEGIN
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_genci THEN 'genci' END], NULL);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'genci with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+
+-- Result of check_submit and account_verdict: may the job run, on which account, and why not.
+-- reason is NULL when ok, else one word (see check_submit); message says it in words a user
+-- can act on.
+CREATE TYPE @extschema@.submit_decision AS (ok boolean, account text, reason text, message text);
+COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the job run, on which account, and why not';
+
+-- What an account's own state allows, whoever submits: unknown_account, account_deleted, and
+-- per policy
+--   bank:         account_expired (no allocation this quarter or later), account_inactive (none
+--                 this quarter, one later), negative_balance;
+--   window_quota: quota_blocked;
+--   genci:        no_allocation (no grant valid today on any machine), allocation_exhausted
+--                 (every machine's allocation, after retractions, used up this year).
+-- Policies are applied in that order; the first refusal is the reason.
+CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date;
+        a record;
+        pol text[];
+        bank_unit text;
+        next_quarter date;
+        current_active boolean;
+        current_balance numeric;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        q := @extschema@.quarter_start(at);
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            bank_unit := @extschema@.bank_unit();
+            SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
+            INTO current_active, next_quarter
+            FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+                  FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit
+                    AND l.valid_from >= q
+                  GROUP BY 1
+                  HAVING sum(l.amount) > 0) s;
+            IF NOT coalesce(current_active, false) AND next_quarter IS NULL THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF NOT coalesce(current_active, false) THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, next_quarter))::@extschema@.submit_decision;
+            END IF;
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q AND l.valid_from < q + interval '3 months'), 0)
+                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                     WHERE c.account = a.name AND c.unit = bank_unit
+                                       AND c.month >= q AND c.month < q + interval '3 months'), 0), 6)
+            INTO current_balance;
+            IF current_balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(current_balance), bank_unit))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'genci' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
+    'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
+
+-- Resolves the account a job is charged to and says whether it may be submitted. Refusals:
+-- unknown_user (no account given, user unknown), unknown_account, account_deleted,
+-- no_access (not a member), then the account's policies (account_verdict).
+CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
+                                         at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        chosen text := account;
+        verdict @extschema@.submit_decision;
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF chosen IS NULL THEN
+            SELECT coalesce(u.default_account, u.username) INTO chosen
+            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
+            IF NOT FOUND THEN
+                RETURN ROW(false, NULL::text, 'unknown_user',
+                           format('user %s is not known to the accounting system: submit with an account '
+                                  '(sbatch -A) or ask support to register you', username))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+        verdict := @extschema@.account_verdict(chosen, at);
+        IF verdict.reason IN ('unknown_account', 'account_deleted') THEN
+            RETURN verdict;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = chosen AND m.username = check_submit.username) THEN
+            RETURN ROW(false, chosen, 'no_access',
+                       format('user %s is not a member of account %s: ask one of its project administrators '
+                              'to add you, or submit with another account', username, chosen))::@extschema@.submit_decision;
+        END IF;
+        RETURN verdict;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
+    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, unknown_account, '
+    'account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, no_allocation, '
+    'allocation_exhausted, with a message';
+
+-- Re-checks queued jobs (HLRN's SystemHold): holds those whose account became invalid and
+-- releases those it held whose account is valid again (a transfer, a deposit, another
+-- account). Returns what changed: holds with their reason and message, releases with reason
+-- NULL. A held job whose reason changed keeps its hold with the new message.
+CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (cluster text, jobid text, reason text, message text)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN QUERY
+        WITH checked AS (
+            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
+            FROM @extschema@.pending_job p
+            CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
+            FOR UPDATE OF p
+        ), updated AS (
+            UPDATE @extschema@.pending_job p
+            SET held = NOT c.ok, hold_reason = CASE WHEN c.ok THEN NULL ELSE c.message END,
+                checked_at = pg_catalog.now()
+            FROM checked c
+            WHERE p.cluster = c.cluster AND p.jobid = c.jobid
+            RETURNING p.cluster, p.jobid, c.was_held, c.ok, c.account, c.reason, c.message
+        )
+        SELECT u.cluster, u.jobid, u.reason,
+               CASE WHEN u.ok THEN format('released: account %s is valid again', u.account) ELSE u.message END
+        FROM updated u
+        WHERE u.was_held = u.ok   -- held and now valid, or not held and now invalid
+        ORDER BY 1, 2;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
+    'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
+    'returns the changes (releases with reason NULL)';
+
+-- ---- the association state Slurm should have ------------------------------------------
+
+-- Per account at a day: blocked (no submission: what account_verdict refuses), low_priority
+-- (the RWTH window's low-priority mode: a low QOS), or normal; hpcacct-slurm-sync applies
+-- today's (the view slurm_association) to Slurm's associations.
+CREATE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, policies text[], state text, reason text, message text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT a.name, v.pol,
+               CASE WHEN NOT (v.d).ok THEN 'blocked'
+                    WHEN 'window_quota' = ANY (v.pol)
+                         AND @extschema@.window_quota_state(a.name, $1) = 'low_priority' THEN 'low_priority'
+                    ELSE 'normal' END,
+               (v.d).reason, (v.d).message
+        FROM @extschema@.account a
+        CROSS JOIN LATERAL (SELECT @extschema@.account_policies(a.name) AS pol,
+                                   @extschema@.account_verdict(a.name, $1) AS d) v
+        ORDER BY a.name
+    $$;
+COMMENT ON FUNCTION @extschema@.slurm_associations(date) IS
+    'The state each account''s Slurm association should have at a day: blocked (no submission), low_priority '
+    '(a low QOS), normal; with the reason and message of a block';
+
+CREATE VIEW @extschema@.slurm_association AS
+    SELECT s.account, s.policies, s.state, s.reason, s.message
+    FROM @extschema@.slurm_associations((SELECT @extschema@.site_today())) s;
+COMMENT ON VIEW @extschema@.slurm_association IS
+    'slurm_associations() today (site time zone): what hpcacct-slurm-sync applies';

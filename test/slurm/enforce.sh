@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# test/slurm/enforce.sh: hpcacct's decisions reach a real Slurm (issue 15).
+#
+# Starts a throw-away PostgreSQL cluster (test/scripts/with-cluster.sh) and inside it a
+# throw-away Slurm (test/slurm/with-slurm.sh) with JobSubmitPlugins=lua running the shipped
+# src/slurm/job_submit.lua, AccountingStorageEnforce=associations,limits,qos and a low QOS;
+# then submits with sbatch, runs hpcacct-slurm-sync and checks what Slurm does. Prints TAP
+# lines and appends "enforce PASSED FAILED" to $HPCACCT_TALLY (when set). Needs hpcacct
+# installed for $PG_CONFIG (make install) and root. Leaves nothing running.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+
+if [ "${1:-}" != --inside ]; then
+    export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+    export HPCACCT_ENFORCE_RESULT
+    HPCACCT_ENFORCE_RESULT=$(mktemp)
+    test/scripts/with-cluster.sh enforce "$root/test/slurm/enforce.sh" --inside
+    status=$?
+    result=$(cat "$HPCACCT_ENFORCE_RESULT")
+    rm -f "$HPCACCT_ENFORCE_RESULT"
+    [ -n "$result" ] || result="enforce 0 1"   # the test died before it reported
+    [ -n "${HPCACCT_TALLY:-}" ] && echo "$result" >>"$HPCACCT_TALLY"
+    echo "# $result"
+    exit $status
+fi
+
+# ---- inside the PostgreSQL cluster (PGHOST etc. exported) -----------------------------------
+if [ "${2:-}" != --slurm ]; then
+    bindir=$("$PG_CONFIG" --bindir)
+    export PATH=$bindir:$PATH   # hpcacct-slurm-sync as make install put it
+    createdb acct || exit 1
+    psql -X -q -v ON_ERROR_STOP=1 -d acct >/dev/null <<'SQL' || exit 1
+CREATE EXTENSION hpcacct CASCADE;
+SELECT hpcacct.create_job_table();
+CALL hpcacct.setup_roles();
+CREATE ROLE slurm_submit LOGIN IN ROLE hpcacct_submit;
+CREATE ROLE slurm_sync LOGIN IN ROLE hpcacct_admin;
+SET search_path = hpcacct, public;
+INSERT INTO setting VALUES ('timezone', 'UTC');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
+VALUES ('testcl', 'cpu', 'cpu=4', 'cpu=1', 1, 'NPL'),
+       ('testcl', 'gpu', 'cpu=4', 'cpu=1', 1, 'core-hours');
+SELECT add_user('root', current_date);               -- personal account root, this and 2 quarters
+INSERT INTO account (name, kind) VALUES
+    ('e_good', 'project'), ('e_expired', 'project'), ('e_neg', 'project'), ('e_rwth', 'project'),
+    ('e_low', 'project'), ('e_staff', 'special'), ('e_hold', 'project'), ('e_low2', 'project');
+INSERT INTO account (name, kind, deleted_in) VALUES ('e_deleted', 'personal', current_date - 1);
+INSERT INTO hpc_user (username) VALUES ('e_deleted');
+INSERT INTO membership (account, username, role)
+SELECT a, 'root', 'admin'
+FROM unnest(ARRAY['e_good', 'e_expired', 'e_neg', 'e_rwth', 'e_low', 'e_staff', 'e_hold', 'e_deleted', 'e_low2']) AS a;
+SELECT deposit('e_good', current_date, 100000);
+SELECT deposit('e_expired', (current_date - interval '6 months')::date, 1000);
+SELECT deposit('e_neg', current_date, 10), deposit('e_hold', current_date, 100);
+SELECT set_default_project('root', 'e_good');
+-- RWTH: e_rwth used far more than 6 x its monthly 10 core-hours; e_low past its consumable
+-- (period from this month: 0 + 1 000 + 1 000 - 2 500 < 0) but not blocked (2 500 <= 6 000)
+SELECT add_quota_period('e_rwth', date_trunc('month', current_date)::date,
+                        (date_trunc('month', current_date) + interval '6 months - 1 day')::date, 10, 'testcl', 'core-hours');
+SELECT add_quota_period('e_low2', date_trunc('month', current_date)::date,
+                        (date_trunc('month', current_date) + interval '6 months - 1 day')::date, 1000, 'testcl',
+                        'core-hours');
+SELECT add_quota_period('e_low', date_trunc('month', current_date)::date,
+                        (date_trunc('month', current_date) + interval '6 months - 1 day')::date, 1000, 'testcl',
+                        'core-hours');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('testcl', 'w1', 'e_rwth', 'root', 'gpu', now() - interval '2 min', now() - interval '1 min', 'cpu=6000', 'COMPLETED'),
+    ('testcl', 'w2', 'e_low', 'root', 'gpu', now() - interval '2 min', now() - interval '1 min', 'cpu=150000', 'COMPLETED'),
+    -- e_neg: 10 NPL deposited, 50 charged
+    ('testcl', 'n1', 'e_neg', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=3000', 'COMPLETED');
+SQL
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    cat >"$work/hpcacct_job_submit.conf" <<CONF
+conninfo = host=$PGHOST port=$PGPORT dbname=acct user=slurm_submit connect_timeout=2
+on_db_error = open
+retry_seconds = 0
+CONF
+    export HPCACCT_JOB_SUBMIT_CONF=$work/hpcacct_job_submit.conf HPCACCT_ENFORCE_WORK=$work
+    export HPCACCT_SLURM_CONF_EXTRA='JobSubmitPlugins=lua'
+    export HPCACCT_SLURM_JOB_SUBMIT_LUA=$root/src/slurm/job_submit.lua
+    export HPCACCT_SLURM_ENFORCE=associations,limits,qos
+    exec timeout 600 test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm   # bounded: 10 minutes
+fi
+
+# ---- inside Slurm as well -----------------------------------------------------------------------
+n=0 passed=0 failed=0
+check() {  # check DESCRIPTION t|f
+    n=$((n + 1))
+    if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok $n - $1"
+    else failed=$((failed + 1)); echo "not ok $n - $1"; fi
+}
+finish() {
+    echo "1..$n"
+    echo "enforce $passed $failed" >"$HPCACCT_ENFORCE_RESULT"
+}
+trap finish EXIT
+work=$HPCACCT_ENFORCE_WORK
+export HPCACCT_DSN="host=$PGHOST port=$PGPORT dbname=acct user=slurm_sync"
+sql() { psql -X -q -At -v ON_ERROR_STOP=1 -d acct -c "$1"; }
+log=$HPCACCT_SLURM_DIR/log/slurmctld.log
+script=$HPCACCT_SLURM_DIR/etc/job_submit.lua
+reload() {  # new configuration: job_submit/lua reloads its script when the file changes
+    touch -d "@$(($(date +%s) + 1))" "$script"   # a distinct mtime even within the same second
+    sleep 1.1
+}
+
+accounts=e_good,e_expired,e_deleted,e_neg,e_rwth,e_low,e_staff,e_hold,e_nosuch,e_low2
+sacctmgr -i add account $accounts cluster=testcl >/dev/null
+sacctmgr -i add user root account=$accounts cluster=testcl >/dev/null
+sacctmgr -i add qos hpcacct-low set priority=0 >/dev/null
+sacctmgr -i modify qos normal set priority=100 >/dev/null
+sleep 1   # slurmctld receives the association updates from slurmdbd
+
+submit() {  # submit ACCOUNT [sbatch options]: sets out, rc, job
+    local account=$1
+    shift
+    if [ -n "$account" ]; then set -- -A "$account" "$@"; fi
+    out=$(sbatch --parsable -p cpu -n 1 -t 5 -o /dev/null "$@" --wrap 'sleep 600' 2>&1)
+    rc=$?
+    job=
+    [ $rc -eq 0 ] && job=${out%%;*}
+}
+refused_with() {  # refused_with ACCOUNT TEXT: sbatch fails and prints TEXT
+    submit "$1"
+    if [ $rc -ne 0 ] && grep -qF -- "$2" <<<"$out"; then echo t; else echo "# sbatch said: $out" >&2; fi
+}
+
+# refusals through job_submit/lua, each with hpcacct's message
+check "sbatch to an account hpcacct does not know is refused with its message" \
+    "$(refused_with e_nosuch 'account e_nosuch does not exist')"
+check "an expired account is refused: no allocation for this or a later quarter" \
+    "$(refused_with e_expired 'account e_expired has no allocation for this or a later quarter')"
+check "a deleted personal account is refused" "$(refused_with e_deleted 'account e_deleted has been deleted')"
+check "a negative balance is refused, with the balance" \
+    "$(refused_with e_neg 'account e_neg has a negative balance this quarter (-40 NPL)')"
+check "an RWTH account blocked by its window (C > 6 A) is refused" \
+    "$(refused_with e_rwth 'account e_rwth is blocked by its sliding-window quota')"
+# accepted
+submit e_good
+check "a good account is accepted (job $job)" "$([ $rc -eq 0 ] && [ -n "$job" ] && echo t)"
+submit e_staff
+check "a staff (special) account without deposits is accepted (job $job)" "$([ $rc -eq 0 ] && echo t)"
+submit ""
+check "a job without -A gets hpcacct's default project (e_good)" \
+    "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
+scancel --quiet $(squeue -h -o %A) 2>/dev/null
+check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission refused for root on e_neg: negative_balance' "$log" && echo t)"
+
+# associations
+before=$(sacctmgr -n -P show assoc cluster=testcl format=Account,User,GrpSubmitJobs,DefaultQOS,QOS)
+dry=$(hpcacct-slurm-sync --assoc --dry-run 2>&1)
+after=$(sacctmgr -n -P show assoc cluster=testcl format=Account,User,GrpSubmitJobs,DefaultQOS,QOS)
+check "--dry-run says what it would change and changes nothing" \
+    "$(grep -q 'would run: sacctmgr -i modify account where name=e_neg cluster=testcl set GrpSubmitJobs=0' <<<"$dry" &&
+       [ "$before" = "$after" ] && echo t)"
+sync1=$(hpcacct-slurm-sync --assoc 2>&1)
+echo "$sync1" | sed 's/^/# /'
+assoc() { sacctmgr -n -P show assoc cluster=testcl account="$1" user="$2" format="$3"; }
+check "after the sync blocked, expired, deleted and negative accounts have GrpSubmitJobs=0" \
+    "$([ "$(assoc e_rwth '' GrpSubmitJobs)$(assoc e_expired '' GrpSubmitJobs)$(assoc e_deleted '' GrpSubmitJobs)$(assoc e_neg '' GrpSubmitJobs)" = 0000 ] && echo t)"
+check "good, staff and low-priority accounts have no submit limit" \
+    "$([ -z "$(assoc e_good '' GrpSubmitJobs)$(assoc e_staff '' GrpSubmitJobs)$(assoc e_low '' GrpSubmitJobs)" ] && echo t)"
+check "the low_priority account's associations default to the low QOS" \
+    "$([ "$(assoc e_low '' DefaultQOS)" = hpcacct-low ] && [ "$(assoc e_low root DefaultQOS)" = hpcacct-low ] && echo t)"
+sync2=$(hpcacct-slurm-sync --assoc 2>&1)
+check "a second sync changes nothing" "$(grep -q 'associations: nothing to change' <<<"$sync2" && ! grep -q 'ran:' <<<"$sync2" && echo t)"
+
+# priority of a low_priority account's pending job
+submit e_good -N 2 -n 8 --exclusive     # fills the cpu partition: what follows stays pending
+filler=$job
+sleep 2
+submit e_good
+normal_job=$job
+submit e_low
+low_job=$job
+sleep 1
+prio_normal=$(squeue -h -j "$normal_job" -o %Q)
+prio_low=$(squeue -h -j "$low_job" -o %Q)
+echo "# filler $filler; priority of e_good's pending job $prio_normal, of e_low's $prio_low"
+check "e_low's job runs under the low QOS" "$([ "$(squeue -h -j "$low_job" -o %q)" = hpcacct-low ] && echo t)"
+check "a low_priority account's pending job ranks below a normal one" \
+    "$([ "$(squeue -h -t PD -j "$normal_job,$low_job" | wc -l)" -eq 2 ] &&
+       [ -n "$prio_low" ] && [ -n "$prio_normal" ] && [ "$prio_low" -lt "$prio_normal" ] && echo t)"
+sprio -h -j "$normal_job,$low_job" -o '%i %A %F %Q %Y' | sed 's/^/# sprio (job age fairshare qos priority): /'
+
+# an account that enters low-priority mode: its pending jobs move to the low QOS, and back
+submit e_low2
+low2_job=$job
+was=$(squeue -h -j "$low2_job" -o %q)
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'w3', 'e_low2', 'root', 'gpu', now() - interval '2 min', now() - interval '1 min', 'cpu=150000', 'COMPLETED')"
+s1=$(hpcacct-slurm-sync 2>&1)
+echo "$s1" | sed 's/^/# /'
+check "e_low2 enters low-priority mode: its pending job moves from normal to the low QOS" \
+    "$([ "$was" = normal ] && [ "$(squeue -h -j "$low2_job" -o %q)" = hpcacct-low ] &&
+       [ "$(assoc e_low2 root DefaultQOS)" = hpcacct-low ] && echo t)"
+sql "DELETE FROM hpcacct.job WHERE jobid = 'w3'"     # charged back: consumable again
+s2=$(hpcacct-slurm-sync 2>&1)
+echo "$s2" | sed 's/^/# /'
+check "and back to normal: the job and the associations return to the normal QOS" \
+    "$([ "$(squeue -h -j "$low2_job" -o %q)" = normal ] && [ "$(assoc e_low2 '' DefaultQOS)" = normal ] &&
+       [ "$(assoc e_low2 root DefaultQOS)" = normal ] && echo t)"
+scancel "$low2_job"
+
+# holds and releases of pending jobs
+submit e_hold
+hold_job=$job
+q1=$(hpcacct-slurm-sync --queue 2>&1)
+check "a pending job of a valid account is left alone" \
+    "$([ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] && ! grep -q "hold $hold_job" <<<"$q1" && echo t)"
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'big', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=60000', 'COMPLETED')"
+q2=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q2" | sed 's/^/# /'
+check "the account ran negative: its pending job is held" "$([ "$(squeue -h -j "$hold_job" -o %r)" = JobHeldAdmin ] && echo t)"
+check "with the reason in the job's comment" \
+    "$(squeue -h -j "$hold_job" -o %k | grep -q '^hpcacct: account e_hold has a negative balance' && echo t)"
+q3=$(hpcacct-slurm-sync --queue 2>&1)
+check "a second run holds nothing again" "$(grep -q 'pending jobs: nothing to change' <<<"$q3" && echo t)"
+sql "SELECT hpcacct.deposit('e_hold', current_date, 100000)" >/dev/null
+q4=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q4" | sed 's/^/# /'
+squeue -h -j "$hold_job" -o '%i %T %r %k' | sed 's/^/# after the release: /'
+check "after a deposit the job is released, pending again without hpcacct's comment" \
+    "$([ "$(squeue -h -j "$hold_job" -o %T)" = PENDING ] && [ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] &&
+       [ -z "$(squeue -h -j "$hold_job" -o %k | sed 's/^(null)$//')" ] && echo t)"
+q5=$(hpcacct-slurm-sync --queue 2>&1)
+check "a second run releases nothing again" "$(grep -q 'pending jobs: nothing to change' <<<"$q5" && echo t)"
+
+# the owner corrects the reason by moving the held job to a valid account (HLRN)
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'big2', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=9000000', 'COMPLETED')"
+hpcacct-slurm-sync --queue >/dev/null 2>&1
+held_again=$(squeue -h -j "$hold_job" -o %r)
+bad_move=$(scontrol update jobid="$hold_job" account=e_nosuch 2>&1)
+bad_rc=$?
+echo "# moving the job to e_nosuch: $bad_move"
+check "the plugin refuses to move a pending job to an account hpcacct refuses" \
+    "$([ "$held_again" = JobHeldAdmin ] && [ $bad_rc -ne 0 ] && [ "$(squeue -h -j "$hold_job" -o %a)" = e_hold ] &&
+       grep -q 'hpcacct: account change refused for root on e_nosuch: unknown_account' "$log" && echo t)"
+scontrol update jobid="$hold_job" account=e_good
+q6=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q6" | sed 's/^/# /'
+check "moved to a valid account by its owner, the held job is released" \
+    "$([ "$(squeue -h -j "$hold_job" -o %a)" = e_good ] && [ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] &&
+       grep -q "ran: scontrol release $hold_job" <<<"$q6" && echo t)"
+
+# Slurm itself refuses a blocked account, without the plugin's check
+printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit e_neg
+echo "# without the plugin's check: $out"
+check "a blocked account is refused by Slurm itself (GrpSubmitJobs=0)" \
+    "$([ $rc -ne 0 ] && ! grep -q 'negative balance' <<<"$out" && grep -qi 'policy' <<<"$out" && echo t)"
+sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+
+# the database stopped: fail open (the setting), reconnection, fail closed
+data=$PGHOST/data
+pgbin=$("$PG_CONFIG" --bindir)
+# e_nosuch: refused by hpcacct (unknown to it), not limited in Slurm (the sync leaves
+# associations hpcacct does not know alone)
+submit e_nosuch
+check "before the stop the plugin's connection refuses as before" "$([ $rc -ne 0 ] && echo t)"
+runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+submit e_nosuch
+fo_job=$job
+check "database stopped, on_db_error = open: the job is accepted" "$([ $rc -eq 0 ] && echo t)"
+check "and slurmctld logs that it was accepted unchecked" \
+    "$(grep -q 'hpcacct: submission accepted unchecked for root (account e_nosuch)' "$log" && echo t)"
+runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -l "$PGHOST/server.log" -w start >/dev/null
+check "database back: the plugin reconnects and refuses again" \
+    "$(refused_with e_nosuch 'account e_nosuch does not exist')"
+sed -i 's/^on_db_error = open/on_db_error = closed/' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+check "database stopped, on_db_error = closed: the job is refused, saying why" \
+    "$(refused_with e_good 'the accounting database cannot be reached')"
+runuser -u postgres -- "$pgbin/pg_ctl" -D "$data" -l "$PGHOST/server.log" -w start >/dev/null
+q7=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q7" | sed 's/^/# /'
+check "the job accepted unchecked is held by the next queue run" \
+    "$([ -n "$fo_job" ] && [ "$(squeue -h -j "$fo_job" -o %r)" = JobHeldAdmin ] &&
+       squeue -h -j "$fo_job" -o %k | grep -q '^hpcacct: account e_nosuch does not exist' && echo t)"
+[ -n "$fo_job" ] && scancel "$fo_job" 2>/dev/null
+[ "$failed" -eq 0 ]
