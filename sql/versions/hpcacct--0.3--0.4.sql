@@ -2668,6 +2668,8 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
+    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
 CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
@@ -3418,6 +3420,9 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         PERFORM @extschema@.grant_submit_role();
     END
     $$;
+COMMENT ON PROCEDURE @extschema@.setup_roles() IS
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
+    'their privileges';
 CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -3627,6 +3632,8 @@ CREATE OR REPLACE FUNCTION @extschema@.grant_submit_role() RETURNS void
         GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
     END
     $$;
+COMMENT ON FUNCTION @extschema@.grant_submit_role() IS
+    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
