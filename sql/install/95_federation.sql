@@ -66,34 +66,72 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
 
--- The charge and consumption rollups of one replicated ledger row. Logical replication
--- applies rows one by one with session_replication_role = replica, which fires neither the
--- statement trigger ledger_roll_up nor any ordinary trigger: this row trigger is enabled for
--- replica sessions only (ENABLE REPLICA), so every row is rolled up exactly once, by
--- ledger_roll_up when booked here and by this one when received. Its statements are the
--- statement trigger's, over the one row, pasted in as static SQL so that their plans are kept.
+-- The rollups of replicated charges. Logical replication applies rows one by one with
+-- session_replication_role = replica, which fires neither the statement trigger
+-- ledger_roll_up nor any ordinary trigger. A row trigger enabled for replica sessions only
+-- (ENABLE REPLICA) notes each received charge's id in ledger_received; a deferred constraint
+-- trigger on that table rolls up, at the commit of the received transaction, every charge
+-- noted in it at once, with the statement trigger's own statements (set-based: a row-by-row
+-- rollup applied about 5 300 rows/s here, a third of what a site charges), and empties it.
+-- So every row is rolled up exactly once: by ledger_roll_up when booked here, by this pair
+-- when received.
+CREATE UNLOGGED TABLE @extschema@.ledger_received (
+    entry_id bigint PRIMARY KEY
+);
+COMMENT ON TABLE @extschema@.ledger_received IS
+    'Charges received by replication and not rolled up yet: filled and emptied within the receiving transaction';
+
+CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.kind = 'charge' THEN
+            INSERT INTO @extschema@.ledger_received (entry_id) VALUES (NEW.entry_id);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): notes received charges';
+CREATE TRIGGER ledger_roll_up_replicated AFTER INSERT ON @extschema@.ledger
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
+-- Off until this database joins a federation (federation_prepare enables it for replica sessions).
+ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_roll_up_replicated;
+
+-- Fires once per noted charge at commit; the first firing whose row is still noted rolls up
+-- all of them and empties the table, the others find their row gone (one index probe each).
+-- The noted charges are read from the ledger by their key one by one (OFFSET 0 keeps the
+-- planner from joining them by a scan of the whole ledger, once per received transaction).
+-- Without JIT: the table is never analyzed (it is empty between transactions), the planner
+-- guesses thousands of rows, and compiling the plan cost 14 ms per received transaction.
 DO $do$
+DECLARE
+    received constant text := '(SELECT l.* FROM @extschema@.ledger_received r CROSS JOIN LATERAL '
+                              '(SELECT l.* FROM @extschema@.ledger l WHERE l.entry_id = r.entry_id OFFSET 0) l)';
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE FUNCTION @extschema@.roll_up_replicated_charge() RETURNS trigger LANGUAGE plpgsql '
-        'SET search_path = pg_catalog, pg_temp AS %L',
+        'CREATE FUNCTION @extschema@.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
-                          '        IF NEW.kind <> ''charge'' THEN\n'
+                          '        IF NOT EXISTS (SELECT 1 FROM @extschema@.ledger_received r WHERE r.entry_id = NEW.entry_id) THEN\n'
                           '            RETURN NULL;\n'
                           '        END IF;\n'
                           '%s;\n'
                           '%s;\n'
+                          '        DELETE FROM @extschema@.ledger_received;\n'
                           '        RETURN NULL;\n'
-                          '    END\n    ', @extschema@.rollup_insert_sql('(SELECT NEW.*)'),
-                          @extschema@.consumption_rollup_insert_sql('(SELECT NEW.*)')));
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
 END
 $do$;
-COMMENT ON FUNCTION @extschema@.roll_up_replicated_charge() IS
-    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): their rollup rows';
-CREATE TRIGGER ledger_roll_up_replicated AFTER INSERT ON @extschema@.ledger
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.roll_up_replicated_charge();
--- Off until this database joins a federation (federation_prepare enables it for replica sessions).
-ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_roll_up_replicated;
+COMMENT ON FUNCTION @extschema@.roll_up_received() IS
+    'Deferred trigger of hpcacct.ledger_received: rolls up the charges received in the transaction, once';
+CREATE CONSTRAINT TRIGGER ledger_received_roll_up AFTER INSERT ON @extschema@.ledger_received
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.roll_up_received();
+-- The table is written only by the replica trigger above, in replica sessions: fire there too.
+ALTER TABLE @extschema@.ledger_received ENABLE ALWAYS TRIGGER ledger_received_roll_up;
 
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the

@@ -8,29 +8,15 @@
 # Needs hpcacct installed in PG_CONFIG's PostgreSQL. JOBS (per site, default 3000).
 set -euo pipefail
 
-pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-bindir=$("$pg_config" --bindir)
 JOBS=${JOBS:-3000}
-WAIT=${FED_WAIT:-60}      # seconds a row may take to arrive before the test fails
-base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-fed.XXXXXX")
 nodes=(centre alpha beta)
 passed=0 failed=0 n=0
+. "$(dirname "$0")/lib.sh"
 
-as_server_owner() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
 finish() {
     local rc=$?
-    for node in "${nodes[@]}"; do
-        if [ -f "$base/$node/data/postmaster.pid" ]; then
-            as_server_owner "$bindir/pg_ctl" -D "$base/$node/data" -m immediate -w stop >/dev/null 2>&1 || true
-        fi
-    done
-    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
-        for node in "${nodes[@]}"; do
-            echo "# --- server log of $node (tail) ---"; tail -n 30 "$base/$node/server.log" 2>/dev/null | sed 's/^/# /'
-        done
-    fi
+    stop_all
+    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
     rm -rf "$base"
     if [ "$rc" -ne 0 ] && [ "$n" -gt 0 ]; then
         echo "not ok $((n + 1)) - the test stopped early (exit $rc)"; failed=$((failed + 1))
@@ -42,57 +28,13 @@ finish() {
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
-[ "$(id -u)" -eq 0 ] && chown postgres: "$base"
 
-ok() {  # ok CONDITION-RESULT(0/1) DESCRIPTION
+ok() {  # ok STATUS(0: passed) DESCRIPTION
     n=$((n + 1))
     if [ "$1" -eq 0 ]; then echo "ok $n - $2"; passed=$((passed + 1)); else echo "not ok $n - $2"; failed=$((failed + 1)); fi
 }
 is() {  # is GOT EXPECTED DESCRIPTION
     if [ "$1" == "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got:      $(head -c 600 <<<"$1")"; echo "#   expected: $(head -c 600 <<<"$2")"; fi
-}
-
-start_node() {
-    local node=$1 dir=$base/$1
-    mkdir -p "$dir"; [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
-    if [ ! -d "$dir/data" ]; then
-        as_server_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
-            --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log"; exit 1; }
-        cat >>"$dir/data/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$dir'
-port = 5432
-wal_level = logical
-max_replication_slots = 10
-max_wal_senders = 10
-max_logical_replication_workers = 6
-max_sync_workers_per_subscription = 2
-max_worker_processes = 16
-wal_retrieve_retry_interval = '500ms'
-wal_receiver_status_interval = '1s'
-fsync = off
-full_page_writes = off
-CONF
-    fi
-    as_server_owner "$bindir/pg_ctl" -D "$dir/data" -l "$base/$node.log" -w start >/dev/null
-    cat "$base/$node.log" >>"$dir/server.log" 2>/dev/null || true
-}
-stop_node() { as_server_owner "$bindir/pg_ctl" -D "$base/$1/data" -m fast -w stop >/dev/null; }
-conninfo() { echo "host=$base/$1 port=5432 dbname=${2:-hpc} user=postgres"; }
-q() {  # q NODE SQL [DB]: one statement's rows, unaligned
-    psql "$(conninfo "$1" "${3:-hpc}")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" -c "$2"
-}
-sqlstate() {  # sqlstate NODE SQL: the SQLSTATE the statement fails with (empty when it succeeds)
-    psql "$(conninfo "$1")" -XAtq -v VERBOSITY=verbose -c "$2" 2>&1 >/dev/null | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p' | head -1
-}
-now_ms() { date +%s%3N; }
-wait_for() {  # wait_for NODE SQL EXPECTED: polls until the query returns EXPECTED; prints the ms waited
-    local start; start=$(now_ms)
-    while [ "$(q "$1" "$2" 2>/dev/null || true)" != "$3" ]; do
-        if [ $(( $(now_ms) - start )) -gt $((WAIT * 1000)) ]; then echo "-1"; return 0; fi
-        sleep 0.02
-    done
-    echo $(( $(now_ms) - start ))
 }
 
 for node in "${nodes[@]}"; do start_node "$node"; done
@@ -101,39 +43,8 @@ psql "$(conninfo centre postgres)" -XAtq -c "CREATE DATABASE single"
 for node in "${nodes[@]}"; do q "$node" "CREATE EXTENSION hpcacct CASCADE" >/dev/null; done
 q centre "CREATE EXTENSION hpcacct CASCADE" single >/dev/null
 
-# ---- reference data: written at the centre (and in `single`) ----
-reference_sql="
-INSERT INTO setting VALUES ('timezone', 'Europe/Berlin');
-INSERT INTO account (name) SELECT 'p' || i FROM generate_series(1, 12) i;
-INSERT INTO account (name) VALUES ('shared');
-INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive)
-VALUES ('alpha', 'cpu', 'cpu=48,mem=192G', 'cpu=1', 1.0 / 48, 'NPL', true),
-       ('beta', 'gpu', 'cpu=32,gres/gpu=4,mem=512G', 'gres/gpu=1,cpu=8', 3.0, 'NPL', false);
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('alpha', 1000), ('beta', 1000000);
-SELECT add_user('u' || i, '2026-01-01') FROM generate_series(0, 4) i;
-SELECT add_member('p' || a, 'u' || u) FROM generate_series(1, 12) a, generate_series(0, 4) u;
-SELECT add_member('shared', 'u0');
-SELECT deposit('p' || a, q::date, 500000) FROM generate_series(1, 12) a,
-       generate_series('2026-01-01'::date, '2026-10-01', '3 months') q;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
-SELECT 'p' || a, 'grant', 20000 + 1000 * a, 'NPL', m, '2026-01-01', '2026-12-31'
-FROM generate_series(1, 12) a, (VALUES ('alpha'), ('beta')) c(m);
-"
 q centre "$reference_sql" >/dev/null
 q centre "$reference_sql" single >/dev/null
-
-# jobs of cluster C numbered FROM..TO, the same at a site and in `single`: spread over 2026 up
-# to 20 November, accounts p1..p12, users u0..u4
-jobs_sql() {
-    echo "INSERT INTO job (cluster, jobid, account, \"user\", partition, submit, start, \"end\", alloctres, state)
-    SELECT '$1', '$1-' || i, 'p' || (i * 7 % 12 + 1), 'u' || (i % 5), CASE '$1' WHEN 'alpha' THEN 'cpu' ELSE 'gpu' END,
-           t, t + interval '1 minute', t + interval '1 minute' + (i * 37 % 600 + 1) * interval '1 minute',
-           CASE '$1' WHEN 'alpha' THEN ('cpu=' || (i * 13 % 96 + 1) || ',mem=' || (i % 7 + 1) || 'G')
-                     ELSE ('cpu=' || (i % 4 + 1) * 8 || ',gres/gpu=' || (i % 4 + 1)) END::tres, 'COMPLETED'
-    FROM generate_series($2, $3) i,
-         LATERAL (SELECT timestamptz '2026-01-01 00:00+01' + (i * 7919 % 463 + 0.37 * i) * interval '1 day' / 1.7 AS t0) a,
-         LATERAL (SELECT least(t0, timestamptz '2026-11-20 00:00+01') AS t) b"
-}
 
 # ---- joining: bad input first ----
 is "$(sqlstate centre "CALL hpcacct.federation_publish(0, 'alpha')")" "22023" "federation_publish: site 0 is the centre's (22023)"
@@ -310,8 +221,10 @@ is "$(q beta "$refused")" "negative_balance" "beta refuses 'shared' on its own c
 start_node centre
 q centre "$(jobs_sql alpha $((JOBS + 501)) $((JOBS + 800)))" single >/dev/null
 q centre "$(jobs_sql beta $((JOBS + 1)) $((JOBS + 300)))" single >/dev/null
-expect=$(( $(q alpha "SELECT count(*) FROM ledger") + $(q beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2") \
-           - $(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2") ))
+# every row there is: alpha's and the centre's (at alpha) and beta's own (at beta), none of
+# which can change while the sites wait for each other's
+expect=$(( $(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) <> 2") \
+           + $(q beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2") ))
 for node in centre alpha beta; do
     ms=$(wait_for "$node" "SELECT count(*) FROM ledger" "$expect")
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "after the centre's restart $node holds all $expect rows ($ms ms)"

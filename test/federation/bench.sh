@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# test/federation/bench.sh: charging speed at a site with replication on against off, and the
+# lag at that rate. Four clusters on this machine: a federation (centre, sites alpha and beta,
+# wal_level logical) and `solo`, a database without federation in a cluster with the default
+# wal_level (replica). The same jobs are loaded at alpha and at solo in turn, ROUNDS times:
+# BATCHES statements of BATCH jobs each (a loader's COPYs), then SINGLES statements of one
+# job each. After each federated load the bench measures how long the last job takes to reach
+# the centre and beta (the lag at the end of a load at that rate). Timings are printed, never
+# asserted. All clusters share the machine's cores: the centre's and beta's apply workers run
+# on the same CPUs as alpha's loader.
+set -euo pipefail
+BATCH=${BATCH:-5000} BATCHES=${BATCHES:-10} SINGLES=${SINGLES:-1000} ROUNDS=${ROUNDS:-2}
+. "$(dirname "$0")/lib.sh"
+trap 'rc=$?; stop_all; [ $rc -ne 0 ] && show_logs; rm -rf "$base"; exit $rc' EXIT
+trap 'exit 130' INT TERM
+
+start_node centre; start_node alpha; start_node beta; start_node solo replica
+for node in centre alpha beta solo; do
+    psql "$(conninfo "$node" postgres)" -XAtq -c "CREATE DATABASE hpc"
+    q "$node" "CREATE EXTENSION hpcacct CASCADE" >/dev/null 2>&1
+done
+q centre "$reference_sql" >/dev/null
+q solo "$reference_sql" >/dev/null
+federate centre alpha beta
+q alpha "SELECT create_job_table()" >/dev/null; q solo "SELECT create_job_table()" >/dev/null
+ref=$(q centre "SELECT count(*) FROM ledger")
+[ "$(wait_for alpha "SELECT count(*) FROM ledger" "$ref")" -ge 0 ]
+[ "$(wait_for beta "SELECT count(*) FROM ledger" "$ref")" -ge 0 ]
+
+next=1
+load() {  # load NODE FIRST: BATCHES statements of BATCH jobs from FIRST; prints the ms taken
+    local t0 i; t0=$(now_ms)
+    for i in $(seq 0 $((BATCHES - 1))); do
+        q "$1" "$(jobs_sql alpha $(($2 + i * BATCH)) $(($2 + (i + 1) * BATCH - 1)))" >/dev/null
+    done
+    echo $(( $(now_ms) - t0 ))
+}
+load_singles() {  # load_singles NODE FIRST: SINGLES statements of one job each, in one session
+    local t0 i; t0=$(now_ms)
+    for i in $(seq 0 $((SINGLES - 1))); do
+        jobs_sql alpha $(($2 + i)) $(($2 + i)); echo ";"
+    done | psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" -f - >/dev/null
+    echo $(( $(now_ms) - t0 ))
+}
+arrival() {  # arrival: ms until the centre and beta hold all of alpha's rows (alpha's count of them)
+    local own; own=$(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1")
+    local c b
+    c=$(wait_for centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1" "$own")
+    b=$(wait_for beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1" "$own")
+    echo "$c $((c + b))"
+}
+rate() { awk -v n="$1" -v ms="$2" 'BEGIN { printf "%.0f", n * 1000 / ms }'; }
+
+printf '%-28s %8s %10s %10s %8s %12s %12s\n' case jobs "off jobs/s" "on jobs/s" "on/off" "lag centre" "lag beta"
+for round in $(seq 1 "$ROUNDS"); do
+    n=$((BATCH * BATCHES))
+    off=$(load solo $next); on=$(load alpha $next); next=$((next + n))
+    read -r lc lb <<<"$(arrival)"
+    printf '%-28s %8d %10s %10s %8s %10s ms %10s ms\n' "batches of $BATCH (round $round)" $n "$(rate $n $off)" "$(rate $n $on)" \
+        "$(awk -v a="$off" -v b="$on" 'BEGIN { printf "%.2f", a / b }')" "$lc" "$lb"
+    off=$(load_singles solo $next); on=$(load_singles alpha $next); next=$((next + SINGLES))
+    read -r lc lb <<<"$(arrival)"
+    printf '%-28s %8d %10s %10s %8s %10s ms %10s ms\n' "one job per statement (round $round)" "$SINGLES" "$(rate "$SINGLES" $off)" \
+        "$(rate "$SINGLES" $on)" "$(awk -v a="$off" -v b="$on" 'BEGIN { printf "%.2f", a / b }')" "$lc" "$lb"
+done
+# the centre's apply alone: how fast it rolls up what a site sends (no loader running)
+q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 DISABLE" >/dev/null
+n=$((BATCH * BATCHES)); load alpha $next >/dev/null; next=$((next + n))
+t0=$(now_ms); q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 ENABLE" >/dev/null
+read -r lc lb <<<"$(arrival)"
+echo "centre's apply of $n jobs queued while its subscription was disabled: $lc ms ($(rate $n "$lc") rows/s)"
+for node in centre alpha beta; do
+    is_eq=$(q "$node" "SELECT count(*) FROM (SELECT account, sum(amount) FROM ledger WHERE kind = 'charge' GROUP BY 1 EXCEPT SELECT account, sum(amount) FROM charge_rollup GROUP BY 1) x")
+    echo "$node: accounts whose rollup differs from the ledger: $is_eq"
+done
