@@ -237,3 +237,38 @@ for node in centre alpha beta; do
     is "$(q "$node" "SELECT count(*) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' GROUP BY 1 EXCEPT SELECT account, sum(amount) FROM charge_rollup GROUP BY 1) x")" "0" \
        "$node: the charge rollup equals the ledger's charges (replicated rows rolled up once)"
 done
+
+# ---- an update rolled out node by node: the centre first, then each site ----
+# What an update script that adds a ledger column does (the loader's run identity, say),
+# applied at one node after the other while both sites charge. A receiver lacking a column
+# its sender sends stops applying (and retries) until it has it; nothing is lost or doubled.
+add_column="ALTER TABLE hpcacct.ledger ADD COLUMN rollout_tag text"
+q centre "$add_column" >/dev/null
+q alpha "$(jobs_sql alpha 90001 90100)" >/dev/null
+q beta "$(jobs_sql beta 90001 90100)" >/dev/null
+own_alpha=$(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1")
+ms=$(wait_for centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1" "$own_alpha")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "centre updated first: the sites' charges still reach it ($ms ms)"
+is "$(q alpha "SELECT (check_submit('u1', 'p2', '2026-11-20')).ok")" "t" "alpha, not yet updated, still charges and checks"
+q alpha "$add_column" >/dev/null
+q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, rollout_tag)
+          VALUES ('p1', 'deposit', 7, 'NPL', NULL, '2026-10-01', '2026-12-31', 'after-update')" >/dev/null
+ms=$(wait_for alpha "SELECT count(*) FROM ledger WHERE rollout_tag = 'after-update'" "1")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "alpha, updated, receives the centre's rows with the new column filled ($ms ms)"
+sleep 2
+is "$(q beta "SELECT count(*) FROM ledger WHERE kind = 'deposit' AND amount = 7")" "0" \
+   "beta, not yet updated, has not applied the row with the new column"
+ok $(grep -q 'is missing replicated column: "rollout_tag"' "$base/beta/server.log" && echo 0 || echo 1) \
+   "beta's apply stopped on the missing column (and retries) instead of dropping its values"
+is "$(q beta "SELECT (check_submit('u1', 'p2', '2026-11-20')).ok")" "t" "beta, not yet updated, still checks"
+q beta "$add_column" >/dev/null
+expect=$(( $(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) <> 2") \
+           + $(q beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2") ))
+for node in centre alpha beta; do
+    ms=$(wait_for "$node" "SELECT count(*) FROM ledger" "$expect")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "after the rollout $node holds all $expect rows, none twice ($ms ms)"
+done
+is "$(q beta "SELECT rollout_tag FROM ledger WHERE note IS NULL AND kind = 'deposit' AND amount = 7")" "after-update" \
+   "beta, updated last, received the rows sent while it was not, with the new column"
+ALL=1 compare "charges per account after the rollout" \
+    "SELECT string_agg(format('%s/%s', account, s), ' ' ORDER BY account) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' AND account <> 'shared' AND jobid !~ '-9[0-9]{4}$' GROUP BY 1) x"
