@@ -133,6 +133,35 @@ CREATE CONSTRAINT TRIGGER ledger_received_roll_up AFTER INSERT ON @extschema@.le
 -- The table is written only by the replica trigger above, in replica sessions: fire there too.
 ALTER TABLE @extschema@.ledger_received ENABLE ALWAYS TRIGGER ledger_received_roll_up;
 
+-- At a site, reference data is the centre's: a row written there would not reach the
+-- centre or the other sites, and the centre's own row of that key would later stop the
+-- site's replication on a conflict. A row trigger on each reference table refuses writes
+-- from the site's own sessions (HA013); rows applied by replication (replica sessions) pass.
+-- The triggers are created off and enabled at a site by federation_prepare.
+CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
+            USING ERRCODE = 'HA013',
+                  HINT = 'Make the change in the central database; it reaches every site by replication.';
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
+    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
+DO $do$
+DECLARE
+    tab regclass;
+BEGIN
+    FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+        EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                                  'FOR EACH ROW EXECUTE FUNCTION @extschema@.federation_refuse_local_write()', tab);
+        EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE TRIGGER federation_centre_only', tab);
+    END LOOP;
+END
+$do$;
+
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the
 -- triggers that must fire for replicated rows. Idempotent. Called by the procedures below.
@@ -201,6 +230,12 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
         ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
+        -- at a site, the reference tables are written by replication only
+        IF role = 'site' THEN
+            FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER federation_centre_only', tab);
+            END LOOP;
+        END IF;
     END
     $$;
 REVOKE EXECUTE ON FUNCTION @extschema@.federation_prepare(integer, text) FROM PUBLIC;

@@ -6,10 +6,17 @@
 # BATCHES statements of BATCH jobs each (a loader's COPYs), then SINGLES statements of one
 # job each. After each federated load the bench measures how long the last job takes to reach
 # the centre and beta (the lag at the end of a load at that rate). Timings are printed, never
-# asserted. All clusters share the machine's cores: the centre's and beta's apply workers run
-# on the same CPUs as alpha's loader.
+# asserted. On a machine with more than one core, alpha and solo (and the loader's psql) run
+# on the first core and the centre and beta on the others (taskset), standing for separate
+# machines: otherwise the centre's and beta's apply would take their CPU from alpha's loader.
 set -euo pipefail
 BATCH=${BATCH:-5000} BATCHES=${BATCHES:-10} SINGLES=${SINGLES:-1000} ROUNDS=${ROUNDS:-2}
+if [ "$(nproc)" -gt 1 ] && command -v taskset >/dev/null; then
+    export CPUS_alpha=0 CPUS_solo=0 CPUS_centre=1-$(($(nproc) - 1)) CPUS_beta=1-$(($(nproc) - 1))
+    pin_loader=(taskset -c 0)
+else
+    pin_loader=()
+fi
 . "$(dirname "$0")/lib.sh"
 trap 'rc=$?; stop_all; [ $rc -ne 0 ] && show_logs; rm -rf "$base"; exit $rc' EXIT
 trap 'exit 130' INT TERM
@@ -31,7 +38,8 @@ next=1
 load() {  # load NODE FIRST: BATCHES statements of BATCH jobs from FIRST; prints the ms taken
     local t0 i; t0=$(now_ms)
     for i in $(seq 0 $((BATCHES - 1))); do
-        q "$1" "$(jobs_sql alpha $(($2 + i * BATCH)) $(($2 + (i + 1) * BATCH - 1)))" >/dev/null
+        "${pin_loader[@]}" psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" \
+            -c "$(jobs_sql alpha $(($2 + i * BATCH)) $(($2 + (i + 1) * BATCH - 1)))" >/dev/null || return 1
     done
     echo $(( $(now_ms) - t0 ))
 }
@@ -39,7 +47,7 @@ load_singles() {  # load_singles NODE FIRST: SINGLES statements of one job each,
     local t0 i; t0=$(now_ms)
     for i in $(seq 0 $((SINGLES - 1))); do
         jobs_sql alpha $(($2 + i)) $(($2 + i)); echo ";"
-    done | psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" -f - >/dev/null
+    done | "${pin_loader[@]}" psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" -f - >/dev/null || return 1
     echo $(( $(now_ms) - t0 ))
 }
 arrival() {  # arrival: ms until the centre and beta hold all of alpha's rows (alpha's count of them)

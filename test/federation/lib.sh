@@ -39,7 +39,11 @@ ${NODE_CONF:-}
 CONF
         started+=("$node")
     fi
-    as_server_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+    # CPUS_<node> (a taskset list) pins a node's processes to some cores (the bench does, to
+    # stand for separate machines)
+    local cpus_var="CPUS_$node" pin=()
+    if [ -n "${!cpus_var:-}" ] && command -v taskset >/dev/null; then pin=(taskset -c "${!cpus_var}"); fi
+    as_server_owner "${pin[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
 }
 stop_node() { as_server_owner "$bindir/pg_ctl" -D "$base/$1/data" -m fast -w stop >/dev/null; }
 stop_all() {
@@ -109,7 +113,7 @@ jobs_sql() {
            t, t + interval '1 minute', t + interval '1 minute' + (i * 37 % 600 + 1) * interval '1 minute',
            CASE '$1' WHEN 'alpha' THEN ('cpu=' || (i * 13 % 96 + 1) || ',mem=' || (i % 7 + 1) || 'G')
                      ELSE ('cpu=' || (i % 4 + 1) * 8 || ',gres/gpu=' || (i % 4 + 1)) END::tres, 'COMPLETED'
-    FROM generate_series($2, $3) i,
+    FROM generate_series($2::bigint, $3) i,
          LATERAL (SELECT timestamptz '2026-01-01 00:00+01' + (i * 7919 % 463 + 0.37 * i) * interval '1 day' / 1.7 AS t0) a,
          LATERAL (SELECT least(t0, timestamptz '2026-11-20 00:00+01') AS t) b"
 }

@@ -71,6 +71,8 @@ is "$(sqlstate alpha "CALL hpcacct.federation_join(2, '$(conninfo centre)')")" "
 q centre "CALL federation_subscribe(1, '$(conninfo alpha)')" >/dev/null
 q centre "CALL federation_subscribe(2, '$(conninfo beta)')" >/dev/null
 q centre "CALL federation_subscribe(2, '$(conninfo beta)')" >/dev/null  # idempotent
+is "$(sqlstate alpha "SELECT hpcacct.add_user('newcomer')")" "HA013" "a site refuses to write reference data of its own (HA013)"
+is "$(sqlstate beta "INSERT INTO hpcacct.setting VALUES ('bank_unit', 'CHF')")" "HA013" "a site refuses to change a setting (HA013)"
 for site in alpha beta; do q "$site" "SELECT create_job_table()" >/dev/null; done
 q centre "SELECT create_job_table()" single >/dev/null
 
