@@ -9,9 +9,10 @@
 # asserted. On a machine with more than one core, alpha and solo (and the loader's psql) run
 # on the first core and the centre and beta on the others (taskset), standing for separate
 # machines: otherwise the centre's and beta's apply would take their CPU from alpha's loader.
+# PIN=0 leaves every cluster on every core.
 set -euo pipefail
 BATCH=${BATCH:-5000} BATCHES=${BATCHES:-10} SINGLES=${SINGLES:-1000} ROUNDS=${ROUNDS:-2}
-if [ "$(nproc)" -gt 1 ] && command -v taskset >/dev/null; then
+if [ "${PIN:-1}" = 1 ] && [ "$(nproc)" -gt 1 ] && command -v taskset >/dev/null; then
     export CPUS_alpha=0 CPUS_solo=0 CPUS_centre=1-$(($(nproc) - 1)) CPUS_beta=1-$(($(nproc) - 1))
     pin_loader=(taskset -c 0)
 else
