@@ -28,6 +28,7 @@ finish() {
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
+trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ok() {  # ok STATUS(0: passed) DESCRIPTION
     n=$((n + 1))
@@ -58,6 +59,15 @@ is "$(sqlstate beta "CALL hpcacct.federation_join(2, '$(conninfo centre)')")" "H
 q beta "DELETE FROM hpcacct.account" >/dev/null
 is "$(sqlstate centre "BEGIN; CALL hpcacct.federation_publish(1, 'alpha'); COMMIT")" "2D000" \
    "federation_publish inside a transaction block fails with 2D000 (it commits between steps)"
+
+psql "$(conninfo centre postgres)" -XAtq -c "CREATE DATABASE stray"
+q centre "CREATE EXTENSION hpcacct CASCADE; INSERT INTO account (name) VALUES ('a');
+          INSERT INTO ledger (entry_id, account, kind, amount, unit, valid_from, valid_until)
+          OVERRIDING SYSTEM VALUE VALUES (2^48 + 5, 'a', 'deposit', 1, 'NPL', '2026-10-01', '2026-12-31')" stray >/dev/null 2>&1
+is "$(psql "$(conninfo centre stray)" -XAtq -v VERBOSITY=verbose -c "CALL hpcacct.federation_publish(1, 'alpha')" 2>&1 >/dev/null \
+      | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p')" "HA011" \
+   "a database whose ledger holds ids of another site's range cannot become the centre (HA011)"
+psql "$(conninfo centre postgres)" -XAtq -c "DROP DATABASE stray WITH (FORCE)"
 
 # ---- set-up: the three calls per site ----
 q centre "CALL federation_publish(1, 'alpha')" >/dev/null
