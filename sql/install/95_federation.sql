@@ -255,9 +255,10 @@ COMMENT ON FUNCTION @extschema@.federation_slot_exists(text) IS 'Whether a repli
 -- cannot create its slot on the publisher from inside a function or transaction block. So
 -- each slot is created by the side that publishes, right after a COMMIT, and subscriptions
 -- are created with create_slot = false on the slot made for them. That makes them
--- procedures: CALL them as a superuser, outside a transaction block. (They have no SET
--- search_path clause because PostgreSQL forbids COMMIT in a procedure that has one: they
--- qualify everything instead, and only superusers can run them.)
+-- procedures: CALL them as a superuser, outside a transaction block. PostgreSQL forbids
+-- COMMIT in a procedure with a SET clause, so instead of SET search_path each pins it with
+-- set_config(…, true) first thing and again after every COMMIT (which ends the setting),
+-- before any operator is resolved; pgTAP `privileges` checks that they do.
 
 -- At the centre: publish to site `site` (number 1..32767) named `name`. Creates the
 -- publication of the reference tables (shared by every site), the publication of the ledger
@@ -273,6 +274,7 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
         known  @extschema@.federation_site;
         tables text;
     BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL OR name IS NULL THEN
             RAISE EXCEPTION 'site and name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
@@ -306,10 +308,12 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
                                       pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
         END IF;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF NOT @extschema@.federation_slot_exists(pub) THEN
             PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
         END IF;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_publish(integer, text) FROM PUBLIC;
@@ -326,12 +330,15 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
     AS $$
     DECLARE
         ids  int8range;
-        pub  constant text := 'hpcacct_fed_s2c_' || site;
-        sub  constant text := 'hpcacct_fed_c2s_' || site;
+        pub  text;
+        sub  text;
     BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL OR centre_conninfo IS NULL THEN
             RAISE EXCEPTION 'site and centre_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        pub := 'hpcacct_fed_s2c_' || site;
+        sub := 'hpcacct_fed_c2s_' || site;
         IF site NOT BETWEEN 1 AND 32767 THEN
             RAISE EXCEPTION 'invalid site %', site
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'Sites are numbered 1 to 32767; the centre is 0.';
@@ -353,15 +360,18 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
                                       pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
         END IF;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF NOT @extschema@.federation_slot_exists(pub) THEN
             PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
         END IF;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         -- the centre made the slot for this subscription in federation_publish()
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
                                   'WITH (create_slot = false, slot_name = %L, copy_data = true)',
                                   sub, centre_conninfo, sub, sub);
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_join(integer, text) FROM PUBLIC;
@@ -375,11 +385,13 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
     LANGUAGE plpgsql
     AS $$
     DECLARE
-        sub constant text := 'hpcacct_fed_s2c_' || site;
+        sub text;
     BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL OR site_conninfo IS NULL THEN
             RAISE EXCEPTION 'site and site_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        sub := 'hpcacct_fed_s2c_' || site;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.federation_site s WHERE s.site = federation_subscribe.site)
            OR NOT EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'centre') THEN
             RAISE EXCEPTION 'site % is not published from this database', site
@@ -394,10 +406,12 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
             RETURN;
         END IF;
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
                                   'WITH (create_slot = false, slot_name = %L, copy_data = true)',
                                   sub, site_conninfo, sub, sub);
         COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_subscribe(integer, text) FROM PUBLIC;
