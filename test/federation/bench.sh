@@ -58,20 +58,43 @@ arrival() {  # arrival: ms until the centre and beta hold all of alpha's rows (a
     b=$(wait_for beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1" "$own")
     echo "$c $((c + b))"
 }
+# CPU time (ms) the processes of a node's cluster have used so far: the postmaster, its live
+# children and the children it has reaped (backends of finished connections). Unlike the
+# elapsed time, it does not depend on what else the machine runs.
+cluster_cpu() {
+    local pm; pm=$(head -1 "$base/$1/data/postmaster.pid")
+    local pids; pids="$pm $(ps -o pid= --ppid "$pm" | tr '\n' ' ')"
+    local ticks=0 pid f
+    for pid in $pids; do
+        [ -r "/proc/$pid/stat" ] || continue
+        # fields after the command: 14 utime, 15 stime, 16 cutime, 17 cstime (children's only for the postmaster)
+        f=$(sed 's/^.*) //' "/proc/$pid/stat")
+        if [ "$pid" = "$pm" ]; then ticks=$((ticks + $(awk '{print $12 + $13 + $14 + $15}' <<<"$f")))
+        else ticks=$((ticks + $(awk '{print $12 + $13}' <<<"$f"))); fi
+    done
+    echo $((ticks * 1000 / $(getconf CLK_TCK)))
+}
 rate() { awk -v n="$1" -v ms="$2" 'BEGIN { printf "%.0f", n * 1000 / ms }'; }
 
-printf '%-28s %8s %10s %10s %8s %12s %12s\n' case jobs "off jobs/s" "on jobs/s" "on/off" "lag centre" "lag beta"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+printf '%-36s %7s %9s %9s %6s %12s %12s %7s %7s %6s\n' case jobs "off job/s" "on job/s" on/off \
+    "lag centre" "lag beta" "off cpu" "on cpu" off/on
+row() {  # row CASE JOBS OFF_MS ON_MS LAG_CENTRE LAG_BETA OFF_CPU_MS ON_CPU_MS
+    printf '%-36s %7d %9s %9s %6s %9s ms %9s ms %5s ms %5s ms %6s\n' "$1" "$2" "$(rate "$2" "$3")" "$(rate "$2" "$4")" \
+        "$(ratio "$3" "$4")" "$5" "$6" "$7" "$8" "$(ratio "$7" "$8")"
+}
 for round in $(seq 1 "$ROUNDS"); do
     n=$((BATCH * BATCHES))
-    off=$(load solo $next); on=$(load alpha $next); next=$((next + n))
-    read -r lc lb <<<"$(arrival)"
-    printf '%-28s %8d %10s %10s %8s %10s ms %10s ms\n' "batches of $BATCH (round $round)" $n "$(rate $n $off)" "$(rate $n $on)" \
-        "$(awk -v a="$off" -v b="$on" 'BEGIN { printf "%.2f", a / b }')" "$lc" "$lb"
-    off=$(load_singles solo $next); on=$(load_singles alpha $next); next=$((next + SINGLES))
-    read -r lc lb <<<"$(arrival)"
-    printf '%-28s %8d %10s %10s %8s %10s ms %10s ms\n' "one job per statement (round $round)" "$SINGLES" "$(rate "$SINGLES" $off)" \
-        "$(rate "$SINGLES" $on)" "$(awk -v a="$off" -v b="$on" 'BEGIN { printf "%.2f", a / b }')" "$lc" "$lb"
+    c0=$(cluster_cpu solo); off=$(load solo $next); c1=$(cluster_cpu solo)
+    a0=$(cluster_cpu alpha); on=$(load alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
+    next=$((next + n))
+    row "batches of $BATCH (round $round)" "$n" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0))
+    c0=$(cluster_cpu solo); off=$(load_singles solo $next); c1=$(cluster_cpu solo)
+    a0=$(cluster_cpu alpha); on=$(load_singles alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
+    next=$((next + SINGLES))
+    row "one job per statement (round $round)" "$SINGLES" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0))
 done
+echo "off cpu / on cpu: CPU time of the site's whole cluster for the load (for alpha until the centre and beta have it)"
 # the centre's apply alone: how fast it rolls up what a site sends (no loader running)
 q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 DISABLE" >/dev/null
 n=$((BATCH * BATCHES)); load alpha $next >/dev/null; next=$((next + n))
