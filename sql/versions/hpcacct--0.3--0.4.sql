@@ -831,6 +831,7 @@ CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
     BEGIN
         IF NEW.kind = 'charge' THEN
             INSERT INTO @extschema@.ledger_received (entry_id) VALUES (NEW.entry_id);
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
         END IF;
         RETURN NULL;
     END
@@ -842,8 +843,10 @@ CREATE TRIGGER ledger_roll_up_replicated AFTER INSERT ON @extschema@.ledger
 -- Off until this database joins a federation (federation_prepare enables it for replica sessions).
 ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_roll_up_replicated;
 
--- Fires once per noted charge at commit; the first firing whose row is still noted rolls up
--- all of them and empties the table, the others find their row gone (one index probe each).
+-- Fires once per noted charge at commit; the first firing rolls up all of them, empties the
+-- table and lowers the transaction's flag hpcacct.received_pending, so the others return at
+-- once (a charge noted after that raises it again). A probe of the table per firing instead
+-- was planned as a scan of it, which made a transaction of n charges cost n^2.
 -- The noted charges are read from the ledger by their key one by one (OFFSET 0 keeps the
 -- planner from joining them by a scan of the whole ledger, once per received transaction).
 -- Without JIT: the table is never analyzed (it is empty between transactions), the planner
@@ -857,9 +860,10 @@ BEGIN
         'CREATE FUNCTION @extschema@.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
-                          '        IF NOT EXISTS (SELECT 1 FROM @extschema@.ledger_received r WHERE r.entry_id = NEW.entry_id) THEN\n'
+                          '        IF pg_catalog.current_setting(''hpcacct.received_pending'', true) IS DISTINCT FROM ''on'' THEN\n'
                           '            RETURN NULL;\n'
                           '        END IF;\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
                           '%s;\n'
                           '%s;\n'
                           '        DELETE FROM @extschema@.ledger_received;\n'
@@ -1145,13 +1149,18 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
                    WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local)', sub);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             RETURN;
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- synchronous_commit = local: the centre relays what it applies to the other sites, and
+        -- a walsender sends only flushed WAL; applied asynchronously (the default), a site's
+        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
+                                  'WITH (create_slot = false, slot_name = %L, copy_data = true, '
+                                  'synchronous_commit = local)',
                                   sub, site_conninfo, sub, sub);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
