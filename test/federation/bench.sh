@@ -19,7 +19,7 @@ else
     pin_loader=()
 fi
 . "$(dirname "$0")/lib.sh"
-trap 'rc=$?; stop_all; [ $rc -ne 0 ] && show_logs; rm -rf "$base"; exit $rc' EXIT
+trap 'rc=$?; stop_all; [ $rc -ne 0 ] && show_logs; remove_all; exit $rc' EXIT
 trap 'exit 130' INT TERM
 
 start_node centre; start_node alpha; start_node beta; start_node solo replica
@@ -62,7 +62,7 @@ arrival() {  # arrival: ms until the centre and beta hold all of alpha's rows (a
 # children and the children it has reaped (backends of finished connections). Unlike the
 # elapsed time, it does not depend on what else the machine runs.
 cluster_cpu() {
-    local pm; pm=$(head -1 "$base/$1/data/postmaster.pid")
+    local pm; pm=$(head -1 "$(nodedir "$1")/data/postmaster.pid")
     local pids; pids="$pm $(ps -o pid= --ppid "$pm" | tr '\n' ' ')"
     local ticks=0 pid f
     for pid in $pids; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test/federation/lib.sh, sourced by run.sh and bench.sh: PostgreSQL clusters of a test, each
-# in a directory of its own under one fresh mktemp directory ($base), listening only on a
-# Unix socket in that directory; stop_all stops them (the caller's exit trap calls it).
+# in a fresh mktemp directory of its own, listening only on a Unix socket in that directory
+# (no TCP port); stop_all stops them and remove_all removes them (the caller's exit trap).
+# $base, also from mktemp, holds the list of those directories.
 
 pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 bindir=$("$pg_config" --bindir)
@@ -14,10 +15,17 @@ as_server_owner() {
 }
 [ "$(id -u)" -eq 0 ] && chown postgres: "$base"
 
+nodedir() { cat "$base/$1.dir"; }
+
 # start_node NAME [WAL_LEVEL]: initdb on first use (wal_level logical unless given), then start
 start_node() {
-    local node=$1 dir=$base/$1
-    mkdir -p "$dir"; [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    local node=$1 dir
+    if [ ! -f "$base/$node.dir" ]; then
+        dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-fed-$node.XXXXXX")
+        echo "$dir" >"$base/$node.dir"
+        [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+    fi
+    dir=$(nodedir "$node")
     if [ ! -d "$dir/data" ]; then
         as_server_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
             --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log"; exit 1; }
@@ -45,22 +53,27 @@ CONF
     if [ -n "${!cpus_var:-}" ] && command -v taskset >/dev/null; then pin=(taskset -c "${!cpus_var}"); fi
     as_server_owner "${pin[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
 }
-stop_node() { as_server_owner "$bindir/pg_ctl" -D "$base/$1/data" -m fast -w stop >/dev/null; }
+stop_node() { as_server_owner "$bindir/pg_ctl" -D "$(nodedir "$1")/data" -m fast -w stop >/dev/null; }
 stop_all() {
     local node
     for node in "${started[@]}"; do
-        if [ -f "$base/$node/data/postmaster.pid" ]; then
-            as_server_owner "$bindir/pg_ctl" -D "$base/$node/data" -m immediate -w stop >/dev/null 2>&1 || true
+        if [ -f "$(nodedir "$node")/data/postmaster.pid" ]; then
+            as_server_owner "$bindir/pg_ctl" -D "$(nodedir "$node")/data" -m immediate -w stop >/dev/null 2>&1 || true
         fi
     done
+}
+remove_all() {
+    local f
+    for f in "$base"/*.dir; do [ -f "$f" ] && rm -rf "$(cat "$f")"; done
+    rm -rf "$base"
 }
 show_logs() {
     local node
     for node in "${started[@]}"; do
-        echo "# --- server log of $node (tail) ---"; tail -n 30 "$base/$node/server.log" 2>/dev/null | sed 's/^/# /'
+        echo "# --- server log of $node (tail) ---"; tail -n 30 "$(nodedir "$node")/server.log" 2>/dev/null | sed 's/^/# /'
     done
 }
-conninfo() { echo "host=$base/$1 port=5432 dbname=${2:-hpc} user=postgres"; }
+conninfo() { echo "host=$(nodedir "$1") port=5432 dbname=${2:-hpc} user=postgres"; }
 q() {  # q NODE SQL [DB]: the statement's rows, unaligned, with hpcacct first in the search_path
     psql "$(conninfo "$1" "${3:-hpc}")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" -c "$2"
 }

@@ -17,7 +17,7 @@ finish() {
     local rc=$?
     stop_all
     if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
-    rm -rf "$base"
+    remove_all
     if [ "$rc" -ne 0 ] && [ "$n" -gt 0 ]; then
         echo "not ok $((n + 1)) - the test stopped early (exit $rc)"; failed=$((failed + 1))
     fi
@@ -270,7 +270,7 @@ ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "alpha, updated, receives the centre's
 sleep 2
 is "$(q beta "SELECT count(*) FROM ledger WHERE kind = 'deposit' AND amount = 7")" "0" \
    "beta, not yet updated, has not applied the row with the new column"
-ok $(grep -q 'is missing replicated column: "rollout_tag"' "$base/beta/server.log" && echo 0 || echo 1) \
+ok $(grep -q 'is missing replicated column: "rollout_tag"' "$(nodedir beta)/server.log" && echo 0 || echo 1) \
    "beta's apply stopped on the missing column (and retries) instead of dropping its values"
 is "$(q beta "SELECT (check_submit('u1', 'p2', '2026-11-20')).ok")" "t" "beta, not yet updated, still checks"
 q beta "$add_column" >/dev/null
