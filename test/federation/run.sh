@@ -284,3 +284,10 @@ is "$(q beta "SELECT rollout_tag FROM ledger WHERE note IS NULL AND kind = 'depo
    "beta, updated last, received the rows sent while it was not, with the new column"
 ALL=1 compare "charges per account after the rollout" \
     "SELECT string_agg(format('%s/%s', account, s), ' ' ORDER BY account) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' AND account <> 'shared' AND jobid !~ '-9[0-9]{4}$' GROUP BY 1) x"
+
+# a row that looped back to where it came from, or came twice, would have stopped an apply
+# worker on the ledger's primary key: no server log says so
+for node in centre alpha beta; do
+    ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
+       "$node: no replicated row ever conflicted with one already there"
+done
