@@ -2126,6 +2126,502 @@ END
 $do$;
 -- end of enforcement (issue 15)
 
+-- federation (issue 17) ---
+-- One central database and one per cluster site, joined by logical replication: the same
+-- objects as sql/install/95_federation.sql.
+-- This database's place in a federation: one row, written by federation_publish() (the
+-- centre, site 0) or federation_join() (a cluster site). Not replicated.
+CREATE TABLE @extschema@.federation_node (
+    only_row  boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    site      integer NOT NULL CHECK (site BETWEEN 0 AND 32767),
+    role      text NOT NULL CHECK (role IN ('centre', 'site')),
+    joined_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT federation_node_centre_is_0 CHECK ((role = 'centre') = (site = 0))
+);
+COMMENT ON TABLE @extschema@.federation_node IS
+    'This database''s place in a federation (one row): the centre (site 0) or a cluster site; not replicated';
+
+-- At the centre: the cluster sites it publishes to.
+CREATE TABLE @extschema@.federation_site (
+    site     integer PRIMARY KEY CHECK (site BETWEEN 1 AND 32767),
+    name     text NOT NULL UNIQUE CHECK (name ~ '^[a-z0-9_]{1,40}$'),
+    added_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE @extschema@.federation_site IS
+    'At the centre: the cluster sites of the federation, by number (1 to 32767) and name';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_node', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_site', '');
+
+-- The ledger ids a site books: [site * 2^48, (site + 1) * 2^48), the centre's from 1.
+CREATE FUNCTION @extschema@.federation_id_range(site integer) RETURNS int8range
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
+                                (site::bigint + 1) * 281474976710656);
+COMMENT ON FUNCTION @extschema@.federation_id_range(integer) IS
+    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1';
+
+-- The site that booked a ledger row, from its id.
+CREATE FUNCTION @extschema@.federation_origin(entry_id bigint) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (entry_id / 281474976710656)::integer;
+COMMENT ON FUNCTION @extschema@.federation_origin(bigint) IS
+    'The federation site (0: the centre) that booked the ledger row with this id';
+
+-- The tables the centre publishes to every site as they are (inserts, updates, deletes):
+-- the reference data charging, check_submit and the site's reports read. The ledger is
+-- published apart, per site, with a row filter; rollups are derived where they are read;
+-- logs of scheduled runs (regulation_log, quarter_log) stay at the centre, which runs them;
+-- jobs and pending jobs stay at their site.
+CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
+                     '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
+                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user']::regclass[]
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
+    'The reference tables the centre publishes to every site (written at the centre only)';
+
+-- The rollups of replicated charges. Logical replication applies rows one by one with
+-- session_replication_role = replica, which fires neither the statement trigger
+-- ledger_roll_up nor any ordinary trigger. A row trigger enabled for replica sessions only
+-- (ENABLE REPLICA) notes each received charge's id in ledger_received; a deferred constraint
+-- trigger on that table rolls up, at the commit of the received transaction, every charge
+-- noted in it at once, with the statement trigger's own statements (set-based: a row-by-row
+-- rollup applied about 5 300 rows/s here, a third of what a site charges), and empties it.
+-- So every row is rolled up exactly once: by ledger_roll_up when booked here, by this pair
+-- when received.
+CREATE UNLOGGED TABLE @extschema@.ledger_received (
+    entry_id bigint PRIMARY KEY
+);
+COMMENT ON TABLE @extschema@.ledger_received IS
+    'Charges received by replication and not rolled up yet: filled and emptied within the receiving transaction';
+
+CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.kind = 'charge' THEN
+            INSERT INTO @extschema@.ledger_received (entry_id) VALUES (NEW.entry_id);
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): notes received charges';
+CREATE TRIGGER ledger_roll_up_replicated AFTER INSERT ON @extschema@.ledger
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
+-- Off until this database joins a federation (federation_prepare enables it for replica sessions).
+ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_roll_up_replicated;
+
+-- Fires once per noted charge at commit; the first firing rolls up all of them, empties the
+-- table and lowers the transaction's flag hpcacct.received_pending, so the others return at
+-- once (a charge noted after that raises it again). A probe of the table per firing instead
+-- was planned as a scan of it, which made a transaction of n charges cost n^2.
+-- The noted charges are read from the ledger by their key one by one (OFFSET 0 keeps the
+-- planner from joining them by a scan of the whole ledger, once per received transaction).
+-- Without JIT: the table is never analyzed (it is empty between transactions), the planner
+-- guesses thousands of rows, and compiling the plan cost 14 ms per received transaction.
+DO $do$
+DECLARE
+    received constant text := '(SELECT l.* FROM @extschema@.ledger_received r CROSS JOIN LATERAL '
+                              '(SELECT l.* FROM @extschema@.ledger l WHERE l.entry_id = r.entry_id OFFSET 0) l)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE FUNCTION @extschema@.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        IF pg_catalog.current_setting(''hpcacct.received_pending'', true) IS DISTINCT FROM ''on'' THEN\n'
+                          '            RETURN NULL;\n'
+                          '        END IF;\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        DELETE FROM @extschema@.ledger_received;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+END
+$do$;
+COMMENT ON FUNCTION @extschema@.roll_up_received() IS
+    'Deferred trigger of hpcacct.ledger_received: rolls up the charges received in the transaction, once';
+CREATE CONSTRAINT TRIGGER ledger_received_roll_up AFTER INSERT ON @extschema@.ledger_received
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.roll_up_received();
+-- The table is written only by the replica trigger above, in replica sessions: fire there too.
+ALTER TABLE @extschema@.ledger_received ENABLE ALWAYS TRIGGER ledger_received_roll_up;
+
+-- At a site, reference data is the centre's: a row written there would not reach the
+-- centre or the other sites, and the centre's own row of that key would later stop the
+-- site's replication on a conflict. A row trigger on each reference table refuses writes
+-- from the site's own sessions (HA013); rows applied by replication (replica sessions) pass.
+-- The triggers are created off and enabled at a site by federation_prepare.
+CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
+            USING ERRCODE = 'HA013',
+                  HINT = 'Make the change in the central database; it reaches every site by replication.';
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
+    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
+DO $do$
+DECLARE
+    tab regclass;
+BEGIN
+    FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+        EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE ON %s '
+                                  'FOR EACH ROW EXECUTE FUNCTION @extschema@.federation_refuse_local_write()', tab);
+        EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE TRIGGER federation_centre_only', tab);
+    END LOOP;
+END
+$do$;
+
+-- Makes this database the centre (site 0) or site `site`: checks that it can be, records
+-- it, narrows the ledger's id sequence to the site's range, and enables for replication the
+-- triggers that must fire for replicated rows. Idempotent. Called by the procedures below.
+CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        node   @extschema@.federation_node;
+        ids    constant int8range := @extschema@.federation_id_range(site);
+        seq    constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        stray  bigint;
+        filled boolean;
+        tab    regclass;
+    BEGIN
+        IF site IS NULL OR role IS NULL THEN
+            RAISE EXCEPTION 'site and role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF role NOT IN ('centre', 'site') OR (role = 'centre') <> (site = 0) OR site NOT BETWEEN 0 AND 32767 THEN
+            RAISE EXCEPTION 'invalid federation site % for role %', site, role
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The centre is site 0; cluster sites are numbered 1 to 32767.';
+        END IF;
+        SELECT * INTO node FROM @extschema@.federation_node;
+        IF FOUND AND (node.site <> site OR node.role <> role) THEN
+            RAISE EXCEPTION 'this database is already federation % %, not % %', node.role, node.site, role, site
+                USING ERRCODE = 'HA010', HINT = 'A database has one place in a federation.';
+        END IF;
+        IF NOT FOUND THEN
+            -- ids booked before: they must lie in the range, or they would collide with another site's
+            SELECT count(*) INTO stray FROM @extschema@.ledger l WHERE NOT ids @> l.entry_id;
+            IF stray > 0 THEN
+                RAISE EXCEPTION 'the ledger holds % entries outside site %''s id range %', stray, site, ids
+                    USING ERRCODE = 'HA011',
+                          HINT = CASE WHEN role = 'centre' THEN 'An existing database can become the centre only.'
+                                      ELSE 'A site joins with an empty ledger.' END;
+            END IF;
+            IF role = 'site' THEN
+                -- reference data comes from the centre; rows of its own would conflict with the copy
+                FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                    EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s)', tab) INTO filled;
+                    IF filled THEN
+                        RAISE EXCEPTION 'a joining site must not hold reference data: % has rows', tab
+                            USING ERRCODE = 'HA012',
+                                  HINT = 'Accounts, users, resources and settings are written at the centre; '
+                                         'join with the extension freshly created.';
+                    END IF;
+                END LOOP;
+            END IF;
+            INSERT INTO @extschema@.federation_node (site, role) VALUES (site, role);
+        END IF;
+
+        -- the ledger's ids: this site's range only (a sequence never wraps: it stops at the end)
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l
+                   WHERE l.entry_id >= pg_catalog.lower(ids) AND l.entry_id < pg_catalog.upper(ids)) THEN
+            EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START WITH %s', seq,
+                                      pg_catalog.lower(ids), pg_catalog.upper(ids) - 1, pg_catalog.lower(ids));
+        ELSE
+            EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START WITH %s RESTART WITH %s', seq,
+                                      pg_catalog.lower(ids), pg_catalog.upper(ids) - 1, pg_catalog.lower(ids),
+                                      pg_catalog.lower(ids));
+        END IF;
+
+        -- triggers that must fire for rows received: the rollups of replicated charges, and a
+        -- rebuild of the rollups when the time zone or half-life they depend on changes
+        ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
+        ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
+        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
+        -- at a site, the reference tables are written by replication only
+        IF role = 'site' THEN
+            FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER federation_centre_only', tab);
+            END LOOP;
+        END IF;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION @extschema@.federation_prepare(integer, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.federation_prepare(integer, text) IS
+    'Makes this database the federation centre (0) or a site: records it, narrows the ledger ids to its range, '
+    'enables the triggers replicated rows need; idempotent';
+
+-- Whether a logical replication slot exists in this cluster.
+CREATE FUNCTION @extschema@.federation_slot_exists(slot text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
+COMMENT ON FUNCTION @extschema@.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
+
+-- The procedures below create publications, replication slots and subscriptions. A slot
+-- cannot be created in a transaction that has written anything, and CREATE SUBSCRIPTION
+-- cannot create its slot on the publisher from inside a function or transaction block. So
+-- each slot is created by the side that publishes, right after a COMMIT, and subscriptions
+-- are created with create_slot = false on the slot made for them. That makes them
+-- procedures: CALL them as a superuser, outside a transaction block. PostgreSQL forbids
+-- COMMIT in a procedure with a SET clause, so instead of SET search_path each pins it with
+-- set_config(…, true) first thing and again after every COMMIT (which ends the setting),
+-- before any operator is resolved; pgTAP `privileges` checks that they do.
+
+-- At the centre: publish to site `site` (number 1..32767) named `name`. Creates the
+-- publication of the reference tables (shared by every site), the publication of the ledger
+-- rows site `site` receives (every origin but its own) and the slot its subscription will
+-- use. Idempotent. Then, at the site: federation_join(); and again at the centre:
+-- federation_subscribe(), which subscribes to the site's charges.
+CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids    int8range;
+        pub    text;
+        known  @extschema@.federation_site;
+        tables text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR name IS NULL THEN
+            RAISE EXCEPTION 'site and name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF site NOT BETWEEN 1 AND 32767 OR name !~ '^[a-z0-9_]{1,40}$' THEN
+            RAISE EXCEPTION 'invalid site % "%"', site, name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Sites are numbered 1 to 32767 and named with 1 to 40 of a-z, 0-9 and _.';
+        END IF;
+        PERFORM @extschema@.federation_prepare(0, 'centre');
+        SELECT * INTO known FROM @extschema@.federation_site s WHERE s.site = federation_publish.site OR s.name = federation_publish.name;
+        IF FOUND AND (known.site <> federation_publish.site OR known.name <> federation_publish.name) THEN
+            RAISE EXCEPTION 'site % "%" conflicts with site % "%"', site, name, known.site, known.name
+                USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.federation_site (site, name) VALUES (site, name) ON CONFLICT DO NOTHING;
+
+        SELECT pg_catalog.string_agg(t::text, ', ') INTO tables
+        FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = 'hpcacct_fed_reference') THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION hpcacct_fed_reference FOR TABLE %s '
+                                      'WITH (publish = ''insert, update, delete'')', tables);
+        ELSE
+            EXECUTE pg_catalog.format('ALTER PUBLICATION hpcacct_fed_reference SET TABLE %s', tables);
+        END IF;
+
+        ids := @extschema@.federation_id_range(site);
+        pub := 'hpcacct_fed_c2s_' || site;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
+                                      'WHERE (entry_id < %s OR entry_id >= %s) WITH (publish = ''insert'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT @extschema@.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_publish(integer, text) FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.federation_publish(integer, text) IS
+    'At the centre: publish reference data and the other sites'' ledger rows to site N, with its slot; idempotent';
+
+-- At site `site`: join the federation whose centre is reached with `centre_conninfo`
+-- (after federation_publish(site, …) there). Checks that this database may join (empty
+-- reference tables and ledger, HA012 / HA011), numbers its ledger from site * 2^48,
+-- publishes its own ledger rows and creates the slot the centre will subscribe with, then
+-- subscribes to the centre. Idempotent: a second call updates the connection string.
+CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids  int8range;
+        pub  text;
+        sub  text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR centre_conninfo IS NULL THEN
+            RAISE EXCEPTION 'site and centre_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        pub := 'hpcacct_fed_s2c_' || site;
+        sub := 'hpcacct_fed_c2s_' || site;
+        IF site NOT BETWEEN 1 AND 32767 THEN
+            RAISE EXCEPTION 'invalid site %', site
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Sites are numbered 1 to 32767; the centre is 0.';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+            -- joined before: the checks of an empty site no longer apply
+            PERFORM @extschema@.federation_prepare(site, 'site');
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            RETURN;
+        END IF;
+        PERFORM @extschema@.federation_prepare(site, 'site');
+        ids := @extschema@.federation_id_range(site);
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
+                                      'WHERE (entry_id >= %s AND entry_id < %s) WITH (publish = ''insert'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT @extschema@.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- the centre made the slot for this subscription in federation_publish()
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
+                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
+                                  sub, centre_conninfo, sub, sub);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_join(integer, text) FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.federation_join(integer, text) IS
+    'At a cluster site: join the federation (ledger ids from site * 2^48, publish own charges, subscribe to the '
+    'centre); idempotent';
+
+-- At the centre, after federation_join() at the site: subscribe to site `site`'s own ledger
+-- rows (its charges), reached with `site_conninfo`, on the slot the site created. Idempotent.
+CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        sub text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR site_conninfo IS NULL THEN
+            RAISE EXCEPTION 'site and site_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        sub := 'hpcacct_fed_s2c_' || site;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.federation_site s WHERE s.site = federation_subscribe.site)
+           OR NOT EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'centre') THEN
+            RAISE EXCEPTION 'site % is not published from this database', site
+                USING ERRCODE = 'undefined_object', HINT = 'Run CALL hpcacct.federation_publish(site, name) first.';
+        END IF;
+        PERFORM @extschema@.federation_prepare(0, 'centre');
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local)', sub);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            RETURN;
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- synchronous_commit = local: the centre relays what it applies to the other sites, and
+        -- a walsender sends only flushed WAL; applied asynchronously (the default), a site's
+        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
+                                  'WITH (create_slot = false, slot_name = %L, copy_data = true, '
+                                  'synchronous_commit = local)',
+                                  sub, site_conninfo, sub, sub);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_subscribe(integer, text) FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.federation_subscribe(integer, text) IS
+    'At the centre: subscribe to a site''s charges (after federation_join there); idempotent';
+
+-- Per link of this database: the site at the other end, whether rows come in ('from') or go
+-- out ('to'), whether the link is connected, the last ledger row here that the site booked
+-- (for incoming links), the lag of the last row the receiver confirmed (outgoing links, from
+-- the sending side) and the WAL not yet confirmed by the receiver, in bytes: rows pending
+-- are somewhere in it (the exact count is only known at the other end).
+CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
+    WITH links AS (
+        SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
+               s.subname AS link, 'from' AS direction, s.subenabled AS enabled
+        FROM pg_catalog.pg_subscription s
+        WHERE s.subname ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+        UNION ALL
+        SELECT (pg_catalog.regexp_match(r.slot_name::text, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer,
+               r.slot_name::text, 'to', true
+        FROM pg_catalog.pg_replication_slots r
+        WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$' AND r.database = pg_catalog.current_database()
+    )
+    SELECT CASE WHEN k.link ~ '^hpcacct_fed_c2s_' AND n.role = 'site' THEN 0 ELSE k.link_site END AS site,
+           k.direction, k.link, k.enabled,
+           CASE WHEN k.direction = 'from'
+                THEN EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st
+                             WHERE st.subname = k.link AND st.relid IS NULL AND st.pid IS NOT NULL)
+                ELSE EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link AND r.active)
+           END AS connected,
+           last.entry_id AS last_entry_id, last.booked_at AS last_booked_at,
+           CASE WHEN k.direction = 'from'
+                THEN (SELECT st.last_msg_receipt_time FROM pg_catalog.pg_stat_subscription st
+                      WHERE st.subname = k.link AND st.relid IS NULL) END AS last_message_at,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.max(sr.replay_lag) FROM pg_catalog.pg_stat_replication sr
+                      WHERE sr.application_name = k.link) END AS lag,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
+                      FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes
+    FROM links k
+    LEFT JOIN @extschema@.federation_node n ON true
+    LEFT JOIN LATERAL (
+        SELECT @extschema@.federation_id_range(
+                   CASE WHEN k.link ~ '^hpcacct_fed_c2s_' AND n.role = 'site' THEN 0 ELSE k.link_site END) AS ids
+    ) r ON true
+    LEFT JOIN LATERAL (
+        SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l
+        WHERE k.direction = 'from'
+          AND l.entry_id >= pg_catalog.lower(r.ids) AND l.entry_id < pg_catalog.upper(r.ids)
+        ORDER BY l.entry_id DESC LIMIT 1
+    ) last ON true;
+COMMENT ON VIEW @extschema@.federation_status IS
+    'Per federation link of this database: the site at the other end, direction, connected, the last ledger row '
+    'received from it, the lag and unconfirmed WAL of outgoing links';
+-- what setup_roles() grants, on the objects above
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.federation_node, @extschema@.federation_site,
+                                                @extschema@.ledger_received, @extschema@.federation_status
+            TO hpcacct_admin;
+        GRANT EXECUTE ON FUNCTION @extschema@.federation_id_range(integer), @extschema@.federation_origin(bigint),
+                                  @extschema@.federation_reference_tables(), @extschema@.note_replicated_charge(),
+                                  @extschema@.roll_up_received(), @extschema@.federation_prepare(integer, text),
+                                  @extschema@.federation_slot_exists(text), @extschema@.federation_refuse_local_write()
+            TO hpcacct_admin;
+        GRANT EXECUTE ON PROCEDURE @extschema@.federation_publish(integer, text),
+                                   @extschema@.federation_join(integer, text),
+                                   @extschema@.federation_subscribe(integer, text)
+            TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.federation_node, @extschema@.federation_site, @extschema@.ledger_received,
+                        @extschema@.federation_status
+            TO hpcacct_portal;
+    END IF;
+END
+$do$;
+-- end of federation (issue 17)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -3634,6 +4130,282 @@ CREATE OR REPLACE FUNCTION @extschema@.grant_submit_role() RETURNS void
     $$;
 COMMENT ON FUNCTION @extschema@.grant_submit_role() IS
     'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
+CREATE OR REPLACE FUNCTION @extschema@.federation_id_range(site integer) RETURNS int8range
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
+                                (site::bigint + 1) * 281474976710656);
+COMMENT ON FUNCTION @extschema@.federation_id_range(integer) IS
+    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1';
+CREATE OR REPLACE FUNCTION @extschema@.federation_origin(entry_id bigint) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN (entry_id / 281474976710656)::integer;
+COMMENT ON FUNCTION @extschema@.federation_origin(bigint) IS
+    'The federation site (0: the centre) that booked the ledger row with this id';
+CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
+                     '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
+                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user']::regclass[]
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
+    'The reference tables the centre publishes to every site (written at the centre only)';
+CREATE OR REPLACE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.kind = 'charge' THEN
+            INSERT INTO @extschema@.ledger_received (entry_id) VALUES (NEW.entry_id);
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): notes received charges';
+COMMENT ON FUNCTION @extschema@.roll_up_received() IS
+    'Deferred trigger of hpcacct.ledger_received: rolls up the charges received in the transaction, once';
+CREATE OR REPLACE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
+            USING ERRCODE = 'HA013',
+                  HINT = 'Make the change in the central database; it reaches every site by replication.';
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
+    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
+CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        node   @extschema@.federation_node;
+        ids    constant int8range := @extschema@.federation_id_range(site);
+        seq    constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        stray  bigint;
+        filled boolean;
+        tab    regclass;
+    BEGIN
+        IF site IS NULL OR role IS NULL THEN
+            RAISE EXCEPTION 'site and role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF role NOT IN ('centre', 'site') OR (role = 'centre') <> (site = 0) OR site NOT BETWEEN 0 AND 32767 THEN
+            RAISE EXCEPTION 'invalid federation site % for role %', site, role
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The centre is site 0; cluster sites are numbered 1 to 32767.';
+        END IF;
+        SELECT * INTO node FROM @extschema@.federation_node;
+        IF FOUND AND (node.site <> site OR node.role <> role) THEN
+            RAISE EXCEPTION 'this database is already federation % %, not % %', node.role, node.site, role, site
+                USING ERRCODE = 'HA010', HINT = 'A database has one place in a federation.';
+        END IF;
+        IF NOT FOUND THEN
+            -- ids booked before: they must lie in the range, or they would collide with another site's
+            SELECT count(*) INTO stray FROM @extschema@.ledger l WHERE NOT ids @> l.entry_id;
+            IF stray > 0 THEN
+                RAISE EXCEPTION 'the ledger holds % entries outside site %''s id range %', stray, site, ids
+                    USING ERRCODE = 'HA011',
+                          HINT = CASE WHEN role = 'centre' THEN 'An existing database can become the centre only.'
+                                      ELSE 'A site joins with an empty ledger.' END;
+            END IF;
+            IF role = 'site' THEN
+                -- reference data comes from the centre; rows of its own would conflict with the copy
+                FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                    EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s)', tab) INTO filled;
+                    IF filled THEN
+                        RAISE EXCEPTION 'a joining site must not hold reference data: % has rows', tab
+                            USING ERRCODE = 'HA012',
+                                  HINT = 'Accounts, users, resources and settings are written at the centre; '
+                                         'join with the extension freshly created.';
+                    END IF;
+                END LOOP;
+            END IF;
+            INSERT INTO @extschema@.federation_node (site, role) VALUES (site, role);
+        END IF;
+
+        -- the ledger's ids: this site's range only (a sequence never wraps: it stops at the end)
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l
+                   WHERE l.entry_id >= pg_catalog.lower(ids) AND l.entry_id < pg_catalog.upper(ids)) THEN
+            EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START WITH %s', seq,
+                                      pg_catalog.lower(ids), pg_catalog.upper(ids) - 1, pg_catalog.lower(ids));
+        ELSE
+            EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START WITH %s RESTART WITH %s', seq,
+                                      pg_catalog.lower(ids), pg_catalog.upper(ids) - 1, pg_catalog.lower(ids),
+                                      pg_catalog.lower(ids));
+        END IF;
+
+        -- triggers that must fire for rows received: the rollups of replicated charges, and a
+        -- rebuild of the rollups when the time zone or half-life they depend on changes
+        ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
+        ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
+        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
+        -- at a site, the reference tables are written by replication only
+        IF role = 'site' THEN
+            FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER federation_centre_only', tab);
+            END LOOP;
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_prepare(integer, text) IS
+    'Makes this database the federation centre (0) or a site: records it, narrows the ledger ids to its range, '
+    'enables the triggers replicated rows need; idempotent';
+CREATE OR REPLACE FUNCTION @extschema@.federation_slot_exists(slot text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
+COMMENT ON FUNCTION @extschema@.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
+CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids    int8range;
+        pub    text;
+        known  @extschema@.federation_site;
+        tables text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR name IS NULL THEN
+            RAISE EXCEPTION 'site and name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF site NOT BETWEEN 1 AND 32767 OR name !~ '^[a-z0-9_]{1,40}$' THEN
+            RAISE EXCEPTION 'invalid site % "%"', site, name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Sites are numbered 1 to 32767 and named with 1 to 40 of a-z, 0-9 and _.';
+        END IF;
+        PERFORM @extschema@.federation_prepare(0, 'centre');
+        SELECT * INTO known FROM @extschema@.federation_site s WHERE s.site = federation_publish.site OR s.name = federation_publish.name;
+        IF FOUND AND (known.site <> federation_publish.site OR known.name <> federation_publish.name) THEN
+            RAISE EXCEPTION 'site % "%" conflicts with site % "%"', site, name, known.site, known.name
+                USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.federation_site (site, name) VALUES (site, name) ON CONFLICT DO NOTHING;
+
+        SELECT pg_catalog.string_agg(t::text, ', ') INTO tables
+        FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = 'hpcacct_fed_reference') THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION hpcacct_fed_reference FOR TABLE %s '
+                                      'WITH (publish = ''insert, update, delete'')', tables);
+        ELSE
+            EXECUTE pg_catalog.format('ALTER PUBLICATION hpcacct_fed_reference SET TABLE %s', tables);
+        END IF;
+
+        ids := @extschema@.federation_id_range(site);
+        pub := 'hpcacct_fed_c2s_' || site;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
+                                      'WHERE (entry_id < %s OR entry_id >= %s) WITH (publish = ''insert'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT @extschema@.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.federation_publish(integer, text) IS
+    'At the centre: publish reference data and the other sites'' ledger rows to site N, with its slot; idempotent';
+CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids  int8range;
+        pub  text;
+        sub  text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR centre_conninfo IS NULL THEN
+            RAISE EXCEPTION 'site and centre_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        pub := 'hpcacct_fed_s2c_' || site;
+        sub := 'hpcacct_fed_c2s_' || site;
+        IF site NOT BETWEEN 1 AND 32767 THEN
+            RAISE EXCEPTION 'invalid site %', site
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Sites are numbered 1 to 32767; the centre is 0.';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+            -- joined before: the checks of an empty site no longer apply
+            PERFORM @extschema@.federation_prepare(site, 'site');
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            RETURN;
+        END IF;
+        PERFORM @extschema@.federation_prepare(site, 'site');
+        ids := @extschema@.federation_id_range(site);
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
+                                      'WHERE (entry_id >= %s AND entry_id < %s) WITH (publish = ''insert'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT @extschema@.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- the centre made the slot for this subscription in federation_publish()
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
+                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
+                                  sub, centre_conninfo, sub, sub);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.federation_join(integer, text) IS
+    'At a cluster site: join the federation (ledger ids from site * 2^48, publish own charges, subscribe to the '
+    'centre); idempotent';
+CREATE OR REPLACE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        sub text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR site_conninfo IS NULL THEN
+            RAISE EXCEPTION 'site and site_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        sub := 'hpcacct_fed_s2c_' || site;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.federation_site s WHERE s.site = federation_subscribe.site)
+           OR NOT EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'centre') THEN
+            RAISE EXCEPTION 'site % is not published from this database', site
+                USING ERRCODE = 'undefined_object', HINT = 'Run CALL hpcacct.federation_publish(site, name) first.';
+        END IF;
+        PERFORM @extschema@.federation_prepare(0, 'centre');
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local)', sub);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            RETURN;
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- synchronous_commit = local: the centre relays what it applies to the other sites, and
+        -- a walsender sends only flushed WAL; applied asynchronously (the default), a site's
+        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
+                                  'WITH (create_slot = false, slot_name = %L, copy_data = true, '
+                                  'synchronous_commit = local)',
+                                  sub, site_conninfo, sub, sub);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.federation_subscribe(integer, text) IS
+    'At the centre: subscribe to a site''s charges (after federation_join there); idempotent';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

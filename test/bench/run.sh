@@ -8,6 +8,7 @@
 #   ANCHOR=date   the site's "today" (default: today); jobs end before it, 3 years back
 #   CHECK=1       also check that every fast path agrees with its reference (exit 1 if not)
 #   CASES=regex   run only the case groups whose name matches (e.g. CASES='^(tc|ingest)')
+#   FEDERATION=0  skip the federation bench (test/federation/bench.sh: a centre and two sites)
 #
 # Quick mode (what `make test` can run): JOBS=20000 RUNS=1 test/bench/run.sh
 set -euo pipefail
@@ -21,3 +22,5 @@ flock /tmp/hpcacct.lock make -s PG_CONFIG=$PG_CONFIG install >/dev/null
 
 export JOBS=${JOBS:-1000000} SEED=${SEED:-42} RUNS=${RUNS:-5}
 test/scripts/with-cluster.sh bench test/bench/driver.sh
+# Several clusters: charging at a site with replication on against off, and the lag at that rate
+if [ "${FEDERATION:-1}" = 1 ]; then test/federation/bench.sh; fi

@@ -62,13 +62,16 @@ HPCACCT_TALLY=$tally test/slurm/smoke.sh || true
 # a PostgreSQL cluster and a Slurm of its own, both removed after ---
 HPCACCT_TALLY=$tally test/slurm/enforce.sh || true
 
+# --- federation: a centre and two cluster sites, three clusters of their own (test/federation) ---
+HPCACCT_TALLY=$tally PG_CONFIG=$PG_CONFIG test/federation/run.sh || true
+
 passed=$(awk '{p += $2} END {print p + 0}' "$tally")
 failed=$(awk '{f += $3} END {print f + 0}' "$tally")
 echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade bench slurm enforce; do
+for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade bench slurm enforce federation; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

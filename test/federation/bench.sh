@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# test/federation/bench.sh: charging speed at a site with replication on against off, and the
+# lag at that rate. Four clusters on this machine: a federation (centre, sites alpha and beta,
+# wal_level logical) and `solo`, a database without federation in a cluster with the default
+# wal_level (replica). The same jobs are loaded at alpha and at solo in turn, ROUNDS times:
+# BATCHES statements of BATCH jobs each (a loader's COPYs), then SINGLES statements of one
+# job each. After each federated load the bench measures how long the last job takes to reach
+# the centre and beta (the lag at the end of a load at that rate). Timings are printed, never
+# asserted. On a machine with more than one core, alpha and solo (and the loader's psql) run
+# on the first core and the centre and beta on the others (taskset), standing for separate
+# machines: otherwise the centre's and beta's apply would take their CPU from alpha's loader.
+# PIN=0 leaves every cluster on every core.
+set -euo pipefail
+BATCH=${BATCH:-5000} BATCHES=${BATCHES:-10} SINGLES=${SINGLES:-1000} ROUNDS=${ROUNDS:-2}
+if [ "${PIN:-1}" = 1 ] && [ "$(nproc)" -gt 1 ] && command -v taskset >/dev/null; then
+    export CPUS_alpha=0 CPUS_solo=0 CPUS_centre=1-$(($(nproc) - 1)) CPUS_beta=1-$(($(nproc) - 1))
+    pin_loader=(taskset -c 0)
+else
+    pin_loader=()
+fi
+. "$(dirname "$0")/lib.sh"
+trap 'rc=$?; stop_all; [ $rc -ne 0 ] && show_logs; remove_all; exit $rc' EXIT
+trap 'exit 130' INT TERM
+
+start_node centre; start_node alpha; start_node beta; start_node solo replica
+for node in centre alpha beta solo; do
+    psql "$(conninfo "$node" postgres)" -XAtq -c "CREATE DATABASE hpc"
+    q "$node" "CREATE EXTENSION hpcacct CASCADE" >/dev/null 2>&1
+done
+q centre "$reference_sql" >/dev/null
+q solo "$reference_sql" >/dev/null
+federate centre alpha beta
+q alpha "SELECT create_job_table()" >/dev/null; q solo "SELECT create_job_table()" >/dev/null
+ref=$(q centre "SELECT count(*) FROM ledger")
+[ "$(wait_for alpha "SELECT count(*) FROM ledger" "$ref")" -ge 0 ]
+[ "$(wait_for beta "SELECT count(*) FROM ledger" "$ref")" -ge 0 ]
+
+next=1
+load() {  # load NODE FIRST: BATCHES statements of BATCH jobs from FIRST; prints the ms taken
+    local t0 i; t0=$(now_ms)
+    for i in $(seq 0 $((BATCHES - 1))); do
+        "${pin_loader[@]}" psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" \
+            -c "$(jobs_sql alpha $(($2 + i * BATCH)) $(($2 + (i + 1) * BATCH - 1)))" >/dev/null || return 1
+    done
+    echo $(( $(now_ms) - t0 ))
+}
+load_singles() {  # load_singles NODE FIRST: SINGLES statements of one job each, in one session
+    local t0 i; t0=$(now_ms)
+    for i in $(seq 0 $((SINGLES - 1))); do
+        jobs_sql alpha $(($2 + i)) $(($2 + i)); echo ";"
+    done | "${pin_loader[@]}" psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" -f - >/dev/null || return 1
+    echo $(( $(now_ms) - t0 ))
+}
+arrival() {  # arrival: ms until the centre and beta hold all of alpha's rows (alpha's count of them)
+    local own; own=$(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1")
+    local c b
+    c=$(wait_for centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1" "$own")
+    b=$(wait_for beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1" "$own")
+    echo "$c $((c + b))"
+}
+# CPU time (ms) the processes of a node's cluster have used so far: the postmaster, its live
+# children and the children it has reaped (backends of finished connections). Unlike the
+# elapsed time, it does not depend on what else the machine runs.
+cluster_cpu() {
+    local pm; pm=$(head -1 "$(nodedir "$1")/data/postmaster.pid")
+    local pids; pids="$pm $(ps -o pid= --ppid "$pm" | tr '\n' ' ')"
+    local ticks=0 pid f
+    for pid in $pids; do
+        [ -r "/proc/$pid/stat" ] || continue
+        # fields after the command: 14 utime, 15 stime, 16 cutime, 17 cstime (children's only for the postmaster)
+        f=$(sed 's/^.*) //' "/proc/$pid/stat")
+        if [ "$pid" = "$pm" ]; then ticks=$((ticks + $(awk '{print $12 + $13 + $14 + $15}' <<<"$f")))
+        else ticks=$((ticks + $(awk '{print $12 + $13}' <<<"$f"))); fi
+    done
+    echo $((ticks * 1000 / $(getconf CLK_TCK)))
+}
+rate() { awk -v n="$1" -v ms="$2" 'BEGIN { printf "%.0f", n * 1000 / ms }'; }
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+printf '%-36s %7s %9s %9s %6s %12s %12s %7s %7s %6s\n' case jobs "off job/s" "on job/s" on/off \
+    "lag centre" "lag beta" "off cpu" "on cpu" off/on
+row() {  # row CASE JOBS OFF_MS ON_MS LAG_CENTRE LAG_BETA OFF_CPU_MS ON_CPU_MS
+    printf '%-36s %7d %9s %9s %6s %9s ms %9s ms %5s ms %5s ms %6s\n' "$1" "$2" "$(rate "$2" "$3")" "$(rate "$2" "$4")" \
+        "$(ratio "$3" "$4")" "$5" "$6" "$7" "$8" "$(ratio "$7" "$8")"
+}
+for round in $(seq 1 "$ROUNDS"); do
+    n=$((BATCH * BATCHES))
+    c0=$(cluster_cpu solo); off=$(load solo $next); c1=$(cluster_cpu solo)
+    a0=$(cluster_cpu alpha); on=$(load alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
+    next=$((next + n))
+    row "batches of $BATCH (round $round)" "$n" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0))
+    c0=$(cluster_cpu solo); off=$(load_singles solo $next); c1=$(cluster_cpu solo)
+    a0=$(cluster_cpu alpha); on=$(load_singles alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
+    next=$((next + SINGLES))
+    row "one job per statement (round $round)" "$SINGLES" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0))
+done
+echo "off cpu / on cpu: CPU time of the site's whole cluster for the load (for alpha until the centre and beta have it)"
+# the centre's apply alone: how fast it rolls up what a site sends (no loader running)
+q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 DISABLE" >/dev/null
+n=$((BATCH * BATCHES)); load alpha $next >/dev/null; next=$((next + n))
+t0=$(now_ms); q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 ENABLE" >/dev/null
+read -r lc lb <<<"$(arrival)"
+echo "centre's apply of $n jobs queued while its subscription was disabled: $lc ms ($(rate $n "$lc") rows/s)"
+for node in centre alpha beta; do
+    is_eq=$(q "$node" "SELECT count(*) FROM (SELECT account, sum(amount) FROM ledger WHERE kind = 'charge' GROUP BY 1 EXCEPT SELECT account, sum(amount) FROM charge_rollup GROUP BY 1) x")
+    echo "$node: accounts whose rollup differs from the ledger: $is_eq"
+done
