@@ -120,6 +120,9 @@ CREATE PROCEDURE @extschema@.setup_roles()
             GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
         END IF;
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- a portal user keeps their own contact row (its policy admits no other)
+        GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
+            ON @extschema@.contact TO hpcacct_portal;
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
