@@ -9,6 +9,8 @@
 -- nothing new. Two states no procedure records -- the sliding-window quota state and a
 -- quarter balance below a site threshold -- are compared with what was last notified by
 -- notify_scan(). The sender (hpcacct-notify) delivers the outbox over SMTP.
+-- Nothing here runs with the owner's rights: the procedures that decide, notify_scan() and
+-- the sender are the administrators' (hpcacct_admin), who may write the outbox.
 -- ---------------------------------------------------------------------------------------
 
 -- ---- contacts --------------------------------------------------------------------------
@@ -104,7 +106,6 @@ CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account te
                                        also text[] DEFAULT '{}')
     RETURNS bigint
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -148,7 +149,6 @@ COMMENT ON FUNCTION @extschema@.notify_number(numeric) IS 'A figure as messages 
 
 CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -228,7 +228,6 @@ CREATE TRIGGER notify_regulation AFTER INSERT ON @extschema@.regulation_log
 
 CREATE FUNCTION @extschema@.notify_quarter() RETURNS trigger
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -274,7 +273,6 @@ CREATE TRIGGER notify_quarter AFTER INSERT ON @extschema@.quarter_log
 
 CREATE FUNCTION @extschema@.notify_hold() RETURNS trigger
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -341,7 +339,6 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.balance_threshold', '');
 
 CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -455,7 +452,6 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
@@ -498,7 +494,6 @@ COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
 
 CREATE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURNS boolean
     LANGUAGE sql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH s AS (
@@ -517,7 +512,6 @@ CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome
                                           retry_max interval DEFAULT '1 hour')
     RETURNS boolean
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE

@@ -845,7 +845,6 @@ CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account te
                                        also text[] DEFAULT '{}')
     RETURNS bigint
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -889,7 +888,6 @@ COMMENT ON FUNCTION @extschema@.notify_number(numeric) IS 'A figure as messages 
 
 CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -969,7 +967,6 @@ CREATE TRIGGER notify_regulation AFTER INSERT ON @extschema@.regulation_log
 
 CREATE FUNCTION @extschema@.notify_quarter() RETURNS trigger
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -1015,7 +1012,6 @@ CREATE TRIGGER notify_quarter AFTER INSERT ON @extschema@.quarter_log
 
 CREATE FUNCTION @extschema@.notify_hold() RETURNS trigger
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -1082,7 +1078,6 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.balance_threshold', '');
 
 CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -1196,7 +1191,6 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
@@ -1239,7 +1233,6 @@ COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
 
 CREATE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURNS boolean
     LANGUAGE sql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH s AS (
@@ -1258,7 +1251,6 @@ CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome
                                           retry_max interval DEFAULT '1 hour')
     RETURNS boolean
     LANGUAGE plpgsql
-    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
