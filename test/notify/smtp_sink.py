@@ -1,0 +1,42 @@
+#!/usr/bin/python3
+"""SMTP sink for test/notify/run.sh: accepts every message on 127.0.0.1:PORT and writes it,
+once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"). The file
+is written before the server answers the final ".": from then on the server "has" it, as
+a real MTA would. --delay waits before that answer, so that a sender killed in between
+leaves a message the server has but the sender never heard of. Test use only."""
+import argparse, asyncio, itertools, os, signal, threading, time
+from aiosmtpd.controller import Controller
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--port', type=int, required=True)
+parser.add_argument('--dir', required=True)
+parser.add_argument('--delay', type=float, default=0.0)
+args = parser.parse_args()
+counter = itertools.count(1)
+lock = threading.Lock()
+
+class Sink:
+    async def handle_DATA(self, server, session, envelope):
+        data = envelope.original_content or envelope.content
+        if isinstance(data, str):
+            data = data.encode('utf-8')
+        for rcpt in envelope.rcpt_tos:
+            with lock:
+                n = next(counter)
+            tmp = os.path.join(args.dir, '.%d-%d.tmp' % (os.getpid(), n))
+            with open(tmp, 'wb') as f:
+                f.write(b'X-Envelope-To: ' + rcpt.encode() + b'\r\n' + data)
+            os.rename(tmp, os.path.join(args.dir, '%d-%06d.eml' % (os.getpid(), n)))
+        if args.delay:
+            await asyncio.sleep(args.delay)
+        return '250 Message accepted'
+
+controller = Controller(Sink(), hostname='127.0.0.1', port=args.port)
+controller.start()
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *a: stop.set())
+signal.signal(signal.SIGINT, lambda *a: stop.set())
+print('ready', flush=True)
+while not stop.wait(0.5):
+    pass
+controller.stop()
