@@ -232,3 +232,6 @@ arrived_uncertain=$(comm -12 <(sql -c "SELECT '<hpcacct.' || message_id || '.' |
 echo "# $uncertain uncertain deliveries (killed between 'sending' and the server's answer), $arrived_uncertain of them arrived"
 is "$(( $(arrivals | wc -l) ))" "$(( $(count_state delivered) + arrived_uncertain ))" \
    "the server holds exactly the delivered ones and the uncertain ones it got"
+
+# ---- monthly statements in a real browser ----
+. test/notify/statements.sh
