@@ -324,8 +324,11 @@ Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
     if (rc == CURLE_OK) return {"delivered", ""};
     if (up.lease_lost) return {"", "lease lost to another sender"};
     if (!up.committed) {
-        // Nothing reached the point of no return: the server has no message.
-        if (code >= 500 && code < 600) return {"failed", what};
+        // Nothing reached the point of no return: the server has no message. Only a
+        // permanent refusal of this recipient fails it; anything else (the server down, a
+        // refused login or sender, TLS) is the server's or the configuration's and retried.
+        if (rc == CURLE_SEND_ERROR && code >= 500 && code < 600 && std::strncmp(errbuf, "RCPT failed", 11) == 0)
+            return {"failed", what};
         return {"retry", what};
     }
     // After 'sending': only an explicit answer to the final "." says it was not taken.

@@ -233,5 +233,25 @@ echo "# $uncertain uncertain deliveries (killed between 'sending' and the server
 is "$(( $(arrivals | wc -l) ))" "$(( $(count_state delivered) + arrived_uncertain ))" \
    "the server holds exactly the delivered ones and the uncertain ones it got"
 
+# ---- AUTH, a refused login, a refused recipient ----
+stop_sink
+start_sink_with() { $python test/notify/smtp_sink.py --port "$port" --dir "$mail" "$@" >"$work/sink.log" 2>&1 &
+                    sink_pid=$!
+                    for _ in $(seq 50); do grep -q ready "$work/sink.log" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+start_sink_with --auth 'hpcmail:s3cret' --refuse 'gone@lab0.example' || exit 1
+before=$(arrivals | wc -l)
+sql -c "INSERT INTO hpcacct.hpc_user VALUES ('gone')" -c "INSERT INTO hpcacct.contact (username, email) VALUES ('gone', 'gone@lab0.example')" \
+    -c "SELECT hpcacct.outbox_add('balance_low', 'auth/test', NULL, 'auth test', 'figures: 42', '{}', false, ARRAY['u1', 'gone'])" >/dev/null
+HPCACCT_NOTIFY_SMTP_USER=hpcmail HPCACCT_NOTIFY_SMTP_PASSWORD=wrong "$sender" --config "$work/notify.conf" --once 2>"$work/auth.log"
+is "$(sql -c "SELECT string_agg(state, ',' ORDER BY address) FROM hpcacct.outbox_status WHERE subject = 'auth test'")" "pending,pending" \
+   "a refused login loses nothing: both deliveries wait for a retry"
+grep -q -i 'login denied\|535' "$work/auth.log"; ok $? "and the log says why" "$(tail -2 "$work/auth.log")"
+sleep 1.5
+HPCACCT_NOTIFY_SMTP_USER=hpcmail HPCACCT_NOTIFY_SMTP_PASSWORD=s3cret "$sender" --config "$work/notify.conf" --once 2>>"$work/auth.log"
+is "$(sql -c "SELECT string_agg(address || ' ' || state, ',' ORDER BY address) FROM hpcacct.outbox_status WHERE subject = 'auth test'")" \
+   "gone@lab0.example failed,u1@lab1.example delivered" \
+   "with the right password it is delivered; a recipient the server refuses (550) fails for good"
+is "$(( $(arrivals | wc -l) - before ))" 1 "the server got the one message"
+
 # ---- monthly statements in a real browser ----
 . test/notify/statements.sh

@@ -1,21 +1,31 @@
 #!/usr/bin/python3
 """SMTP sink for test/notify/run.sh: accepts every message on 127.0.0.1:PORT and writes it,
-once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"). The file
+once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"); --auth
+requires a login, --refuse answers RCPT TO of an address with 550. The file
 is written before the server answers the final ".": from then on the server "has" it, as
 a real MTA would. --delay waits before that answer, so that a sender killed in between
 leaves a message the server has but the sender never heard of. Test use only."""
 import argparse, asyncio, itertools, os, signal, threading, time
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--port', type=int, required=True)
 parser.add_argument('--dir', required=True)
 parser.add_argument('--delay', type=float, default=0.0)
+parser.add_argument('--auth', help='LOGIN:PASSWORD: require AUTH (without TLS: test use only)')
+parser.add_argument('--refuse', action='append', default=[], help='answer RCPT TO of this address with 550')
 args = parser.parse_args()
 counter = itertools.count(1)
 lock = threading.Lock()
 
 class Sink:
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in args.refuse:
+            return '550 5.1.1 No such user here'
+        envelope.rcpt_tos.append(address)
+        return '250 OK'
+
     async def handle_DATA(self, server, session, envelope):
         data = envelope.original_content or envelope.content
         if isinstance(data, str):
@@ -31,7 +41,15 @@ class Sink:
             await asyncio.sleep(args.delay)
         return '250 Message accepted'
 
-controller = Controller(Sink(), hostname='127.0.0.1', port=args.port)
+def authenticator(server, session, envelope, mechanism, auth_data):
+    ok = (args.auth is not None and isinstance(auth_data, LoginPassword)
+          and auth_data.login.decode() + ':' + auth_data.password.decode() == args.auth)
+    return AuthResult(success=ok, handled=False)  # handled=False: a failure answers 535
+
+extra = {}
+if args.auth:
+    extra = dict(authenticator=authenticator, auth_required=True, auth_require_tls=False)
+controller = Controller(Sink(), hostname='127.0.0.1', port=args.port, **extra)
 controller.start()
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *a: stop.set())

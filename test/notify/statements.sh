@@ -30,7 +30,10 @@ while read -r centre account month per_chart points; do
               grep -o 'class="series"' <<<"$svg" | wc -l; done | paste -sd,)
     is "$got" "$per_chart" "$centre: charts with $per_chart series"
     got=$(grep -o '<polyline class="series"[^>]*points="[^"]*"' "$page" | head -1 | sed 's/.*points="//; s/"$//' | wc -w)
-    is "$got" "$points" "$centre: $(case $points in 0) echo 'bars only, no line';; [0-9]|[0-9][0-9]) echo 'a point per month on its first line';; *) echo 'a point per day on its first line';; esac)"
+    if [ "$points" -eq 0 ]; then what='bars only, no line'
+    elif [ "$points" -gt 31 ]; then what='a point per day on its first line'
+    else what='a point per month on its first line'; fi
+    is "$got" "$points" "$centre: $what"
     u=$(mktemp -d "$work/chromium.XXXXXX")
     timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
         --disable-background-networking --disable-component-update --disable-sync --user-data-dir="$u" \
