@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(70);
+SELECT plan(72);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -81,6 +81,11 @@ SELECT ok((SELECT body FROM outbox WHERE topic = 'regulation_retraction' AND acc
 SELECT is((SELECT (figures ->> 'retracted')::numeric FROM outbox WHERE topic = 'regulation_retraction' AND account = 'n_gp'),
           (SELECT retracted FROM regulation_log WHERE account = 'n_gp' AND run_date = '2024-03-15'),
           'the message agrees with regulation_log');
+SELECT results_eq($$SELECT alloc, tmc, tc FROM hpcacct.regulation_report WHERE account = 'n_gp' AND as_of = '2024-03-15'$$,
+                  $$SELECT alloc, tmc, tc FROM hpcacct.regulation_log WHERE account = 'n_gp' AND run_date = '2024-03-15'$$,
+                  'regulation_report on the day of the retraction shows the figures the run decided on');
+SELECT is((SELECT alloc FROM regulation_report WHERE account = 'n_gp' AND as_of = '2024-04-15'), 1100000::numeric,
+          'and a month later the allocation without the retracted hours');
 CALL regulate('2024-03-15');
 CALL regulate('2024-02-15');
 SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_gp'), 2::bigint, 'running the dates again writes no message');
