@@ -1602,13 +1602,17 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
                    'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
                    'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
                    ORDER BY u.pool, u.cluster, u.partition), '[]')
         INTO section
         FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
-                     sum(c.amount) AS usage, (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
                      (upto - y.first_day + 1)::numeric AS elapsed
               FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
               CROSS JOIN LATERAL (
                   SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
                   FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
@@ -1889,9 +1893,10 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 'usage')::numeric ORDER BY ord)),
                        jsonb_build_object('name', 'projected for the year', 'kind', 'bar', 'color', '#aec7e8',
                                           'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
-                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
+                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
                                      @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
                                      x ->> 'year_start', x ->> 'year_end',
+                                     to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
                                      coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
                                      @extschema@.html_escape(x ->> 'unit')), '' ORDER BY ord)
@@ -1899,7 +1904,8 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
             FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
             h := h || '<h2>Usage by resource this allocation year</h2>'
                    || @extschema@.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
-                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>usage to date</th><th>projected</th><th>unit</th></tr>'
+                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>equivalent-hours (unweighted)</th>'
+                      '<th>usage to date</th><th>projected</th><th>unit</th></tr>'
                    || rows || '</table>';
         END IF;
         RETURN h || '</body></html>';

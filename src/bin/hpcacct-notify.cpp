@@ -257,8 +257,7 @@ struct Upload {
     bool lease_lost = false;
 };
 
-extern "C" size_t read_body(char *buffer, size_t size, size_t nitems, void *userdata) {
-    Upload *u = static_cast<Upload *>(userdata);
+size_t read_body_cpp(char *buffer, size_t size, size_t nitems, Upload *u) {
     size_t room = size * nitems;
     size_t left = u->data->size() - u->offset;
     size_t n = std::min(room, left);
@@ -276,6 +275,15 @@ extern "C" size_t read_body(char *buffer, size_t size, size_t nitems, void *user
     std::memcpy(buffer, u->data->data() + u->offset, n);
     u->offset += n;
     return n;
+}
+
+// libcurl's callback: no C++ exception may cross libcurl's C frames.
+extern "C" size_t read_body(char *buffer, size_t size, size_t nitems, void *userdata) {
+    try {
+        return read_body_cpp(buffer, size, nitems, static_cast<Upload *>(userdata));
+    } catch (...) {
+        return CURL_READFUNC_ABORT;  // before 'sending' was committed: nothing is completed
+    }
 }
 
 struct Outcome {

@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(21);
+SELECT plan(22);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -17,6 +17,9 @@ SELECT add_quota_period('s_a', '2024-01-01', '2024-06-30', 100, 's_c', 'NPL');
 INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('s_c', 100);
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
 VALUES ('s_a', 'grant', 1200, 'NPL', 's_c', '2024-01-01', '2024-12-31');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_g', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'NPL');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_g', 'g1', 's_a', 's_alice', 'k20', '2024-04-10 00:00+00', '2024-04-10 03:00+00', 'gres/gpu=2', 'COMPLETED');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
     ('s_c', 'j1', 's_a', 's_alice', 'p', '2024-05-10 00:00+00', '2024-05-10 10:00+00', 'cpu=4', 'COMPLETED'),
     ('s_c', 'j2', 's_a', 's_bob', 'p', '2024-05-31 22:00+00', '2024-06-01 02:00+00', 'cpu=8', 'COMPLETED'),
@@ -37,6 +40,9 @@ SELECT is((SELECT sum((x ->> 'amount')::numeric) FROM m, jsonb_array_elements(d 
           56::numeric, 'by submitter adds up to the total');
 SELECT is((SELECT x ->> 'amount' FROM m, jsonb_array_elements(d -> 'charges' -> 'by_submitter') x
            WHERE x ->> 'submitter' = 's_bob')::numeric, 16::numeric, 's_bob''s part is the May half of his job');
+SELECT is((SELECT x ->> 'usage' || ' / ' || (x ->> 'equivalent_hours') FROM m, jsonb_array_elements(d -> 'usage_by_resource') x
+           WHERE x ->> 'cluster' = 's_g'), '12.000000 / 6.000000',
+          'usage by resource: 6 GPU-hours at weight 2 are 12, shown beside the unweighted 6');
 SELECT is((SELECT (d -> 'bank' ->> 'balance')::numeric FROM m), balance('s_a', '2024-05-31'), 'the bank balance is balance()');
 SELECT is((SELECT (d -> 'window_quota' -> -1 ->> 'consumable')::float8 FROM m),
           (SELECT consumable FROM window_quota_usage('s_a', '2024-05-31')), 'the window quota is window_quota_usage()');
