@@ -253,5 +253,30 @@ is "$(sql -c "SELECT string_agg(address || ' ' || state, ',' ORDER BY address) F
    "with the right password it is delivered; a recipient the server refuses (550) fails for good"
 is "$(( $(arrivals | wc -l) - before ))" 1 "the server got the one message"
 
+# ---- STARTTLS: required by the server, verified by the sender ----
+stop_sink
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" -days 1 \
+    -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 >"$work/openssl.log" 2>&1
+ok $? "setup: a self-signed certificate for 127.0.0.1" "$(tail -2 "$work/openssl.log")"
+start_sink_with --tls "$work/cert.pem" "$work/key.pem" --auth 'hpcmail:s3cret' || exit 1
+before=$(arrivals | wc -l)
+sql -c "SELECT hpcacct.outbox_add('balance_low', 'tls/test', NULL, 'tls test', 'figures: 43', '{}', false, ARRAY['u2'])" >/dev/null
+HPCACCT_NOTIFY_SMTP_TLS=none HPCACCT_NOTIFY_SMTP_USER=hpcmail HPCACCT_NOTIFY_SMTP_PASSWORD=s3cret \
+    "$sender" --config "$work/notify.conf" --once 2>"$work/tls.log"
+is "$(sql -c "SELECT state FROM hpcacct.outbox_status WHERE subject = 'tls test'")" pending \
+   "without STARTTLS the server refuses, and the delivery waits"
+sleep 1.5
+HPCACCT_NOTIFY_SMTP_TLS=require_starttls HPCACCT_NOTIFY_SMTP_USER=hpcmail \
+    HPCACCT_NOTIFY_SMTP_PASSWORD=s3cret "$sender" --config "$work/notify.conf" --once 2>"$work/tls2.log"
+[ "$(sql -c "SELECT state FROM hpcacct.outbox_status WHERE subject = 'tls test'")" = pending ] \
+    && grep -q 'retry (.*SSL certificate problem: self-signed certificate' "$work/tls2.log"
+ok $? "a certificate the system's CAs do not vouch for: nothing sent, still waiting" "$(cat "$work/tls2.log")"
+sleep 2.5
+HPCACCT_NOTIFY_SMTP_TLS=require_starttls HPCACCT_NOTIFY_SMTP_CAINFO="$work/cert.pem" HPCACCT_NOTIFY_SMTP_USER=hpcmail \
+    HPCACCT_NOTIFY_SMTP_PASSWORD=s3cret "$sender" --config "$work/notify.conf" --once 2>>"$work/tls.log"
+is "$(sql -c "SELECT state FROM hpcacct.outbox_status WHERE subject = 'tls test'")" delivered \
+   "with STARTTLS, a verified certificate and AUTH it is delivered" "$(tail -3 "$work/tls.log")"
+is "$(( $(arrivals | wc -l) - before ))" 1 "the server got it once"
+
 # ---- monthly statements in a real browser ----
 . test/notify/statements.sh

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """SMTP sink for test/notify/run.sh: accepts every message on 127.0.0.1:PORT and writes it,
 once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"); --auth
-requires a login, --refuse answers RCPT TO of an address with 550. The file
+requires a login, --refuse answers RCPT TO of an address with 550, --tls requires STARTTLS. The file
 is written before the server answers the final ".": from then on the server "has" it, as
 a real MTA would. --delay waits before that answer, so that a sender killed in between
 leaves a message the server has but the sender never heard of. Test use only."""
-import argparse, asyncio, itertools, os, signal, threading, time
+import argparse, asyncio, itertools, os, signal, ssl, threading, time
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
@@ -15,6 +15,7 @@ parser.add_argument('--dir', required=True)
 parser.add_argument('--delay', type=float, default=0.0)
 parser.add_argument('--auth', help='LOGIN:PASSWORD: require AUTH (without TLS: test use only)')
 parser.add_argument('--refuse', action='append', default=[], help='answer RCPT TO of this address with 550')
+parser.add_argument('--tls', nargs=2, metavar=('CERT', 'KEY'), help='offer and require STARTTLS with this certificate')
 args = parser.parse_args()
 counter = itertools.count(1)
 lock = threading.Lock()
@@ -49,6 +50,10 @@ def authenticator(server, session, envelope, mechanism, auth_data):
 extra = {}
 if args.auth:
     extra = dict(authenticator=authenticator, auth_required=True, auth_require_tls=False)
+if args.tls:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*args.tls)
+    extra.update(tls_context=context, require_starttls=True)
 controller = Controller(Sink(), hostname='127.0.0.1', port=args.port, **extra)
 controller.start()
 stop = threading.Event()

@@ -7,7 +7,7 @@ packages=(
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
     libboost-date-time-dev postgresql-15-cron libgtest-dev make g++
     clang-14 libclang-rt-14-dev
-    libpq-dev libcurl4-openssl-dev python3-aiosmtpd chromium imagemagick
+    libpq-dev libcurl4-openssl-dev python3-aiosmtpd chromium imagemagick openssl
 )
 
 missing=()
