@@ -62,6 +62,9 @@ CREATE TABLE @extschema@.outbox (
     subject      text NOT NULL CHECK (subject !~ '[[:cntrl:]]'),
     body         text NOT NULL,
     figures      jsonb NOT NULL DEFAULT '{}',
+    -- the users it is for (the account's managers, maybe its members, named users): those
+    -- with a contact get a delivery each
+    addressed_to text[] NOT NULL DEFAULT '{}',
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
     CONSTRAINT outbox_once UNIQUE (topic, decision_key)
 );
@@ -97,52 +100,77 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_message_id_seq', 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
 
--- Writes one message and its recipients, unless the decision already has one; wakes the
--- listeners (NOTIFY hpcacct_outbox, delivered at commit). Recipients: the account's managers,
--- with its members too when to_members, and the users named in also. Returns the message's
--- id, NULL when the decision had one already.
-CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
-                                       figures jsonb, to_members boolean DEFAULT false,
-                                       also text[] DEFAULT '{}')
-    RETURNS bigint
+-- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
+-- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
+-- account, subject, body, figures, to_members, also}; the recipients of each are the
+-- account's managers, its members too when to_members, and the users named in also, those
+-- with a contact that is not silenced. One set-based statement for all, and one NOTIFY
+-- hpcacct_outbox (delivered at commit) when anything was written. Returns the new ids.
+CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        id bigint;
+        ids bigint[];
     BEGIN
-        INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures)
-        VALUES (topic, decision_key, account, subject, body, coalesce(figures, '{}'))
-        ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
-        RETURNING message_id INTO id;
-        IF id IS NULL THEN
-            RETURN NULL;
+        -- set-based and index-driven: each message's users are found by its account (membership's
+        -- key) and carried in its row, so no step joins the new messages to the input
+        WITH written AS (
+            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
+            SELECT m.topic, m.decision_key, m.account, m.subject, m.body, coalesce(m.figures, '{}'),
+                   ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
+                         UNION
+                         SELECT ms.username FROM @extschema@.membership ms
+                         WHERE ms.account = m.account AND (ms.role = 'admin' OR coalesce(m.to_members, false))
+                         ORDER BY 1)
+            FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
+                                                                             subject text, body text, figures jsonb,
+                                                                             to_members boolean, also text[])
+            ORDER BY m.topic, m.decision_key
+            ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
+            RETURNING message_id, addressed_to
+        ), recipients AS (
+            INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
+            SELECT DISTINCT ON (w.message_id, c.email) w.message_id, c.username, c.email
+            FROM written w
+            CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
+            JOIN @extschema@.contact c ON c.username = u.username AND c.notify
+            ORDER BY w.message_id, c.email, c.username
+        )
+        SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
+        IF ids IS NOT NULL THEN
+            PERFORM pg_catalog.pg_notify('hpcacct_outbox', pg_catalog.array_length(ids, 1)::text);
+            RETURN QUERY SELECT pg_catalog.unnest(ids);
         END IF;
-        INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
-        SELECT DISTINCT ON (c.email) id, c.username, c.email
-        FROM @extschema@.contact c
-        WHERE c.notify
-          AND (c.username = ANY (coalesce(also, '{}'))
-               OR EXISTS (SELECT 1 FROM @extschema@.membership m
-                          WHERE m.account = outbox_add.account AND m.username = c.username
-                            AND (m.role = 'admin' OR to_members)))
-        ORDER BY c.email, c.username;
-        PERFORM pg_catalog.pg_notify('hpcacct_outbox', id::text);
-        RETURN id;
     END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
+    'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
+    'once, in one statement; one NOTIFY hpcacct_outbox';
+
+-- One message: outbox_add_all of one. Returns its id, NULL when the decision had one already.
+CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
+                                       figures jsonb, to_members boolean DEFAULT false,
+                                       also text[] DEFAULT '{}')
+    RETURNS bigint
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT id
+        FROM @extschema@.outbox_add_all(pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                 'topic', $1, 'decision_key', $2, 'account', $3, 'subject', $4, 'body', $5, 'figures', $6,
+                 'to_members', $7, 'also', pg_catalog.to_jsonb($8)))) AS id
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
     'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY hpcacct_outbox';
 
 -- Numbers in messages: whole units with a thin grouping, as the documents print them.
+-- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)
 CREATE FUNCTION @extschema@.notify_number(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT CASE WHEN x IS NULL THEN 'n/a'
-                    ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
-               END
-    $$;
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+           END;
 COMMENT ON FUNCTION @extschema@.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
 
 -- ---- GENCI: regulation outcomes ------------------------------------------------------------
@@ -151,20 +179,16 @@ CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        r record;
-        s record;
-        topic text;
-        what text;
     BEGIN
-        FOR r IN SELECT * FROM new_rows g
-                 WHERE (g.run = 'monthly' AND g.outcome IN ('warning', 'retraction'))
-                    OR (g.run = 'annual_warning' AND g.outcome = 'warning')
-                    OR (g.run = 'annual_retraction' AND g.outcome = 'retraction')
-                 ORDER BY g.log_id LOOP
-            topic := CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END;
-            SELECT * INTO s FROM @extschema@.machine_setting m WHERE m.machine = r.machine;
-            what := CASE topic
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
                 WHEN 'regulation_warning' THEN pg_catalog.format(
                     E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
                     'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
@@ -197,25 +221,22 @@ CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
                     @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
                     s.annual_warning_percent, @extschema@.notify_number(r.retracted), r.run_date,
                     @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
-            END;
-            PERFORM @extschema@.outbox_add(
-                topic, pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run), r.account,
-                pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
-                                  CASE topic WHEN 'regulation_warning' THEN 'under-consumption warning'
-                                             WHEN 'regulation_retraction' THEN 'hours retracted'
-                                             WHEN 'annual_warning' THEN 'annual under-consumption warning'
-                                             ELSE 'annual retraction' END, r.run_date),
-                E'Dear project manager,\n\n' || what || E'\n\n'
-                || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
-                                     '  consumption  %s\n  delta        %s\n  retracted    %s\n',
-                                     r.figures_at, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.tmc::numeric),
-                                     @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(r.consumption::numeric),
-                                     @extschema@.notify_number(r.delta::numeric), @extschema@.notify_number(r.retracted)),
-                pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
-                                              'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
-                                              'consumption', r.consumption, 'delta', r.delta,
-                                              'used_percent', r.used_percent, 'retracted', r.retracted));
-        END LOOP;
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.tmc::numeric),
+                                 @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(r.consumption::numeric),
+                                 @extschema@.notify_number(r.delta::numeric), @extschema@.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.machine_setting s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
         RETURN NULL;
     END
     $$;
@@ -230,37 +251,33 @@ CREATE FUNCTION @extschema@.notify_quarter() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        r record;
     BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
+            'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+            'body', CASE r.action
+                WHEN 'expired' THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
+                    'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
+                    'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
+                    'with it the files of the login. Join an active project or ask your consultant for an\n'
+                    'allocation to keep it.\n', r.account, r.account, r.quarter,
+                    (r.quarter + interval '3 months')::date)
+                ELSE pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
+                    'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
+                    'deleted.\n', r.account, r.account, r.quarter)
+            END,
+            'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
+        FROM new_rows r
         -- an account that expired the quarter before is deleted by the same run: one notice, the deletion
-        FOR r IN SELECT * FROM new_rows g
-                 WHERE g.action = 'deleted'
-                    OR (g.action = 'expired'
-                        AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
-                                        WHERE p.account = g.account AND p.action = 'expired'
-                                          AND p.quarter = (g.quarter - interval '3 months')::date))
-                 ORDER BY g.account LOOP
-            PERFORM @extschema@.outbox_add(
-                'account_' || r.action, pg_catalog.concat_ws('/', r.account, r.quarter), r.account,
-                pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
-                                  CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
-                CASE r.action
-                    WHEN 'expired' THEN pg_catalog.format(
-                        E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
-                        'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
-                        'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
-                        'with it the files of the login. Join an active project or ask your consultant for an\n'
-                        'allocation to keep it.\n', r.account, r.account, r.quarter,
-                        (r.quarter + interval '3 months')::date)
-                    ELSE pg_catalog.format(
-                        E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
-                        'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
-                        'deleted.\n', r.account, r.account, r.quarter)
-                END,
-                pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action),
-                false, ARRAY[r.account]);
-        END LOOP;
+        WHERE r.action = 'deleted'
+           OR (r.action = 'expired'
+               AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
+                               WHERE p.account = r.account AND p.action = 'expired'
+                                 AND p.quarter = (r.quarter - interval '3 months')::date));
         RETURN NULL;
     END
     $$;
@@ -275,31 +292,28 @@ CREATE FUNCTION @extschema@.notify_hold() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        r record;
     BEGIN
-        FOR r IN SELECT n.*, o.held AS was_held
-                 FROM new_rows n JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
-                 WHERE n.held IS DISTINCT FROM o.held
-                 ORDER BY n.cluster, n.jobid LOOP
-            PERFORM @extschema@.outbox_add(
-                CASE WHEN r.held THEN 'job_held' ELSE 'job_released' END,
-                pg_catalog.concat_ws('/', r.cluster, r.jobid, CASE WHEN r.held THEN 'held' ELSE 'released' END,
-                                     coalesce(r.checked_at, pg_catalog.statement_timestamp())),
-                (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(r.account, r.username)),
-                pg_catalog.format('[hpcacct] job %s on %s %s', r.jobid, r.cluster,
-                                  CASE WHEN r.held THEN 'is held' ELSE 'is released' END),
-                CASE WHEN r.held THEN pg_catalog.format(
-                        E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
-                        'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
-                        'project administrator for an allocation.\n',
-                        r.username, r.jobid, r.cluster, coalesce(r.account, 'default'), coalesce(r.hold_reason, 'no reason given'))
-                     ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
-                        r.username, r.jobid, r.cluster, coalesce(r.account, 'default'))
-                END,
-                pg_catalog.jsonb_build_object('cluster', r.cluster, 'jobid', r.jobid, 'reason', r.hold_reason),
-                false, ARRAY[r.username]);
-        END LOOP;
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
+                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+            -- NULL when the job names an account that does not exist
+            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
+            'also', pg_catalog.jsonb_build_array(n.username),
+            'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
+                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
+            'body', CASE WHEN n.held THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
+                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
+                    'project administrator for an allocation.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
+                 ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
+            END,
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+        FROM new_rows n
+        JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
+        WHERE n.held IS DISTINCT FROM o.held;
         RETURN NULL;
     END
     $$;
@@ -548,6 +562,7 @@ COMMENT ON VIEW @extschema@.outbox_status IS
     'Messages with their deliveries; state no_recipient for a message nobody with an address was to receive';
 
 REVOKE EXECUTE ON FUNCTION
+    @extschema@.outbox_add_all(jsonb),
     @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]),
     @extschema@.notify_scan(date),
     @extschema@.outbox_claim(text, interval, integer),
