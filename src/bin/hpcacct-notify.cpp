@@ -60,7 +60,7 @@ struct Config {
         {"conninfo", ""},          {"smtp_host", "localhost"}, {"smtp_port", "25"},
         {"smtp_tls", "starttls"},  {"smtp_user", ""},          {"smtp_password", ""},
         {"smtp_cainfo", ""},       {"from", ""},               {"domain", ""},
-        {"lease", "300"},          {"batch", "10"},            {"retry_base", "60"},
+        {"lease", "600"},          {"batch", "10"},            {"retry_base", "60"},
         {"retry_max", "3600"},     {"poll", "60"},             {"timeout", "30"},
         {"worker", ""}};
 

@@ -157,6 +157,9 @@ f=$(grep -l 'X-Envelope-To: u1@' "$mail"/*.eml | head -1)
 grep -q '^To: =?UTF-8?B?Wm/DqyDDnG5hbA==?= <u1@lab1.example>' "$f"; ok $? "a non-ASCII display name is encoded (RFC 2047)"
 "$sender" --config "$work/notify.conf" --once 2>/dev/null
 is "$(arrivals | wc -l)" 24 "a second run sends nothing again"
+printf 'from = hpc-accounting@centre.example\nconninfo = dbname=%s\nsmtp_port = %s\n' "$db" "$port" >"$work/minimal.conf"
+out=$("$sender" --config "$work/minimal.conf" --once 2>&1); rc=$?
+is "$rc" 0 "a configuration with the defaults for everything but from, database and port is accepted ($out)"
 
 # ---- NOTIFY wakes a running sender (poll is 600 s) ----
 "$sender" --config "$work/notify.conf" 2>"$work/daemon.log" &
