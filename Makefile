@@ -25,11 +25,16 @@ SLURM_FILES = src/slurm/job_submit.lua src/slurm/hpcacct_job_submit.conf.example
 REGRESS     = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=btree_gist --load-extension=$(EXTENSION)
 
+# hpcacct-notify, the outbox's SMTP sender: a client program on libpq and libcurl, installed
+# into PostgreSQL's bindir.
+NOTIFY_BIN  = src/bin/hpcacct-notify
+SCRIPTS_built = $(NOTIFY_BIN)
+
 CXXSTD      = -std=c++17
 PG_CPPFLAGS = -I$(CURDIR)/src
 PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK  = -lstdc++
-EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out
+EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN)
 
 PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
 PGXS       := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
@@ -62,6 +67,10 @@ src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
+
+$(NOTIFY_BIN): src/bin/hpcacct-notify.cpp
+	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
+	    -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 	cat $^ > $@

@@ -426,14 +426,16 @@ COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
 
 -- Per account, machine and month: the figures at the month's regulation day (the 15th),
--- recomputed from the ledger as it is now, and what the monthly run logged that day. The
+-- recomputed from the ledger as it is now -- except the retraction that day's run booked,
+-- so that the figures are those the run decided on, as regulation_log has them -- and what
+-- the monthly run logged that day. The
 -- status is the monthly rule's; it is NULL for an account under annual regulation, whose
 -- outcomes (1 May, 1 June) are in hpcacct.regulation_log.
 CREATE VIEW @extschema@.regulation_report AS
     WITH cfg AS MATERIALIZED (
         SELECT (SELECT @extschema@.site_today()) AS today
     ), events AS MATERIALIZED (
-        SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        SELECT l.entry_id, l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
         FROM @extschema@.ledger l
         WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
     ), months AS MATERIALIZED (
@@ -471,6 +473,9 @@ CREATE VIEW @extschema@.regulation_report AS
         CROSS JOIN bounds b
         LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
                           AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
+                          -- the figures the run decided on: not yet its own retraction
+                          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                                          WHERE g.entry_id = e.entry_id AND g.run_date = m.as_of)
         GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
     ), before AS (
         -- consumption_before(account, machine, instant j) for every j, from the consumption

@@ -156,6 +156,9 @@ CREATE PROCEDURE @extschema@.setup_roles()
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
         PERFORM @extschema@.grant_submit_role();
+        -- a portal user keeps their own contact row (its policy admits no other)
+        GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
+            ON @extschema@.contact TO hpcacct_portal;
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;

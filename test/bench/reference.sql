@@ -60,7 +60,7 @@ CREATE VIEW bench.regulation_report_hand AS
 WITH cfg AS MATERIALIZED (
     SELECT hpcacct.site_timezone() AS tz, hpcacct.site_today() AS today
 ), ev AS MATERIALIZED (
-    SELECT l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+    SELECT l.entry_id, l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
     FROM hpcacct.ledger l
     WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
 ), rm AS MATERIALIZED (
@@ -87,6 +87,9 @@ WITH cfg AS MATERIALIZED (
     FROM rm
     LEFT JOIN ev e ON e.account = rm.account AND e.machine = rm.machine
                   AND e.valid_from <= rm.as_of AND e.valid_until >= rm.year_start
+                  -- on a run's day, the figures it decided on: without its own retraction
+                  AND e.entry_id NOT IN (SELECT g.entry_id FROM hpcacct.regulation_log g
+                                         WHERE g.entry_id IS NOT NULL AND g.run_date = rm.as_of)
     GROUP BY rm.account, rm.machine, rm.month, rm.as_of, rm.monthly_threshold
 ), half AS (  -- charges per account, machine and half month (its first day, local)
     SELECT l.account, coalesce(r.pool, r.cluster) AS machine, h.first_day,

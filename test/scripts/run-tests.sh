@@ -49,6 +49,9 @@ rm -f "$fuzz_log"
 # --- pg_regress and pgTAP in a throw-away cluster ---
 HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-tests.sh
 
+# --- hpcacct-notify against a real SMTP server on 127.0.0.1 (delivery, the server down, kill -9) ---
+HPCACCT_TALLY=$tally test/scripts/with-cluster.sh notify test/notify/run.sh || true
+
 # --- the benchmark's queries on a small site: every fast path must agree with its reference
 # (make bench's quick mode; timings are printed, never asserted) ---
 HPCACCT_TALLY=$tally JOBS=20000 SEED=42 RUNS=1 EXPLAIN=0 MEMORY=0 \
@@ -71,7 +74,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade bench slurm enforce federation; do
+for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade notify bench slurm enforce federation; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

@@ -1,0 +1,594 @@
+-- ---------------------------------------------------------------------------------------
+-- Notifications (issue 16): who hears about an account, and a transactional outbox.
+--
+-- Every decision a document says a person learns of writes its message into the outbox in
+-- the transaction that makes the decision: a rolled-back run leaves no message, a committed
+-- one cannot lose it. The decisions are already rows of their own logs (regulation_log,
+-- quarter_log, pending_job), so the messages are written by triggers on those rows: the
+-- procedures that decide are unchanged, and a second run, which logs nothing new, writes
+-- nothing new. Two states no procedure records -- the sliding-window quota state and a
+-- quarter balance below a site threshold -- are compared with what was last notified by
+-- notify_scan(). The sender (hpcacct-notify) delivers the outbox over SMTP.
+-- Nothing here runs with the owner's rights: the procedures that decide, notify_scan() and
+-- the sender are the administrators' (hpcacct_admin), who may write the outbox.
+-- ---------------------------------------------------------------------------------------
+
+-- ---- contacts --------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.contact (
+    username     text PRIMARY KEY REFERENCES @extschema@.hpc_user,
+    email        text NOT NULL,
+    display_name text,
+    notify       boolean NOT NULL DEFAULT true,
+    updated_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    -- an address as SMTP takes it in RCPT TO: no spaces, controls, brackets or separators,
+    -- so that no value can add a header or a recipient
+    CONSTRAINT contact_email CHECK (email ~ '^[^@[:space:][:cntrl:]<>(),;:"\\]+@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$'
+                                    AND pg_catalog.length(email) <= 254),
+    CONSTRAINT contact_display_name CHECK (display_name !~ '[[:cntrl:]]' AND pg_catalog.length(display_name) <= 200)
+);
+COMMENT ON TABLE @extschema@.contact IS
+    'E-mail address of a user; notify = false silences them. A portal user reads and changes only their own row';
+
+-- A portal user sees and changes only their own row; administrators see and change every row.
+ALTER TABLE @extschema@.contact ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_contact ON @extschema@.contact
+    USING ((SELECT @extschema@.sees_all_accounts()) OR username = pg_catalog.session_user())
+    WITH CHECK ((SELECT @extschema@.sees_all_accounts()) OR username = pg_catalog.session_user());
+
+-- Who hears about an account: its managers (membership role admin: HLRN's project
+-- administrators, GENCI's project manager, the PI; a personal account's owner) and its
+-- members, with the addresses of those who have a contact and have not silenced it.
+CREATE VIEW @extschema@.account_recipient AS
+    SELECT m.account, m.username, CASE m.role WHEN 'admin' THEN 'manager' ELSE 'member' END AS role,
+           c.email, c.display_name
+    FROM @extschema@.membership m
+    JOIN @extschema@.contact c ON c.username = m.username
+    WHERE c.notify;
+COMMENT ON VIEW @extschema@.account_recipient IS
+    'Per account: the managers (membership admins) and members with an e-mail address who receive notifications';
+
+-- ---- the outbox ------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.outbox (
+    message_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic        text NOT NULL CHECK (topic IN ('regulation_warning', 'regulation_retraction', 'annual_warning',
+                                                'annual_retraction', 'quota_state', 'account_expired',
+                                                'account_deleted', 'job_held', 'job_released', 'balance_low')),
+    -- the decision the message is about: one message per topic and decision, whatever re-runs
+    decision_key text NOT NULL,
+    -- the account it is about (NULL: a job held for an account that does not exist)
+    account      text REFERENCES @extschema@.account,
+    subject      text NOT NULL CHECK (subject !~ '[[:cntrl:]]'),
+    body         text NOT NULL,
+    figures      jsonb NOT NULL DEFAULT '{}',
+    -- the users it is for (the account's managers, maybe its members, named users): those
+    -- with a contact get a delivery each
+    addressed_to text[] NOT NULL DEFAULT '{}',
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    CONSTRAINT outbox_once UNIQUE (topic, decision_key)
+);
+COMMENT ON TABLE @extschema@.outbox IS
+    'Messages about decisions, written in the deciding transaction; one per topic and decision (decision_key)';
+
+-- One row per message and recipient: the delivery record. States: pending (to send, from
+-- next_attempt on; a sender may hold a lease on it), sending (a sender committed to finish
+-- the SMTP transaction: the server may have it), delivered, failed (refused for good), and
+-- uncertain (a sender stopped while sending: it is never sent again automatically).
+CREATE TABLE @extschema@.outbox_recipient (
+    recipient_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id   bigint NOT NULL REFERENCES @extschema@.outbox,
+    username     text NOT NULL,
+    address      text NOT NULL,
+    state        text NOT NULL DEFAULT 'pending'
+                 CHECK (state IN ('pending', 'sending', 'delivered', 'failed', 'uncertain')),
+    attempts     integer NOT NULL DEFAULT 0,
+    next_attempt timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    lease_owner  text,
+    lease_until  timestamptz,
+    last_error   text,
+    delivered_at timestamptz,
+    UNIQUE (message_id, address)
+);
+CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
+COMMENT ON TABLE @extschema@.outbox_recipient IS
+    'Delivery record per message and recipient: pending, sending, delivered, failed or uncertain, with attempts and lease';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.contact', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_message_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
+
+-- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
+-- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
+-- account, subject, body, figures, to_members, also}; the recipients of each are the
+-- account's managers, its members too when to_members, and the users named in also, those
+-- with a contact that is not silenced. One set-based statement for all, and one NOTIFY
+-- hpcacct_outbox (delivered at commit) when anything was written. Returns the new ids.
+CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ids bigint[];
+    BEGIN
+        -- set-based and index-driven: each message's users are found by its account (membership's
+        -- key) and carried in its row, so no step joins the new messages to the input
+        WITH written AS (
+            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
+            SELECT m.topic, m.decision_key, m.account, m.subject, m.body, coalesce(m.figures, '{}'),
+                   ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
+                         UNION
+                         SELECT ms.username FROM @extschema@.membership ms
+                         WHERE ms.account = m.account AND (ms.role = 'admin' OR coalesce(m.to_members, false))
+                         ORDER BY 1)
+            FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
+                                                                             subject text, body text, figures jsonb,
+                                                                             to_members boolean, also text[])
+            ORDER BY m.topic, m.decision_key
+            ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
+            RETURNING message_id, addressed_to
+        ), recipients AS (
+            INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
+            SELECT DISTINCT ON (w.message_id, c.email) w.message_id, c.username, c.email
+            FROM written w
+            CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
+            JOIN @extschema@.contact c ON c.username = u.username AND c.notify
+            ORDER BY w.message_id, c.email, c.username
+        )
+        SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
+        IF ids IS NOT NULL THEN
+            PERFORM pg_catalog.pg_notify('hpcacct_outbox', pg_catalog.array_length(ids, 1)::text);
+            RETURN QUERY SELECT pg_catalog.unnest(ids);
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
+    'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
+    'once, in one statement; one NOTIFY hpcacct_outbox';
+
+-- One message: outbox_add_all of one. Returns its id, NULL when the decision had one already.
+CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
+                                       figures jsonb, to_members boolean DEFAULT false,
+                                       also text[] DEFAULT '{}')
+    RETURNS bigint
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT id
+        FROM @extschema@.outbox_add_all(pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                 'topic', $1, 'decision_key', $2, 'account', $3, 'subject', $4, 'body', $5, 'figures', $6,
+                 'to_members', $7, 'also', pg_catalog.to_jsonb($8)))) AS id
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
+    'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY hpcacct_outbox';
+
+-- Numbers in messages: whole units with a thin grouping, as the documents print them.
+-- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)
+CREATE FUNCTION @extschema@.notify_number(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+           END;
+COMMENT ON FUNCTION @extschema@.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
+
+-- ---- GENCI: regulation outcomes ------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
+                WHEN 'regulation_warning' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
+                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
+                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
+                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric), r.machine,
+                    @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(-r.delta::numeric),
+                    @extschema@.notify_number(r.tmc::numeric))
+                WHEN 'regulation_retraction' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
+                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
+                    'valid until 31 December: the allocation goes from %s to %s hours.',
+                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric), r.machine,
+                    @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(-r.delta::numeric),
+                    @extschema@.notify_number(r.tmc::numeric), @extschema@.notify_number(r.retracted),
+                    r.run_date, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
+                WHEN 'annual_warning' THEN pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
+                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
+                    'up to %s %% of the annual allocation may be retracted after May.',
+                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric),
+                    @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, s.annual_retraction_percent)
+                ELSE pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
+                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
+                    'from %s to %s hours.',
+                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric),
+                    @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, @extschema@.notify_number(r.retracted), r.run_date,
+                    @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.tmc::numeric),
+                                 @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(r.consumption::numeric),
+                                 @extschema@.notify_number(r.delta::numeric), @extschema@.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.machine_setting s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.notify_regulation() IS
+    'Trigger: a regulation warning or retraction logged by regulate() writes its message to the project managers';
+CREATE TRIGGER notify_regulation AFTER INSERT ON @extschema@.regulation_log
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.notify_regulation();
+
+-- ---- HLRN: expiry and deletion of personal accounts (open_quarter) ----------------------
+
+CREATE FUNCTION @extschema@.notify_quarter() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
+            'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+            'body', CASE r.action
+                WHEN 'expired' THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
+                    'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
+                    'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
+                    'with it the files of the login. Join an active project or ask your consultant for an\n'
+                    'allocation to keep it.\n', r.account, r.account, r.quarter,
+                    (r.quarter + interval '3 months')::date)
+                ELSE pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
+                    'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
+                    'deleted.\n', r.account, r.account, r.quarter)
+            END,
+            'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
+        FROM new_rows r
+        -- an account that expired the quarter before is deleted by the same run: one notice, the deletion
+        WHERE r.action = 'deleted'
+           OR (r.action = 'expired'
+               AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
+                               WHERE p.account = r.account AND p.action = 'expired'
+                                 AND p.quarter = (r.quarter - interval '3 months')::date));
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.notify_quarter() IS
+    'Trigger: an expiry or deletion logged by open_quarter() writes its message to the account''s owner';
+CREATE TRIGGER notify_quarter AFTER INSERT ON @extschema@.quarter_log
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.notify_quarter();
+
+-- ---- HLRN: a queued job held (recheck_queued), or released -----------------------------
+
+CREATE FUNCTION @extschema@.notify_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
+                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+            -- NULL when the job names an account that does not exist
+            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
+            'also', pg_catalog.jsonb_build_array(n.username),
+            'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
+                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
+            'body', CASE WHEN n.held THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
+                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
+                    'project administrator for an allocation.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
+                 ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
+            END,
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+        FROM new_rows n
+        JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
+        WHERE n.held IS DISTINCT FROM o.held;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.notify_hold() IS
+    'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
+CREATE TRIGGER notify_hold AFTER UPDATE ON @extschema@.pending_job
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.notify_hold();
+
+-- ---- RWTH: sliding-window quota states; HLRN: a balance below a threshold ----------------
+--
+-- No procedure records these: the quota state follows from the charges of every job, and a
+-- balance from every charge. notify_scan(at) compares them with what was last notified and
+-- writes a message for each change, in its own transaction (schedule it, e.g. hourly).
+
+-- The quota state each account was last told of (none yet: normal).
+CREATE TABLE @extschema@.quota_state_notified (
+    account     text PRIMARY KEY REFERENCES @extschema@.account,
+    state       text NOT NULL CHECK (state IN ('normal', 'low_priority', 'blocked')),
+    since       date NOT NULL,
+    notified_at timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
+);
+COMMENT ON TABLE @extschema@.quota_state_notified IS
+    'Sliding-window quota state each account was last notified of (notify_scan); no row: normal';
+
+-- Site thresholds: when an account's balance in a quarter falls below this percentage of the
+-- quarter's allocation (deposits, transfers and refunds), its managers are told, once per
+-- account, quarter and threshold. 0 means a negative balance (jobs are refused).
+CREATE TABLE @extschema@.balance_threshold (
+    percent numeric PRIMARY KEY CHECK (percent >= 0 AND percent < 100),
+    note    text
+);
+COMMENT ON TABLE @extschema@.balance_threshold IS
+    'Balance thresholds (percent of the quarter''s allocation left; 0: negative) whose crossing notifies the managers';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.quota_state_notified', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.balance_threshold', '');
+
+CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        r record;
+        q date;
+        written integer := 0;
+        id bigint;
+        bank_unit text;
+    BEGIN
+        IF at IS NULL THEN
+            RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT pg_catalog.isfinite(at) THEN
+            RAISE EXCEPTION 'notify_scan needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one scan at a time: a second one waits and then finds the states notified
+        LOCK TABLE @extschema@.quota_state_notified IN SHARE ROW EXCLUSIVE MODE;
+
+        -- quota states: entry into low_priority and blocked, and back
+        FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state
+                 FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p) a
+                 CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+                 LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
+                 WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
+                 ORDER BY u.account LOOP
+            id := @extschema@.outbox_add(
+                'quota_state', pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state), r.account,
+                pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), at),
+                pg_catalog.format(E'Dear members of %s,\n\nthe core-hour quota of %s is now in state "%s" (before: "%s").\n%s\n\n'
+                                  'Accounting period:            %s to %s\n'
+                                  'Monthly allowance:            %s %s\n'
+                                  'Remaining of previous month:  %s\n'
+                                  'Consumed this month:          %s\n'
+                                  'Consumable (%%):               %s\n'
+                                  'Consumable:                   %s\n',
+                                  r.account, r.account, r.state, r.old_state,
+                                  CASE r.state
+                                      WHEN 'low_priority' THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
+                                      WHEN 'blocked' THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
+                                      ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
+                                  END,
+                                  r.period_start, r.period_end,
+                                  @extschema@.notify_number(r.monthly::numeric), r.unit,
+                                  @extschema@.notify_number(r.remaining_prev::numeric),
+                                  @extschema@.notify_number(r.consumed_current::numeric),
+                                  @extschema@.notify_number(r.consumable_pct::numeric),
+                                  @extschema@.notify_number(r.consumable::numeric)),
+                pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
+                                              'monthly', r.monthly, 'remaining_prev', r.remaining_prev,
+                                              'consumed_current', r.consumed_current,
+                                              'consumable_pct', r.consumable_pct, 'consumable', r.consumable,
+                                              'unit', r.unit),
+                true);
+            written := written + (id IS NOT NULL)::integer;
+            INSERT INTO @extschema@.quota_state_notified AS n (account, state, since)
+            VALUES (r.account, r.state, at)
+            ON CONFLICT (account) DO UPDATE
+                SET state = EXCLUDED.state, since = EXCLUDED.since, notified_at = pg_catalog.statement_timestamp();
+        END LOOP;
+
+        -- balances below a threshold, once per account, quarter and threshold
+        q := @extschema@.quarter_start(at);
+        bank_unit := @extschema@.setting_value('bank_unit');
+        FOR r IN WITH alloc AS (
+                     SELECT l.account, sum(l.amount) AS amount
+                     FROM @extschema@.ledger l
+                     WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                       AND l.valid_from >= q AND l.valid_from < q + interval '3 months'
+                     GROUP BY l.account
+                     HAVING sum(l.amount) > 0
+                 )
+                 SELECT a.account, a.amount AS alloc, b.balance, t.percent
+                 FROM alloc a
+                 CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
+                 JOIN @extschema@.balance_threshold t
+                   ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
+                 ORDER BY a.account, t.percent LOOP
+            id := @extschema@.outbox_add(
+                'balance_low', pg_catalog.concat_ws('/', r.account, q, r.percent), r.account,
+                pg_catalog.format('[hpcacct] %s: %s', r.account,
+                                  CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
+                                       ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
+                pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
+                                  r.account, @extschema@.notify_number(r.balance), bank_unit,
+                                  @extschema@.notify_number(r.alloc), bank_unit, q,
+                                  pg_catalog.round(100 * r.balance / r.alloc, 1),
+                                  CASE WHEN r.percent = 0
+                                       THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
+                                       ELSE pg_catalog.format('That is below the threshold of %s %%.', r.percent) END),
+                pg_catalog.jsonb_build_object('quarter', q, 'balance', r.balance, 'allocation', r.alloc,
+                                              'threshold_percent', r.percent, 'unit', bank_unit));
+            written := written + (id IS NOT NULL)::integer;
+        END LOOP;
+        RETURN written;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
+    'Writes messages for sliding-window quota state changes since the last notified one and for quarter balances '
+    'below a site threshold (once per account, quarter and threshold); returns how many';
+
+-- ---- the sender's protocol ----------------------------------------------------------------
+--
+-- 1. outbox_claim: recipients whose delivery is due, under a lease of the calling sender;
+--    deliveries a sender left in 'sending' after its lease ran out become 'uncertain'.
+-- 2. outbox_sending, committed before the SMTP server is told the message is complete (the
+--    final dot): from here on the server may have it, so it is never sent again by itself.
+--    It fails (false) when the lease was lost to another sender.
+-- 3. outbox_result: delivered, retry (with back-off), failed or uncertain.
+
+CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
+    RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
+                   body text, created_at timestamptz, attempts integer)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF worker IS NULL OR lease IS NULL OR batch IS NULL THEN
+            RAISE EXCEPTION 'outbox_claim needs a worker, a lease and a batch size' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF lease <= interval '0' OR batch < 1 THEN
+            RAISE EXCEPTION 'outbox_claim needs a positive lease and batch size' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        UPDATE @extschema@.outbox_recipient r
+        SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
+            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
+                                           r.lease_owner, r.lease_until)
+        WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
+        RETURN QUERY
+        WITH due AS (
+            SELECT r.recipient_id
+            FROM @extschema@.outbox_recipient r
+            WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
+              AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
+            ORDER BY r.next_attempt, r.recipient_id
+            LIMIT batch
+            FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE @extschema@.outbox_recipient r
+            SET lease_owner = worker, lease_until = pg_catalog.clock_timestamp() + lease, attempts = r.attempts + 1
+            FROM due
+            WHERE r.recipient_id = due.recipient_id
+            RETURNING r.*
+        )
+        SELECT c.recipient_id, c.message_id, c.address, k.display_name, m.subject, m.body, m.created_at, c.attempts
+        FROM claimed c
+        JOIN @extschema@.outbox m ON m.message_id = c.message_id
+        LEFT JOIN @extschema@.contact k ON k.username = c.username
+        ORDER BY c.recipient_id;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
+    'Sender: leases up to batch due deliveries to worker; marks deliveries left in sending past their lease uncertain';
+
+CREATE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURNS boolean
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH s AS (
+            UPDATE @extschema@.outbox_recipient r SET state = 'sending'
+            WHERE r.recipient_id = recipient AND r.state = 'pending' AND r.lease_owner = worker
+              AND r.lease_until > pg_catalog.clock_timestamp()
+            RETURNING 1
+        )
+        SELECT EXISTS (SELECT 1 FROM s)
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_sending(text, bigint) IS
+    'Sender: records that the SMTP transaction is about to complete; false when worker no longer holds the lease';
+
+CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome text, error text DEFAULT NULL,
+                                          retry_base interval DEFAULT '1 minute',
+                                          retry_max interval DEFAULT '1 hour')
+    RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        done boolean;
+    BEGIN
+        IF outcome IS NULL OR outcome NOT IN ('delivered', 'retry', 'failed', 'uncertain') THEN
+            RAISE EXCEPTION 'unknown delivery outcome "%"', outcome
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Use delivered, retry, failed or uncertain.';
+        END IF;
+        UPDATE @extschema@.outbox_recipient r
+        SET state = CASE outcome WHEN 'retry' THEN 'pending' ELSE outcome END,
+            next_attempt = CASE WHEN outcome = 'retry'
+                                THEN pg_catalog.clock_timestamp()
+                                     + least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30)))
+                                ELSE r.next_attempt END,
+            delivered_at = CASE WHEN outcome = 'delivered' THEN pg_catalog.clock_timestamp() END,
+            last_error = error, lease_owner = NULL, lease_until = NULL
+        WHERE r.recipient_id = recipient AND r.lease_owner = worker AND r.state IN ('pending', 'sending')
+        RETURNING true INTO done;
+        RETURN coalesce(done, false);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval, interval) IS
+    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain)';
+
+-- What a site watches: every message with its deliveries.
+CREATE VIEW @extschema@.outbox_status AS
+    SELECT m.message_id, m.topic, m.account, m.subject, m.created_at,
+           r.recipient_id, r.username, r.address, coalesce(r.state, 'no_recipient') AS state, r.attempts,
+           r.next_attempt, r.last_error, r.delivered_at
+    FROM @extschema@.outbox m
+    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id;
+COMMENT ON VIEW @extschema@.outbox_status IS
+    'Messages with their deliveries; state no_recipient for a message nobody with an address was to receive';
+
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.outbox_add_all(jsonb),
+    @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]),
+    @extschema@.notify_scan(date),
+    @extschema@.outbox_claim(text, interval, integer),
+    @extschema@.outbox_sending(text, bigint),
+    @extschema@.outbox_result(text, bigint, text, text, interval, interval)
+    FROM PUBLIC;
+
+-- Row-level security as for every table naming an account or a user (protect_table): portal
+-- users see their accounts' messages, their own deliveries and their accounts' quota states.
+-- contact has its own policy above (reading and writing one's own row only).
+SELECT @extschema@.protect_table(t)
+FROM pg_catalog.unnest(ARRAY['@extschema@.outbox', '@extschema@.outbox_recipient',
+                             '@extschema@.quota_state_notified']::regclass[]) AS t;
+ALTER VIEW @extschema@.account_recipient SET (security_invoker = true);
+ALTER VIEW @extschema@.outbox_status SET (security_invoker = true);
+
+-- updated_at follows every change of a contact
+CREATE FUNCTION @extschema@.contact_touch() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        NEW.updated_at := pg_catalog.statement_timestamp();
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
+CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.contact_touch();

@@ -1,0 +1,548 @@
+-- ---------------------------------------------------------------------------------------
+-- Monthly statements and portal pages (issue 16).
+--
+-- account_month(account, month) is everything one account's month page needs, as jsonb;
+-- my_accounts(at) the portal's first page. statement_html(account, month) renders the month
+-- as one self-contained HTML page with inline SVG charts: GENCI's consumption against TC(d)
+-- with the TMC bands, RWTH's three-month window per month, HLRN's quarter balance, usage by
+-- resource with the year's projection. All run with the caller's rights: a portal user gets
+-- their own accounts only (another account is "unknown", as if it did not exist).
+-- ---------------------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.html_escape(s text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+                   s, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
+    $$;
+COMMENT ON FUNCTION @extschema@.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
+
+-- An SVG chart over one x axis of labels (an empty label draws no tick). series is a jsonb
+-- array of {"name", "kind": "line" | "dashed" | "bar" | "band", "color", "values": [...]}
+-- (a band has "lower" and "upper" instead of "values"); null values are gaps. Each series is
+-- one element of class "series" with its name in data-series.
+CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], series jsonb,
+                                      width integer DEFAULT 760, height integer DEFAULT 300)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        n integer := coalesce(pg_catalog.array_length(labels, 1), 0);
+        left_x constant float8 := 78;
+        top_y constant float8 := 34;
+        plot_w float8 := width - left_x - 16;
+        plot_h float8 := height - top_y - 58;
+        lo float8;
+        hi float8;
+        step float8;
+        mag float8;
+        svg text;
+        s jsonb;
+        k integer := 0;
+        bars integer;
+        bar_i integer := 0;
+        pts text;
+        i integer;
+        v float8;
+        tick float8;
+        legend_x float8 := left_x;
+    BEGIN
+        IF n = 0 OR series IS NULL OR pg_catalog.jsonb_typeof(series) <> 'array' THEN
+            RAISE EXCEPTION 'svg_chart needs labels and an array of series' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT least(0, min(x)), max(x) INTO lo, hi
+        FROM (SELECT (e.value #>> '{}')::float8 AS x
+              FROM pg_catalog.jsonb_array_elements(series) ser,
+                   LATERAL pg_catalog.jsonb_array_elements(coalesce(ser.value -> 'values', '[]') || coalesce(ser.value -> 'lower', '[]')
+                                                           || coalesce(ser.value -> 'upper', '[]')) e
+              WHERE pg_catalog.jsonb_typeof(e.value) = 'number') t;
+        IF hi IS NULL OR hi <= lo THEN
+            hi := lo + 1;
+        END IF;
+        -- a round step: 1, 2 or 5 times a power of ten, about five of them
+        mag := power(10, floor(log((hi - lo) / 5)));
+        step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
+                     WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        lo := floor(lo / step) * step;
+        hi := ceil(hi / step) * step;
+        svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
+                      'role="img" aria-label="%s">', width, height, width, height, @extschema@.html_escape(title))
+            || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
+            || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
+                      left_x, @extschema@.html_escape(title))
+            || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
+                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, @extschema@.html_escape(unit));
+        -- grid and y labels
+        tick := lo;
+        WHILE tick <= hi + step / 2 LOOP
+            svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
+                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
+                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 @extschema@.notify_number(tick::numeric));
+            tick := tick + step;
+        END LOOP;
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
+        -- x labels
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN coalesce(labels[i], '') = '';
+            svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 @extschema@.html_escape(labels[i]));
+        END LOOP;
+        SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
+        FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
+            k := k + 1;
+            IF s ->> 'kind' = 'bar' THEN
+                svg := svg || format('<g class="series" data-series="%s" fill="%s">', @extschema@.html_escape(s ->> 'name'),
+                                     @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')));
+                FOR i IN 1 .. n LOOP
+                    v := (s -> 'values' ->> (i - 1))::float8;
+                    CONTINUE WHEN v IS NULL;
+                    svg := svg || format('<rect x="%s" y="%s" width="%s" height="%s"/>',
+                        round((left_x + (i - 1) * plot_w / n + plot_w / n * (0.15 + 0.7 * bar_i / bars))::numeric, 1),
+                        round((top_y + plot_h - (greatest(v, 0) - lo) / (hi - lo) * plot_h)::numeric, 1),
+                        round((plot_w / n * 0.7 / bars)::numeric, 1),
+                        round((abs(v) / (hi - lo) * plot_h)::numeric, 1));
+                END LOOP;
+                svg := svg || '</g>';
+                bar_i := bar_i + 1;
+            ELSIF s ->> 'kind' = 'band' THEN
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'upper' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                       || ' ' ||
+                       string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'lower' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j DESC)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
+                                     @extschema@.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     @extschema@.html_escape(coalesce(s ->> 'color', '#2ca02c')));
+            ELSE
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
+                                     @extschema@.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                     CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
+            END IF;
+            -- legend
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+                                 @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                 CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                                 height - 10, @extschema@.html_escape(s ->> 'name'));
+            legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
+        END LOOP;
+        RETURN svg || '</svg>';
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.svg_chart(text, text, text[], jsonb, integer, integer) IS
+    'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
+
+-- The account an account_month or statement is for, as the caller may see it; 42704 when it
+-- does not exist or row-level security hides it (the same error, so nothing is given away).
+CREATE FUNCTION @extschema@.visible_account(account text) RETURNS @extschema@.account
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account;
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        RETURN a;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.visible_account(text) IS
+    'The account row if it exists and the caller may see it, else 42704';
+
+-- Everything one account's month page needs. Figures are taken at the end of the month (or
+-- now, for the current month). Sections appear when the account has data of their kind.
+CREATE FUNCTION @extschema@.account_month(account text, month date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account := @extschema@.visible_account(account);
+        m date;
+        m_end date;
+        tz text := @extschema@.site_timezone();
+        upto date;
+        y_start date;
+        q date;
+        result jsonb;
+        section jsonb;
+        sections jsonb := '{}';
+        bank_unit text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        m_end := (m + interval '1 month')::date - 1;
+        upto := least(m_end, @extschema@.site_today());
+        IF upto < m THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        y_start := date_trunc('year', m)::date;
+
+        -- the month's charges by resource and submitter
+        SELECT jsonb_build_object(
+                   'by_resource', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                        'unit', r.unit, 'amount', r.amount)
+                                                     ORDER BY r.cluster, r.partition, r.unit)
+                                           FILTER (WHERE r.g = 1), '[]'),
+                   'by_submitter', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                         'unit', r.unit, 'submitter', r.submitter,
+                                                                         'amount', r.amount)
+                                                      ORDER BY r.cluster, r.partition, r.unit, r.submitter)
+                                            FILTER (WHERE r.g = 0), '[]'),
+                   'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
+        INTO section
+        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
+                     GROUPING(c.cluster, c.partition, c.submitter) AS g
+              FROM @extschema@.charge_by_month c
+              WHERE c.account = a.name AND c.month = m
+              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        sections := sections || jsonb_build_object('charges', section);
+
+        -- usage this year by resource, with the projection to the year's end
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
+                   'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   ORDER BY u.pool, u.cluster, u.partition), '[]')
+        INTO section
+        FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     (upto - y.first_day + 1)::numeric AS elapsed
+              FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+              CROSS JOIN LATERAL (
+                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
+                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
+                                         sm.start_month, 1) AS first_day
+                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u;
+        sections := sections || jsonb_build_object('usage_by_resource', section);
+
+        -- GENCI: per machine with allocation events this year, the status at the end of the
+        -- month (allocation_status) and the days of the year for the chart
+        SELECT jsonb_agg(jsonb_build_object(
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
+                   'delta', st.delta, 'status', st.status,
+                   'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
+                                                               round(dd.consumption, 2)) ORDER BY dd.day)
+                            FROM (SELECT g.day::date AS day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                                                          - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
+                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
+                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+               ORDER BY s.machine)
+        INTO section
+        FROM @extschema@.machine_setting s
+        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('regulation', section);
+        END IF;
+
+        -- RWTH: the window quota of each month of the period up to this one
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
+                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                            'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
+                         ORDER BY u.month)
+        INTO section
+        FROM @extschema@.quota_period p
+        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
+                                                                         ELSE (g.mon + interval '1 month')::date - 1 END) u
+        WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('window_quota', section);
+        END IF;
+
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        q := @extschema@.quarter_start(m);
+        SELECT jsonb_build_object(
+                   'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto),
+                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
+                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
+                                                            FROM @extschema@.ledger l
+                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
+                                              ORDER BY g.day)
+                            FROM generate_series(q, upto, interval '1 day') g(day)))
+        INTO section
+        FROM (SELECT sum(l.amount) AS amount
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
+        WHERE al.amount IS NOT NULL;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('bank', section);
+        END IF;
+
+        RETURN jsonb_build_object('account', a.name, 'kind', a.kind, 'description', a.description,
+                                  'month', to_char(m, 'YYYY-MM'), 'figures_at', upto, 'time_zone', tz)
+               || sections;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_month(text, date) IS
+    'Portal page of one account''s month as jsonb: charges by resource and submitter, usage by resource with the '
+    'year''s projection, GENCI regulation, RWTH window quota and HLRN bank figures where the account has them';
+
+-- The portal's first page: every account the caller may see, with what it stands at.
+CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today())
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        bank_unit text := @extschema@.setting_value('bank_unit');
+        result jsonb;
+    BEGIN
+        IF at IS NULL THEN
+            RAISE EXCEPTION 'a date is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
+        INTO result
+        FROM (SELECT a.name,
+                     jsonb_strip_nulls(jsonb_build_object(
+                         'account', a.name, 'kind', a.kind, 'description', a.description,
+                         'role', (SELECT m.role FROM @extschema@.membership m WHERE m.account = a.name AND m.username = session_user),
+                         'bank', CASE WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
+                                      THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
+                                                              'balance', @extschema@.balance(a.name, at), 'unit', bank_unit,
+                                                              'quarter', @extschema@.quarter_start(at)) END,
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
+                                                             'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                                             'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                                             'unit', u.unit)
+                                   FROM @extschema@.window_quota_usage(a.name, at) u
+                                   WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
+                         'regulation', (SELECT jsonb_agg(jsonb_build_object('machine', s.machine, 'alloc', st.alloc,
+                                                                            'tmc', round(st.tmc::numeric, 2), 'tc', round(st.tc::numeric, 2),
+                                                                            'consumption', round(st.consumption::numeric, 2),
+                                                                            'delta', round(st.delta::numeric, 2), 'status', st.status)
+                                                         ORDER BY s.machine)
+                                        FROM @extschema@.machine_setting s
+                                        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
+                                        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                      WHERE l.account = a.name AND l.cluster = s.machine
+                                                        AND l.kind IN ('grant', 'supplement', 'retraction')
+                                                        AND l.valid_from <= at
+                                                        AND l.valid_until >= date_trunc('year', at)::date)),
+                         'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
+                                        FROM (SELECT c.unit, round(sum(c.amount), 6) AS amount
+                                              FROM @extschema@.charge_by_month c
+                                              WHERE c.account = a.name AND c.month = date_trunc('month', at)::date
+                                              GROUP BY c.unit) t))) AS item
+              FROM @extschema@.account a
+              WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
+        RETURN result;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.my_accounts(date) IS
+    'Portal first page as jsonb: the caller''s accounts (row-level security) with role, bank balance and state, '
+    'window quota, GENCI status per machine and this month''s charges';
+
+-- An account's monthly statement: one self-contained HTML page (no script, no external
+-- resource) with inline SVG charts, rendered from account_month().
+CREATE FUNCTION @extschema@.statement_html(account text, month date)
+    RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        d jsonb := @extschema@.account_month(account, month);
+        h text;
+        sec jsonb;
+        r jsonb;
+        labels text[];
+        series jsonb;
+        rows text;
+        e text;
+    BEGIN
+        h := '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+             || format('<title>Statement %s %s</title>', @extschema@.html_escape(d ->> 'account'), d ->> 'month')
+             || '<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}'
+                'h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}'
+                'table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}'
+                'td.n{text-align:right}.meta{color:#555;font-size:13px}.chart{display:block;margin:8px 0}</style></head><body>'
+             || format('<h1>Statement of account %s &mdash; %s</h1>', @extschema@.html_escape(d ->> 'account'),
+                       to_char((d ->> 'month' || '-01')::date, 'FMMonth YYYY'))
+             || format('<p class="meta">%s account%s. Figures at the end of %s (%s).</p>',
+                       @extschema@.html_escape(initcap(d ->> 'kind')),
+                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || @extschema@.html_escape(d ->> 'description') ELSE '' END,
+                       d ->> 'figures_at', @extschema@.html_escape(d ->> 'time_zone'));
+
+        -- the month's charges
+        h := h || '<h2>Charges this month</h2>';
+        IF jsonb_array_length(d -> 'charges' -> 'by_submitter') = 0 THEN
+            h := h || '<p>No charges.</p>';
+        ELSE
+            SELECT string_agg(format('<tr><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td>%s</td></tr>',
+                                     @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
+                                     @extschema@.html_escape(x ->> 'submitter'),
+                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,990.00'), @extschema@.html_escape(x ->> 'unit')),
+                              '' ORDER BY ord)
+            INTO rows FROM jsonb_array_elements(d -> 'charges' -> 'by_submitter') WITH ORDINALITY t(x, ord);
+            h := h || '<table class="charges"><tr><th>cluster</th><th>partition</th><th>submitter</th><th>amount</th><th>unit</th></tr>'
+                   || rows;
+            SELECT string_agg(format('<tr><th colspan="3">total</th><td class="n">%s</td><td>%s</td></tr>',
+                                     to_char(t.value::numeric, 'FM999,999,999,990.00'), @extschema@.html_escape(t.key)), '' ORDER BY t.key)
+            INTO rows FROM jsonb_each_text(d -> 'charges' -> 'total') t;
+            h := h || coalesce(rows, '') || '</table>';
+        END IF;
+
+        -- GENCI: consumption against TC(d) with the TMC bands, per machine
+        FOR sec IN SELECT x FROM jsonb_array_elements(coalesce(d -> 'regulation', '[]')) x LOOP
+            SELECT array_agg(CASE WHEN EXTRACT(day FROM (x ->> 0)::date) = 1 THEN to_char((x ->> 0)::date, 'Mon') ELSE '' END ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'TC ± TMC', 'kind', 'band', 'color', '#2ca02c',
+                                          'lower', jsonb_agg((x ->> 1)::numeric - (x ->> 2)::numeric ORDER BY ord),
+                                          'upper', jsonb_agg((x ->> 1)::numeric + (x ->> 2)::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'TC − 2·TMC (retraction)', 'kind', 'dashed', 'color', '#d62728',
+                                          'values', jsonb_agg((x ->> 1)::numeric - 2 * (x ->> 2)::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'TC(d)', 'kind', 'line', 'color', '#555555',
+                                          'values', jsonb_agg((x ->> 1)::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'consumption', 'kind', 'line', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 3)::numeric ORDER BY ord)))
+            INTO labels, series
+            FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
+            h := h || format('<h2>Regulation on %s (GENCI)</h2>', @extschema@.html_escape(sec ->> 'machine'))
+                   || @extschema@.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
+                                            'hours', labels, series)
+                   || format('<table class="regulation"><tr><th>Alloc</th><th>TMC</th><th>TC</th><th>consumption</th><th>&Delta;</th><th>status</th></tr>'
+                             '<tr><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr></table>',
+                             @extschema@.notify_number((sec ->> 'alloc')::numeric), @extschema@.notify_number((sec ->> 'tmc')::numeric),
+                             @extschema@.notify_number((sec ->> 'tc')::numeric), @extschema@.notify_number((sec ->> 'consumption')::numeric),
+                             @extschema@.notify_number((sec ->> 'delta')::numeric), @extschema@.html_escape(sec ->> 'status'));
+        END LOOP;
+
+        -- RWTH: the three-month window per month
+        IF d ? 'window_quota' THEN
+            SELECT array_agg(to_char((x ->> 'month')::date, 'Mon YY') ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'consumed', 'kind', 'bar', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 'consumed')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'monthly allowance', 'kind', 'dashed', 'color', '#555555',
+                                          'values', jsonb_agg((x ->> 'monthly')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'consumable (3-month window)', 'kind', 'line', 'color', '#ff7f0e',
+                                          'values', jsonb_agg((x ->> 'consumable')::numeric ORDER BY ord)))
+            INTO labels, series
+            FROM jsonb_array_elements(d -> 'window_quota') WITH ORDINALITY t(x, ord);
+            r := d -> 'window_quota' -> -1;
+            h := h || '<h2>Core-hour quota (RWTH)</h2>'
+                   || @extschema@.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
+                   || format('<table class="quota"><tr><th>Accounting period</th><td>%s to %s</td></tr>'
+                             '<tr><th>State</th><td>%s</td></tr><tr><th>Monthly</th><td class="n">%s</td></tr>'
+                             '<tr><th>Remaining of previous month</th><td class="n">%s</td></tr>'
+                             '<tr><th>Consumed this month</th><td class="n">%s</td></tr>'
+                             '<tr><th>Consumable (%%)</th><td class="n">%s</td></tr><tr><th>Consumable</th><td class="n">%s</td></tr></table>',
+                             r ->> 'period_start', r ->> 'period_end', @extschema@.html_escape(r ->> 'state'),
+                             @extschema@.notify_number((r ->> 'monthly')::numeric), @extschema@.notify_number((r ->> 'remaining_prev')::numeric),
+                             @extschema@.notify_number((r ->> 'consumed')::numeric), @extschema@.notify_number((r ->> 'consumable_pct')::numeric),
+                             @extschema@.notify_number((r ->> 'consumable')::numeric));
+        END IF;
+
+        -- HLRN: the quarter's balance
+        IF d ? 'bank' THEN
+            sec := d -> 'bank';
+            SELECT array_agg(CASE WHEN EXTRACT(day FROM (x ->> 0)::date) IN (1, 15) THEN to_char((x ->> 0)::date, 'DD Mon') ELSE '' END ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'allocation', 'kind', 'dashed', 'color', '#555555',
+                                          'values', jsonb_agg((sec ->> 'allocation')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'balance', 'kind', 'line', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 1)::numeric ORDER BY ord)))
+            INTO labels, series
+            FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
+            h := h || format('<h2>Quarter starting %s (HLRN bank)</h2>', sec ->> 'quarter')
+                   || @extschema@.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
+                   || format('<table class="bank"><tr><th>allocation</th><th>balance</th><th>state</th></tr>'
+                             '<tr><td class="n">%s %s</td><td class="n">%s %s</td><td>%s</td></tr></table>',
+                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,990.00'), @extschema@.html_escape(sec ->> 'unit'),
+                             to_char((sec ->> 'balance')::numeric, 'FM999,999,990.00'), @extschema@.html_escape(sec ->> 'unit'),
+                             @extschema@.html_escape(sec ->> 'state'));
+        END IF;
+
+        -- usage by resource this allocation year, with the projection
+        IF jsonb_array_length(d -> 'usage_by_resource') > 0 THEN
+            SELECT array_agg((x ->> 'cluster') || '/' || (x ->> 'partition') ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'usage to date', 'kind', 'bar', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 'usage')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'projected for the year', 'kind', 'bar', 'color', '#aec7e8',
+                                          'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
+                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
+                                     @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
+                                     x ->> 'year_start', x ->> 'year_end',
+                                     to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
+                                     to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
+                                     coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
+                                     @extschema@.html_escape(x ->> 'unit')), '' ORDER BY ord)
+            INTO labels, series, rows
+            FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
+            h := h || '<h2>Usage by resource this allocation year</h2>'
+                   || @extschema@.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
+                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>equivalent-hours (unweighted)</th>'
+                      '<th>usage to date</th><th>projected</th><th>unit</th></tr>'
+                   || rows || '</table>';
+        END IF;
+        RETURN h || '</body></html>';
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_html(text, date) IS
+    'An account''s monthly statement as one self-contained HTML page with inline SVG charts (GENCI, RWTH, HLRN, usage '
+    'by resource), from account_month()';

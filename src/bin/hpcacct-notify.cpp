@@ -1,0 +1,493 @@
+// hpcacct-notify: delivers the messages of hpcacct's outbox over SMTP.
+//
+// Protocol (functions in sql/install/95_notify.sql):
+//   1. hpcacct.outbox_claim(worker, lease, batch) leases due deliveries (one per message and
+//      recipient) to this process;
+//   2. one SMTP transaction per delivery (one RCPT). Once the server has accepted DATA, and
+//      before libcurl gets the last bytes of the body (after which it sends the final "." that
+//      completes the transaction), hpcacct.outbox_sending() commits the state 'sending';
+//   3. hpcacct.outbox_result() records delivered / retry (back-off) / failed / uncertain.
+// A delivery left in 'sending' (this process killed, the database gone) becomes 'uncertain'
+// once its lease runs out and is never sent again by itself: nothing is sent twice. Every
+// failure before step 2 is known not to have delivered anything and is retried.
+//
+// Configuration: --config FILE (lines "key = value", # comments) and the environment
+// (HPCACCT_NOTIFY_<KEY>, which wins). Keys: conninfo, smtp_host, smtp_port, smtp_tls (none,
+// starttls, require_starttls, smtps), smtp_user, smtp_password, smtp_cainfo, from, domain,
+// lease, batch, retry_base, retry_max, poll, timeout, worker.
+// Usage: hpcacct-notify [--config FILE] [--once]
+//   --once: deliver what is due now and exit (cron); otherwise run, woken by NOTIFY
+//   hpcacct_outbox and by the next retry, until SIGTERM or SIGINT.
+
+#include <curl/curl.h>
+#include <libpq-fe.h>
+
+#include <sys/select.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+extern "C" void on_signal(int) { stop_requested = 1; }
+
+struct ConfigError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+std::string trim(const std::string &s) {
+    const char *ws = " \t\r\n";
+    auto b = s.find_first_not_of(ws);
+    if (b == std::string::npos) return "";
+    auto e = s.find_last_not_of(ws);
+    return s.substr(b, e - b + 1);
+}
+
+struct Config {
+    std::map<std::string, std::string> values{
+        {"conninfo", ""},          {"smtp_host", "localhost"}, {"smtp_port", "25"},
+        {"smtp_tls", "starttls"},  {"smtp_user", ""},          {"smtp_password", ""},
+        {"smtp_cainfo", ""},       {"from", ""},               {"domain", ""},
+        {"lease", "600"},          {"batch", "10"},            {"retry_base", "60"},
+        {"retry_max", "3600"},     {"poll", "60"},             {"timeout", "30"},
+        {"worker", ""}};
+
+    const std::string &get(const std::string &k) const { return values.at(k); }
+    long number(const std::string &k) const {
+        const std::string &v = get(k);
+        char *end = nullptr;
+        errno = 0;
+        long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || errno != 0 || n <= 0)
+            throw ConfigError(k + " must be a positive whole number of " +
+                              (k == "batch" ? std::string("deliveries") : std::string("seconds")) + ", not \"" + v + "\"");
+        return n;
+    }
+    void set(const std::string &k, const std::string &v, const std::string &where) {
+        if (!values.count(k)) throw ConfigError(where + ": unknown setting \"" + k + "\"");
+        values[k] = v;
+    }
+    void read_file(const std::string &path) {
+        std::ifstream in(path);
+        if (!in) throw ConfigError("cannot read the configuration file " + path);
+        std::string line;
+        int n = 0;
+        while (std::getline(in, line)) {
+            ++n;
+            std::string t = trim(line);
+            if (t.empty() || t[0] == '#') continue;
+            auto eq = t.find('=');
+            if (eq == std::string::npos)
+                throw ConfigError(path + ":" + std::to_string(n) + ": expected \"key = value\"");
+            set(trim(t.substr(0, eq)), trim(t.substr(eq + 1)), path + ":" + std::to_string(n));
+        }
+    }
+    void read_environment() {
+        for (auto &kv : values) {
+            std::string name = "HPCACCT_NOTIFY_";
+            for (char c : kv.first) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            if (const char *v = std::getenv(name.c_str())) kv.second = v;
+        }
+    }
+    void check() {
+        const std::string &from = get("from");
+        if (from.empty() || from.find('@') == std::string::npos ||
+            from.find_first_of(" \t\r\n<>,;\"") != std::string::npos)
+            throw ConfigError("from must be the sender's address (e.g. hpc-accounting@example.org), not \"" + from + "\"");
+        if (get("domain").empty()) values["domain"] = from.substr(from.find('@') + 1);
+        const std::string &tls = get("smtp_tls");
+        if (tls != "none" && tls != "starttls" && tls != "require_starttls" && tls != "smtps")
+            throw ConfigError("smtp_tls must be none, starttls, require_starttls or smtps, not \"" + tls + "\"");
+        for (const char *k : {"lease", "batch", "retry_base", "retry_max", "poll", "timeout"}) number(k);
+        long port = number("smtp_port");
+        if (port > 65535) throw ConfigError("smtp_port must be at most 65535");
+        if (number("timeout") * number("batch") >= number("lease"))
+            throw ConfigError("lease must exceed timeout x batch, or a slow batch outlives its lease");
+        if (get("worker").empty()) {
+            char host[256] = {0};
+            gethostname(host, sizeof host - 1);
+            values["worker"] = std::string(host) + ":" + std::to_string(getpid());
+        }
+    }
+};
+
+void log_line(const std::string &s) {
+    std::fprintf(stderr, "hpcacct-notify: %s\n", s.c_str());
+    std::fflush(stderr);
+}
+
+// ---- the database ----------------------------------------------------------------------
+
+struct Db {
+    PGconn *conn = nullptr;
+    ~Db() { close(); }
+    void close() {
+        if (conn) PQfinish(conn);
+        conn = nullptr;
+    }
+    bool ok() const { return conn && PQstatus(conn) == CONNECTION_OK; }
+    bool connect(const std::string &conninfo) {
+        close();
+        conn = PQconnectdb(conninfo.c_str());
+        if (PQstatus(conn) != CONNECTION_OK) {
+            log_line(std::string("database: ") + PQerrorMessage(conn));
+            close();
+            return false;
+        }
+        PGresult *r = PQexec(conn, "SET application_name = 'hpcacct-notify'");
+        PQclear(r);
+        r = PQexec(conn, "LISTEN hpcacct_outbox");
+        bool good = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!good) {
+            log_line(std::string("LISTEN: ") + PQerrorMessage(conn));
+            close();
+        }
+        return good;
+    }
+    // Runs a parameterized statement; returns the result or nullptr (logged) on error.
+    std::unique_ptr<PGresult, void (*)(PGresult *)> exec(const char *sql, const std::vector<std::string> &params) {
+        std::vector<const char *> p;
+        for (auto &s : params) p.push_back(s.c_str());
+        PGresult *r = PQexecParams(conn, sql, static_cast<int>(p.size()), nullptr, p.data(), nullptr, nullptr, 0);
+        ExecStatusType st = PQresultStatus(r);
+        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+            log_line(std::string("database: ") + PQresultErrorMessage(r));
+            PQclear(r);
+            r = nullptr;
+        }
+        return {r, PQclear};
+    }
+};
+
+struct Delivery {
+    std::string recipient_id, message_id, address, display_name, subject, body, date;
+};
+
+// ---- the message -------------------------------------------------------------------------
+
+bool is_ascii_printable(const std::string &s) {
+    return std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+std::string base64(const std::string &in) {
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    size_t i = 0;
+    for (; i + 2 < in.size(); i += 3) {
+        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
+        out += tbl[v >> 18 & 63]; out += tbl[v >> 12 & 63]; out += tbl[v >> 6 & 63]; out += tbl[v & 63];
+    }
+    if (i + 1 == in.size()) {
+        unsigned v = (unsigned char)in[i] << 16;
+        out += tbl[v >> 18 & 63]; out += tbl[v >> 12 & 63]; out += "==";
+    } else if (i + 2 == in.size()) {
+        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8;
+        out += tbl[v >> 18 & 63]; out += tbl[v >> 12 & 63]; out += tbl[v >> 6 & 63]; out += '=';
+    }
+    return out;
+}
+
+// A header value: as it is when it is printable ASCII, else an RFC 2047 encoded word.
+std::string header_text(const std::string &s) {
+    if (is_ascii_printable(s)) return s;
+    return "=?UTF-8?B?" + base64(s) + "?=";
+}
+
+std::string quoted_name(const std::string &s) {
+    if (!is_ascii_printable(s)) return header_text(s);
+    std::string q = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') q += '\\';
+        q += c;
+    }
+    return q + "\"";
+}
+
+// Stable per message and recipient: a resend (by hand, after an 'uncertain') carries the same id.
+std::string message_id_header(const Delivery &d, const Config &cfg) {
+    return "<hpcacct." + d.message_id + "." + d.recipient_id + "@" + cfg.get("domain") + ">";
+}
+
+std::string compose(const Delivery &d, const Config &cfg) {
+    std::string m;
+    m += "From: " + cfg.get("from") + "\r\n";
+    m += "To: " + (d.display_name.empty() ? "" : quoted_name(d.display_name) + " ") + "<" + d.address + ">\r\n";
+    m += "Subject: " + header_text(d.subject) + "\r\n";
+    m += "Date: " + d.date + "\r\n";
+    m += "Message-ID: " + message_id_header(d, cfg) + "\r\n";
+    m += "MIME-Version: 1.0\r\n";
+    m += "Content-Type: text/plain; charset=UTF-8\r\n";
+    m += "Content-Transfer-Encoding: 8bit\r\n";
+    m += "Auto-Submitted: auto-generated\r\n";
+    m += "X-Hpcacct-Message: " + d.message_id + "\r\n";
+    m += "\r\n";
+    // CRLF line ends; libcurl doubles a leading "." itself
+    for (size_t i = 0; i < d.body.size(); ++i) {
+        char c = d.body[i];
+        if (c == '\r') continue;
+        if (c == '\n') m += "\r\n";
+        else m += c;
+    }
+    if (m.size() < 2 || m.compare(m.size() - 2, 2, "\r\n") != 0) m += "\r\n";
+    return m;
+}
+
+// ---- one SMTP transaction ----------------------------------------------------------------
+
+struct Upload {
+    const std::string *data;
+    size_t offset = 0;
+    Db *db;
+    const std::string *worker;
+    const std::string *recipient_id;
+    bool committed = false;  // 'sending' is committed: the server may get the message
+    bool lease_lost = false;
+};
+
+size_t read_body_cpp(char *buffer, size_t size, size_t nitems, Upload *u) {
+    size_t room = size * nitems;
+    size_t left = u->data->size() - u->offset;
+    size_t n = std::min(room, left);
+    // The last bytes of the body: once libcurl has them it completes the transaction (the
+    // final ".") without asking again. Commit 'sending' before handing them over, or abort
+    // without them (the server then has an unfinished message and discards it).
+    if (n == left && !u->committed) {
+        auto r = u->db->exec("SELECT hpcacct.outbox_sending($1, $2)", {*u->worker, *u->recipient_id});
+        if (!r || PQntuples(r.get()) != 1 || std::strcmp(PQgetvalue(r.get(), 0, 0), "t") != 0) {
+            u->lease_lost = static_cast<bool>(r);
+            return CURL_READFUNC_ABORT;
+        }
+        u->committed = true;
+    }
+    std::memcpy(buffer, u->data->data() + u->offset, n);
+    u->offset += n;
+    return n;
+}
+
+// libcurl's callback: no C++ exception may cross libcurl's C frames.
+extern "C" size_t read_body(char *buffer, size_t size, size_t nitems, void *userdata) {
+    try {
+        return read_body_cpp(buffer, size, nitems, static_cast<Upload *>(userdata));
+    } catch (...) {
+        return CURL_READFUNC_ABORT;  // before 'sending' was committed: nothing is completed
+    }
+}
+
+struct Outcome {
+    std::string state;  // delivered, retry, failed, uncertain, or "" (lease lost: leave it)
+    std::string error;
+};
+
+Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
+    std::string message = compose(d, cfg);
+    Upload up{&message, 0, &db, &cfg.get("worker"), &d.recipient_id};
+    const std::string &tls = cfg.get("smtp_tls");
+    std::string url = (tls == "smtps" ? "smtps://" : "smtp://") + cfg.get("smtp_host") + ":" + cfg.get("smtp_port") +
+                      "/" + cfg.get("domain");
+    std::string from = "<" + cfg.get("from") + ">";
+    std::string to = "<" + d.address + ">";
+    struct curl_slist *rcpt = curl_slist_append(nullptr, to.c_str());
+    char errbuf[CURL_ERROR_SIZE] = {0};
+
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_MAIL_FROM, from.c_str());
+    curl_easy_setopt(curl, CURLOPT_MAIL_RCPT, rcpt);
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_body);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &up);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, cfg.number("timeout"));
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, cfg.number("timeout"));
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_USE_SSL, tls == "none"               ? static_cast<long>(CURLUSESSL_NONE)
+                                            : tls == "starttls"          ? static_cast<long>(CURLUSESSL_TRY)
+                                                                         : static_cast<long>(CURLUSESSL_ALL));
+    if (!cfg.get("smtp_user").empty()) {
+        curl_easy_setopt(curl, CURLOPT_USERNAME, cfg.get("smtp_user").c_str());
+        curl_easy_setopt(curl, CURLOPT_PASSWORD, cfg.get("smtp_password").c_str());
+    }
+    if (!cfg.get("smtp_cainfo").empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, cfg.get("smtp_cainfo").c_str());
+
+    CURLcode rc = curl_easy_perform(curl);
+    long code = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(rcpt);
+    curl_easy_setopt(curl, CURLOPT_MAIL_RCPT, nullptr);
+
+    std::string what = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "") +
+                       (code ? " (SMTP " + std::to_string(code) + ")" : "");
+    if (rc == CURLE_OK) return {"delivered", ""};
+    if (up.lease_lost) return {"", "lease lost to another sender"};
+    if (!up.committed) {
+        // Nothing reached the point of no return: the server has no message. Only a
+        // permanent refusal of this recipient fails it; anything else (the server down, a
+        // refused login or sender, TLS) is the server's or the configuration's and retried.
+        if (rc == CURLE_SEND_ERROR && code >= 500 && code < 600 && std::strncmp(errbuf, "RCPT failed", 11) == 0)
+            return {"failed", what};
+        return {"retry", what};
+    }
+    // After 'sending': only an explicit answer to the final "." says it was not taken.
+    if (rc == CURLE_WEIRD_SERVER_REPLY && code >= 400 && code < 500) return {"retry", what};
+    if (rc == CURLE_WEIRD_SERVER_REPLY && code >= 500 && code < 600) return {"failed", what};
+    return {"uncertain", what};
+}
+
+// ---- the loop ----------------------------------------------------------------------------
+
+const char *claim_sql =
+    "SELECT c.recipient_id, c.message_id, c.address, coalesce(c.display_name, ''), c.subject, c.body, "
+    "       pg_catalog.to_char(c.created_at AT TIME ZONE 'UTC', 'Dy, DD Mon YYYY HH24:MI:SS') || ' +0000' "
+    "FROM hpcacct.outbox_claim($1, pg_catalog.make_interval(secs => $2::float8), $3::integer) c";
+
+// Delivers everything due; returns false when the database failed.
+bool deliver_due(Db &db, CURL *curl, const Config &cfg, int &sent) {
+    const std::string &worker = cfg.get("worker");
+    while (!stop_requested) {
+        auto r = db.exec(claim_sql, {worker, cfg.get("lease"), cfg.get("batch")});
+        if (!r) return false;
+        int n = PQntuples(r.get());
+        if (n == 0) return true;
+        for (int i = 0; i < n && !stop_requested; ++i) {
+            Delivery d{PQgetvalue(r.get(), i, 0), PQgetvalue(r.get(), i, 1), PQgetvalue(r.get(), i, 2),
+                       PQgetvalue(r.get(), i, 3), PQgetvalue(r.get(), i, 4), PQgetvalue(r.get(), i, 5),
+                       PQgetvalue(r.get(), i, 6)};
+            Outcome o = send_one(curl, db, cfg, d);
+            if (o.state.empty()) {
+                log_line("message " + d.message_id + " to " + d.address + ": " + o.error);
+                continue;
+            }
+            auto done = db.exec(
+                "SELECT hpcacct.outbox_result($1, $2, $3, NULLIF($4, ''), "
+                "pg_catalog.make_interval(secs => $5::float8), pg_catalog.make_interval(secs => $6::float8))",
+                {worker, d.recipient_id, o.state, o.error, cfg.get("retry_base"), cfg.get("retry_max")});
+            log_line("message " + d.message_id + " to " + d.address + " " + message_id_header(d, cfg) + ": " +
+                     o.state + (o.error.empty() ? "" : " (" + o.error + ")"));
+            if (o.state == "delivered") ++sent;
+            if (!done) return false;  // the lease runs out; a delivered one becomes uncertain, never resent
+            if (o.state == "retry") {
+                // the server is down or refuses: the rest of the batch would fare alike, so it
+                // waits for its own back-off instead of its lease
+                for (int j = i + 1; j < n; ++j) {
+                    auto later = db.exec(
+                        "SELECT hpcacct.outbox_result($1, $2, 'retry', $3, "
+                        "pg_catalog.make_interval(secs => $4::float8), pg_catalog.make_interval(secs => $5::float8))",
+                        {worker, PQgetvalue(r.get(), j, 0), "not tried: " + o.error, cfg.get("retry_base"),
+                         cfg.get("retry_max")});
+                    if (!later) return false;
+                }
+                return true;
+            }
+        }
+    }
+    return true;
+}
+
+// Seconds until the next pending delivery is due (bounded by poll).
+double seconds_to_next(Db &db, const Config &cfg) {
+    double poll = static_cast<double>(cfg.number("poll"));
+    auto r = db.exec("SELECT EXTRACT(epoch FROM min(greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt))) "
+                     "- pg_catalog.clock_timestamp())::float8 "
+                     "FROM hpcacct.outbox_recipient r WHERE r.state IN ('pending', 'sending')",
+                     {});
+    if (!r || PQgetisnull(r.get(), 0, 0)) return poll;
+    double s = std::atof(PQgetvalue(r.get(), 0, 0));
+    return std::max(0.2, std::min(poll, s + 0.05));
+}
+
+void wait_for_work(Db &db, double seconds) {
+    int fd = PQsocket(db.conn);
+    if (fd < 0) return;
+    fd_set set;
+    FD_ZERO(&set);
+    FD_SET(fd, &set);
+    struct timeval tv;
+    tv.tv_sec = static_cast<long>(seconds);
+    tv.tv_usec = static_cast<long>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+    select(fd + 1, &set, nullptr, nullptr, &tv);
+    PQconsumeInput(db.conn);
+    while (PGnotify *n = PQnotifies(db.conn)) PQfreemem(n);
+}
+
+int run(int argc, char **argv) {
+    Config cfg;
+    bool once = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--once") once = true;
+        else if (a == "--config" && i + 1 < argc) cfg.read_file(argv[++i]);
+        else if (a == "--help" || a == "-h") {
+            std::printf("usage: hpcacct-notify [--config FILE] [--once]\n");
+            return 0;
+        } else throw ConfigError("unknown argument \"" + a + "\" (usage: hpcacct-notify [--config FILE] [--once])");
+    }
+    cfg.read_environment();
+    cfg.check();
+
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGPIPE, SIG_IGN);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        log_line("libcurl failed to initialize");
+        return 1;
+    }
+    std::unique_ptr<CURL, void (*)(CURL *)> curl(curl_easy_init(), curl_easy_cleanup);
+    if (!curl) {
+        log_line("libcurl failed to initialize");
+        return 1;
+    }
+    Db db;
+    int sent = 0;
+    double backoff = 1;
+    while (!stop_requested) {
+        if (!db.ok() && !db.connect(cfg.get("conninfo"))) {
+            if (once) return 2;
+            wait_for_work(db, 0);  // no socket: returns at once
+            sleep(static_cast<unsigned>(backoff));
+            backoff = std::min(backoff * 2, static_cast<double>(cfg.number("poll")));
+            continue;
+        }
+        backoff = 1;
+        bool good = deliver_due(db, curl.get(), cfg, sent);
+        if (!good) {
+            db.close();
+            if (once) return 2;
+            continue;
+        }
+        if (once) break;
+        wait_for_work(db, seconds_to_next(db, cfg));
+    }
+    log_line(std::to_string(sent) + " delivered");
+    curl.reset();
+    curl_global_cleanup();
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    try {
+        return run(argc, argv);
+    } catch (const ConfigError &e) {
+        log_line(std::string("configuration: ") + e.what());
+        return 1;
+    } catch (const std::exception &e) {
+        log_line(std::string("error: ") + e.what());
+        return 3;
+    } catch (...) {
+        log_line("unknown error");
+        return 3;
+    }
+}

@@ -1,0 +1,56 @@
+# Sourced by test/notify/run.sh (its ok/is helpers, $work, sql): monthly statements rendered by
+# a real browser. statement_html() of one account per centre (test/notify/sample_site.sql)
+# is written to a file, headless Chromium renders it to PNG, and the test checks the page,
+# its charts' series in the SVG, and that the picture has the charts' colours.
+# HPCACCT_UPDATE_SAMPLES=1 copies the pictures to test/notify/samples/ (the README's).
+
+createdb hpcacct_statements
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_statements \
+     -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_statements -f test/notify/sample_site.sql >"$work/site.log" 2>&1
+ok $? "the sample site loads" "$(tail -3 "$work/site.log")"
+
+# pixels of a colour (within 6 %) in a PNG
+pixels_of() {
+    convert "$1" -alpha off -fuzz 6% -fill white +opaque "$2" -fill black -opaque "$2" \
+        -format '%[fx:round((1 - mean) * w * h)]' info: 2>/dev/null
+}
+
+# centre account month series-per-chart (comma-separated) points-of-the-first-line
+while read -r centre account month per_chart points; do
+    page=$work/$centre.html
+    png=$work/$centre.png
+    psql -X -At -v ON_ERROR_STOP=1 -d hpcacct_statements \
+         -c "SELECT hpcacct.statement_html('$account', '$month')" >"$page" 2>"$work/$centre.err"
+    ok $? "$centre: statement_html('$account', '$month') renders" "$(cat "$work/$centre.err")"
+    head -c 15 "$page" | grep -q '<!DOCTYPE html>'; ok $? "$centre: an HTML page"
+    [ "$(grep -c -e '<script' -e 'src=' -e 'href=' -e '@import' "$page")" -eq 0 ]
+    ok $? "$centre: self-contained (no script, no external resource)"
+    got=$(sed 's/<svg /\n<svg /g' "$page" | grep '^<svg ' | while read -r svg; do
+              grep -o 'class="series"' <<<"$svg" | wc -l; done | paste -sd,)
+    is "$got" "$per_chart" "$centre: charts with $per_chart series"
+    got=$(grep -o '<polyline class="series"[^>]*points="[^"]*"' "$page" | head -1 | sed 's/.*points="//; s/"$//' | wc -w)
+    if [ "$points" -eq 0 ]; then what='bars only, no line'
+    elif [ "$points" -gt 31 ]; then what='a point per day on its first line'
+    else what='a point per month on its first line'; fi
+    is "$got" "$points" "$centre: $what"
+    u=$(mktemp -d "$work/chromium.XXXXXX")
+    timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync --user-data-dir="$u" \
+        --hide-scrollbars --screenshot="$png" --window-size=900,1500 "file://$page" >"$work/chromium.log" 2>&1
+    [ -s "$png" ]; ok $? "$centre: Chromium renders it to PNG" "$(tail -2 "$work/chromium.log")"
+    nonwhite=$(convert "$png" -colorspace Gray -threshold 95% -format '%[fx:round((1 - mean) * 10000)]' info: 2>/dev/null)
+    [ "${nonwhite:-0}" -ge 300 ]; ok $? "$centre: the picture is not blank (${nonwhite:-0} of 10 000 pixels dark)"
+    blue=$(pixels_of "$png" '#1f77b4')
+    [ "${blue:-0}" -ge 400 ]; ok $? "$centre: the main series is drawn (${blue:-0} pixels of its blue)"
+    if [ "${HPCACCT_UPDATE_SAMPLES:-0}" = 1 ]; then
+        mkdir -p test/notify/samples
+        convert "$png" -trim -bordercolor white -border 12 "test/notify/samples/$centre.png"
+    fi
+done <<'CASES'
+genci gen7001 2025-09-01 4,2 273
+rwth rwth0042 2025-04-01 3,2 4
+hlrn nip00042 2025-05-01 2,2 61
+computecanada def-smith 2025-10-01 2 0
+lqcd lqcd-hisq 2025-12-01 2 0
+CASES

@@ -1,0 +1,196 @@
+-- Notifications (issue 16): contacts and their row-level security; every decision a document
+-- says a person learns of writes one message, with its figures, in the deciding transaction,
+-- and a re-run writes none; the sender's claim / sending / result protocol.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(72);
+
+CALL setup_roles();
+CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
+CREATE ROLE n_bob LOGIN IN ROLE hpcacct_portal;
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['n_alice', 'n_bob', 'n_carol', 'n_px']) AS u;
+
+-- ---- contacts ------------------------------------------------------------------------
+INSERT INTO contact (username, email, display_name) VALUES
+    ('n_alice', 'alice@example.org', 'Alice A'), ('n_bob', 'bob@example.org', 'Bob B'),
+    ('n_carol', 'carol@example.org', NULL), ('n_px', 'px@example.org', NULL);
+
+SELECT throws_ok($$INSERT INTO hpcacct.contact (username, email) VALUES ('n_nobody', 'x@example.org')$$,
+                 '23503', NULL, 'a contact for an unknown user');
+SELECT throws_ok($$UPDATE hpcacct.contact SET email = 'not an address' WHERE username = 'n_bob'$$,
+                 '23514', NULL, 'an address with spaces and no domain');
+SELECT throws_ok($$UPDATE hpcacct.contact SET email = E'bob@example.org\r\nBcc: eve@example.org' WHERE username = 'n_bob'$$,
+                 '23514', NULL, 'an address that would add a header');
+SELECT throws_ok($$UPDATE hpcacct.contact SET email = 'bob@example.org>, eve@example.org' WHERE username = 'n_bob'$$,
+                 '23514', NULL, 'an address that would add a recipient');
+SELECT throws_ok($$UPDATE hpcacct.contact SET display_name = E'Bob\nBcc: eve@example.org' WHERE username = 'n_bob'$$,
+                 '23514', NULL, 'a display name with a line break');
+SELECT is((SELECT email FROM contact WHERE username = 'n_bob'), 'bob@example.org', 'refused changes wrote nothing');
+
+-- a portal user reads and changes their own contact only
+SET SESSION AUTHORIZATION n_alice;
+SELECT is((SELECT array_agg(username) FROM hpcacct.contact), ARRAY['n_alice'], 'n_alice sees only her own contact');
+SELECT lives_ok($$UPDATE hpcacct.contact SET email = 'alice@lab.example.org' WHERE username = 'n_alice'$$,
+                'n_alice changes her own address');
+SELECT lives_ok($$UPDATE hpcacct.contact SET email = 'eve@example.org', notify = false$$,
+                'n_alice''s update of every row runs (and reaches her own only)');
+SELECT throws_ok($$INSERT INTO hpcacct.contact (username, email) VALUES ('n_carol', 'eve@example.org')
+                   ON CONFLICT DO NOTHING$$, '42501', NULL, 'n_alice cannot write a contact row for someone else');
+SELECT throws_ok($$UPDATE hpcacct.contact SET username = 'n_bob' WHERE username = 'n_alice'$$,
+                 '42501', NULL, 'n_alice cannot move her row to another user');
+SELECT throws_ok($$SELECT hpcacct.outbox_claim('me')$$, '42501', NULL, 'a portal user cannot claim deliveries');
+SELECT throws_ok($$SELECT hpcacct.notify_scan('2024-03-01')$$, '42501', NULL, 'a portal user cannot run the scan');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT email FROM contact WHERE username = 'n_bob'), 'bob@example.org', 'n_bob''s address is unchanged');
+SELECT is((SELECT email FROM contact WHERE username = 'n_alice'), 'eve@example.org', 'n_alice''s change is stored');
+UPDATE contact SET email = 'alice@lab.example.org', notify = true WHERE username = 'n_alice';
+
+-- ---- GENCI monthly regulation: warning on 15 February, retraction on 15 March -------------
+INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('n_ada', 1000000);
+INSERT INTO account (name) VALUES ('n_gp');
+SELECT add_member('n_gp', 'n_alice', 'admin'), add_member('n_gp', 'n_bob', 'member');
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+VALUES ('n_gp', 'grant', 1200000, 'hours', 'n_ada', '2024-01-01', '2024-12-31');
+
+-- a rolled-back run writes no message
+SAVEPOINT before_run;
+CALL regulate('2024-02-15');
+SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_gp'), 1::bigint, 'the run writes its message');
+ROLLBACK TO SAVEPOINT before_run;
+SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_gp'), 0::bigint, 'a rolled-back run leaves no message');
+
+CALL regulate('2024-01-15');
+SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_gp'), 0::bigint, '15 January (ok): no message');
+CALL regulate('2024-02-15');
+SELECT is((SELECT topic FROM outbox WHERE account = 'n_gp'), 'regulation_warning', '15 February: a warning');
+SELECT is((SELECT array_agg(address ORDER BY address) FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.account = 'n_gp'), ARRAY['alice@lab.example.org'], 'to the project manager, not the member');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'regulation_warning' AND account = 'n_gp')
+          ~ 'theoretical consumption TC of 150,000 hours', 'the warning gives TC(15 Feb) = 150 000');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'regulation_warning' AND account = 'n_gp')
+          ~ 'TMC = 100,000 hours', 'and TMC = 100 000');
+SELECT is((SELECT (figures ->> 'delta')::float8 FROM outbox WHERE topic = 'regulation_warning' AND account = 'n_gp'),
+          -150000::float8, 'its figures: delta = -150 000');
+CALL regulate('2024-03-15');
+SELECT is((SELECT (figures ->> 'retracted')::numeric FROM outbox WHERE topic = 'regulation_retraction' AND account = 'n_gp'),
+          100000::numeric, '15 March: a retraction of one TMC');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'regulation_retraction' AND account = 'n_gp')
+          ~ 'goes from 1,200,000 to 1,100,000 hours', 'the notice gives the allocation before and after');
+SELECT is((SELECT (figures ->> 'retracted')::numeric FROM outbox WHERE topic = 'regulation_retraction' AND account = 'n_gp'),
+          (SELECT retracted FROM regulation_log WHERE account = 'n_gp' AND run_date = '2024-03-15'),
+          'the message agrees with regulation_log');
+SELECT results_eq($$SELECT alloc, tmc, tc FROM hpcacct.regulation_report WHERE account = 'n_gp' AND as_of = '2024-03-15'$$,
+                  $$SELECT alloc, tmc, tc FROM hpcacct.regulation_log WHERE account = 'n_gp' AND run_date = '2024-03-15'$$,
+                  'regulation_report on the day of the retraction shows the figures the run decided on');
+SELECT is((SELECT alloc FROM regulation_report WHERE account = 'n_gp' AND as_of = '2024-04-15'), 1100000::numeric,
+          'and a month later the allocation without the retracted hours');
+CALL regulate('2024-03-15');
+CALL regulate('2024-02-15');
+SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_gp'), 2::bigint, 'running the dates again writes no message');
+
+-- ---- GENCI annual regulation: warning on 1 May, retraction on 1 June --------------------
+INSERT INTO account (name) VALUES ('n_small');
+SELECT add_member('n_small', 'n_carol', 'admin');
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+VALUES ('n_small', 'grant', 100000, 'hours', 'n_ada', '2024-01-01', '2024-12-31');
+CALL regulate('2024-05-01');
+CALL regulate('2024-06-01');
+CALL regulate('2024-06-01');
+SELECT is((SELECT array_agg(topic ORDER BY message_id) FROM outbox WHERE account = 'n_small'),
+          ARRAY['annual_warning', 'annual_retraction'], 'annual warning and retraction, once each');
+SELECT ok((SELECT body FROM outbox WHERE account = 'n_small' AND topic = 'annual_retraction')
+          ~ '40,000 hours are retracted', 'the annual retraction gives 40 % of 100 000');
+SELECT is((SELECT address FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.account = 'n_small' AND m.topic = 'annual_warning'), 'carol@example.org', 'to its manager');
+
+-- ---- HLRN: expiry and deletion of a personal account, a held queued job ------------------
+CALL open_quarter('2024-10-01');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'account_expired' AND account = 'n_px'), 1::bigint,
+          'an expired personal account: a notice');
+SELECT is((SELECT address FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.topic = 'account_expired' AND m.account = 'n_px'), 'px@example.org', 'to its owner');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'account_expired' AND account = 'n_px') ~ 'deleted',
+          'which says what follows');
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('n_c', 'j1', 'n_px', 'n_px'),
+                                                                   ('n_c', 'j2', 'n_px', 'n_nowhere');
+SELECT is((SELECT count(*) FROM recheck_queued('2024-10-02')), 2::bigint, 'recheck_queued holds both jobs');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_held'), 2::bigint, 'a message per held job');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'j1')
+          ~ 'account n_px has no allocation', 'with the reason');
+SELECT is((SELECT account FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'j2'), NULL,
+          'a job held for an unknown account names no account');
+SELECT is((SELECT address FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.topic = 'job_held' AND m.figures ->> 'jobid' = 'j2'), 'px@example.org', 'and reaches the job''s owner');
+SELECT is((SELECT count(*) FROM recheck_queued('2024-10-03')), 0::bigint, 'a second recheck holds nothing new');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_held'), 2::bigint, 'and writes no message');
+UPDATE pending_job SET held = false WHERE jobid = 'j1';
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released'), 1::bigint, 'a released job: a message');
+CALL open_quarter('2025-01-01');
+CALL open_quarter('2025-01-01');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'account_deleted' AND account = 'n_px'), 1::bigint,
+          'deleted a quarter later: one notice');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'account_expired' AND account = 'n_px'), 1::bigint,
+          'and no second expiry notice in the quarter it is deleted');
+
+-- ---- RWTH: entry into low_priority and back (notify_scan) --------------------------------
+INSERT INTO account (name) VALUES ('n_rw');
+SELECT add_member('n_rw', 'n_alice', 'admin'), add_member('n_rw', 'n_bob', 'member');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('n_rwth', 'c18m', 'cpu=48', 'cpu=1', 1, 'core-hours');
+SELECT add_quota_period('n_rw', '2024-01-01', '2024-06-30', 1000, 'n_rwth', 'core-hours');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('n_rwth', 'r1', 'n_rw', 'n_bob', 'c18m', '2024-02-01 00:00+00', '2024-02-03 16:35+00', 'cpu=48', 'COMPLETED');
+SELECT is(window_quota_state('n_rw', '2024-03-10'), 'low_priority', 'setup: 3 100 core-h in February make March low priority');
+SELECT throws_ok($$SELECT hpcacct.notify_scan(NULL)$$, '22004', NULL, 'notify_scan(NULL)');
+SELECT throws_ok($$SELECT hpcacct.notify_scan('infinity')$$, '22008', NULL, 'notify_scan(infinity)');
+SELECT is(notify_scan('2024-01-20'), 0, 'January: normal, nothing to say');
+SELECT is(notify_scan('2024-03-10'), 1, 'March: one message');
+SELECT is(notify_scan('2024-03-11'), 0, 'a second scan: none');
+SELECT is((SELECT array_agg(address ORDER BY address) FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.account = 'n_rw'), ARRAY['alice@lab.example.org', 'bob@example.org'], 'to the managers and members');
+SELECT ok((SELECT body FROM outbox WHERE account = 'n_rw') ~ 'Consumable:\s+-100', 'with the consumable core-hours');
+SELECT is(notify_scan('2024-04-10'), 1, 'April: back to normal, one message');
+SELECT is((SELECT array_agg(figures ->> 'state' ORDER BY message_id) FROM outbox WHERE account = 'n_rw'),
+          ARRAY['low_priority', 'normal'], 'into low priority and back');
+
+-- ---- HLRN: a balance below a site threshold ----------------------------------------------
+INSERT INTO balance_threshold VALUES (20), (0);
+SELECT throws_ok($$INSERT INTO hpcacct.balance_threshold VALUES (120)$$, '23514', NULL, 'a threshold above 100 %');
+INSERT INTO account (name) VALUES ('n_hp');
+SELECT add_member('n_hp', 'n_bob', 'admin');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('n_hlrn', 'mpp', 'cpu=24', 'cpu=1', 1.0 / 12, 'NPL');
+SELECT deposit('n_hp', '2024-04-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('n_hlrn', 'h1', 'n_hp', 'n_bob', 'mpp', '2024-04-10 00:00+00', '2024-04-20 00:00+00', 'cpu=42', 'COMPLETED');
+SELECT is(balance('n_hp', '2024-05-01'), 160::numeric, 'setup: 840 of 1 000 NPL used');
+SELECT is(notify_scan('2024-05-01'), 1, 'below 20 %: one message');
+SELECT ok((SELECT body FROM outbox WHERE account = 'n_hp') ~ 'holds 160 NPL of the 1,000 NPL', 'with the balance');
+SELECT is(notify_scan('2024-05-02'), 0, 'once per quarter and threshold');
+
+-- ---- the sender's protocol -------------------------------------------------------------
+CREATE TEMP TABLE claimed AS SELECT * FROM outbox_claim('w1', '1 minute', 1000);
+SELECT is((SELECT count(*) FROM claimed), (SELECT count(*) FROM outbox_recipient), 'w1 claims every due delivery');
+SELECT is((SELECT count(*) FROM outbox_claim('w2', '1 minute', 1000)), 0::bigint, 'w2 finds them leased');
+SELECT ok(NOT outbox_sending('w2', (SELECT min(recipient_id) FROM claimed)), 'w2 cannot send what w1 holds');
+SELECT ok(outbox_sending('w1', (SELECT min(recipient_id) FROM claimed)), 'w1 can');
+SELECT ok(outbox_result('w1', (SELECT min(recipient_id) FROM claimed), 'delivered'), 'and marks it delivered');
+SELECT ok(outbox_result('w1', (SELECT max(recipient_id) FROM claimed), 'retry', 'connection refused', '10 minutes', '1 hour'),
+          'a refused delivery is retried');
+SELECT ok((SELECT state = 'pending' AND next_attempt > clock_timestamp() + interval '9 minutes'
+           FROM outbox_recipient WHERE recipient_id = (SELECT max(recipient_id) FROM claimed)),
+          'after the back-off');
+SELECT throws_ok($$SELECT hpcacct.outbox_result('w1', 1, 'lost')$$, '22023', NULL, 'an unknown outcome');
+SELECT throws_ok($$SELECT hpcacct.outbox_claim('w1', '0 seconds')$$, '22023', NULL, 'a lease of zero');
+-- a sender that stopped between 'sending' and its result: never sent again
+SELECT ok(outbox_sending('w1', (SELECT recipient_id FROM claimed ORDER BY recipient_id OFFSET 1 LIMIT 1)), 'w1 sends another');
+UPDATE outbox_recipient SET lease_until = clock_timestamp() - interval '1 second' WHERE lease_owner = 'w1';
+SELECT ok(NOT EXISTS (SELECT 1 FROM outbox_claim('w3', '1 minute', 1000) c
+                      WHERE c.recipient_id = (SELECT recipient_id FROM claimed ORDER BY recipient_id OFFSET 1 LIMIT 1)),
+          'after w1''s lease ran out, w3 does not get the one w1 was sending');
+SELECT is((SELECT state FROM outbox_recipient
+           WHERE recipient_id = (SELECT recipient_id FROM claimed ORDER BY recipient_id OFFSET 1 LIMIT 1)),
+          'uncertain', 'it is uncertain');
+
+SELECT * FROM finish();
+ROLLBACK;

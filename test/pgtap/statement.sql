@@ -1,0 +1,73 @@
+-- Statements and portal pages (issue 16): bad input is refused with a named SQLSTATE, a
+-- portal user gets their own accounts only, and the figures agree with the reports.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(22);
+
+CALL setup_roles();
+CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
+CREATE ROLE s_bob LOGIN IN ROLE hpcacct_portal;
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO hpc_user (username) VALUES ('s_alice'), ('s_bob');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_c', 'p', 'cpu=16', 'cpu=1', 1, 'NPL');
+INSERT INTO account (name) VALUES ('s_a'), ('s_b');
+INSERT INTO membership VALUES ('s_a', 's_alice', 'admin'), ('s_b', 's_bob', 'admin'), ('s_a', 's_bob', 'member');
+SELECT deposit('s_a', '2024-04-01', 1000), deposit('s_b', '2024-04-01', 1000);
+SELECT add_quota_period('s_a', '2024-01-01', '2024-06-30', 100, 's_c', 'NPL');
+INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('s_c', 100);
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+VALUES ('s_a', 'grant', 1200, 'NPL', 's_c', '2024-01-01', '2024-12-31');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_g', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'NPL');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_g', 'g1', 's_a', 's_alice', 'k20', '2024-04-10 00:00+00', '2024-04-10 03:00+00', 'gres/gpu=2', 'COMPLETED');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('s_c', 'j1', 's_a', 's_alice', 'p', '2024-05-10 00:00+00', '2024-05-10 10:00+00', 'cpu=4', 'COMPLETED'),
+    ('s_c', 'j2', 's_a', 's_bob', 'p', '2024-05-31 22:00+00', '2024-06-01 02:00+00', 'cpu=8', 'COMPLETED'),
+    ('s_c', 'j3', 's_b', 's_bob', 'p', '2024-05-11 00:00+00', '2024-05-11 10:00+00', 'cpu=2', 'COMPLETED');
+
+SELECT throws_ok($$SELECT hpcacct.statement_html('nobody', '2024-05-01')$$, '42704', NULL, 'an unknown account');
+SELECT throws_ok($$SELECT hpcacct.account_month('s_a', NULL)$$, '22004', NULL, 'a NULL month');
+SELECT throws_ok($$SELECT hpcacct.account_month(NULL, '2024-05-01')$$, '22004', NULL, 'a NULL account');
+SELECT throws_ok($$SELECT hpcacct.account_month('s_a', 'infinity')$$, '22008', NULL, 'an infinite month');
+SELECT throws_ok($$SELECT hpcacct.account_month('s_a', '2999-01-01')$$, '22023', NULL, 'a month that has not begun');
+SELECT throws_ok($$SELECT hpcacct.my_accounts(NULL)$$, '22004', NULL, 'my_accounts(NULL)');
+SELECT throws_ok($$SELECT hpcacct.svg_chart('t', 'u', '{}', '[]')$$, '22023', NULL, 'a chart without labels');
+
+CREATE TEMP TABLE m AS SELECT account_month('s_a', '2024-05-20') AS d;
+SELECT is((SELECT d -> 'charges' -> 'total' ->> 'NPL' FROM m)::numeric, 56::numeric,
+          'May''s charges: 40 + the May half of 4 hours on 8 cores (16)');
+SELECT is((SELECT sum((x ->> 'amount')::numeric) FROM m, jsonb_array_elements(d -> 'charges' -> 'by_submitter') x),
+          56::numeric, 'by submitter adds up to the total');
+SELECT is((SELECT x ->> 'amount' FROM m, jsonb_array_elements(d -> 'charges' -> 'by_submitter') x
+           WHERE x ->> 'submitter' = 's_bob')::numeric, 16::numeric, 's_bob''s part is the May half of his job');
+SELECT is((SELECT x ->> 'usage' || ' / ' || (x ->> 'equivalent_hours') FROM m, jsonb_array_elements(d -> 'usage_by_resource') x
+           WHERE x ->> 'cluster' = 's_g'), '12.000000 / 6.000000',
+          'usage by resource: 6 GPU-hours at weight 2 are 12, shown beside the unweighted 6');
+SELECT is((SELECT (d -> 'bank' ->> 'balance')::numeric FROM m), balance('s_a', '2024-05-31'), 'the bank balance is balance()');
+SELECT is((SELECT (d -> 'window_quota' -> -1 ->> 'consumable')::float8 FROM m),
+          (SELECT consumable FROM window_quota_usage('s_a', '2024-05-31')), 'the window quota is window_quota_usage()');
+SELECT is((SELECT (d -> 'regulation' -> 0 ->> 'alloc')::numeric FROM m),
+          (SELECT alloc FROM allocation_status('s_a', 's_c', '2024-05-31')), 'the GENCI figures are allocation_status()');
+SELECT is((SELECT jsonb_array_length(d -> 'regulation' -> 0 -> 'days') FROM m), 152, 'a point per day from 1 January to 31 May');
+SELECT is((SELECT d -> 'regulation' -> 0 -> 'days' -> -1 ->> 3 FROM m)::numeric, 56::numeric,
+          'consumption at the end of May on the chart');
+
+SET SESSION AUTHORIZATION s_alice;
+SELECT is((SELECT array_agg(x ->> 'account') FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x),
+          ARRAY['s_a'], 's_alice''s first page lists her account only');
+SELECT is((SELECT x ->> 'role' FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x), 'admin',
+          'with her role');
+SELECT throws_ok($$SELECT hpcacct.account_month('s_b', '2024-05-01')$$, '42704', NULL,
+                 's_alice cannot read s_b''s month: it is unknown to her');
+SELECT ok(hpcacct.statement_html('s_a', '2024-05-01') ~ 'Statement of account s_a', 's_alice gets her statement');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION s_bob;
+SELECT is((SELECT array_agg(x ->> 'account' ORDER BY x ->> 'account')
+           FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x),
+          ARRAY['s_a', 's_b'], 's_bob sees both his accounts');
+SELECT is((SELECT hpcacct.account_month('s_a', '2024-05-01') -> 'charges' -> 'total' ->> 'NPL')::numeric, 56::numeric,
+          'and, as a member, all of s_a''s charges');
+RESET SESSION AUTHORIZATION;
+
+SELECT * FROM finish();
+ROLLBACK;
