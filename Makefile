@@ -25,6 +25,11 @@ PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-i
 SHLIB_LINK  = -lstdc++
 EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out
 
+# The loader command (issue 14): a libpq client, installed into PostgreSQL's bindir.
+LOADER        = src/bin/hpcacct-sacct
+SCRIPTS_built = $(LOADER)
+EXTRA_CLEAN  += $(LOADER)
+
 PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
 PGXS       := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
@@ -44,6 +49,11 @@ endif
 CORE_CXXFLAGS = $(CXXSTD) -O2 -g -fPIC -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
+
+# The loader links the core's sacct module and libpq (libpq-dev), nothing of the server.
+$(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/core/error.hpp
+	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) \
+	    -o $@ $< src/core/sacct.o -lpq
 
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)

@@ -9,7 +9,6 @@ PG_MODULE_MAGIC;
 }
 
 namespace hpcacct::pg {
-namespace {
 
 int sqlstate_of(ErrorKind kind) {
     switch (kind) {
@@ -23,6 +22,8 @@ int sqlstate_of(ErrorKind kind) {
     }
     return ERRCODE_INTERNAL_ERROR;
 }
+
+namespace {
 
 void copy_text(char* out, std::size_t capacity, const char* text) noexcept {
     std::snprintf(out, capacity, "%s", text);
