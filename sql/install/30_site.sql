@@ -13,7 +13,13 @@ CREATE FUNCTION @extschema@.setting_catalog()
                 'which a client can send when it connects: set it)'),
                ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
                ('personal_allotment', '2500',
-                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)')
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it')
     $$;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 
@@ -52,6 +58,8 @@ CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        max_length interval;
     BEGIN
         IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
             RAISE EXCEPTION 'unknown setting "%"', NEW.name
@@ -63,6 +71,22 @@ CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
             RAISE EXCEPTION 'unknown time zone "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'max_job_length' THEN
+            BEGIN
+                max_length := NEW.value::interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                max_length := NULL;
+            END;
+            IF max_length IS NULL OR max_length <= interval '0' OR pg_catalog.date_part('month', max_length) <> 0
+               OR pg_catalog.date_part('year', max_length) <> 0 THEN
+                RAISE EXCEPTION 'max_job_length must be a positive interval in days or hours, not "%"', NEW.value
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'E.g. ''30 days''.';
+            END IF;
+        END IF;
+        IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
+            RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF NEW.name = 'personal_allotment'
            AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN

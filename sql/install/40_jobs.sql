@@ -74,6 +74,7 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
         pair    text;
         role    text;
         column_name text;
+        column_type oid;
         position integer;
     BEGIN
         FOREACH pair IN ARRAY coalesce(mapping, '{}') LOOP
@@ -88,12 +89,31 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
             columns[position] := column_name;
         END LOOP;
         FOR position IN 1 .. array_length(roles, 1) LOOP
-            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                           WHERE a.attrelid = job_table AND a.attname = columns[position]
-                             AND a.attnum > 0 AND NOT a.attisdropped) THEN
+            SELECT a.atttypid INTO column_type
+            FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND THEN
                 RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
                     USING ERRCODE = 'undefined_column',
                           HINT = format('Name it in the trigger arguments, e.g. ''%s=my_column''.', roles[position]);
+            END IF;
+            -- Charging casts these columns while it runs as the extension's owner: a type
+            -- with a cast or output function of its own would run its author's code with
+            -- those rights. Only built-in types (and tres) are read, checked at every firing.
+            IF NOT column_type = ANY (CASE
+                    WHEN roles[position] IN ('start', 'end')
+                        THEN ARRAY['timestamptz', 'timestamp']::regtype[]
+                    WHEN roles[position] = 'alloctres'
+                        THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
+                    ELSE ARRAY['text', 'varchar', 'bpchar', 'name', 'int2', 'int4', 'int8', 'numeric']::regtype[]
+                END) THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) has type %, which charging does not read',
+                                columns[position], job_table, roles[position], column_type::regtype
+                    USING ERRCODE = 'datatype_mismatch',
+                          DETAIL = 'Charging runs with the extension owner''s rights and reads only built-in types: '
+                                   'text or integers for names and ids, timestamptz or timestamp for times, '
+                                   'tres or text for alloctres.',
+                          HINT = 'Change the column to one of these types.';
             END IF;
             columns[position] := quote_ident(columns[position]);
         END LOOP;
@@ -119,6 +139,8 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         unknown_accounts bigint;
         charged  bigint;
         jobs     bigint;
+        max_length  interval;
+        need_member boolean;
     BEGIN
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
             RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
@@ -154,6 +176,8 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         END IF;
 
         IF changed_new IS NOT NULL THEN
+            max_length := @extschema@.setting_value('max_job_length')::interval;
+            need_member := @extschema@.setting_value('require_membership')::boolean;
             -- Charge every job that can be charged; only when some cannot, find out why. (The
             -- accounts are checked first, once each: joined per job, the planner, blind to the
             -- transition table's size, would scan the accounts once per job.)
@@ -173,22 +197,28 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
                     WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
-                      AND j.job_end >= j.job_start
-                    $q$, changed_new);
+                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
+                                             WHERE m.account = j.account AND m.username = j.submitter))
+                    $q$, changed_new) USING max_length, need_member;
                 GET DIAGNOSTICS charged = ROW_COUNT;
                 EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
             END IF;
             IF unknown_accounts > 0 OR charged <> jobs THEN
                 EXECUTE format($q$
                     SELECT * FROM (
-                        SELECT j.cluster, j.jobid, j.account, j.partition, j.job_start,
+                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
                                CASE
                                    WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
                                         OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
                                    WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
                                    WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
                                    WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
                                        THEN 'unknown_account'
+                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                                                           WHERE m.account = j.account AND m.username = j.submitter)
+                                       THEN 'not_member'
                                    WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
                                                     WHERE r.cluster = j.cluster AND r.partition = j.partition
                                                       AND r.valid @> j.job_start)
@@ -197,7 +227,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                         FROM %s j) checked
                     WHERE problem IS NOT NULL
                     LIMIT 1
-                    $q$, changed_new) INTO problem;
+                    $q$, changed_new) INTO problem USING max_length, need_member;
 
                 IF problem.problem = 'missing' THEN
                     RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
@@ -209,6 +239,16 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                 ELSIF problem.problem = 'end_before_start' THEN
                     RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
                         USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'too_long' THEN
+                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
+                                    problem.jobid, max_length
+                        USING ERRCODE = 'HA004',
+                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
+                ELSIF problem.problem = 'not_member' THEN
+                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
+                                    problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'HA005',
+                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
                 ELSIF problem.problem = 'unknown_account' THEN
                     RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
                         USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';

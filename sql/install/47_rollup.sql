@@ -8,6 +8,14 @@
 -- compact_rollup() merges them, rebuild_rollup() recomputes everything from the ledger.
 -- ---------------------------------------------------------------------------------------
 
+-- The weight 2^(-(at - ts) / half_life) of usage dated ts at the instant at (0 when ts is after
+-- at): the same function as decayed_usage's, so the rollup and the aggregate decay alike. An
+-- age of more than about 1 074 half-lives weighs 0, not an underflow error.
+CREATE FUNCTION @extschema@.decay_weight(ts timestamptz, at timestamptz, half_life interval) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_decay_weight' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decay_weight(timestamptz, timestamptz, interval) IS
+    'Half-life decay weight 2^(-(at - ts) / half_life); 0 for ts after at and for ages past float8''s range';
+
 CREATE TABLE @extschema@.charge_rollup (
     account     text NOT NULL,
     resource_id bigint NOT NULL,
@@ -117,15 +125,14 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
         SELECT pg_catalog.format($q$
             WITH z AS MATERIALIZED (  -- once per statement
                 SELECT @extschema@.site_timezone() AS tz,
-                       pg_catalog.date_part('epoch', @extschema@.fairshare_setting_value('half_life')::interval)
-                           AS half_life
+                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
             ), entries AS (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
                        pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
                        pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
-                       e.amount::float8 * 2 ^ (-pg_catalog.date_part('epoch',
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
                            (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
-                               AT TIME ZONE z.tz - e.job_end) / z.half_life) AS decayed
+                               AT TIME ZONE z.tz, z.half_life) AS decayed
                 FROM %s e, z
                 WHERE e.kind = 'charge'
             )
@@ -271,7 +278,7 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         ), cfg AS MATERIALIZED (
             SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
                              AS through,
-                   pg_catalog.date_part('epoch', @extschema@.fairshare_setting_value('half_life')::interval) AS half_life
+                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), moved AS (
             DELETE FROM @extschema@.charge_rollup
@@ -293,10 +300,10 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         ), new_base AS (
             INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
             SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
-                   sum(g.decayed * 2 ^ (-pg_catalog.date_part('epoch',
-                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz
-                                            - (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz)
-                                        / cfg.half_life)),
+                   sum(g.decayed * @extschema@.decay_weight(
+                                            (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            cfg.half_life)),
                    sum(g.job_amount)
             FROM groups g, cfg
             WHERE g.end_month <= cfg.through

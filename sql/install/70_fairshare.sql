@@ -536,9 +536,8 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             -- half-life: how much the rollup's decayed sums of each month decay until `at`,
             -- by month number (year * 12 + month - 1) from the rollup's first month on
             SELECT f.first_index,
-                   pg_catalog.array_agg(2 ^ (-pg_catalog.date_part('epoch', cfg.at - (m.month + interval '1 month')
-                                                                              AT TIME ZONE cfg.tz)
-                                             / pg_catalog.date_part('epoch', cfg.half_life)) ORDER BY m.month) AS factor
+                   pg_catalog.array_agg(@extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                                 cfg.at, cfg.half_life) ORDER BY m.month) AS factor
             FROM cfg
             CROSS JOIN (SELECT min(c.end_month) AS first_month,
                                (pg_catalog.date_part('year', min(c.end_month)) * 12
@@ -606,9 +605,8 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
                 UNION ALL
                 SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
-                       sum(b.decayed * 2 ^ (-pg_catalog.date_part('epoch', cfg.at - (b.through + interval '1 month')::timestamp
-                                                                                 AT TIME ZONE cfg.tz)
-                                            / pg_catalog.date_part('epoch', cfg.half_life))),
+                       sum(b.decayed * @extschema@.decay_weight((b.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                                                cfg.at, cfg.half_life)),
                        sum(b.job_amount)
                 FROM @extschema@.fairshare_base b
                 JOIN @extschema@.resource r USING (resource_id)

@@ -53,6 +53,12 @@ COMMENT ON TABLE @extschema@.pending_job IS
     'Queued jobs as the site records them; recheck_queued() holds those whose account became invalid';
 
 CREATE INDEX ledger_bank ON @extschema@.ledger (account, valid_from) WHERE kind IN ('deposit', 'transfer', 'refund');
+-- A personal top-up to a level is booked once per account and quarter, whatever runs at the
+-- same time and under any isolation level: the note names the level topped up to, and a
+-- second booking of it conflicts here (top_up() and open_quarter() skip it, or fail with a
+-- serialization error under REPEATABLE READ, to be retried).
+CREATE UNIQUE INDEX ledger_top_up_once ON @extschema@.ledger (account, valid_from, note)
+    WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
@@ -318,23 +324,37 @@ COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) 
     'Moves allocation from one account and quarter to another (staff); two ledger rows';
 
 -- Tops an account up to `target` in a quarter: deposits only what is missing, never twice.
+-- The note of a top-up deposit: the level it tops up to, the key that books it once.
+CREATE FUNCTION @extschema@.top_up_note(target numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
+COMMENT ON FUNCTION @extschema@.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
+
 CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) RETURNS numeric
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    #variable_conflict use_column
     DECLARE
         q constant date := @extschema@.quarter_start(quarter);
-        missing numeric;
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+        booked numeric;
     BEGIN
-        SELECT target - coalesce(sum(l.amount), 0) INTO missing
-        FROM @extschema@.ledger l
-        WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q
-          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'));
-        IF missing > 0 THEN
-            PERFORM @extschema@.book_allocation(account, 'deposit', q, missing, 'personal allotment');
-            RETURN missing;
+        IF quarter IS NULL OR target IS NULL THEN
+            RAISE EXCEPTION 'top_up needs a quarter and a target' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        RETURN 0;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
+               (q + interval '3 months')::date - 1, @extschema@.top_up_note(target)
+        FROM @extschema@.ledger l
+        WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q AND l.unit = bank_unit
+        HAVING target - coalesce(sum(l.amount), 0) > 0
+        ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+        DO NOTHING
+        RETURNING amount INTO booked;
+        RETURN coalesce(booked, 0);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.top_up(text, date, numeric) IS
@@ -515,13 +535,14 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
                           GROUP BY @extschema@.quarter_start(l.valid_from)
                           HAVING sum(l.amount) > 0)
         ), missing AS MATERIALIZED (
-            SELECT a.name, t.target,
-                   coalesce(a.personal_allotment,
-                            (SELECT @extschema@.setting_value('personal_allotment')::numeric))
-                   - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                               WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
-                                 AND l.unit = cfg.unit), 0) AS amount
+            SELECT a.name, t.target, lv.level,
+                   lv.level - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                        WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                          AND l.unit = cfg.unit), 0) AS amount
             FROM @extschema@.account a
+            CROSS JOIN LATERAL (SELECT coalesce(a.personal_allotment,
+                                                (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                                           AS level) lv
             CROSS JOIN cfg
             CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
                                 FROM pg_catalog.generate_series(0, 2) AS i) t
@@ -531,16 +552,18 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         ), booked AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   'personal allotment'
+                   @extschema@.top_up_note(m.level)
             FROM missing m, cfg
             WHERE m.amount > 0
             ORDER BY m.name, m.target
+            ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+            DO NOTHING
+            RETURNING account, valid_from, amount
         )
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
-        SELECT this_quarter, m.name, 'top_up', m.target, m.amount
-        FROM missing m
-        WHERE m.amount > 0
-        ORDER BY m.name, m.target
+        SELECT this_quarter, b.account, 'top_up', b.valid_from, b.amount
+        FROM booked b
+        ORDER BY b.account, b.valid_from
         ON CONFLICT ON CONSTRAINT quarter_log_once
         DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
 

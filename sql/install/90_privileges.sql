@@ -128,24 +128,40 @@ COMMENT ON PROCEDURE @extschema@.setup_roles() IS
 
 -- A share is an account's fraction of its pool, so computing one account's factor needs
 -- every account's usage, which row-level security hides from a portal user. fairshare()
--- therefore computes as the owner (fairshare_all) and returns the rows of the accounts the
--- session user is a member of, or every row to superusers and members of hpcacct_admin.
+-- therefore computes as the owner (fairshare_all) and returns every row to superusers and
+-- members of hpcacct_admin. Anyone else gets the rows of the accounts the session user is a
+-- member of, at the present instant only, without share and norm_usage: those two are
+-- fractions of the pool's totals, and at instants of one's choosing they would give away
+-- the other accounts' grants and the times their jobs ended. The factor remains: at the
+-- present it tells the ratio of the pool's allocation to its decayed usage, no account's.
 CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
-    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    LANGUAGE plpgsql STABLE SECURITY DEFINER PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT f.*
-        FROM @extschema@.fairshare_all(at) f
-        WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                      WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
-                         OR (r.rolname = pg_catalog.session_user() AND r.rolsuper))
-           OR f.account = ANY (@extschema@.visible_accounts())
+    DECLARE
+        instant constant timestamptz := coalesce(fairshare.at, pg_catalog.now());
+        sees_all constant boolean := EXISTS (
+            SELECT 1 FROM pg_catalog.pg_roles r
+            WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+               OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
+    BEGIN
+        IF NOT sees_all AND instant <> pg_catalog.now() THEN
+            RAISE EXCEPTION 'fairshare() at % is for administrators: others see the present only', instant
+                USING ERRCODE = 'insufficient_privilege', HINT = 'Call hpcacct.fairshare() without an argument.';
+        END IF;
+        RETURN QUERY
+            SELECT f.pool, f.unit, f.account, f.submitter, f.allocation,
+                   CASE WHEN sees_all THEN f.share END, f.usage,
+                   CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
+            FROM @extschema@.fairshare_all(instant) f
+            WHERE sees_all OR f.account = ANY (@extschema@.visible_accounts());
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
-    'Fair-share table per pool, account and user (see fairshare_all), limited to the session user''s accounts '
-    'unless they administer the site';
+    'Fair-share table per pool, account and user (see fairshare_all); at NULL means now. Administrators see every '
+    'row at any instant; others their accounts'' rows, now only, without share and norm_usage';
 
 -- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
 -- charge_jobs() among them: it writes the ledger with the owner's rights, so whoever may

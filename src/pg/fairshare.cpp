@@ -186,6 +186,16 @@ Datum hpcacct_decayed_usage_periods_finalfn(PG_FUNCTION_ARGS) {
     return finish_state<fs::IntervalState>(fcinfo);
 }
 
+// decay_weight(ts timestamptz, at timestamptz, half_life interval) -> float8: the weight
+// decayed_usage gives a row, for the rollups' SQL.
+PG_FUNCTION_INFO_V1(hpcacct_decay_weight);
+Datum hpcacct_decay_weight(PG_FUNCTION_ARGS) {
+    const std::int64_t ts = finite_timestamp(fcinfo, 0, "ts");
+    const std::int64_t at = finite_timestamp(fcinfo, 1, "at");
+    const std::int64_t half_life = interval_usecs(fcinfo, 2, "half_life");
+    PG_RETURN_FLOAT8(guarded([&] { return fs::half_life_weight(ts, at, half_life); }));
+}
+
 // fairshare_factor(usage float8, share float8) -> float8: 2^(−usage/share), 0 for share 0.
 PG_FUNCTION_INFO_V1(hpcacct_fairshare_factor);
 Datum hpcacct_fairshare_factor(PG_FUNCTION_ARGS) {

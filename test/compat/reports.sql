@@ -12,7 +12,7 @@ SELECT a.name, (theoretical_year(a.name, 'turing', 2024)).* FROM account a
 WHERE EXISTS (SELECT 1 FROM ledger l WHERE l.account = a.name AND l.cluster = 'turing') ORDER BY 1, 2;
 SELECT p.account, u.* FROM (SELECT DISTINCT account FROM quota_period) p
 CROSS JOIN LATERAL window_quota_usage(p.account, '2012-03-10') u ORDER BY 1;
-SELECT name, value, source FROM settings ORDER BY name;
+SELECT name, value, source FROM settings WHERE source = 'site' ORDER BY name;  -- new versions add defaults
 SELECT username, default_account FROM hpc_user ORDER BY 1;
 SELECT account, username, role FROM membership ORDER BY 1, 2;
 SELECT cluster, partition, bundle, rate, unit, exclusive, valid FROM resource ORDER BY 1, 2, valid;

@@ -5,6 +5,8 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 db=hpcacct_stress
+HPCACCT_SCRATCH=$(mktemp)
+trap 'rm -f "$HPCACCT_SCRATCH" "$HPCACCT_SCRATCH.rr"' EXIT
 . ../scripts/checks.sh
 invariants() {  # invariants LABEL
     while IFS='|' read -r name ok detail; do
@@ -61,5 +63,54 @@ for phase in reading charging; do
         "$([ "$before" = "$after" ] && echo t)"
     invariants "after kill -9 while $phase"
 done
+
+# Personal top-ups under concurrency (an allotment is booked once per account, quarter and
+# level, under any isolation level): the second of two overlapping bookings must wait and
+# skip, or fail with a serialization error and book nothing when retried.
+tdb=hpcacct_topup
+createdb $tdb
+psql -X -q -v ON_ERROR_STOP=1 -d $tdb -c 'CREATE EXTENSION hpcacct CASCADE' -c "
+    INSERT INTO hpcacct.account (name, kind) VALUES ('proj', 'project'), ('alice', 'personal'), ('bob', 'personal'),
+                                                    ('carol', 'personal');
+    INSERT INTO hpcacct.hpc_user (username) VALUES ('alice'), ('bob'), ('carol');
+    INSERT INTO hpcacct.membership (account, username) VALUES ('proj', 'bob'), ('proj', 'carol');
+    SELECT hpcacct.deposit('proj', q::date, 100000) FROM generate_series('2024-07-01'::date, '2025-04-01', '3 months') q;
+" >/dev/null || exit 1
+topped() {  # topped ACCOUNT QUARTER: what the ledger holds as that account's deposits for the quarter
+    psql -X -At -d $tdb -c "SELECT coalesce(sum(amount), 0)::int FROM hpcacct.ledger
+                            WHERE account = '$1' AND kind = 'deposit' AND valid_from = '$2'"
+}
+psql -X -q -d $tdb -c "BEGIN; SELECT hpcacct.top_up('alice', '2024-04-01', 2500); SELECT pg_sleep(2); COMMIT;" \
+    >/dev/null 2>&1 &
+sleep 0.5
+second=$(psql -X -At -d $tdb -c "SELECT hpcacct.top_up('alice', '2024-04-01', 2500)" 2>&1)
+wait
+check "two concurrent top_up() of one account and quarter book 2500 once (second booked: $second)" \
+    "$([ "$(topped alice 2024-04-01)" = 2500 ] && [ "$second" = 0 ] && echo t)"
+
+psql -X -q -d $tdb -c "BEGIN; SELECT hpcacct.top_up('bob', '2024-07-01', 2500); SELECT pg_sleep(2); COMMIT;" \
+    >/dev/null 2>&1 &
+sleep 0.5
+psql -X -q -d $tdb -c "CALL hpcacct.open_quarter('2024-07-01')" >/dev/null 2>&1
+wait
+check "top_up() beside open_quarter() for the same quarter books 2500 once" \
+    "$([ "$(topped bob 2024-07-01)" = 2500 ] && echo t)"
+
+# under REPEATABLE READ: a run whose snapshot predates another run's top-ups of the same
+# target quarters (Q4 2024 and Q1 2025 are in both)
+psql -X -q -d $tdb -v ON_ERROR_STOP=1 -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM hpcacct.ledger" \
+    -c "SELECT pg_sleep(2)" -c "CALL hpcacct.open_quarter('2024-10-01')" -c "COMMIT" >"$HPCACCT_SCRATCH.rr" 2>&1 &
+sleep 0.5
+psql -X -q -d $tdb -c "CALL hpcacct.open_quarter('2024-07-01')" >/dev/null 2>&1
+wait
+rr_error=$(grep -o 'ERROR: .*' "$HPCACCT_SCRATCH.rr" | head -1)
+over=$(psql -X -At -d $tdb -c "SELECT count(*) FROM (SELECT 1 FROM hpcacct.ledger WHERE kind = 'deposit' AND account IN ('bob', 'carol')
+                                GROUP BY account, valid_from HAVING sum(amount) > 2500) o")
+check "two open_quarter() runs for overlapping quarters under REPEATABLE READ book nothing twice (${rr_error:-no error})" \
+    "$([ "$over" = 0 ] && echo t)"
+psql -X -q -d $tdb -c "CALL hpcacct.open_quarter('2024-10-01')" >/dev/null 2>&1
+check "retried, the run tops carol up for every quarter from Q3 2024 to Q2 2025, once each" \
+    "$([ "$(topped carol 2024-07-01)$(topped carol 2024-10-01)$(topped carol 2025-01-01)$(topped carol 2025-04-01)" = 2500250025002500 ] && echo t)"
+rm -f "$HPCACCT_SCRATCH.rr"
 
 report stress
