@@ -74,7 +74,8 @@ COMMENT ON TABLE @extschema@.sacct_quarantine IS
 COMMENT ON COLUMN @extschema@.sacct_quarantine.job_key IS
     'cluster|jobid|submit (submit as epoch seconds when it parses): one open row per job run';
 COMMENT ON COLUMN @extschema@.sacct_quarantine.resolution IS
-    'What a later load did with it: inserted, rerated, updated, unchanged, ignored, step, unfinished, never_started';
+    'What a later load did with it: inserted, rerated, updated, unchanged, ignored, step, unfinished, never_started; '
+    'rekeyed: quarantined again under another key (a time that parses now)';
 
 -- Slurm accounts that are not charged under their own name: account NULL means their jobs
 -- are not charged at all (Slurm's root, test accounts), counted as ignored; a name means
@@ -166,6 +167,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
     AS $fn$
     DECLARE
         zone    text;
+        max_length  interval := @extschema@.setting_value('max_job_length')::interval;
+        need_member boolean := @extschema@.setting_value('require_membership')::boolean;
         pending bigint[];
         lo      bigint;
         hi      bigint;
@@ -192,7 +195,15 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         -- Times without an offset are read in the site's time zone; unset, they are quarantined.
         SELECT s.value INTO zone FROM @extschema@.setting s WHERE s.name = 'timezone';
 
-        DROP TABLE IF EXISTS pg_temp.hpcacct_sacct_batch, pg_temp.hpcacct_sacct_write, pg_temp.hpcacct_sacct_failed;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_batch') IS NOT NULL THEN  -- a load that failed earlier
+            DROP TABLE pg_temp.hpcacct_sacct_batch;
+        END IF;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_write') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_sacct_write;
+        END IF;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_failed') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_sacct_failed;
+        END IF;
         CREATE TEMP TABLE hpcacct_sacct_batch ON COMMIT DROP AS
         WITH claimed AS (
             DELETE FROM @extschema@.sacct_staging RETURNING *
@@ -201,12 +212,12 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    @extschema@.sacct_time(r.submit, zone) AS t_submit,
                    @extschema@.sacct_time(r.start, zone) AS t_start,
                    @extschema@.sacct_time(r."end", zone) AS t_end
-            FROM (SELECT 0 AS origin, c.lineno, c.line, c.problem, c.cluster, c.jobid, c.jobidraw, c.account,
+            FROM (SELECT 0 AS origin, NULL::bigint AS quarantine_id, c.lineno, c.line, c.problem, c.cluster, c.jobid, c.jobidraw, c.account,
                          c."user", c.partition, c.submit, c.start, c."end", c.alloctres, c.state, c.elapsedraw,
                          c.reqtres, c.qos, c.nodelist
                   FROM claimed c
                   UNION ALL
-                  SELECT 1, NULL, q.line, q.problem, q.cluster, q.jobid, q.jobidraw, q.account, q."user",
+                  SELECT 1, q.quarantine_id, NULL, q.line, q.problem, q.cluster, q.jobid, q.jobidraw, q.account, q."user",
                          q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
                          q.qos, q.nodelist
                   FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
@@ -221,8 +232,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         ), ranked AS (
             SELECT k.*,
                    pg_catalog.row_number() OVER (PARTITION BY k.job_key ORDER BY k.origin, k.lineno DESC) AS rank,
-                   m.slurm_account IS NOT NULL AS mapped,
-                   coalesce(m.account, k.account) AS charged_account
+                   m.slurm_account IS NOT NULL AND m.account IS NULL AS ignored,
+                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account
             FROM keyed k
             LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
         )
@@ -231,7 +242,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    WHEN r.rank > 1 THEN 'superseded'
                    WHEN r.problem IS NOT NULL THEN 'quarantine:22P02:' || r.problem
                    WHEN r.jobid ~ '\.' THEN 'step'
-                   WHEN r.mapped AND r.charged_account IS NULL THEN 'ignored'
+                   WHEN r.ignored THEN 'ignored'
                    WHEN coalesce(r."end", '') IN ('', 'Unknown', 'None') THEN 'unfinished'
                    WHEN coalesce(r.start, '') IN ('', 'Unknown', 'None') THEN 'never_started'
                    WHEN coalesce(r.cluster, '') = '' OR coalesce(r.jobid, '') = '' OR coalesce(r.account, '') = ''
@@ -249,11 +260,17 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                             || '", end "' || r."end" || '")'
                    WHEN r.t_end < r.t_start
                        THEN 'quarantine:22023:the job ends before it starts'
+                   WHEN r.t_end - r.t_start > max_length
+                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
                    WHEN @extschema@.tres_problem(r.alloctres) IS NOT NULL
                        THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
                             || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
                    WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = r.charged_account)
                        THEN 'quarantine:42704:unknown account "' || r.charged_account || '"'
+                   WHEN need_member AND NOT EXISTS (SELECT 1 FROM @extschema@.membership ms
+                                                    WHERE ms.account = r.charged_account AND ms.username = r."user")
+                       THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
+                            || r.charged_account || '"'
                    WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource rs
                                     WHERE rs.cluster = r.cluster AND rs.partition = r.partition
                                       AND rs.valid @> r.t_start)
@@ -270,9 +287,9 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                      b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end",
                      b.alloctres::@extschema@.tres AS alloctres, b.state,
                      CASE WHEN j.cluster IS NULL THEN 'inserted'
-                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres)
+                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text)
                                IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end,
-                                                 b.alloctres::@extschema@.tres) THEN 'rerated'
+                                                 b.alloctres::@extschema@.tres::text) THEN 'rerated'
                           WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
                           ELSE 'unchanged'
                      END AS action
@@ -302,9 +319,9 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                     SET account = excluded.account, "user" = excluded."user", partition = excluded.partition,
                         start = excluded.start, "end" = excluded."end", alloctres = excluded.alloctres,
                         state = excluded.state
-                    WHERE (j.account, j."user", j.partition, j.start, j."end", j.alloctres, j.state)
+                    WHERE (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text, j.state)
                           IS DISTINCT FROM (excluded.account, excluded."user", excluded.partition, excluded.start,
-                                            excluded."end", excluded.alloctres, excluded.state);
+                                            excluded."end", excluded.alloctres::text, excluded.state);
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS state_ = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
                 -- Only what a job's data can cause is quarantined; anything else (out of
@@ -320,6 +337,24 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                 END IF;
             END;
         END LOOP;
+
+        -- Open quarantine rows (all of them are in the batch) whose run this load took
+        -- (charged, unchanged or skipped) are resolved; so are those whose key changed (a time
+        -- without offset that now parses): they are quarantined again under the new key below.
+        WITH done AS (
+            UPDATE @extschema@.sacct_quarantine q
+            SET resolved_at = pg_catalog.statement_timestamp(),
+                resolution = CASE WHEN q.job_key <> b.job_key AND (top.verdict LIKE 'quarantine:%' OR f.seq IS NOT NULL)
+                                  THEN 'rekeyed' ELSE coalesce(w.action, top.verdict) END
+            FROM pg_temp.hpcacct_sacct_batch b
+            JOIN pg_temp.hpcacct_sacct_batch top ON top.job_key = b.job_key AND top.rank = 1
+            LEFT JOIN pg_temp.hpcacct_sacct_write w ON w.job_key = top.job_key
+            LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq
+            WHERE b.origin = 1 AND q.quarantine_id = b.quarantine_id
+              AND ((top.verdict NOT LIKE 'quarantine:%' AND f.seq IS NULL) OR q.job_key <> b.job_key)
+            RETURNING q.resolution
+        )
+        SELECT pg_catalog.count(*) FILTER (WHERE d.resolution <> 'rekeyed') INTO resolved FROM done d;
 
         -- Quarantine: new problems, and open rows that failed again.
         INSERT INTO @extschema@.sacct_quarantine AS q
@@ -342,17 +377,6 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                 submit = excluded.submit, start = excluded.start, "end" = excluded."end",
                 alloctres = excluded.alloctres, state = excluded.state, elapsedraw = excluded.elapsedraw,
                 reqtres = excluded.reqtres, qos = excluded.qos, nodelist = excluded.nodelist;
-
-        -- Open rows whose run this load took (charged, unchanged or skipped) are resolved.
-        UPDATE @extschema@.sacct_quarantine q
-        SET resolved_at = pg_catalog.statement_timestamp(),
-            resolution = coalesce(w.action, b.verdict)
-        FROM pg_temp.hpcacct_sacct_batch b
-        LEFT JOIN pg_temp.hpcacct_sacct_write w ON w.job_key = b.job_key
-        WHERE q.resolved_at IS NULL AND q.job_key = b.job_key AND b.rank = 1
-          AND b.verdict NOT LIKE 'quarantine:%'
-          AND NOT EXISTS (SELECT 1 FROM pg_temp.hpcacct_sacct_failed f WHERE f.seq = w.seq);
-        GET DIAGNOSTICS resolved = ROW_COUNT;
 
         IF through IS NOT NULL THEN
             INSERT INTO @extschema@.sacct_watermark AS wm (cluster, loaded_through)
@@ -398,7 +422,9 @@ CREATE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT u
     AS $fn$
     BEGIN
         PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacctmgr_staging'::regclass::oid::bigint);
-        DROP TABLE IF EXISTS pg_temp.hpcacct_assoc;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_assoc') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_assoc;
+        END IF;
         CREATE TEMP TABLE hpcacct_assoc ON COMMIT DROP AS
         WITH claimed AS (DELETE FROM @extschema@.sacctmgr_staging RETURNING *)
         SELECT DISTINCT c.account, nullif(c."user", '') AS username
