@@ -414,10 +414,11 @@ COMMENT ON FUNCTION @extschema@.load_sacct(timestamptz, text[]) IS
 
 -- Accounts, users and memberships from sacctmgr's associations: adds what is missing, never
 -- removes anything. Slurm accounts in slurm_account_map are not added (an ignored account is
--- not charged; a mapped one is charged to its hpcacct account).
+-- not charged; a mapped one is charged to its hpcacct account). Runs with the caller's
+-- rights: an administrator's.
 CREATE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT users_added bigint,
                                                 OUT memberships_added bigint, OUT associations bigint)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $fn$
     BEGIN
@@ -451,8 +452,9 @@ CREATE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT u
 COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
     'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
 
--- Portal users see the quarantined lines of their own accounts only.
+-- Portal users see the quarantined lines and the mappings of their own accounts only.
 SELECT @extschema@.protect_table('@extschema@.sacct_quarantine');
+SELECT @extschema@.protect_table('@extschema@.slurm_account_map');
 
 REVOKE EXECUTE ON FUNCTION
     @extschema@.load_sacct(timestamptz, text[]),
