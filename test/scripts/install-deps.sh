@@ -7,6 +7,10 @@ packages=(
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
     libboost-date-time-dev postgresql-15-cron libgtest-dev make g++ libpq-dev
     clang-14 libclang-rt-14-dev
+    # test/slurm: a real Slurm on localhost, its accounting database and munge
+    slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins munge mariadb-server mariadb-client
+    # for job_submit/lua: Debian's job_submit_lua.so links liblua5.1; lua-sql-postgres serves 5.1-5.4
+    lua5.1 liblua5.1-0 lua-sql-postgres
 )
 
 missing=()
@@ -21,5 +25,18 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Debian's munge, mariadb-server and slurm packages start their system services on install:
+# a policy-rc.d that says 101 keeps them all down (test/slurm starts its own, privately).
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+    trap 'rm -f "$policy"' EXIT
+    trap 'exit 130' INT TERM
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+fi
 apt-get update -q
 apt-get install -y -q "${packages[@]}"
+# nothing a package started may be left running
+for d in munged mariadbd mysqld slurmdbd slurmctld slurmd; do
+    if pgrep -x "$d" >/dev/null; then echo "hpcacct: warning: a system $d is running" >&2; fi
+done

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# with-slurm.sh COMMAND [ARGS...]: runs COMMAND against a real, throw-away Slurm (Debian 12's
+# 22.05.8) on localhost, then stops and removes it; exits with COMMAND's status.
+#
+# Everything lives in one fresh directory (mktemp -d): munged (own key and socket), MariaDB
+# (own datadir, TCP on a free 127.0.0.1 port, skip-grant-tables), slurmdbd, slurmctld and four
+# slurmd (node1..node4, one port each, all on 127.0.0.1). Ports are picked free at start.
+# Nothing outside that directory is touched, and no daemon it did not start.
+#
+# Cluster: ClusterName=testcl, select/cons_tres with CR_Core_Memory, priority/multifactor,
+# accounting through slurmdbd (AccountingStorageTRES adds gres/gpu), JobCompType=jobcomp/none.
+#   nodes      node1..node4: 4 CPUs, 2000 MB each; node3, node4 have gres gpu:2 (fake char
+#              devices under the directory, since slurmd drops GPUs without File=)
+#   partitions cpu (node1,node2; default), excl (node1,node2; OverSubscribe=EXCLUSIVE),
+#              gpu (node3,node4)
+#   accounts   proj_a, proj_b, proj_unknown; user root in all of them, default proj_a
+#
+# COMMAND sees:
+#   SLURM_CONF             the private slurm.conf: sbatch, srun, squeue, scontrol, sacct,
+#                          sacctmgr, sprio, sinfo, scancel talk to this cluster (the munge
+#                          socket is in it as AuthInfo=socket=... and, for the connection to
+#                          slurmdbd, AccountingStoragePass=...); other SLURM_* are unset
+#   HPCACCT_SLURM_DIR      the private directory (logs under log/, a scratch dir work/)
+#   HPCACCT_SLURM_CLUSTER  the cluster's name (testcl)
+# Its environment may set:
+#   HPCACCT_SLURM_CONF_EXTRA      lines appended to slurm.conf (e.g. JobSubmitPlugins=lua)
+#   HPCACCT_SLURM_JOB_SUBMIT_LUA  a job_submit.lua copied next to slurm.conf, where
+#                                 JobSubmitPlugins=lua looks for it (set that in CONF_EXTRA)
+#   HPCACCT_SLURM_ENFORCE         AccountingStorageEnforce (e.g. associations,limits,qos);
+#                                 unset: none
+#   HPCACCT_SLURM_KEEP_LOGS       a directory the daemons' logs are copied to on exit
+#
+# The sacct invocation a loader should use on this Slurm (22.05.8), found with
+# test/slurm/smoke.sh; samples in test/slurm/samples/:
+#   SLURM_TIME_FORMAT=%FT%T%z sacct -a -D -X --parsable2 \
+#     -S START -E END \
+#     --format=Cluster,JobID,JobIDRaw,Account,User,Partition,Submit,Start,End,ElapsedRaw,AllocTRES,ReqTRES,State,QOS,NodeList
+#   (see SACCT NOTES at the end of this comment)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cluster=testcl
+base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-slurm.XXXXXX")
+# munged wants every directory above its socket searchable by all, and none writable by others
+chmod 711 "$base"
+etc=$base/etc log=$base/log run=$base/run
+mkdir -p "$etc" "$log" "$run" "$base/munge" "$base/ctld" "$base/spool" "$base/dev" "$base/work" "$base/tmp"
+chmod 711 "$base/munge"
+
+pids=()   # daemons we started, stopped in reverse order
+
+# Free TCP ports on 127.0.0.1 below the ephemeral range, distinct, none in use now.
+pick_ports() {
+    local n=$1 used p picked=" "
+    used=" $(for f in /proc/net/tcp /proc/net/tcp6; do
+        [ -r "$f" ] && tail -n +2 "$f"
+    done | while read -r _ local _; do echo $((16#${local##*:})); done | sort -u | tr '\n' ' ') "
+    while [ "$n" -gt 0 ]; do
+        p=$((20000 + RANDOM % 12000))
+        case "$used$picked" in *" $p "*) continue ;; esac
+        picked+="$p "
+        n=$((n - 1))
+    done
+    echo $picked
+}
+
+# Processes other than this shell whose cwd or an open file lies under $base.
+procs_in_base() {
+    local d pid
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        [ "$pid" = $$ ] && continue
+        [ "$pid" = "${BASHPID:-$$}" ] && continue
+        if [[ "$(readlink "$d/cwd" 2>/dev/null)" == "$base"* ]] ||
+            ls -l "$d/fd" 2>/dev/null | grep -qF -- "-> $base/"; then
+            echo "$pid"
+        fi
+    done
+}
+
+wait_gone() {  # wait_gone SECONDS PID...: true when all PIDs have exited
+    local t=$1 p alive i
+    shift
+    for ((i = 0; i < t * 10; i++)); do
+        alive=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ $alive -eq 0 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+teardown() {
+    local status=$?
+    set +e
+    trap - EXIT INT TERM
+    # jobs first, so that no slurmstepd outlives its slurmd
+    if [ -f "$etc/slurm.conf" ] && [ -n "${ctld_pid:-}" ] && kill -0 "$ctld_pid" 2>/dev/null; then
+        local jobs
+        jobs=$(SLURM_CONF=$etc/slurm.conf timeout 10 squeue -h -o %A 2>/dev/null)
+        if [ -n "$jobs" ]; then
+            SLURM_CONF=$etc/slurm.conf timeout 10 scancel $jobs 2>/dev/null
+            for ((i = 0; i < 100; i++)); do
+                [ -z "$(SLURM_CONF=$etc/slurm.conf timeout 5 squeue -h -o %A 2>/dev/null)" ] && break
+                sleep 0.1
+            done
+        fi
+    fi
+    local i p
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        p=${pids[i]}
+        kill -TERM "$p" 2>/dev/null && wait_gone 10 "$p" || kill -KILL "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    [ -f "$run/munged.pid" ] && p=$(cat "$run/munged.pid") && {
+        kill -TERM "$p" 2>/dev/null && wait_gone 5 "$p" || kill -KILL "$p" 2>/dev/null
+    }
+    # anything left that belongs to us (steps, job processes whose cwd is the directory)
+    local left
+    left=$(procs_in_base)
+    if [ -n "$left" ]; then
+        kill -KILL $left 2>/dev/null
+        wait_gone 5 $left
+    fi
+    if [ -n "${HPCACCT_SLURM_KEEP_LOGS:-}" ]; then
+        mkdir -p "$HPCACCT_SLURM_KEEP_LOGS" && cp -r "$log/." "$HPCACCT_SLURM_KEEP_LOGS/"
+    fi
+    rm -rf "$base"
+    exit $status
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() {
+    echo "with-slurm: $*" >&2
+    for f in "$log"/*.log; do
+        [ -s "$f" ] && { echo "--- tail of $f" >&2; tail -n 15 "$f" >&2; }
+    done
+    exit 1
+}
+
+wait_for() {  # wait_for SECONDS WHAT COMMAND...
+    local t=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < t * 10; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    fail "$what did not come up within ${t}s"
+}
+
+read -r db_port dbd_port ctld_port n1_port n2_port n3_port n4_port <<<"$(pick_ports 7)"
+node_ports=("$n1_port" "$n2_port" "$n3_port" "$n4_port")
+for v in $(compgen -e); do [[ $v == SLURM_* ]] && unset "$v"; done
+export SLURM_CONF=$etc/slurm.conf
+authinfo="AuthInfo=socket=$base/munge/munge.socket"
+ctld_host=$(hostname -s)
+
+# --- munge ---
+mungekey --create --keyfile="$base/munge/munge.key" >/dev/null 2>&1 ||
+    { dd if=/dev/urandom of="$base/munge/munge.key" bs=1 count=1024 status=none; }
+chmod 600 "$base/munge/munge.key"
+munged --socket="$base/munge/munge.socket" --key-file="$base/munge/munge.key" \
+    --log-file="$log/munged.log" --pid-file="$run/munged.pid" --seed-file="$base/munge/munged.seed" ||
+    fail "munged did not start"
+
+# --- MariaDB ---
+mariadb-install-db --no-defaults --datadir="$base/db" --user=root --auth-root-authentication-method=normal \
+    --skip-test-db >"$log/mariadb-install.log" 2>&1 || fail "mariadb-install-db failed"
+mariadbd --no-defaults --user=root --datadir="$base/db" --socket="$run/mysqld.sock" \
+    --pid-file="$run/mysqld.pid" --log-error="$log/mariadb.log" --bind-address=127.0.0.1 \
+    --port="$db_port" --skip-grant-tables --skip-name-resolve --skip-log-bin \
+    --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-buffer-pool-size=128M \
+    --innodb-lock-wait-timeout=900 --max-allowed-packet=64M >/dev/null 2>&1 &
+pids+=($!)
+wait_for 30 MariaDB mariadb-admin --no-defaults --protocol=tcp -h 127.0.0.1 -P "$db_port" -u root ping
+
+# --- configuration ---
+cat >"$etc/slurmdbd.conf" <<CONF
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$dbd_port
+SlurmUser=root
+AuthType=auth/munge
+$authinfo
+LogFile=$log/slurmdbd.log
+PidFile=$run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$db_port
+StorageUser=root
+StorageLoc=slurm_acct_db
+CONF
+chmod 600 "$etc/slurmdbd.conf"
+
+for n in 1 2 3 4; do mkdir -p "$base/spool/node$n"; done
+for n in 3 4; do
+    for g in 0 1; do mknod "$base/dev/node$n-gpu$g" c 195 $((n * 2 + g)); done
+done
+cat >"$etc/gres.conf" <<CONF
+AutoDetect=off
+NodeName=node3 Name=gpu File=$base/dev/node3-gpu[0-1]
+NodeName=node4 Name=gpu File=$base/dev/node4-gpu[0-1]
+CONF
+
+{
+    cat <<CONF
+ClusterName=$cluster
+SlurmctldHost=$ctld_host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+$authinfo
+CommunicationParameters=NoInAddrAny
+StateSaveLocation=$base/ctld
+SlurmctldPidFile=$run/slurmctld.pid
+SlurmctldLogFile=$log/slurmctld.log
+SlurmdPidFile=$run/slurmd-%n.pid
+SlurmdLogFile=$log/slurmd-%n.log
+SlurmdSpoolDir=$base/spool/%n
+TmpFS=$base/tmp
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+PrologFlags=Contain
+MpiDefault=none
+SwitchType=switch/none
+MailProg=/bin/true
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=60
+MessageTimeout=10
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+GresTypes=gpu
+PriorityType=priority/multifactor
+PriorityWeightAge=1000
+PriorityWeightFairshare=10000
+PriorityWeightJobSize=100
+PriorityWeightPartition=1000
+PriorityWeightQOS=1000
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$dbd_port
+AccountingStoragePass=$base/munge/munge.socket
+AccountingStorageTRES=gres/gpu
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+CONF
+    [ -n "${HPCACCT_SLURM_ENFORCE:-}" ] && echo "AccountingStorageEnforce=$HPCACCT_SLURM_ENFORCE"
+    for n in 1 2 3 4; do
+        gres=
+        [ $n -ge 3 ] && gres=" Gres=gpu:2"
+        echo "NodeName=node$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[n - 1]}" \
+            "CPUs=4 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000$gres State=UNKNOWN"
+    done
+    cat <<CONF
+PartitionName=cpu Nodes=node[1-2] Default=YES MaxTime=60 State=UP
+PartitionName=excl Nodes=node[1-2] OverSubscribe=EXCLUSIVE MaxTime=60 State=UP
+PartitionName=gpu Nodes=node[3-4] MaxTime=60 State=UP
+CONF
+    [ -n "${HPCACCT_SLURM_CONF_EXTRA:-}" ] && printf '%s\n' "$HPCACCT_SLURM_CONF_EXTRA"
+} >"$etc/slurm.conf"
+if [ -n "${HPCACCT_SLURM_JOB_SUBMIT_LUA:-}" ]; then
+    cp "$HPCACCT_SLURM_JOB_SUBMIT_LUA" "$etc/job_submit.lua"
+fi
+
+# --- slurmdbd, then the cluster's associations (before slurmctld, which loads them) ---
+slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
+pids+=($!)
+wait_for 60 slurmdbd sacctmgr -n list cluster
+sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
+sacctmgr -i add account proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
+    fail "sacctmgr add account failed"
+sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
+    fail "sacctmgr add user failed"
+sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
+
+# --- slurmctld and four slurmd ---
+slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
+ctld_pid=$!
+pids+=($ctld_pid)
+wait_for 30 slurmctld scontrol ping
+for n in 1 2 3 4; do
+    slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
+    pids+=($!)
+done
+nodes_idle() { [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
+wait_for 30 "the four slurmd" nodes_idle
+
+export HPCACCT_SLURM_DIR=$base HPCACCT_SLURM_CLUSTER=$cluster
+set +e
+"$@"
