@@ -43,6 +43,7 @@ struct Usage : std::runtime_error {
 const char kUsage[] =
     "usage: hpcacct-sacct [-d CONNINFO] load FILE|-\n"
     "       hpcacct-sacct [-d CONNINFO] run [-M CLUSTER[,CLUSTER...]] [--since TIME] [--overlap SECONDS]\n"
+    "                                       [--every SECONDS]\n"
     "       hpcacct-sacct [-d CONNINFO] sync-accounts [FILE|-]\n"
     "Connects with libpq's environment (PGHOST, PGDATABASE, PGUSER, ...) or CONNINFO.\n";
 
@@ -443,11 +444,16 @@ int run(int argc, char** argv) {
         std::vector<std::string> clusters;
         std::string since;
         long overlap = 3600;
+        long every = 0;
         for (; i < args.size(); ++i) {
             if ((args[i] == "-M" || args[i] == "--clusters") && i + 1 < args.size()) {
                 clusters = split_list(args[++i]);
             } else if (args[i] == "--since" && i + 1 < args.size()) {
                 since = args[++i];
+            } else if (args[i] == "--every" && i + 1 < args.size()) {
+                char* end = nullptr;
+                every = std::strtol(args[++i].c_str(), &end, 10);
+                if (*end != '\0' || every <= 0) throw Usage("--every takes a number of seconds > 0");
             } else if (args[i] == "--overlap" && i + 1 < args.size()) {
                 char* end = nullptr;
                 overlap = std::strtol(args[++i].c_str(), &end, 10);
@@ -456,8 +462,27 @@ int run(int argc, char** argv) {
                 throw Usage("unknown argument " + args[i] + " to run");
             }
         }
-        Connection db(conninfo);
-        return command_run(db, clusters, since, overlap);
+        if (every == 0) {
+            Connection db(conninfo);
+            return command_run(db, clusters, since, overlap);
+        }
+        // A loop for a systemd service or a shell: one run every `every` seconds (counted
+        // from the start of the last), a new connection each time; a failed run is
+        // reported and the next one tried. --since applies to the first run only.
+        for (;;) {
+            const std::time_t started = std::time(nullptr);
+            try {
+                Connection db(conninfo);
+                if (command_run(db, clusters, since, overlap) == 0) since.clear();
+            } catch (const Failure& e) {
+                std::fprintf(stderr, "hpcacct-sacct: %s\n", e.what());
+            }
+            std::fflush(stdout);
+            const std::time_t next = started + every;
+            for (std::time_t now = std::time(nullptr); now < next; now = std::time(nullptr)) {
+                sleep(static_cast<unsigned>(next - now));
+            }
+        }
     }
     if (command == "sync-accounts") {
         if (i + 1 < args.size()) throw Usage("sync-accounts takes at most one FILE");

@@ -60,8 +60,9 @@ std::string local_time_argument(std::time_t instant);
 // run of a requeued job, one cluster, the window [start, end] (both local time text).
 std::vector<std::string> sacct_arguments(const std::string& cluster, const std::string& start,
                                          const std::string& end);
-// The environment sacct needs for times with an offset.
-inline constexpr const char* kTimeFormat = "%FT%T%z";
+// SLURM_TIME_FORMAT for sacct: seconds since the epoch, the one format that names an
+// instant (Slurm 22.05 drops %z from the format, so %FT%T%z prints local time without offset).
+inline constexpr const char* kTimeFormat = "%s";
 
 // sacctmgr associations: where Cluster, Account and User are in the header.
 class AssocHeader {

@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(72);
+SELECT plan(73);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -151,6 +151,8 @@ SELECT is(pg_temp.open('8'), '22P02', 'the bad TRES stays quarantined');
 SELECT is(sacct_time('2024-07-01T12:00:00+0200', 'UTC'), '2024-07-01 10:00+00'::timestamptz, 'offset +0200');
 SELECT is(sacct_time('2024-07-01T12:00:00-05:30', 'UTC'), '2024-07-01 17:30+00'::timestamptz, 'offset -05:30');
 SELECT is(sacct_time('2024-07-01T12:00:00Z', 'Europe/Berlin'), '2024-07-01 12:00+00'::timestamptz, 'Z');
+SELECT is(sacct_time('1719835200', 'Europe/Berlin'), '2024-07-01 12:00+00'::timestamptz,
+          'epoch seconds (SLURM_TIME_FORMAT=%s)');
 SELECT is(sacct_time('2024-07-01T12:00:00', 'Europe/Berlin'), '2024-07-01 10:00+00'::timestamptz,
           'no offset: the zone given (summer time in Berlin)');
 SELECT is(ARRAY[sacct_time('Unknown', 'UTC'), sacct_time('None', 'UTC'), sacct_time('2024-13-01T00:00:00', 'UTC'),
