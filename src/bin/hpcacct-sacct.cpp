@@ -323,11 +323,26 @@ std::string local_cluster() {
     return name;
 }
 
+// sacct -M with a cluster slurmdbd does not know prints no job and succeeds: a typo in a
+// timer would load nothing, silently, for ever. Ask sacctmgr first.
+void require_known_cluster(const std::string& cluster) {
+    Child child("sacctmgr", sacct::sacctmgr_cluster_arguments(cluster), {});
+    Lines lines(child.out());
+    std::string_view line;
+    bool known = false;
+    while (lines.next(line)) {
+        if (sacct::chomp(line) == cluster) known = true;
+    }
+    child.finish();
+    if (!known) throw Failure("slurmdbd knows no cluster named \"" + cluster + "\" (sacctmgr show cluster)");
+}
+
 int command_run(Connection& db, std::vector<std::string> clusters, const std::string& since, long overlap) {
     if (clusters.empty()) clusters.push_back(local_cluster());
     int failed = 0;
     for (const std::string& cluster : clusters) {
         try {
+            require_known_cluster(cluster);
             const std::time_t now = std::time(nullptr);
             db.exec("BEGIN");
             std::string start;

@@ -198,4 +198,8 @@ std::vector<std::string> sacctmgr_arguments() {
     return {"--parsable2", "--readonly", "show", "associations", "format=Cluster,Account,User"};
 }
 
+std::vector<std::string> sacctmgr_cluster_arguments(const std::string& cluster) {
+    return {"--noheader", "--parsable2", "--readonly", "show", "cluster", "where", "name=" + cluster, "format=Cluster"};
+}
+
 }  // namespace hpcacct::sacct

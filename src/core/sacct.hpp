@@ -75,5 +75,7 @@ public:
 // number of fields (nothing appended).
 bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out);
 std::vector<std::string> sacctmgr_arguments();
+// sacctmgr's list of the clusters named `cluster` (one line with its name if slurmdbd knows it).
+std::vector<std::string> sacctmgr_cluster_arguments(const std::string& cluster);
 
 }  // namespace hpcacct::sacct
