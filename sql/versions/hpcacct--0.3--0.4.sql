@@ -1193,13 +1193,16 @@ CREATE TABLE @extschema@.sacctmgr_staging (
 COMMENT ON TABLE @extschema@.sacctmgr_staging IS
     'sacctmgr associations as text (COPY them here, then SELECT hpcacct.sync_slurm_accounts()); emptied by the sync';
 
--- A time as sacct prints it: with a UTC offset (SLURM_TIME_FORMAT=%FT%T%z, or Z) it is that
--- instant; without one it is read in `zone` (the site's time zone, never the session's).
--- NULL when the text is not such a time (Unknown, None, a bad date) or when it has no
--- offset and zone is NULL. Never raises: every value that reaches a cast has been checked.
+-- A time as sacct prints it: seconds since the epoch (SLURM_TIME_FORMAT=%s, what
+-- hpcacct-sacct run asks for) or ISO text with a UTC offset (%FT%T%z where a Slurm prints
+-- it, or Z) are that instant; ISO text without an offset (sacct's default) is read in `zone`
+-- (the site's time zone, never the session's). NULL when the text is not such a time
+-- (Unknown, None, a bad date) or has no offset and zone is NULL. Never raises: every value
+-- that reaches a cast has been checked.
 CREATE FUNCTION @extschema@.sacct_time(value text, zone text) RETURNS timestamptz
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE
+        WHEN value ~ '^[0-9]{1,11}$' THEN pg_catalog.to_timestamp(value::double precision)
         WHEN value IS NULL
              OR value !~ '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-](0[0-9]|1[0-5])(:?[0-5][0-9])?)?$'
              OR pg_catalog.substr(value, 1, 4) = '0000'
@@ -1215,7 +1218,8 @@ CREATE FUNCTION @extschema@.sacct_time(value text, zone text) RETURNS timestampt
         ELSE pg_catalog.timezone(zone, value::timestamp)
     END;
 COMMENT ON FUNCTION @extschema@.sacct_time(text, text) IS
-    'A sacct time: with a UTC offset that instant, without one read in zone; NULL if it is not a time (Unknown, None, bad)';
+    'A sacct time: epoch seconds or ISO with a UTC offset are that instant, ISO without one is read in zone; '
+    'NULL if it is not a time (Unknown, None, bad)';
 
 CREATE FUNCTION @extschema@.tres_problem(text) RETURNS text
     AS 'MODULE_PATHNAME', 'hpcacct_tres_problem' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
@@ -1340,7 +1344,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                              OR @extschema@.sacct_time(r.start, 'UTC') IS NOT NULL AND r.t_start IS NULL
                              OR @extschema@.sacct_time(r."end", 'UTC') IS NOT NULL AND r.t_end IS NULL)
                        THEN 'quarantine:22023:a time without a UTC offset, and the site''s timezone setting is unset '
-                            '(set it, or run sacct with SLURM_TIME_FORMAT=%FT%T%z)'
+                            '(set it, or run sacct with SLURM_TIME_FORMAT=%s)'
                    WHEN r.t_submit IS NULL OR r.t_start IS NULL OR r.t_end IS NULL
                        THEN 'quarantine:22007:invalid time (submit "' || r.submit || '", start "' || r.start
                             || '", end "' || r."end" || '")'
