@@ -60,7 +60,7 @@ cat >"$work/het.sh" <<'EOF'
 #SBATCH -A proj_a -p cpu -c 2 --mem=600M
 srun --het-group=0,1 sleep 2
 EOF
-long=$(sb -A proj_a -p cpu -c 1 --mem=200M --wrap 'sleep 25')        # still running at the first load
+long=$(sb -A proj_b -p gpu --gres=gpu:1 -c 1 --wrap 'sleep 25')     # still running at the first load
 requeued=$(sb -A proj_a -p cpu -c 1 --mem=100M --requeue --wrap 'sleep 8')
 sb -A proj_a -p cpu -c 2 --mem=1500M --wrap 'srun sleep 3' >/dev/null   # memory-bound, with a step
 sb -A proj_a -p cpu -c 3 --mem=100M --wrap 'sleep 2' >/dev/null
@@ -72,14 +72,16 @@ sb "$work/het.sh" >/dev/null
 sb -A root -p cpu -c 1 --wrap 'sleep 1' >/dev/null
 unknown=$(sb -A proj_unknown -p cpu -c 1 --wrap 'sleep 2')
 sleep 3
-# a job cancelled while it waited for resources: both excl nodes are taken
-sb -A proj_a -p excl -c 1 --wrap 'sleep 6' >/dev/null
-sb -A proj_a -p excl -c 1 --wrap 'sleep 6' >/dev/null
-waiting=$(sb -A proj_a -p excl -c 1 --wrap 'sleep 1')
-for i in $(seq 1 50); do  # until slurmctld has tried it and found no node
-    [ "$(squeue -h -j "$waiting" -o %T/%r)" = PENDING/Resources ] && break
+# a job cancelled while it waited for resources: both excl nodes are taken for 20 s first
+b1=$(sb -A proj_a -p excl -c 1 --wrap 'sleep 20')
+b2=$(sb -A proj_a -p excl -c 1 --wrap 'sleep 20')
+for i in $(seq 1 50); do
+    [ "$(squeue -h -j "$b1,$b2" -o %T | sort -u)" = RUNNING ] && break
     sleep 0.2
 done
+waiting=$(sb -A proj_a -p excl -c 1 --wrap 'sleep 1')
+sleep 1
+check "a job waits for the exclusive nodes" "$([ "$(squeue -h -j "$waiting" -o %T)" = PENDING ] && echo t)"
 scancel "$waiting"
 # requeue the running job once, and let its second run start at once
 scontrol requeue "$requeued"
