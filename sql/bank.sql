@@ -1,4 +1,4 @@
--- The quarterly bank (HLRN, SPEC §4): deposits per quarter, balances, transfers, the
+-- The quarterly bank (HLRN, rules §4): deposits per quarter, balances, transfers, the
 -- quarter-start run and submit checks.
 SET search_path = public, hpcacct;
 \set SHOW_CONTEXT never

@@ -1,4 +1,4 @@
--- Equivalents and charges: every figure of SPEC §1.
+-- Equivalents and charges: every figure of rules §1.
 SET search_path = public, hpcacct;
 
 -- HLRN-III (PEQ = 1 core). Rates in NPL per PEQ-hour: XC30 1/12 and SMP 1/8, both

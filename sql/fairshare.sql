@@ -1,4 +1,4 @@
--- Fair share and usage reports (SPEC §5): decayed usage against hand-computed values, the
+-- Fair share and usage reports (rules §5): decayed usage against hand-computed values, the
 -- fair-share factor, LQCD generation weights, allocation years and projections, and the
 -- README's worked example. Data lives in transactions that are rolled back, so the ledger
 -- of the shared regression database is left as it was.

@@ -1,4 +1,4 @@
--- GENCI / IDRIS theoretical consumption and regulation: every figure of SPEC §2.
+-- GENCI / IDRIS theoretical consumption and regulation: every figure of rules §2.
 SET search_path = public, hpcacct;
 \set SHOW_CONTEXT never
 -- Everything below runs in one transaction that is rolled back at the end (ON_ERROR_ROLLBACK

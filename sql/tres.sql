@@ -43,9 +43,14 @@ GROUP BY t ORDER BY t;
 -- Binary send/recv through COPY BINARY.
 CREATE TEMP TABLE binary_out AS
     SELECT t::tres AS t FROM (VALUES ('billing=4,cpu=4,gres/gpu=1,mem=16G,node=1'), (''), ('mem=0.3M')) AS v(t);
-COPY binary_out TO '/tmp/hpcacct_tres_binary.copy' (FORMAT binary);
+-- A fresh file inside the cluster's own data directory (the server writes it), removed after.
+SELECT format('%s/hpcacct_tres_binary_%s_%s.copy', current_setting('data_directory'), pg_backend_pid(),
+              md5(clock_timestamp()::text || random()::text)) AS copy_path \gset
+\set remove_copy 'rm -f -- ' :copy_path
+COPY binary_out TO :'copy_path' (FORMAT binary);
 CREATE TEMP TABLE binary_in (t tres);
-COPY binary_in FROM '/tmp/hpcacct_tres_binary.copy' (FORMAT binary);
+COPY binary_in FROM :'copy_path' (FORMAT binary);
+COPY (SELECT 1 WHERE false) TO PROGRAM :'remove_copy';
 SELECT t, t IN (SELECT t FROM binary_out) AS same FROM binary_in;
 
 -- Bad input: each gets a SQLSTATE, a message naming the literal, and a detail.

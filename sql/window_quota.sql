@@ -1,4 +1,4 @@
--- Sliding-window quotas (SPEC §3, RWTH): the aggregate, allowances, consumption from the
+-- Sliding-window quotas (rules §3, RWTH): the aggregate, allowances, consumption from the
 -- ledger, the r_wlm_usage view, bad input, and a parallel plan.
 SET search_path = public, hpcacct;
 \set SHOW_CONTEXT never
@@ -20,7 +20,7 @@ CREATE FUNCTION pg_temp.quota_of(first_month date, allowance float8[], consumed 
     FROM pg_catalog.generate_subscripts(allowance, 1) AS i
 $$;
 
--- ===== SPEC §3's figures, with the aggregate =====
+-- ===== rules §3's figures, with the aggregate =====
 -- 50 000 a month; January 0, February 70 000: March may use 80 000 (= 3 x 50 000 - 70 000).
 SELECT (pg_temp.quota_of('2012-01-01', '{50000,50000,50000,50000}', '{0,70000,0,0}', '2012-03-01')).*;
 -- February 120 000: March may use 30 000, all of them borrowed from April.
@@ -139,7 +139,7 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 -- The job across the month boundary is split between March and April (site time zone).
 SELECT month, cluster, unit, amount FROM charge_by_month WHERE account = 'wq_boundary' ORDER BY month, cluster;
 
--- SPEC §3 through SQL: 80 000 and 30 000 in March, and r_wlm_usage's 200 / 120 % / 2 200.
+-- rules §3 through SQL: 80 000 and 30 000 in March, and r_wlm_usage's 200 / 120 % / 2 200.
 SELECT * FROM window_quota_usage('wq_spec1', '2012-03-15');
 SELECT * FROM window_quota_usage('wq_spec2', '2012-03-15');
 SELECT * FROM window_quota_usage('wq_rwlm', '2012-04-10');
@@ -164,11 +164,14 @@ ORDER BY u.month;
 SELECT at, window_quota_state('wq_blocked', at) AS state
 FROM unnest('{2012-01-15,2012-02-15,2012-03-15,2012-04-15}'::date[]) AS at;
 
--- No quota period: no row, and no state (no window rule applies); NULL in, nothing out.
-SELECT count(*) AS rows_for_unknown FROM window_quota_usage('nobody', '2012-03-01');
-SELECT window_quota_state('nobody', '2012-03-01') IS NULL AS no_state,
-       window_quota_state(NULL, '2012-03-01') IS NULL AS null_account,
-       window_quota_state('wq_spec1', NULL) IS NULL AS null_date;
+-- No quota period: no row, and no state (no window rule applies). An unknown account and a
+-- NULL account are errors (42704, 22004), not an empty answer; a NULL day is today.
+INSERT INTO account (name) VALUES ('wq_none');
+SELECT count(*) AS rows_without_period FROM window_quota_usage('wq_none', '2012-03-01');
+SELECT window_quota_state('wq_none', '2012-03-01') IS NULL AS no_state;
+SELECT count(*) FROM window_quota_usage('nobody', '2012-03-01');
+SELECT window_quota_state(NULL, '2012-03-01');
+SELECT window_quota_state('wq_spec1', NULL) IS NOT DISTINCT FROM window_quota_state('wq_spec1') AS null_date_is_today;
 
 -- ===== The view, for the current month =====
 -- wq_now's period runs from two months before the current month to three after it; it

@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- Equivalents and charges (SPEC §0-§1).
+-- Equivalents and charges (rules §0-§1).
 -- ---------------------------------------------------------------------------------------
 
 CREATE FUNCTION @extschema@.equivalents(request @extschema@.tres, bundle @extschema@.tres)

@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- Attribution of charges to periods (SPEC §0): a job's charge counts in the days, months
+-- Attribution of charges to periods (rules §0): a job's charge counts in the days, months
 -- and quarters in which it ran, pro rata by wall-clock time, in the site's time zone.
 -- ---------------------------------------------------------------------------------------
 
@@ -14,6 +14,47 @@ CREATE FUNCTION @extschema@.site_today() RETURNS date
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN (pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())::date;
 COMMENT ON FUNCTION @extschema@.site_today() IS 'Today in the site''s time zone';
+
+-- The day a function with a day argument means: a NULL day is today in the site's time zone
+-- (the argument's documented default); an infinite one is 22008.
+CREATE FUNCTION @extschema@.day_or_today(day date, caller text) RETURNS date
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF day IS NULL THEN
+            RETURN @extschema@.site_today();
+        END IF;
+        IF NOT pg_catalog.isfinite(day) THEN
+            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        RETURN day;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.day_or_today(date, text) IS
+    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
+
+-- An account argument of a report: NULL is 22004; an account that does not exist, or that
+-- row-level security hides from the caller, is 42704 — the same error for both, so that a
+-- portal user learns nothing of accounts that are not theirs — never an empty answer or 0.
+CREATE FUNCTION @extschema@.require_account(account text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        END IF;
+        RETURN account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_account(text, text) IS
+    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
 
 -- Fraction of [job_start, job_end) that lies in [period_start, period_end). A job of zero
 -- length counts wholly in the period where it starts; NULL in, NULL out. A SQL-standard

@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- Theoretical consumption and regulation, GENCI / IDRIS (SPEC §2).
+-- Theoretical consumption and regulation, GENCI / IDRIS (rules §2).
 --
 -- Allocation events are ledger rows of kind grant, supplement (positive) and retraction
 -- (negative), with cluster = the machine and a validity window valid_from..valid_until

@@ -1,9 +1,9 @@
 -- ---------------------------------------------------------------------------------------
--- Sliding-window quotas (SPEC §3, RWTH): monthly allowances within an accounting period,
+-- Sliding-window quotas (rules §3, RWTH): monthly allowances within an accounting period,
 -- consumption from the job charges, and the figures of RWTH's `r_wlm_usage -q`.
 -- ---------------------------------------------------------------------------------------
 
--- What the aggregate returns for the month `at` (field names as in SPEC §3).
+-- What the aggregate returns for the month `at` (field names as in rules §3).
 CREATE TYPE @extschema@.quota AS (
     monthly          float8,  -- A(at)
     remaining_prev   float8,  -- A(at-1) - C(at-1)
@@ -126,23 +126,28 @@ COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text,
 -- month there is none; for a past month, the state is the one the account had then). The
 -- period is the account's one containing `at`, else its latest one before, else its first
 -- one after (outside its period an account has no quota: low_priority, figures 0). No row
--- when the account has no quota period.
+-- when the account has no quota period. A NULL `at` is today in the site's time zone; a NULL
+-- account is 22004, one that does not exist or that the caller may not see 42704 (the first
+-- statement checks both, whatever the query then reads).
 CREATE FUNCTION @extschema@.window_quota_usage(
         account text,
         at date DEFAULT @extschema@.site_today())
     RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
                    monthly float8, remaining_prev float8, consumed_current float8,
                    consumable_pct float8, consumable float8, cluster text, unit text)
-    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH period AS (
-            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit
-            FROM @extschema@.quota_period p
+        SELECT @extschema@.require_account($1, 'window_quota_usage'), @extschema@.day_or_today($2, 'window_quota_usage');
+        WITH d AS MATERIALIZED (
+            SELECT @extschema@.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
+            FROM @extschema@.quota_period p, d
             WHERE p.account = $1
-            ORDER BY CASE WHEN $2 BETWEEN p.period_start AND p.period_end THEN 0
-                          WHEN p.period_end < $2 THEN 1 ELSE 2 END,
-                     CASE WHEN p.period_end < $2 THEN $2 - p.period_end ELSE p.period_start - $2 END
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
             LIMIT 1
         ), consumed AS (
             SELECT c.month, sum(c.amount) AS amount
@@ -150,17 +155,17 @@ CREATE FUNCTION @extschema@.window_quota_usage(
             JOIN @extschema@.charge_rollup c
               ON c.account = $1 AND c.unit = p.unit
              AND c.month >= p.period_start AND c.month <= p.period_end
-             AND c.month <= $2
+             AND c.month <= p.day
             JOIN @extschema@.resource r
               ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
             GROUP BY c.month
         )
-        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', $2::timestamp)::date,
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
                (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
                (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
         FROM period p
         CROSS JOIN LATERAL (
-            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, $2) AS q
+            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, p.day) AS q
             FROM (SELECT g.month::date AS month
                   FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
                                                   interval '1 month') AS g(month)) m
@@ -169,7 +174,7 @@ CREATE FUNCTION @extschema@.window_quota_usage(
         ) w
     $$;
 COMMENT ON FUNCTION @extschema@.window_quota_usage(text, date) IS
-    'r_wlm_usage -q of an account for the month containing at (default: today in the site time zone): '
+    'r_wlm_usage -q of an account for the month containing at (default and NULL: today in the site time zone): '
     'period, state, monthly, remaining of previous month, consumed, consumable %, consumable';
 
 -- r_wlm_usage -q for every account with a quota period, this month (site time zone).
@@ -189,9 +194,9 @@ CREATE FUNCTION @extschema@.window_quota_state(
         account text,
         at date DEFAULT @extschema@.site_today())
     RETURNS text
-    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$ SELECT u.state FROM @extschema@.window_quota_usage($1, $2) u $$;
 COMMENT ON FUNCTION @extschema@.window_quota_state(text, date) IS
-    'Sliding-window state of an account at a date (default today, site time zone): normal, low_priority, '
-    'blocked; NULL without a quota period';
+    'Sliding-window state of an account at a date (default and NULL: today, site time zone): normal, '
+    'low_priority, blocked; NULL without a quota period; errors as window_quota_usage';

@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- Fair share and usage reports (SPEC §5: Fermilab LQCD, Compute Canada).
+-- Fair share and usage reports (rules §5: Fermilab LQCD, Compute Canada).
 --
 -- A pool is where allocations and usage meet: a resource's charges count in its pool
 -- (coalesce(resource.pool, resource.cluster)), an allocation row of the ledger (any kind
@@ -269,7 +269,7 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ---- Usage reports ----------------------------------------------------------------------
 
 -- The charges of each pool's allocation year up to `at`, pro rata by wall-clock time
--- (SPEC §0), from jobs that ended by `at`. One row per ledger charge row (reversals
+-- (rules §0), from jobs that ended by `at`. One row per ledger charge row (reversals
 -- included, so they cancel). Zero-length jobs charge nothing and are left out.
 CREATE FUNCTION @extschema@.year_charges(for_year integer, at timestamptz)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
@@ -327,30 +327,36 @@ COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
 -- Allocation of each account in each pool for the allocation year: every allocation row
 -- of the ledger (grant, supplement, deposit, retraction, transfer, refund) in the pool,
 -- pro rata by the days of its validity inside the year (a grant for the year counts whole,
--- a grant over two years by its days in each).
+-- a grant over two years by its days in each). A row names its pool in `cluster`; one
+-- without (the quarterly bank's deposits, transfers and refunds) is credit for every pool
+-- charged in its unit, and counts in each: one bank, one allocation.
 CREATE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
     RETURNS TABLE (pool text, unit text, account text, allocation numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH years AS MATERIALIZED (
+        WITH allocations AS MATERIALIZED (
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+            FROM @extschema@.ledger l
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+        ), years AS MATERIALIZED (
             SELECT p.pool, y.first_day, y.last_day
-            FROM (SELECT DISTINCT l.cluster AS pool FROM @extschema@.ledger l
-                  WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL) p
+            FROM (SELECT DISTINCT a.pool FROM allocations a) p
             CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
         )
-        SELECT l.cluster, l.unit, l.account,
-               sum(l.amount * greatest(0, least(l.valid_until, y.last_day) + 1 - greatest(l.valid_from, y.first_day))
-                   / (l.valid_until + 1 - l.valid_from))
-        FROM @extschema@.ledger l
-        JOIN years y ON y.pool = l.cluster
-        WHERE l.kind <> 'charge'
-          AND l.valid_from <= y.last_day AND l.valid_until >= y.first_day
-        GROUP BY l.cluster, l.unit, l.account
+        SELECT a.pool, a.unit, a.account,
+               sum(a.amount * greatest(0, least(a.valid_until, y.last_day) + 1 - greatest(a.valid_from, y.first_day))
+                   / (a.valid_until + 1 - a.valid_from))
+        FROM allocations a
+        JOIN years y ON y.pool = a.pool
+        WHERE a.valid_from <= y.last_day AND a.valid_until >= y.first_day
+        GROUP BY a.pool, a.unit, a.account
     $$;
 COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
-    'Allocation of each account in each pool (ledger cluster) and unit for the allocation year, '
-    'allocation rows pro rata by their days of validity inside it';
+    'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
+    'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
 
 -- Usage by resource (cluster and partition) for the allocation year.
 CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
@@ -553,10 +559,16 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
             FROM cfg
         ), alloc AS (
-            SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
-            FROM @extschema@.ledger l, cfg
-            WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
-            GROUP BY l.cluster, l.unit, l.account
+            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
         ), jobs AS (
             -- the charges and reversals themselves: a reversal decays exactly as the charge it
             -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its

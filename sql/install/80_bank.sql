@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------------------
--- The quarterly bank, HLRN (SPEC §4): users, members, deposits per quarter, balances,
+-- The quarterly bank, HLRN (rules §4): users, members, deposits per quarter, balances,
 -- the quarter-start run and the submit check.
 -- ---------------------------------------------------------------------------------------
 
@@ -155,40 +155,48 @@ CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extsche
     AS $$
         SELECT CASE
             WHEN a.name IS NULL THEN NULL
-            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
             WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                           AND l.valid_from >= @extschema@.quarter_start(at)
+                           AND l.valid_from >= @extschema@.quarter_start(d.day)
                          GROUP BY @extschema@.quarter_start(l.valid_from)
                          HAVING sum(l.amount) > 0) THEN 'active'
             ELSE 'expired'
         END
-        FROM (SELECT 1) one
+        FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
         LEFT JOIN @extschema@.account a ON a.name = account_state.account
     $$;
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
-    'active (an allocation this quarter or later), expired, or deleted; NULL for an unknown account';
+    'active (an allocation this quarter or later), expired, or deleted, at a day (NULL: today in the site '
+    'time zone); NULL for an unknown account';
 
 -- Exact balance of an account in the quarter containing `at` (numeric, from the ledger).
+-- A NULL `at` is today in the site's time zone; a NULL account is 22004; an account that does
+-- not exist, or that row-level security hides from the caller, is 42704 (the same error for
+-- both, so that a portal user learns nothing of other accounts), never a balance of 0.
 CREATE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
     RETURNS numeric
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH q AS (
-            SELECT @extschema@.quarter_start(at) AS quarter, @extschema@.setting_value('bank_unit') AS unit
-        )
-        SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l, q
+    DECLARE
+        quarter constant date := @extschema@.quarter_start(@extschema@.day_or_today(at, 'balance'));
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        PERFORM @extschema@.require_account(account, 'balance');
+        RETURN round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
                                WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
-                                 AND l.unit = q.unit
-                                 AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
-                   - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c, q
-                               WHERE c.account = balance.account AND c.unit = q.unit
-                                 AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
+                                 AND l.unit = bank_unit
+                                 AND l.valid_from >= quarter AND l.valid_from < quarter + interval '3 months'), 0)
+                     - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                 WHERE c.account = balance.account AND c.unit = bank_unit
+                                   AND c.month >= quarter AND c.month < quarter + interval '3 months'), 0), 6);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
-    'Balance of an account in the quarter containing at (default today): deposits + transfers + refunds - charges';
+    'Balance of an account in the quarter containing at (default and NULL: today in the site time zone): '
+    'deposits + transfers + refunds - charges; an unknown or invisible account is an error (42704)';
 
 -- One row per account and quarter with entries: what a portal shows.
 CREATE VIEW @extschema@.quarter_balances AS
@@ -229,6 +237,9 @@ CREATE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
             RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
         END IF;
@@ -245,7 +256,10 @@ CREATE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF amount IS NULL OR amount = 'NaN' OR amount <= 0 THEN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
             RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
@@ -262,7 +276,10 @@ CREATE FUNCTION @extschema@.book_allocation(account text, kind text, quarter dat
         q constant date := @extschema@.quarter_start(quarter);
         entry bigint;
     BEGIN
-        IF quarter IS NULL OR NOT isfinite(quarter) THEN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
             RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
         END IF;
         INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
@@ -430,14 +447,50 @@ CREATE FUNCTION @extschema@.require_admin(account text, by_user text) RETURNS vo
 COMMENT ON FUNCTION @extschema@.require_admin(text, text) IS
     'Raises unless by_user administers the account (NULL: staff acting directly)';
 
--- Project administrators (by_user) add members and other administrators; staff pass NULL.
-CREATE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
-                                       by_user text DEFAULT NULL)
-    RETURNS void
-    LANGUAGE plpgsql
+-- Who may change an account's members: staff (superusers and members of hpcacct_admin,
+-- who may name the project administrator they act for in by_user, or pass NULL), and the
+-- account's own administrators, who act as themselves: for a portal user (hpcacct_portal)
+-- the session user must administer the account, and by_user, if given, must be that user.
+-- 42501 otherwise. (The functions that call it run as their owner, so it looks at the
+-- session user, as row-level security does.)
+CREATE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM @extschema@.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+
+-- Project administrators add members and other administrators, from a portal (as
+-- themselves) or through staff (by_user names them; staff acting directly pass NULL).
+CREATE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
         PERFORM @extschema@.require_bank_account(account);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
@@ -448,15 +501,16 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     END
     $$;
 COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
-    'Grants a user access to an account as member or admin; by_user must administer it (NULL: staff)';
+    'Grants a user access to an account as member or admin; a portal user must administer the account, '
+    'staff may name the administrator in by_user (NULL: staff acting directly)';
 
 CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
     RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_admin(account, by_user);
+        PERFORM @extschema@.require_member_manager(account, by_user);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
@@ -474,7 +528,8 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
     END
     $$;
 COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
-    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this';
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
+    'a portal user must administer the account';
 
 CREATE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
     LANGUAGE plpgsql
@@ -515,7 +570,9 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         this_quarter constant date := @extschema@.quarter_start(q);
         previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
     BEGIN
-        IF q IS NULL OR NOT isfinite(q) THEN
+        IF q IS NULL THEN
+            RAISE EXCEPTION 'open_quarter needs a date' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT isfinite(q) THEN
             RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
         END IF;
         -- one run at a time
@@ -645,6 +702,11 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
         reason text;
         message text;
     BEGIN
+        -- A NULL user is an error, a NULL day is today in the site's time zone (as the default).
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        at := @extschema@.day_or_today(at, 'check_submit');
         -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
         -- SQL functions are planned again at every call.
         IF chosen IS NULL THEN

@@ -1,13 +1,16 @@
 -- ---------------------------------------------------------------------------------------
 -- Privileges and row-level security.
 --
--- Three roles, created by CALL hpcacct.setup_roles() (or by the site, with these names):
+-- Four roles, created by CALL hpcacct.setup_roles() (or by the site, with these names):
 --   hpcacct_admin   runs the centre: every table, every function and procedure;
 --   hpcacct_ingest  loads jobs: INSERT into hpcacct.job; INSERT into hpcacct.sacct_staging and
 --                   load_sacct() (the sacct loader); nothing else (the charging trigger and
 --                   load_sacct() book with the extension owner's rights);
 --   hpcacct_portal  reads every table and view, but sees only the rows of accounts its
---                   session user is a member of (row-level security).
+--                   session user is a member of (row-level security); a project
+--                   administrator among them manages the members of their projects
+--                   (add_member, remove_member);
+--   hpcacct_auditor reads every table and view with every account's rows, changes nothing.
 -- Administrative functions and procedures are not executable by PUBLIC.
 -- ---------------------------------------------------------------------------------------
 
@@ -23,18 +26,19 @@ CREATE FUNCTION @extschema@.visible_accounts() RETURNS text[]
 COMMENT ON FUNCTION @extschema@.visible_accounts() IS
     'Accounts the session user is a member of: what row-level security lets a portal role see';
 
--- Whether the current role sees every row: superusers and members of hpcacct_admin.
+-- Whether the current role sees every row: superusers and members of hpcacct_admin or of
+-- hpcacct_auditor (who reads everything and may change nothing).
 CREATE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                       WHERE r.rolname = 'hpcacct_admin'
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
                          AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
                OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
     $$;
 COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
-    'True for superusers and members of hpcacct_admin, who see every account''s rows';
+    'True for superusers and members of hpcacct_admin or hpcacct_auditor, who see every account''s rows';
 
 -- The charging trigger books the ledger for whoever inserts jobs (hpcacct_ingest has no
 -- right on the ledger itself). Its search_path is pinned and everything it calls qualified.
@@ -98,7 +102,7 @@ SELECT count(*) FILTER (WHERE @extschema@.protect_table(c.oid)) AS protected_tab
 FROM pg_catalog.pg_class c
 WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 
--- Creates the three roles if they do not exist yet and grants them their privileges. Run it
+-- Creates the four roles if they do not exist yet and grants them their privileges. Run it
 -- after create_job_table(), and again after adding tables of your own to the schema.
 CREATE PROCEDURE @extschema@.setup_roles()
     LANGUAGE plpgsql
@@ -107,12 +111,12 @@ CREATE PROCEDURE @extschema@.setup_roles()
     DECLARE
         role_name text;
     BEGIN
-        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal'] LOOP
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
             END IF;
         END LOOP;
-        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
@@ -127,16 +131,24 @@ CREATE PROCEDURE @extschema@.setup_roles()
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
         -- staged lines are every account's, and not behind row-level security (COPY refuses it)
         REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
-    'Creates hpcacct_admin, hpcacct_ingest and hpcacct_portal if missing and grants their privileges';
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
 
 -- A share is an account's fraction of its pool, so computing one account's factor needs
 -- every account's usage, which row-level security hides from a portal user. fairshare()
 -- therefore computes as the owner (fairshare_all) and returns every row to superusers and
--- members of hpcacct_admin. Anyone else gets the rows of the accounts the session user is a
+-- members of hpcacct_admin or hpcacct_auditor. Anyone else gets the rows of the accounts the session user is a
 -- member of, at the present instant only, without share and norm_usage: those two are
 -- fractions of the pool's totals, and at instants of one's choosing they would give away
 -- the other accounts' grants and the times their jobs ended. The factor remains: at the
@@ -151,7 +163,8 @@ CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
         instant constant timestamptz := coalesce(fairshare.at, pg_catalog.now());
         sees_all constant boolean := EXISTS (
             SELECT 1 FROM pg_catalog.pg_roles r
-            WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+            WHERE (r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                   AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
                OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
     BEGIN
         IF NOT sees_all AND instant <> pg_catalog.now() THEN
@@ -167,8 +180,8 @@ CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
     END
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
-    'Fair-share table per pool, account and user (see fairshare_all); at NULL means now. Administrators see every '
-    'row at any instant; others their accounts'' rows, now only, without share and norm_usage';
+    'Fair-share table per pool, account and user (see fairshare_all); at NULL means now. Administrators and auditors '
+    'see every row at any instant; others their accounts'' rows, now only, without share and norm_usage';
 
 -- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
 -- charge_jobs() among them: it writes the ledger with the owner's rights, so whoever may

@@ -750,6 +750,2245 @@ END
 $do$;
 -- end of security (issue 20)
 
+-- first hour (issue 18) ---
+
+-- NULL arguments: errors with named SQLSTATEs or today as the default day
+
+CREATE OR REPLACE FUNCTION @extschema@.require_account(account text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        END IF;
+        RETURN account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_account(text, text) IS
+    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
+
+CREATE OR REPLACE FUNCTION @extschema@.day_or_today(day date, caller text) RETURNS date
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF day IS NULL THEN
+            RETURN @extschema@.site_today();
+        END IF;
+        IF NOT pg_catalog.isfinite(day) THEN
+            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        RETURN day;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.day_or_today(date, text) IS
+    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
+
+CREATE OR REPLACE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        quarter constant date := @extschema@.quarter_start(@extschema@.day_or_today(at, 'balance'));
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        PERFORM @extschema@.require_account(account, 'balance');
+        RETURN round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                               WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
+                                 AND l.unit = bank_unit
+                                 AND l.valid_from >= quarter AND l.valid_from < quarter + interval '3 months'), 0)
+                     - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                 WHERE c.account = balance.account AND c.unit = bank_unit
+                                   AND c.month >= quarter AND c.month < quarter + interval '3 months'), 0), 6);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.balance(text, date) IS
+    'Balance of an account in the quarter containing at (default and NULL: today in the site time zone): '
+    'deposits + transfers + refunds - charges; an unknown or invisible account is an error (42704)';
+
+CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN a.name IS NULL THEN NULL
+            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
+            WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                         WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                           AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                           AND l.valid_from >= @extschema@.quarter_start(d.day)
+                         GROUP BY @extschema@.quarter_start(l.valid_from)
+                         HAVING sum(l.amount) > 0) THEN 'active'
+            ELSE 'expired'
+        END
+        FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
+        LEFT JOIN @extschema@.account a ON a.name = account_state.account
+    $$;
+COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
+    'active (an allocation this quarter or later), expired, or deleted, at a day (NULL: today in the site '
+    'time zone); NULL for an unknown account';
+
+CREATE OR REPLACE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
+            RAISE EXCEPTION 'account "%" has been deleted', account
+                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+
+CREATE OR REPLACE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+
+CREATE OR REPLACE FUNCTION @extschema@.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        entry bigint;
+    BEGIN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
+        RETURNING entry_id INTO entry;
+        RETURN entry;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.book_allocation(text, text, date, numeric, text) IS
+    'Books a bank entry valid for the quarter containing a day (internal helper)';
+
+CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
+                                         at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        chosen text := account;
+        bank_unit text;
+        state text;
+        is_member boolean;
+        current_balance numeric;
+        reason text;
+        message text;
+    BEGIN
+        -- A NULL user is an error, a NULL day is today in the site's time zone (as the default).
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        at := @extschema@.day_or_today(at, 'check_submit');
+        -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
+        -- SQL functions are planned again at every call.
+        IF chosen IS NULL THEN
+            SELECT coalesce(u.default_account, u.username) INTO chosen
+            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
+            IF NOT FOUND THEN
+                RETURN ROW(false, NULL, 'unknown_user',
+                           format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+        -- setting_value() without the cost of the settings view when the site has set it
+        bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                              @extschema@.setting_value('bank_unit'));
+        SELECT CASE
+                   WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+                   WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                  AND l.unit = bank_unit
+                                  AND l.valid_from >= @extschema@.quarter_start(at)
+                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                HAVING sum(l.amount) > 0) THEN 'active'
+                   ELSE 'expired'
+               END,
+               EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = a.name AND m.username = check_submit.username)
+        INTO state, is_member
+        FROM @extschema@.account a
+        WHERE a.name = chosen;
+        IF state IS NULL THEN
+            reason := 'unknown_account'; message := format('account %s does not exist', chosen);
+        ELSIF state = 'deleted' THEN
+            reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
+        ELSIF NOT is_member THEN
+            reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
+        ELSIF state = 'expired' THEN
+            reason := 'account_expired';
+            message := format('account %s has no allocation for this or a later quarter', chosen);
+        ELSE
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = chosen AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
+                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                     WHERE c.account = chosen AND c.unit = bank_unit
+                                       AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
+            INTO current_balance
+            FROM (SELECT @extschema@.quarter_start(at) AS quarter) q;
+            IF current_balance < 0 THEN
+                reason := 'negative_balance';
+                message := format('account %s has a negative balance (%s %s) this quarter', chosen,
+                                  current_balance, bank_unit);
+            -- window_quota_state() is NULL without a quota period: ask only when there is one
+            ELSIF EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = chosen)
+                  AND @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
+                reason := 'quota_blocked';
+                message := format('account %s has exceeded its sliding-window quota', chosen);
+            END IF;
+        END IF;
+        RETURN ROW(reason IS NULL, chosen, reason, message)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
+    'Submit check: resolves the default project, refuses unknown/deleted/expired accounts, no access, '
+    'negative balance and a blocked sliding-window quota';
+
+CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT @extschema@.require_account($1, 'window_quota_usage'), @extschema@.day_or_today($2, 'window_quota_usage');
+        WITH d AS MATERIALIZED (
+            SELECT @extschema@.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
+            FROM @extschema@.quota_period p, d
+            WHERE p.account = $1
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
+            LIMIT 1
+        ), consumed AS (
+            SELECT c.month, sum(c.amount) AS amount
+            FROM period p
+            JOIN @extschema@.charge_rollup c
+              ON c.account = $1 AND c.unit = p.unit
+             AND c.month >= p.period_start AND c.month <= p.period_end
+             AND c.month <= p.day
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
+            GROUP BY c.month
+        )
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
+               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
+               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
+        FROM period p
+        CROSS JOIN LATERAL (
+            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, p.day) AS q
+            FROM (SELECT g.month::date AS month
+                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
+                                                  interval '1 month') AS g(month)) m
+            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
+            LEFT JOIN consumed c ON c.month = m.month
+        ) w
+    $$;
+COMMENT ON FUNCTION @extschema@.window_quota_usage(text, date) IS
+    'r_wlm_usage -q of an account for the month containing at (default and NULL: today in the site time zone): '
+    'period, state, monthly, remaining of previous month, consumed, consumable %, consumable';
+
+CREATE OR REPLACE FUNCTION @extschema@.window_quota_state(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT u.state FROM @extschema@.window_quota_usage($1, $2) u $$;
+COMMENT ON FUNCTION @extschema@.window_quota_state(text, date) IS
+    'Sliding-window state of an account at a date (default and NULL: today, site time zone): normal, '
+    'low_priority, blocked; NULL without a quota period; errors as window_quota_usage';
+
+-- One bank, one allocation: the bank's deposits (no cluster) count in every pool of their unit
+
+CREATE OR REPLACE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, account text, allocation numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH allocations AS MATERIALIZED (
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+            FROM @extschema@.ledger l
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.first_day, y.last_day
+            FROM (SELECT DISTINCT a.pool FROM allocations a) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT a.pool, a.unit, a.account,
+               sum(a.amount * greatest(0, least(a.valid_until, y.last_day) + 1 - greatest(a.valid_from, y.first_day))
+                   / (a.valid_until + 1 - a.valid_from))
+        FROM allocations a
+        JOIN years y ON y.pool = a.pool
+        WHERE a.valid_from <= y.last_day AND a.valid_until >= y.first_day
+        GROUP BY a.pool, a.unit, a.account
+    $$;
+COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
+    'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
+    'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
+
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT $1 AS at,
+                   ($1 AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
+                   @extschema@.fairshare_setting_value('decay') AS form,
+                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
+                   @extschema@.fairshare_setting_value('period')::interval AS period,
+                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
+                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
+                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval)
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since
+            FROM cfg
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on
+            SELECT f.first_index,
+                   pg_catalog.array_agg(2 ^ (-pg_catalog.date_part('epoch', cfg.at - (m.month + interval '1 month')
+                                                                              AT TIME ZONE cfg.tz)
+                                             / pg_catalog.date_part('epoch', cfg.half_life)) ORDER BY m.month) AS factor
+            FROM cfg
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM @extschema@.charge_rollup c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month, cfg.at_month - interval '1 month',
+                                                          interval '1 month') AS m(month)
+            WHERE cfg.form = 'half_life'
+            GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
+        ), alloc AS (
+            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+        ), jobs AS (
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
+            WHERE l.kind = 'charge'
+        ), decayed AS (
+            -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
+            FROM (
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
+                -- decayed from the end of the month they ended in to `at`; the rows folded into
+                -- fairshare_base are read from there when it was folded before that month
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
+                       sum(c.job_amount)
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
+                JOIN @extschema@.resource r USING (resource_id)
+                WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * 2 ^ (-pg_catalog.date_part('epoch', cfg.at - (b.through + interval '1 month')::timestamp
+                                                                                 AT TIME ZONE cfg.tz)
+                                            / pg_catalog.date_part('epoch', cfg.half_life))),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
+        ), account_usage AS (
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
+    'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
+    'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
+    'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+
+-- Charged resources may only be closed; accounts with entries stay; rerate() (sql/install/48_rerate.sql)
+
+-- ---------------------------------------------------------------------------------------
+-- Resources that charged jobs, accounts that have ledger entries, and re-rating.
+--
+-- A job is charged at the resource row valid at its start, and the ledger names that row.
+-- Editing the row afterwards (its rate, bundle, node, unit, pool, or the start of its
+-- validity) would change what the ledger's charges mean without re-rating any of them, so a
+-- row with charges may only be closed: the end of its validity moved, never before the start
+-- of a job it still charges. Re-rating charged jobs is an explicit, logged operation,
+-- rerate(), that books reversals and new charges through the ledger.
+-- ---------------------------------------------------------------------------------------
+
+-- The latest start of the jobs a resource row still charges (whose charges on it do not net
+-- to zero: a job of zero length costs nothing at any rate); NULL when there is none.
+CREATE FUNCTION @extschema@.last_charged_start(resource_id bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT max(j.job_start)
+        FROM (SELECT l.job_start
+              FROM @extschema@.ledger l
+              WHERE l.kind = 'charge' AND l.resource_id = last_charged_start.resource_id
+              GROUP BY l.cluster, l.jobid, l.job_start
+              HAVING sum(l.amount) <> 0) j
+    $$;
+COMMENT ON FUNCTION @extschema@.last_charged_start(bigint) IS
+    'Latest start of the jobs a resource row still charges (NULL: none)';
+
+-- BEFORE INSERT, UPDATE or DELETE of a resource row: the overlap of two rates and the
+-- deletion of a charged row get an error with a hint (the exclusion constraint and the
+-- ledger's foreign key stay the guarantees); a charged row may only be closed.
+CREATE FUNCTION @extschema@.check_resource_change() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        other record;
+        charged boolean;
+        last_start timestamptz;
+    BEGIN
+        IF TG_OP IN ('UPDATE', 'DELETE') THEN
+            charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            IF charged THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs and cannot be deleted',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = format('The ledger''s charges name it. To stop charging at it, close it: UPDATE hpcacct.resource '
+                                        'SET valid = tstzrange(lower(valid), <end>) WHERE resource_id = %s.',
+                                        OLD.resource_id);
+            END IF;
+            RETURN OLD;
+        END IF;
+
+        IF TG_OP = 'UPDATE' AND charged THEN
+            -- (tres compared in canonical text: its operators are not on this search_path)
+            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
+                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
+               IS DISTINCT FROM
+               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
+                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'HA006',
+                          DETAIL = 'Its rate, bundle, node, unit, pool, exclusive flag and the start of its validity '
+                                   'are what the ledger''s charges were computed from.',
+                          HINT = format('For jobs from a date on, re-rate them: SELECT hpcacct.rerate(%s, <new rate>, <from>) '
+                                        '(closes this row, adds the new one, books reversals and new charges). For future '
+                                        'jobs only, close this row at <from> and insert a new one from <from>.',
+                                        OLD.resource_id);
+            END IF;
+            last_start := @extschema@.last_charged_start(OLD.resource_id);
+            IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
+                RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
+                                OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
+                    USING ERRCODE = 'HA006',
+                          HINT = format('Close it after %s, or re-rate the jobs from <from> on: '
+                                        'SELECT hpcacct.rerate(%s, <new rate>, <from>).', last_start, OLD.resource_id);
+            END IF;
+        END IF;
+
+        -- Two rates for one cluster and partition at the same time (the exclusion constraint
+        -- would refuse it too, without saying what to do).
+        SELECT r.resource_id, r.valid INTO other
+        FROM @extschema@.resource r
+        WHERE r.cluster = NEW.cluster AND r.partition = NEW.partition AND r.valid && NEW.valid
+          AND r.resource_id IS DISTINCT FROM NEW.resource_id
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a rate for %/% over % overlaps resource % (valid %)',
+                            NEW.cluster, NEW.partition, NEW.valid, other.resource_id, other.valid
+                USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'resource_one_rate_at_a_time',
+                      HINT = format('One rate at a time: close resource %s where the new rate starts '
+                                    '(UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), <start>) WHERE resource_id = %s), '
+                                    'then insert the new row valid from <start>; to re-rate jobs already charged, '
+                                    'use hpcacct.rerate().', other.resource_id, other.resource_id);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_resource_change() IS
+    'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
+CREATE TRIGGER check_resource_change BEFORE INSERT OR UPDATE OR DELETE ON @extschema@.resource
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_resource_change();
+
+-- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only).
+CREATE FUNCTION @extschema@.check_account_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
+                USING ERRCODE = 'foreign_key_violation',
+                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
+                             'allocating to it (without an allocation for the current quarter check_submit refuses '
+                             'it as account_expired) and remove its members with hpcacct.remove_member().';
+        END IF;
+        RETURN OLD;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_account_delete() IS
+    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
+CREATE TRIGGER check_account_delete BEFORE DELETE ON @extschema@.account
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_account_delete();
+
+-- Every re-rating: who, when, which rows, from when, and what it moved.
+CREATE TABLE @extschema@.rerate_log (
+    rerate_id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    rerated_at      timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    rerated_by      text NOT NULL DEFAULT pg_catalog.session_user(),
+    old_resource_id bigint NOT NULL REFERENCES @extschema@.resource,
+    new_resource_id bigint NOT NULL REFERENCES @extschema@.resource,
+    old_rate        float8 NOT NULL,
+    new_rate        float8 NOT NULL,
+    effective_from  timestamptz NOT NULL,
+    jobs            bigint NOT NULL,
+    amount_before   numeric NOT NULL,
+    amount_after    numeric NOT NULL,
+    note            text
+);
+COMMENT ON TABLE @extschema@.rerate_log IS
+    'Re-ratings (rerate()): the closed and the new resource row, the rates, from when, jobs and amounts moved';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.rerate_log', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.rerate_log_rerate_id_seq', '');
+
+-- Re-rates the jobs that resource row `resource_id` charges and that started at or after
+-- `effective_from`: closes the row at effective_from, adds a row with the new rate from then
+-- to the old row's end (the same cluster, partition, node, bundle, unit, pool and flag), and
+-- books, per job, a reversal of its charge and a new charge at the new rate, i.e. the old
+-- charge × new rate / old rate, rounded to 6 decimals like every charge. Returns the new
+-- row's id; the operation is a row of rerate_log. Charging statements running meanwhile wait
+-- (the ledger is locked until the transaction ends), so no job is charged at the closed rate.
+CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effective_from timestamptz,
+                                   note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        was @extschema@.resource%ROWTYPE;
+        new_id bigint;
+        reversals bigint[];
+        moved bigint;
+        before_sum numeric;
+        after_sum numeric;
+        label constant text := 're-rated: resource ' || resource_id || ' from ' || effective_from;
+    BEGIN
+        IF resource_id IS NULL OR new_rate IS NULL OR effective_from IS NULL THEN
+            RAISE EXCEPTION 'rerate: resource_id, new_rate and effective_from must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF new_rate = 'NaN' OR new_rate < 0 OR new_rate = 'Infinity' THEN
+            RAISE EXCEPTION 'rerate: the rate must be a finite, non-negative number, not %', new_rate
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        -- No charging while the rows change hands: charging inserts into the ledger.
+        LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
+        SELECT r.* INTO was FROM @extschema@.resource r WHERE r.resource_id = rerate.resource_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'rerate: no resource %', resource_id USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT (was.valid @> effective_from) OR effective_from = lower(was.valid) THEN
+            RAISE EXCEPTION 'rerate: % is not inside resource %''s validity % after its start', effective_from,
+                            resource_id, was.valid
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Re-rate from an instant after the row''s start and before its end; jobs are charged at '
+                             'the row valid at their start.';
+        END IF;
+        IF was.rate = 0 THEN
+            RAISE EXCEPTION 'rerate: resource % has rate 0: its charges cannot be scaled to a new rate', resource_id
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Close the row, add one with the rate, and load its jobs again (DELETE and INSERT re-charge them).';
+        END IF;
+        IF new_rate = was.rate THEN
+            RAISE EXCEPTION 'rerate: resource % already has rate %', resource_id, new_rate
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+
+        -- Reversals first, per job that started from effective_from on, of its net charge here:
+        -- the row then charges nothing from effective_from on and may be closed.
+        WITH moved AS (
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, sum(l.amount) AS amount
+            FROM @extschema@.ledger l
+            WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+            HAVING sum(l.amount) <> 0
+        ), reversed AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
+                                            job_start, job_end, note)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.submitter,
+                   m.job_start, m.job_end, 'reversal: ' || label
+            FROM moved m
+            RETURNING entry_id
+        )
+        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        UPDATE @extschema@.resource r SET valid = pg_catalog.tstzrange(lower(was.valid), effective_from,
+                                                                       CASE WHEN lower_inc(was.valid) THEN '[)' ELSE '()' END)
+        WHERE r.resource_id = rerate.resource_id;
+        INSERT INTO @extschema@.resource (cluster, partition, node, bundle, rate, unit, pool, exclusive, valid, description)
+        VALUES (was.cluster, was.partition, was.node, was.bundle, new_rate, was.unit, was.pool, was.exclusive,
+                pg_catalog.tstzrange(effective_from, upper(was.valid), CASE WHEN upper_inc(was.valid) THEN '[]' ELSE '[)' END),
+                was.description)
+        RETURNING resource.resource_id INTO new_id;
+        -- The new charges: each reversed amount at the new rate.
+        WITH charged AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
+                                            job_start, job_end, note)
+            SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
+                   l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, label
+            FROM @extschema@.ledger l
+            WHERE l.entry_id = ANY (reversals)
+            RETURNING amount
+        )
+        SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
+        SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+        INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
+                                            jobs, amount_before, amount_after, note)
+        VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);
+        RETURN new_id;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) IS
+    'Re-rates the jobs a resource row charged from an instant on: closes the row, adds one with the new rate, '
+    'books reversals and new charges; logged in rerate_log; returns the new row''s id';
+REVOKE EXECUTE ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) FROM PUBLIC;
+
+-- Project administrators manage their members from a portal; a read-only auditor role
+
+CREATE OR REPLACE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM @extschema@.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+
+CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
+        PERFORM @extschema@.require_bank_account(account);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+        PERFORM @extschema@.require_admin(account, by_user);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
+        ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
+    'Grants a user access to an account as member or admin; a portal user must administer the account, '
+    'staff may name the administrator in by_user (NULL: staff acting directly)';
+
+CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
+                         AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+        DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
+        UPDATE @extschema@.hpc_user u SET default_account = NULL
+        WHERE u.username = remove_member.username AND u.default_account = remove_member.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
+    'a portal user must administer the account';
+
+CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+    $$;
+COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin or hpcacct_auditor, who see every account''s rows';
+
+CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        role_name text;
+    BEGIN
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+            END IF;
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.setup_roles() IS
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
+
+-- Sites that use setup_roles()' roles get what it grants now, on the new objects of this
+-- section, to portal users (members of their projects) and to the new hpcacct_auditor.
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        CALL @extschema@.setup_roles();
+    END IF;
+END
+$do$;
+
+-- ==== final definitions ---------------------------------------------------------------
+-- The sections above come from several changes, some to the same functions. Every function
+-- and procedure they define is defined here once more, as sql/install has it, so that the
+-- update ends where a fresh install of 0.4 starts.
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it')
+    $$;
+COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
+CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        max_length interval;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
+            RAISE EXCEPTION 'unknown setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
+        END IF;
+        IF NEW.name = 'timezone'
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+            RAISE EXCEPTION 'unknown time zone "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'max_job_length' THEN
+            BEGIN
+                max_length := NEW.value::interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                max_length := NULL;
+            END;
+            IF max_length IS NULL OR max_length <= interval '0' OR pg_catalog.date_part('month', max_length) <> 0
+               OR pg_catalog.date_part('year', max_length) <> 0 THEN
+                RAISE EXCEPTION 'max_job_length must be a positive interval in days or hours, not "%"', NEW.value
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'E.g. ''30 days''.';
+            END IF;
+        END IF;
+        IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
+            RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'personal_allotment'
+           AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
+            RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres'];
+        columns text[] := roles;
+        pair    text;
+        role    text;
+        column_name text;
+        column_type oid;
+        position integer;
+    BEGIN
+        FOREACH pair IN ARRAY coalesce(mapping, '{}') LOOP
+            role := split_part(pair, '=', 1);
+            column_name := substr(pair, length(role) + 2);
+            position := array_position(roles, role);
+            IF strpos(pair, '=') = 0 OR position IS NULL OR column_name = '' THEN
+                RAISE EXCEPTION 'invalid job column mapping "%"', pair
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
+            END IF;
+            columns[position] := column_name;
+        END LOOP;
+        FOR position IN 1 .. array_length(roles, 1) LOOP
+            SELECT a.atttypid INTO column_type
+            FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
+                    USING ERRCODE = 'undefined_column',
+                          HINT = format('Name it in the trigger arguments, e.g. ''%s=my_column''.', roles[position]);
+            END IF;
+            -- Charging casts these columns while it runs as the extension's owner: a type
+            -- with a cast or output function of its own would run its author's code with
+            -- those rights. Only built-in types (and tres) are read, checked at every firing.
+            IF NOT column_type = ANY (CASE
+                    WHEN roles[position] IN ('start', 'end')
+                        THEN ARRAY['timestamptz', 'timestamp']::regtype[]
+                    WHEN roles[position] = 'alloctres'
+                        THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
+                    ELSE ARRAY['text', 'varchar', 'bpchar', 'name', 'int2', 'int4', 'int8', 'numeric']::regtype[]
+                END) THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) has type %, which charging does not read',
+                                columns[position], job_table, roles[position], column_type::regtype
+                    USING ERRCODE = 'datatype_mismatch',
+                          DETAIL = 'Charging runs with the extension owner''s rights and reads only built-in types: '
+                                   'text or integers for names and ids, timestamptz or timestamp for times, '
+                                   'tres or text for alloctres.',
+                          HINT = 'Change the column to one of these types.';
+            END IF;
+            columns[position] := quote_ident(columns[position]);
+        END LOOP;
+        RETURN columns;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
+CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    DECLARE
+        col      text[];
+        relevant text;
+        changed_old text;
+        changed_new text;
+        problem  record;
+        unknown_accounts bigint;
+        charged  bigint;
+        jobs     bigint;
+        max_length  interval;
+        need_member boolean;
+    BEGIN
+        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
+            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        col := @extschema@.job_columns(TG_RELID, TG_ARGV);
+        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
+                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
+                           '%s::@extschema@.tres AS alloctres',
+                           VARIADIC col);
+        IF TG_OP = 'UPDATE' THEN
+            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
+            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
+        ELSIF TG_OP = 'DELETE' THEN
+            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
+        ELSE
+            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+
+        IF changed_old IS NOT NULL THEN
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                submitter, job_start, job_end, note)
+                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                       l.submitter, l.job_start, l.job_end, %L
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge'
+                  AND (l.cluster, l.jobid) IN (SELECT o.cluster, o.jobid FROM %s o)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+                HAVING sum(l.amount) <> 0
+                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+        END IF;
+
+        IF changed_new IS NOT NULL THEN
+            max_length := @extschema@.setting_value('max_job_length')::interval;
+            need_member := @extschema@.setting_value('require_membership')::boolean;
+            -- Charge every job that can be charged; only when some cannot, find out why. (The
+            -- accounts are checked first, once each: joined per job, the planner, blind to the
+            -- transition table's size, would scan the accounts once per job.)
+            EXECUTE format($q$
+                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
+                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                $q$, changed_new) INTO unknown_accounts;
+            IF unknown_accounts = 0 THEN
+                EXECUTE format($q$
+                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                    submitter, job_start, job_end)
+                    SELECT j.account, 'charge',
+                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.submitter, j.job_start, j.job_end
+                    FROM %s j
+                    JOIN @extschema@.resource r
+                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
+                                             WHERE m.account = j.account AND m.username = j.submitter))
+                    $q$, changed_new) USING max_length, need_member;
+                GET DIAGNOSTICS charged = ROW_COUNT;
+                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
+            END IF;
+            IF unknown_accounts > 0 OR charged <> jobs THEN
+                EXECUTE format($q$
+                    SELECT * FROM (
+                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
+                               CASE
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                       THEN 'unknown_account'
+                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                                                           WHERE m.account = j.account AND m.username = j.submitter)
+                                       THEN 'not_member'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                      AND r.valid @> j.job_start)
+                                       THEN 'unknown_resource'
+                               END AS problem
+                        FROM %s j) checked
+                    WHERE problem IS NOT NULL
+                    LIMIT 1
+                    $q$, changed_new) INTO problem USING max_length, need_member;
+
+                IF problem.problem = 'missing' THEN
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'no_times' THEN
+                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed',
+                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'end_before_start' THEN
+                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'too_long' THEN
+                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
+                                    problem.jobid, max_length
+                        USING ERRCODE = 'HA004',
+                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
+                ELSIF problem.problem = 'not_member' THEN
+                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
+                                    problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'HA005',
+                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
+                ELSIF problem.problem = 'unknown_account' THEN
+                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+                ELSIF problem.problem = 'unknown_resource' THEN
+                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object',
+                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                END IF;
+                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
+                    USING ERRCODE = 'internal_error';
+            END IF;
+        END IF;
+        RETURN NULL;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.charge_jobs() IS
+    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+CREATE OR REPLACE FUNCTION @extschema@.decay_weight(ts timestamptz, at timestamptz, half_life interval) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_decay_weight' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.decay_weight(timestamptz, timestamptz, interval) IS
+    'Half-life decay weight 2^(-(at - ts) / half_life); 0 for ts after at and for ages past float8''s range';
+CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
+                               AT TIME ZONE z.tz, z.half_life) AS decayed
+                FROM %s e, z
+                WHERE e.kind = 'charge'
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
+    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup
+            RETURNING account, resource_id, boundary, ended, running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT account, resource_id, boundary, sum(ended), sum(running)
+            FROM moved_consumption
+            GROUP BY account, resource_id, boundary
+        ), cfg AS MATERIALIZED (
+            SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
+                             AS through,
+                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), moved AS (
+            DELETE FROM @extschema@.charge_rollup
+            RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
+        ), groups AS MATERIALIZED (
+            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount,
+                   sum(job_amount) AS job_amount, sum(decayed) AS decayed
+            FROM moved
+            GROUP BY account, resource_id, unit, submitter, month, end_month
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed, folded)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
+                   g.decayed, g.end_month <= cfg.through
+            FROM groups g, cfg
+            RETURNING 1
+        ), old_base AS (
+            DELETE FROM @extschema@.fairshare_base RETURNING 1
+        ), new_base AS (
+            INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
+                   sum(g.decayed * @extschema@.decay_weight(
+                                            (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            cfg.half_life)),
+                   sum(g.job_amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
+        ), old_usage_base AS (
+            DELETE FROM @extschema@.usage_base RETURNING 1
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
+        )
+        SELECT count(*) FROM merged
+    $$;
+COMMENT ON FUNCTION @extschema@.compact_rollup() IS
+    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
+    'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT $1 AS at,
+                   ($1 AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
+                   @extschema@.fairshare_setting_value('decay') AS form,
+                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
+                   @extschema@.fairshare_setting_value('period')::interval AS period,
+                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
+                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
+                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval)
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since
+            FROM cfg
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on
+            SELECT f.first_index,
+                   pg_catalog.array_agg(@extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                                 cfg.at, cfg.half_life) ORDER BY m.month) AS factor
+            FROM cfg
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM @extschema@.charge_rollup c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month, cfg.at_month - interval '1 month',
+                                                          interval '1 month') AS m(month)
+            WHERE cfg.form = 'half_life'
+            GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
+        ), alloc AS (
+            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+        ), jobs AS (
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
+            WHERE l.kind = 'charge'
+        ), decayed AS (
+            -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
+            FROM (
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
+                -- decayed from the end of the month they ended in to `at`; the rows folded into
+                -- fairshare_base are read from there when it was folded before that month
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
+                       sum(c.job_amount)
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
+                JOIN @extschema@.resource r USING (resource_id)
+                WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * @extschema@.decay_weight((b.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                                                cfg.at, cfg.half_life)),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
+        ), account_usage AS (
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
+    'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
+    'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
+    'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        instant constant timestamptz := coalesce(fairshare.at, pg_catalog.now());
+        sees_all constant boolean := EXISTS (
+            SELECT 1 FROM pg_catalog.pg_roles r
+            WHERE (r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                   AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+               OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
+    BEGIN
+        IF NOT sees_all AND instant <> pg_catalog.now() THEN
+            RAISE EXCEPTION 'fairshare() at % is for administrators: others see the present only', instant
+                USING ERRCODE = 'insufficient_privilege', HINT = 'Call hpcacct.fairshare() without an argument.';
+        END IF;
+        RETURN QUERY
+            SELECT f.pool, f.unit, f.account, f.submitter, f.allocation,
+                   CASE WHEN sees_all THEN f.share END, f.usage,
+                   CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
+            FROM @extschema@.fairshare_all(instant) f
+            WHERE sees_all OR f.account = ANY (@extschema@.visible_accounts());
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
+    'Fair-share table per pool, account and user (see fairshare_all); at NULL means now. Administrators and auditors '
+    'see every row at any instant; others their accounts'' rows, now only, without share and norm_usage';
+CREATE OR REPLACE FUNCTION @extschema@.top_up_note(target numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
+COMMENT ON FUNCTION @extschema@.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
+CREATE OR REPLACE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) RETURNS numeric
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+        booked numeric;
+    BEGIN
+        IF quarter IS NULL OR target IS NULL THEN
+            RAISE EXCEPTION 'top_up needs a quarter and a target' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
+               (q + interval '3 months')::date - 1, @extschema@.top_up_note(target)
+        FROM @extschema@.ledger l
+        WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q AND l.unit = bank_unit
+        HAVING target - coalesce(sum(l.amount), 0) > 0
+        ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+        DO NOTHING
+        RETURNING amount INTO booked;
+        RETURN coalesce(booked, 0);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.top_up(text, date, numeric) IS
+    'Deposits what an account lacks to reach a target in a quarter; returns the amount deposited';
+CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        this_quarter constant date := @extschema@.quarter_start(q);
+        previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+    BEGIN
+        IF q IS NULL THEN
+            RAISE EXCEPTION 'open_quarter needs a date' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT isfinite(q) THEN
+            RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one run at a time
+        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+
+        -- top_up() of the personal accounts of members of active projects (account_state()
+        -- inline), for this and the two following quarters, in one statement
+        WITH cfg AS MATERIALIZED (
+            SELECT @extschema@.setting_value('bank_unit') AS unit
+        ), active AS (
+            SELECT p.name
+            FROM @extschema@.account p, cfg
+            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
+                            AND l.valid_from >= this_quarter
+                          GROUP BY @extschema@.quarter_start(l.valid_from)
+                          HAVING sum(l.amount) > 0)
+        ), missing AS MATERIALIZED (
+            SELECT a.name, t.target, lv.level,
+                   lv.level - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                        WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                          AND l.unit = cfg.unit), 0) AS amount
+            FROM @extschema@.account a
+            CROSS JOIN LATERAL (SELECT coalesce(a.personal_allotment,
+                                                (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                                           AS level) lv
+            CROSS JOIN cfg
+            CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
+                                FROM pg_catalog.generate_series(0, 2) AS i) t
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN active p ON p.name = m.account
+                          WHERE m.username = a.name)
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+            SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
+                   @extschema@.top_up_note(m.level)
+            FROM missing m, cfg
+            WHERE m.amount > 0
+            ORDER BY m.name, m.target
+            ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+            DO NOTHING
+            RETURNING account, valid_from, amount
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+        SELECT this_quarter, b.account, 'top_up', b.valid_from, b.amount
+        FROM booked b
+        ORDER BY b.account, b.valid_from
+        ON CONFLICT ON CONSTRAINT quarter_log_once
+        DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
+
+        -- expire personal accounts without an allocation for this quarter
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, a.name, 'expired', this_quarter
+        FROM @extschema@.account a
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit')) AND l.valid_from = this_quarter
+                          HAVING sum(l.amount) > 0)
+        ON CONFLICT DO NOTHING;
+
+        -- delete those that expired in the previous quarter as well
+        WITH deleted AS (
+            UPDATE @extschema@.account a SET deleted_in = this_quarter
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = previous_quarter)
+            RETURNING a.name
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
+        ON CONFLICT DO NOTHING;
+
+        -- default projects that point to expired or deleted accounts fall back to the personal one
+        WITH stale AS (
+            SELECT u.username, u.default_account
+            FROM @extschema@.hpc_user u
+            WHERE u.default_account IS NOT NULL
+              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
+              AND EXISTS (SELECT 1 FROM @extschema@.account a
+                          WHERE a.name = u.default_account
+                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
+                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                                                  AND l.valid_from >= this_quarter
+                                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                                HAVING sum(l.amount) > 0)))
+            FOR UPDATE
+        ), reset AS (
+            UPDATE @extschema@.hpc_user u SET default_account = NULL
+            FROM stale s
+            WHERE u.username = s.username
+            RETURNING s.username, s.default_account AS old_default
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, username)
+        SELECT this_quarter, r.old_default, 'default_reset', this_quarter, r.username FROM reset r
+        ON CONFLICT DO NOTHING;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
+    'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
+CREATE OR REPLACE FUNCTION @extschema@.require_account(account text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        END IF;
+        RETURN account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_account(text, text) IS
+    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
+CREATE OR REPLACE FUNCTION @extschema@.day_or_today(day date, caller text) RETURNS date
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF day IS NULL THEN
+            RETURN @extschema@.site_today();
+        END IF;
+        IF NOT pg_catalog.isfinite(day) THEN
+            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        RETURN day;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.day_or_today(date, text) IS
+    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
+CREATE OR REPLACE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        quarter constant date := @extschema@.quarter_start(@extschema@.day_or_today(at, 'balance'));
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        PERFORM @extschema@.require_account(account, 'balance');
+        RETURN round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                               WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
+                                 AND l.unit = bank_unit
+                                 AND l.valid_from >= quarter AND l.valid_from < quarter + interval '3 months'), 0)
+                     - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                 WHERE c.account = balance.account AND c.unit = bank_unit
+                                   AND c.month >= quarter AND c.month < quarter + interval '3 months'), 0), 6);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.balance(text, date) IS
+    'Balance of an account in the quarter containing at (default and NULL: today in the site time zone): '
+    'deposits + transfers + refunds - charges; an unknown or invisible account is an error (42704)';
+CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN a.name IS NULL THEN NULL
+            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
+            WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                         WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                           AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+                           AND l.valid_from >= @extschema@.quarter_start(d.day)
+                         GROUP BY @extschema@.quarter_start(l.valid_from)
+                         HAVING sum(l.amount) > 0) THEN 'active'
+            ELSE 'expired'
+        END
+        FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
+        LEFT JOIN @extschema@.account a ON a.name = account_state.account
+    $$;
+COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
+    'active (an allocation this quarter or later), expired, or deleted, at a day (NULL: today in the site '
+    'time zone); NULL for an unknown account';
+CREATE OR REPLACE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
+            RAISE EXCEPTION 'account "%" has been deleted', account
+                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+CREATE OR REPLACE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+CREATE OR REPLACE FUNCTION @extschema@.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        entry bigint;
+    BEGIN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
+        RETURNING entry_id INTO entry;
+        RETURN entry;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.book_allocation(text, text, date, numeric, text) IS
+    'Books a bank entry valid for the quarter containing a day (internal helper)';
+CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
+                                         at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        chosen text := account;
+        bank_unit text;
+        state text;
+        is_member boolean;
+        current_balance numeric;
+        reason text;
+        message text;
+    BEGIN
+        -- A NULL user is an error, a NULL day is today in the site's time zone (as the default).
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        at := @extschema@.day_or_today(at, 'check_submit');
+        -- account_state() and balance() inline: plpgsql keeps the plans of its statements,
+        -- SQL functions are planned again at every call.
+        IF chosen IS NULL THEN
+            SELECT coalesce(u.default_account, u.username) INTO chosen
+            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
+            IF NOT FOUND THEN
+                RETURN ROW(false, NULL, 'unknown_user',
+                           format('user %s is not known to the accounting system', username))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+        -- setting_value() without the cost of the settings view when the site has set it
+        bank_unit := coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                              @extschema@.setting_value('bank_unit'));
+        SELECT CASE
+                   WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN 'deleted'
+                   WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                                  AND l.unit = bank_unit
+                                  AND l.valid_from >= @extschema@.quarter_start(at)
+                                GROUP BY @extschema@.quarter_start(l.valid_from)
+                                HAVING sum(l.amount) > 0) THEN 'active'
+                   ELSE 'expired'
+               END,
+               EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = a.name AND m.username = check_submit.username)
+        INTO state, is_member
+        FROM @extschema@.account a
+        WHERE a.name = chosen;
+        IF state IS NULL THEN
+            reason := 'unknown_account'; message := format('account %s does not exist', chosen);
+        ELSIF state = 'deleted' THEN
+            reason := 'account_deleted'; message := format('account %s has been deleted', chosen);
+        ELSIF NOT is_member THEN
+            reason := 'no_access'; message := format('user %s has no access to account %s', username, chosen);
+        ELSIF state = 'expired' THEN
+            reason := 'account_expired';
+            message := format('account %s has no allocation for this or a later quarter', chosen);
+        ELSE
+            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                   WHERE l.account = chosen AND l.kind IN ('deposit', 'transfer', 'refund')
+                                     AND l.unit = bank_unit
+                                     AND l.valid_from >= q.quarter AND l.valid_from < q.quarter + interval '3 months'), 0)
+                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
+                                     WHERE c.account = chosen AND c.unit = bank_unit
+                                       AND c.month >= q.quarter AND c.month < q.quarter + interval '3 months'), 0), 6)
+            INTO current_balance
+            FROM (SELECT @extschema@.quarter_start(at) AS quarter) q;
+            IF current_balance < 0 THEN
+                reason := 'negative_balance';
+                message := format('account %s has a negative balance (%s %s) this quarter', chosen,
+                                  current_balance, bank_unit);
+            -- window_quota_state() is NULL without a quota period: ask only when there is one
+            ELSIF EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = chosen)
+                  AND @extschema@.window_quota_state(chosen, at) = 'blocked' THEN
+                reason := 'quota_blocked';
+                message := format('account %s has exceeded its sliding-window quota', chosen);
+            END IF;
+        END IF;
+        RETURN ROW(reason IS NULL, chosen, reason, message)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
+    'Submit check: resolves the default project, refuses unknown/deleted/expired accounts, no access, '
+    'negative balance and a blocked sliding-window quota';
+CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT @extschema@.require_account($1, 'window_quota_usage'), @extschema@.day_or_today($2, 'window_quota_usage');
+        WITH d AS MATERIALIZED (
+            SELECT @extschema@.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
+            FROM @extschema@.quota_period p, d
+            WHERE p.account = $1
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
+            LIMIT 1
+        ), consumed AS (
+            SELECT c.month, sum(c.amount) AS amount
+            FROM period p
+            JOIN @extschema@.charge_rollup c
+              ON c.account = $1 AND c.unit = p.unit
+             AND c.month >= p.period_start AND c.month <= p.period_end
+             AND c.month <= p.day
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
+            GROUP BY c.month
+        )
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
+               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
+               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
+        FROM period p
+        CROSS JOIN LATERAL (
+            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, p.day) AS q
+            FROM (SELECT g.month::date AS month
+                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
+                                                  interval '1 month') AS g(month)) m
+            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
+            LEFT JOIN consumed c ON c.month = m.month
+        ) w
+    $$;
+COMMENT ON FUNCTION @extschema@.window_quota_usage(text, date) IS
+    'r_wlm_usage -q of an account for the month containing at (default and NULL: today in the site time zone): '
+    'period, state, monthly, remaining of previous month, consumed, consumable %, consumable';
+CREATE OR REPLACE FUNCTION @extschema@.window_quota_state(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT u.state FROM @extschema@.window_quota_usage($1, $2) u $$;
+COMMENT ON FUNCTION @extschema@.window_quota_state(text, date) IS
+    'Sliding-window state of an account at a date (default and NULL: today, site time zone): normal, '
+    'low_priority, blocked; NULL without a quota period; errors as window_quota_usage';
+CREATE OR REPLACE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, account text, allocation numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH allocations AS MATERIALIZED (
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+            FROM @extschema@.ledger l
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.first_day, y.last_day
+            FROM (SELECT DISTINCT a.pool FROM allocations a) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT a.pool, a.unit, a.account,
+               sum(a.amount * greatest(0, least(a.valid_until, y.last_day) + 1 - greatest(a.valid_from, y.first_day))
+                   / (a.valid_until + 1 - a.valid_from))
+        FROM allocations a
+        JOIN years y ON y.pool = a.pool
+        WHERE a.valid_from <= y.last_day AND a.valid_until >= y.first_day
+        GROUP BY a.pool, a.unit, a.account
+    $$;
+COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
+    'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
+    'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
+CREATE OR REPLACE FUNCTION @extschema@.last_charged_start(resource_id bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT max(j.job_start)
+        FROM (SELECT l.job_start
+              FROM @extschema@.ledger l
+              WHERE l.kind = 'charge' AND l.resource_id = last_charged_start.resource_id
+              GROUP BY l.cluster, l.jobid, l.job_start
+              HAVING sum(l.amount) <> 0) j
+    $$;
+COMMENT ON FUNCTION @extschema@.last_charged_start(bigint) IS
+    'Latest start of the jobs a resource row still charges (NULL: none)';
+CREATE OR REPLACE FUNCTION @extschema@.check_resource_change() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        other record;
+        charged boolean;
+        last_start timestamptz;
+    BEGIN
+        IF TG_OP IN ('UPDATE', 'DELETE') THEN
+            charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            IF charged THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs and cannot be deleted',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = format('The ledger''s charges name it. To stop charging at it, close it: UPDATE hpcacct.resource '
+                                        'SET valid = tstzrange(lower(valid), <end>) WHERE resource_id = %s.',
+                                        OLD.resource_id);
+            END IF;
+            RETURN OLD;
+        END IF;
+
+        IF TG_OP = 'UPDATE' AND charged THEN
+            -- (tres compared in canonical text: its operators are not on this search_path)
+            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
+                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
+               IS DISTINCT FROM
+               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
+                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'HA006',
+                          DETAIL = 'Its rate, bundle, node, unit, pool, exclusive flag and the start of its validity '
+                                   'are what the ledger''s charges were computed from.',
+                          HINT = format('For jobs from a date on, re-rate them: SELECT hpcacct.rerate(%s, <new rate>, <from>) '
+                                        '(closes this row, adds the new one, books reversals and new charges). For future '
+                                        'jobs only, close this row at <from> and insert a new one from <from>.',
+                                        OLD.resource_id);
+            END IF;
+            last_start := @extschema@.last_charged_start(OLD.resource_id);
+            IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
+                RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
+                                OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
+                    USING ERRCODE = 'HA006',
+                          HINT = format('Close it after %s, or re-rate the jobs from <from> on: '
+                                        'SELECT hpcacct.rerate(%s, <new rate>, <from>).', last_start, OLD.resource_id);
+            END IF;
+        END IF;
+
+        -- Two rates for one cluster and partition at the same time (the exclusion constraint
+        -- would refuse it too, without saying what to do).
+        SELECT r.resource_id, r.valid INTO other
+        FROM @extschema@.resource r
+        WHERE r.cluster = NEW.cluster AND r.partition = NEW.partition AND r.valid && NEW.valid
+          AND r.resource_id IS DISTINCT FROM NEW.resource_id
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a rate for %/% over % overlaps resource % (valid %)',
+                            NEW.cluster, NEW.partition, NEW.valid, other.resource_id, other.valid
+                USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'resource_one_rate_at_a_time',
+                      HINT = format('One rate at a time: close resource %s where the new rate starts '
+                                    '(UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), <start>) WHERE resource_id = %s), '
+                                    'then insert the new row valid from <start>; to re-rate jobs already charged, '
+                                    'use hpcacct.rerate().', other.resource_id, other.resource_id);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_resource_change() IS
+    'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
+CREATE OR REPLACE FUNCTION @extschema@.check_account_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
+                USING ERRCODE = 'foreign_key_violation',
+                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
+                             'allocating to it (without an allocation for the current quarter check_submit refuses '
+                             'it as account_expired) and remove its members with hpcacct.remove_member().';
+        END IF;
+        RETURN OLD;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_account_delete() IS
+    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
+CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effective_from timestamptz,
+                                   note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        was @extschema@.resource%ROWTYPE;
+        new_id bigint;
+        reversals bigint[];
+        moved bigint;
+        before_sum numeric;
+        after_sum numeric;
+        label constant text := 're-rated: resource ' || resource_id || ' from ' || effective_from;
+    BEGIN
+        IF resource_id IS NULL OR new_rate IS NULL OR effective_from IS NULL THEN
+            RAISE EXCEPTION 'rerate: resource_id, new_rate and effective_from must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF new_rate = 'NaN' OR new_rate < 0 OR new_rate = 'Infinity' THEN
+            RAISE EXCEPTION 'rerate: the rate must be a finite, non-negative number, not %', new_rate
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        -- No charging while the rows change hands: charging inserts into the ledger.
+        LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
+        SELECT r.* INTO was FROM @extschema@.resource r WHERE r.resource_id = rerate.resource_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'rerate: no resource %', resource_id USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT (was.valid @> effective_from) OR effective_from = lower(was.valid) THEN
+            RAISE EXCEPTION 'rerate: % is not inside resource %''s validity % after its start', effective_from,
+                            resource_id, was.valid
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Re-rate from an instant after the row''s start and before its end; jobs are charged at '
+                             'the row valid at their start.';
+        END IF;
+        IF was.rate = 0 THEN
+            RAISE EXCEPTION 'rerate: resource % has rate 0: its charges cannot be scaled to a new rate', resource_id
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Close the row, add one with the rate, and load its jobs again (DELETE and INSERT re-charge them).';
+        END IF;
+        IF new_rate = was.rate THEN
+            RAISE EXCEPTION 'rerate: resource % already has rate %', resource_id, new_rate
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+
+        -- Reversals first, per job that started from effective_from on, of its net charge here:
+        -- the row then charges nothing from effective_from on and may be closed.
+        WITH moved AS (
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, sum(l.amount) AS amount
+            FROM @extschema@.ledger l
+            WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+            HAVING sum(l.amount) <> 0
+        ), reversed AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
+                                            job_start, job_end, note)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.submitter,
+                   m.job_start, m.job_end, 'reversal: ' || label
+            FROM moved m
+            RETURNING entry_id
+        )
+        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        UPDATE @extschema@.resource r SET valid = pg_catalog.tstzrange(lower(was.valid), effective_from,
+                                                                       CASE WHEN lower_inc(was.valid) THEN '[)' ELSE '()' END)
+        WHERE r.resource_id = rerate.resource_id;
+        INSERT INTO @extschema@.resource (cluster, partition, node, bundle, rate, unit, pool, exclusive, valid, description)
+        VALUES (was.cluster, was.partition, was.node, was.bundle, new_rate, was.unit, was.pool, was.exclusive,
+                pg_catalog.tstzrange(effective_from, upper(was.valid), CASE WHEN upper_inc(was.valid) THEN '[]' ELSE '[)' END),
+                was.description)
+        RETURNING resource.resource_id INTO new_id;
+        -- The new charges: each reversed amount at the new rate.
+        WITH charged AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
+                                            job_start, job_end, note)
+            SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
+                   l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, label
+            FROM @extschema@.ledger l
+            WHERE l.entry_id = ANY (reversals)
+            RETURNING amount
+        )
+        SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
+        SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+        INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
+                                            jobs, amount_before, amount_after, note)
+        VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);
+        RETURN new_id;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) IS
+    'Re-rates the jobs a resource row charged from an instant on: closes the row, adds one with the new rate, '
+    'books reversals and new charges; logged in rerate_log; returns the new row''s id';
+CREATE OR REPLACE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM @extschema@.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
+        PERFORM @extschema@.require_bank_account(account);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+        PERFORM @extschema@.require_admin(account, by_user);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
+        ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
+    'Grants a user access to an account as member or admin; a portal user must administer the account, '
+    'staff may name the administrator in by_user (NULL: staff acting directly)';
+CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.require_member_manager(account, by_user);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
+                         AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+        DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
+        UPDATE @extschema@.hpc_user u SET default_account = NULL
+        WHERE u.username = remove_member.username AND u.default_account = remove_member.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
+    'a portal user must administer the account';
+CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+    $$;
+COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin or hpcacct_auditor, who see every account''s rows';
+CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        role_name text;
+    BEGIN
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+            END IF;
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+    END
+    $$;
+ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
+-- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
+DO $do$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION @extschema@.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
+                          '            RETURN NULL;\n'
+                          '        END IF;\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
+                          @extschema@.consumption_rollup_insert_sql('new_entries')));
+END
+$do$;
+-- sites that use the roles get what setup_roles() grants on every object, old and new
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        CALL @extschema@.setup_roles();
+    END IF;
+END
+$do$;
+-- ==== end of final definitions
+
 -- loader (issue 14) ---------------------------------------------------------------------
 -- A job run is (cluster, jobid, submit), as slurmdbd identifies it: a requeued job is several
 -- runs of one JobID. The ledger names the run (job_submit) so that a reversal takes back only
@@ -1056,12 +3295,12 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     DECLARE
         role_name text;
     BEGIN
-        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal'] LOOP
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
             END IF;
         END LOOP;
-        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
@@ -1076,11 +3315,19 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
         -- staged lines are every account's, and not behind row-level security (COPY refuses it)
         REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
-    'Creates hpcacct_admin, hpcacct_ingest and hpcacct_portal if missing and grants their privileges';
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
 
 
 -- the sacct loader: sql/install/95_sacct.sql as it is

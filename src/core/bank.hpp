@@ -1,4 +1,4 @@
-// The quarterly bank, HLRN (SPEC §4): an account's balance in one calendar quarter.
+// The quarterly bank, HLRN (rules §4): an account's balance in one calendar quarter.
 //
 // balance(q) = deposits(q) + transfers(q) + refunds(q) - charges(q). Credits do not carry
 // over: only entries of the quarter count. Charges are positive (a reversal is negative);

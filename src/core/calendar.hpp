@@ -1,4 +1,4 @@
-// Months of the allocation year, as GENCI/IDRIS measure validity windows (SPEC §2).
+// Months of the allocation year, as GENCI/IDRIS measure validity windows (rules §2).
 //
 // A boundary is 00:00 of a day; its position in months is 12*year + month-1 + fraction,
 // fraction = (day_of_month-1) / days_in_month, kept exact (`day`) or rounded to the nearest

@@ -1,4 +1,4 @@
-// Equivalents and job charges (SPEC §0-§1).
+// Equivalents and job charges (rules §0-§1).
 #pragma once
 #include "core/core_only.hpp"
 #include "core/tres.hpp"

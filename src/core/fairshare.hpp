@@ -1,4 +1,4 @@
-// Fair share (SPEC §5, Fermilab LQCD and Compute Canada): decayed usage and the fair-share
+// Fair share (rules §5, Fermilab LQCD and Compute Canada): decayed usage and the fair-share
 // factor.
 //
 // Two forms of decayed usage, each an aggregate over (ts, amount) rows evaluated at an

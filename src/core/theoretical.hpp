@@ -1,4 +1,4 @@
-// Theoretical consumption and monthly regulation, GENCI/IDRIS (SPEC §2).
+// Theoretical consumption and monthly regulation, GENCI/IDRIS (rules §2).
 //
 // Each allocation event (amount, valid from..until inclusive) contributes to
 //   TMC(d) = sum of amount / window_months            for from <= d <= until

@@ -74,6 +74,31 @@ bool non_finite_word(std::string_view token) {
            equals_ignoring_case(token, "infinity");
 }
 
+// Whether the decimal digits[.fraction] (no sign, no exponent, at least one digit) exceed
+// 2^exponent exactly. from_chars rounds to the nearest double, so 9007199254740993 reads as
+// 2^53 and a check on the double alone would store it as 9007199254740992: compare the text.
+bool decimal_exceeds_power_of_two(std::string_view number, int exponent) {
+    // 2^exponent in decimal, by doubling a digit string (exponent <= 63 here).
+    std::string limit = "1";
+    for (int i = 0; i < exponent; ++i) {
+        int carry = 0;
+        for (auto it = limit.rbegin(); it != limit.rend(); ++it) {
+            const int d = (*it - '0') * 2 + carry;
+            *it = static_cast<char>('0' + d % 10);
+            carry = d / 10;
+        }
+        if (carry != 0) limit.insert(limit.begin(), static_cast<char>('0' + carry));
+    }
+    const std::size_t dot = number.find('.');
+    std::string_view whole = number.substr(0, dot);
+    const std::string_view fraction = dot == std::string_view::npos ? std::string_view() : number.substr(dot + 1);
+    while (whole.size() > 1 && whole.front() == '0') whole.remove_prefix(1);
+    if (whole.size() != limit.size()) return whole.size() > limit.size();
+    const int order = whole.compare(limit);
+    if (order != 0) return order > 0;
+    return fraction.find_first_not_of('0') != std::string_view::npos;  // equal whole part
+}
+
 // Parses the value of one component; `literal` is the whole input, for messages.
 double parse_value(std::string_view literal, std::string_view key, std::string_view token) {
     const std::string component = std::string(key) + "=" + std::string(token);
@@ -117,6 +142,11 @@ double parse_value(std::string_view literal, std::string_view key, std::string_v
         power = unit->power;
     }
 
+    // The value in MB is the number × 1024^power; it may be at most 2^53.
+    if (decimal_exceeds_power_of_two(token.substr(0, digits_end), 53 - 10 * power)) {
+        range_error(literal, "\"" + std::string(key) + "\" exceeds " + std::to_string(static_cast<long long>(kMaxValue)) +
+                                 (is_size_key(key) ? " MB" : ""));
+    }
     double value = 0;
     const char* first = token.data();
     auto [ptr, ec] = std::from_chars(first, first + digits_end, value, std::chars_format::fixed);

@@ -1,4 +1,4 @@
-// Sliding-window quota (SPEC §3, RWTH): an aggregate over one row per month of an accounting
+// Sliding-window quota (rules §3, RWTH): an aggregate over one row per month of an accounting
 // period, evaluated for the month `at`.
 //
 // A(m), C(m): allowance and consumption of month m. The period runs from the first to the

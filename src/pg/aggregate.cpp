@@ -17,15 +17,20 @@ void null_argument(const char* aggregate, const char* name, const char* hint) {
 StringInfoData serialized_state(FunctionCallInfo fcinfo, int size, const char* aggregate) {
     bytea* bytes = PG_GETARG_BYTEA_PP(0);
     const int actual = VARSIZE_ANY_EXHDR(bytes);
-    if (actual != size) {
+    const int format = actual > 0 ? static_cast<unsigned char>(*VARDATA_ANY(bytes)) : -1;
+    if (format != kStateFormat) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid %s state: %d bytes instead of %d", aggregate, actual, size)));
+                        errmsg("invalid %s state: format %d instead of %d", aggregate, format, kStateFormat)));
+    }
+    if (actual != 1 + size) {
+        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+                        errmsg("invalid %s state: %d bytes instead of %d", aggregate, actual, 1 + size)));
     }
     StringInfoData buffer;
     buffer.data = VARDATA_ANY(bytes);
     buffer.len = actual;
     buffer.maxlen = actual;
-    buffer.cursor = 0;
+    buffer.cursor = 1;  // after the format byte
     return buffer;
 }
 

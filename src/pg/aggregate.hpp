@@ -9,7 +9,10 @@
 
 extern "C" {
 #include "lib/stringinfo.h"
+#include "libpq/pqformat.h"
 }
+
+#include "core/theoretical.hpp"
 
 #include <cstring>
 #include <type_traits>
@@ -95,8 +98,33 @@ Datum combine_states(FunctionCallInfo fcinfo, const char* aggregate, Merge merge
     PG_RETURN_POINTER(state);
 }
 
-// A serialized state (argument 0 of a deserialize function) to read with pq_getmsg*: an error
-// (22P03) unless it has exactly `size` bytes. What is read must still be validated.
+// Serialized states, one convention for every aggregate: a format byte (kStateFormat), then
+// the state's fields in declaration order, in network byte order, so that a partial state
+// may cross to a node of another architecture (Citus, postgres_fdw) and a state of another
+// format is refused rather than misread.
+constexpr int kStateFormat = 1;
+
+// A buffer for a serialize function, the format byte written.
+inline StringInfoData begin_state() {
+    StringInfoData buffer;
+    pq_begintypsend(&buffer);
+    pq_sendbyte(&buffer, kStateFormat);
+    return buffer;
+}
+
+inline void send_sum(StringInfo buffer, const theoretical::Sum& sum) {
+    pq_sendfloat8(buffer, sum.sum);
+    pq_sendfloat8(buffer, sum.compensation);
+}
+
+inline void receive_sum(StringInfo buffer, theoretical::Sum& sum) {
+    sum.sum = pq_getmsgfloat8(buffer);
+    sum.compensation = pq_getmsgfloat8(buffer);
+}
+
+// A serialized state (argument 0 of a deserialize function) to read with pq_getmsg*, its
+// format byte read: an error (22P03) unless it is of kStateFormat with exactly `size` bytes
+// of fields. What is read must still be validated.
 StringInfoData serialized_state(FunctionCallInfo fcinfo, int size, const char* aggregate);
 
 }  // namespace hpcacct::pg

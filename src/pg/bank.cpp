@@ -1,8 +1,8 @@
 // SQL area: the quarterly bank aggregate hpcacct.quarter_balance(kind, quarter, amount, at)
-// -> hpcacct.bank_balance (SPEC §4, HLRN). The rule is the core's (src/core/bank.hpp).
+// -> hpcacct.bank_balance (rules §4, HLRN). The rule is the core's (src/core/bank.hpp).
 //
 // State: `internal`, the core's flat bank::State in the aggregate context, updated in place;
-// serialize writes its fields in network byte order, deserialize checks the size and runs
+// serialized as every aggregate state is (pg/aggregate.hpp), deserialize checks it and runs
 // bank::validate (the same design as window_quota.cpp, for the same reasons).
 #include "pg/postgres.hpp"
 
@@ -32,16 +32,6 @@ namespace bank = hpcacct::bank;
 namespace {
 
 constexpr const char* kAggregate = "quarter_balance";
-
-void send_sum(StringInfo buffer, const hpcacct::theoretical::Sum& sum) {
-    pq_sendfloat8(buffer, sum.sum);
-    pq_sendfloat8(buffer, sum.compensation);
-}
-
-void receive_sum(StringInfo buffer, hpcacct::theoretical::Sum& sum) {
-    sum.sum = pq_getmsgfloat8(buffer);
-    sum.compensation = pq_getmsgfloat8(buffer);
-}
 
 constexpr int kSerializedSize = 8 + 4 + 4 + 4 * 16;
 
@@ -87,15 +77,14 @@ PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_serialfn);
 Datum hpcacct_quarter_balance_serialfn(PG_FUNCTION_ARGS) {
     aggregate_context(fcinfo, kAggregate);
     const bank::State* state = reinterpret_cast<const bank::State*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer;
-    pq_begintypsend(&buffer);
+    StringInfoData buffer = hpcacct::pg::begin_state();
     pq_sendint64(&buffer, state->rows);
     pq_sendint32(&buffer, state->at_quarter);
     pq_sendint32(&buffer, state->at_set);
-    send_sum(&buffer, state->deposits);
-    send_sum(&buffer, state->charges);
-    send_sum(&buffer, state->transfers);
-    send_sum(&buffer, state->refunds);
+    hpcacct::pg::send_sum(&buffer, state->deposits);
+    hpcacct::pg::send_sum(&buffer, state->charges);
+    hpcacct::pg::send_sum(&buffer, state->transfers);
+    hpcacct::pg::send_sum(&buffer, state->refunds);
     PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
 }
 
@@ -107,10 +96,10 @@ Datum hpcacct_quarter_balance_deserialfn(PG_FUNCTION_ARGS) {
     state->rows = pq_getmsgint64(&buffer);
     state->at_quarter = static_cast<int32>(pq_getmsgint(&buffer, 4));
     state->at_set = static_cast<int32>(pq_getmsgint(&buffer, 4));
-    receive_sum(&buffer, state->deposits);
-    receive_sum(&buffer, state->charges);
-    receive_sum(&buffer, state->transfers);
-    receive_sum(&buffer, state->refunds);
+    hpcacct::pg::receive_sum(&buffer, state->deposits);
+    hpcacct::pg::receive_sum(&buffer, state->charges);
+    hpcacct::pg::receive_sum(&buffer, state->transfers);
+    hpcacct::pg::receive_sum(&buffer, state->refunds);
     pq_getmsgend(&buffer);
     guarded([&] { bank::validate(*state); });
     PG_RETURN_POINTER(state);

@@ -1,4 +1,4 @@
-// SQL area: fair share (SPEC §5). The aggregates
+// SQL area: fair share (rules §5). The aggregates
 //   hpcacct.decayed_usage(ts, amount, at, half_life)              (Slurm: half-life decay)
 //   hpcacct.decayed_usage(ts, amount, at, period, decay, depth)   (Maui: decay per period)
 // and the factor hpcacct.fairshare_factor(usage, share). The rules are the core's
@@ -8,11 +8,11 @@
 // aggregate's memory context, with combine, serialize and deserialize functions, as for
 // hpcacct.window_quota: nothing outside an aggregate can reach or forge the state, the
 // transition function updates it in place, and the only bytes read from outside are the
-// deserialize function's, which checks their exact size and validates them. The serialized
-// form is the state's bytes (parallel workers run the same build on the same machine).
+// deserialize function's, which checks their format and exact size and validates them.
 #include "pg/postgres.hpp"
 
 extern "C" {
+#include "libpq/pqformat.h"
 #include "datatype/timestamp.h"
 #include "utils/timestamp.h"
 }
@@ -68,24 +68,69 @@ Datum combine(FunctionCallInfo fcinfo) {
     return hpcacct::pg::combine_states<State>(fcinfo, kAggregate, [](State& a, const State& b) { fs::merge(a, b); });
 }
 
+// The states' fields after the format byte (pg/aggregate.hpp): rows, counted, at and the
+// length (half-life or period), then the interval form's decay and depth, then the sum.
+constexpr int kHalfLifeSize = 4 * 8 + 16;
+constexpr int kIntervalSize = 4 * 8 + 8 + 4 + 16;
+
+void send_common(StringInfo buffer, std::int64_t rows, std::int64_t counted, std::int64_t at, std::int64_t length) {
+    pq_sendint64(buffer, rows);
+    pq_sendint64(buffer, counted);
+    pq_sendint64(buffer, at);
+    pq_sendint64(buffer, length);
+}
+
+template <typename State>
+void receive_common(StringInfo buffer, State& state, std::int64_t& length) {
+    state.rows = pq_getmsgint64(buffer);
+    state.counted = pq_getmsgint64(buffer);
+    state.at = pq_getmsgint64(buffer);
+    length = pq_getmsgint64(buffer);
+}
+
+bytea* serialize(const fs::HalfLifeState& state) {
+    StringInfoData buffer = hpcacct::pg::begin_state();
+    send_common(&buffer, state.rows, state.counted, state.at, state.half_life);
+    hpcacct::pg::send_sum(&buffer, state.sum);
+    return pq_endtypsend(&buffer);
+}
+
+bytea* serialize(const fs::IntervalState& state) {
+    StringInfoData buffer = hpcacct::pg::begin_state();
+    send_common(&buffer, state.rows, state.counted, state.at, state.period);
+    pq_sendfloat8(&buffer, state.decay);
+    pq_sendint32(&buffer, state.depth);
+    hpcacct::pg::send_sum(&buffer, state.sum);
+    return pq_endtypsend(&buffer);
+}
+
+void receive(StringInfo buffer, fs::HalfLifeState& state) {
+    receive_common(buffer, state, state.half_life);
+    hpcacct::pg::receive_sum(buffer, state.sum);
+}
+
+void receive(StringInfo buffer, fs::IntervalState& state) {
+    receive_common(buffer, state, state.period);
+    state.decay = pq_getmsgfloat8(buffer);
+    state.depth = static_cast<std::int32_t>(pq_getmsgint(buffer, 4));
+    hpcacct::pg::receive_sum(buffer, state.sum);
+}
+
 template <typename State>
 Datum serialize(FunctionCallInfo fcinfo) {
     aggregate_context(fcinfo, kAggregate);
-    const State* state = reinterpret_cast<const State*>(PG_GETARG_POINTER(0));
-    auto* result = static_cast<bytea*>(palloc(VARHDRSZ + sizeof(State)));
-    SET_VARSIZE(result, VARHDRSZ + sizeof(State));
-    std::memcpy(VARDATA(result), state, sizeof(State));
-    PG_RETURN_BYTEA_P(result);
+    PG_RETURN_BYTEA_P(serialize(*reinterpret_cast<const State*>(PG_GETARG_POINTER(0))));
 }
 
-// Checks the exact size and that the bytes are a state accumulate/merge could have built.
-// The result lives in the current (per-call) context; combine copies it when it keeps it.
+// Checks the format and size, and that the fields are a state accumulate/merge could have
+// built. The result lives in the current (per-call) context; combine copies it when it keeps it.
 template <typename State>
-Datum deserialize(FunctionCallInfo fcinfo) {
+Datum deserialize(FunctionCallInfo fcinfo, int size) {
     aggregate_context(fcinfo, kAggregate);
-    StringInfoData bytes = hpcacct::pg::serialized_state(fcinfo, static_cast<int>(sizeof(State)), "decayed usage");
-    auto* state = static_cast<State*>(palloc(sizeof(State)));
-    std::memcpy(state, bytes.data, sizeof(State));
+    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, size, "decayed usage");
+    auto* state = static_cast<State*>(palloc0(sizeof(State)));
+    receive(&buffer, *state);
+    pq_getmsgend(&buffer);
     guarded([&] { fs::validate(*state); });
     PG_RETURN_POINTER(state);
 }
@@ -135,7 +180,7 @@ Datum hpcacct_decayed_usage_serialfn(PG_FUNCTION_ARGS) {
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_deserialfn);
 Datum hpcacct_decayed_usage_deserialfn(PG_FUNCTION_ARGS) {
-    return deserialize<fs::HalfLifeState>(fcinfo);
+    return deserialize<fs::HalfLifeState>(fcinfo, kHalfLifeSize);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_finalfn);
@@ -178,7 +223,7 @@ Datum hpcacct_decayed_usage_periods_serialfn(PG_FUNCTION_ARGS) {
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_deserialfn);
 Datum hpcacct_decayed_usage_periods_deserialfn(PG_FUNCTION_ARGS) {
-    return deserialize<fs::IntervalState>(fcinfo);
+    return deserialize<fs::IntervalState>(fcinfo, kIntervalSize);
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_finalfn);

@@ -4,10 +4,6 @@
 
 #include <cstdio>
 
-extern "C" {
-PG_MODULE_MAGIC;
-}
-
 namespace hpcacct::pg {
 
 int sqlstate_of(ErrorKind kind) {

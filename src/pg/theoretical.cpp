@@ -1,4 +1,4 @@
-// SQL area: GENCI/IDRIS theoretical consumption (SPEC §2) — the aggregates hpcacct.tmc and
+// SQL area: GENCI/IDRIS theoretical consumption (rules §2) — the aggregates hpcacct.tmc and
 // hpcacct.tc over allocation events, and hpcacct.regulation_status.
 //
 // Aggregate state: the core's theoretical::Sum (a flat, trivially copyable 16-byte Neumaier
@@ -109,8 +109,7 @@ PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialize);
 Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
     aggregate_context(fcinfo, kSupportedAggregates);
     const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer;
-    pq_begintypsend(&buffer);
+    StringInfoData buffer = hpcacct::pg::begin_state();
     pq_sendfloat8(&buffer, state->sum);
     pq_sendfloat8(&buffer, state->compensation);
     PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
@@ -134,7 +133,7 @@ Datum hpcacct_theoretical_deserialize(PG_FUNCTION_ARGS) {
     PG_RETURN_POINTER(state);
 }
 
-// regulation_status(consumption, tc, tmc): 'ok', 'warning' or 'retraction' (SPEC §2).
+// regulation_status(consumption, tc, tmc): 'ok', 'warning' or 'retraction' (rules §2).
 PG_FUNCTION_INFO_V1(hpcacct_regulation_status);
 Datum hpcacct_regulation_status(PG_FUNCTION_ARGS) {
     const double consumption = PG_GETARG_FLOAT8(0);

@@ -1,5 +1,5 @@
 // SQL area: the sliding-window quota aggregate hpcacct.window_quota(month, allowance,
-// consumed, at) -> hpcacct.quota (SPEC §3, RWTH). The rule is the core's
+// consumed, at) -> hpcacct.quota (rules §3, RWTH). The rule is the core's
 // (src/core/window_quota.hpp); this file only moves values in and out.
 //
 // State: `internal`, pointing to the core's flat 88-byte window_quota::State allocated in the
@@ -39,6 +39,7 @@ namespace wq = hpcacct::window_quota;
 namespace {
 
 constexpr const char* kAggregate = "window_quota";
+constexpr int kSerializedSize = 8 + 4 * 4 + 8 * 8;
 
 void require_row_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
     hpcacct::pg::require_argument(fcinfo, argno, kAggregate, name,
@@ -79,15 +80,13 @@ Datum hpcacct_window_quota_combinefn(PG_FUNCTION_ARGS) {
     return hpcacct::pg::combine_states<wq::State>(fcinfo, kAggregate, wq::merge);
 }
 
-// window_quota_serialfn(internal) -> bytea: the State's fields in network byte order, in
-// declaration order (8 + 4 x 4 + 8 x 8 = 88 bytes), so that a partial state may cross to a
-// node of another architecture (Citus, postgres_fdw).
+// window_quota_serialfn(internal) -> bytea: the State's fields (8 + 4 x 4 + 8 x 8 = 88 bytes)
+// after the format byte, as every aggregate state is serialized (pg/aggregate.hpp).
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_serialfn);
 Datum hpcacct_window_quota_serialfn(PG_FUNCTION_ARGS) {
     aggregate_context(fcinfo, kAggregate);
     const wq::State* state = reinterpret_cast<const wq::State*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer;
-    pq_begintypsend(&buffer);
+    StringInfoData buffer = hpcacct::pg::begin_state();
     pq_sendint64(&buffer, state->rows);
     pq_sendint32(&buffer, state->at);
     pq_sendint32(&buffer, state->at_set);
@@ -107,7 +106,7 @@ Datum hpcacct_window_quota_serialfn(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_deserialfn);
 Datum hpcacct_window_quota_deserialfn(PG_FUNCTION_ARGS) {
     aggregate_context(fcinfo, kAggregate);
-    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, static_cast<int>(sizeof(wq::State)), kAggregate);
+    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, kSerializedSize, kAggregate);
     auto* state = static_cast<wq::State*>(palloc0(sizeof(wq::State)));
     state->rows = pq_getmsgint64(&buffer);
     state->at = static_cast<std::int32_t>(pq_getmsgint(&buffer, 4));

@@ -166,7 +166,7 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
             CROSS JOIN cfg
             WHERE p.deleted_in IS NULL OR p.deleted_in > cfg.this_q
         ), missing AS (
-            SELECT a.name, t.target,
+            SELECT a.name, t.target, coalesce(a.personal_allotment, cfg.allotment) AS level,
                    coalesce(a.personal_allotment, cfg.allotment)
                    - coalesce((SELECT sum(l.amount) FROM hpcacct.ledger l
                                WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
@@ -181,7 +181,7 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
         ), booked AS (
             INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   'personal allotment'
+                   'personal allotment up to ' || trim_scale(m.level)::text
             FROM missing m, cfg
             WHERE m.amount > 0
             RETURNING account, valid_from, amount

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 -- ---- aggregates: the rules written as SQL over bench.agg_rows (correctness only) ---------
 
 -- A day boundary in months under the half_month convention: month index + the elapsed days
--- of the month rounded to the nearest half month, ties upward (SPEC §2).
+-- of the month rounded to the nearest half month, ties upward (rules §2).
 CREATE FUNCTION bench.half_months(d date, elapsed_days integer) RETURNS float8
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (extract(year FROM d) * 12 + extract(month FROM d) - 1)::float8
@@ -34,7 +34,7 @@ CREATE FUNCTION bench.tmc_row(f date, u date, amount float8, at date) RETURNS fl
         ELSE amount / (bench.half_months(u, extract(day FROM u)::integer) - bench.half_months(f, extract(day FROM f)::integer - 1))
     END;
 
--- window_quota's figures from the per-month sums of a group (SPEC §3).
+-- window_quota's figures from the per-month sums of a group (rules §3).
 CREATE FUNCTION bench.quota_figures(a_prev float8, a_cur float8, a_next float8, c_prev float8, c_cur float8,
                                     total_a float8, total_c float8,
                                     OUT monthly float8, OUT remaining_prev float8, OUT consumed_current float8,
@@ -305,14 +305,23 @@ WITH s AS MATERIALIZED (
     SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
     FROM bench.year_charges_hand c
     GROUP BY c.pool, c.unit, c.account
+), pooled AS (
+    -- an allocation row without a cluster (the bank's) counts in every pool charged in its unit
+    SELECT l.cluster AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+    FROM hpcacct.ledger l WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL
+    UNION ALL
+    SELECT p.pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+    FROM hpcacct.ledger l
+    JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) p ON p.unit = l.unit
+    WHERE l.kind <> 'charge' AND l.cluster IS NULL
 ), alloc AS (
-    SELECT l.cluster AS pool, l.unit, l.account,
+    SELECT l.pool, l.unit, l.account,
            sum(l.amount * greatest(0, least(l.valid_until, y.last_day) + 1 - greatest(l.valid_from, y.first_day))
                / (l.valid_until + 1 - l.valid_from)) AS allocation
-    FROM hpcacct.ledger l
-    JOIN years y ON y.pool = l.cluster
-    WHERE l.kind <> 'charge' AND l.valid_from <= y.last_day AND l.valid_until >= y.first_day
-    GROUP BY l.cluster, l.unit, l.account
+    FROM pooled l
+    JOIN years y ON y.pool = l.pool
+    WHERE l.valid_from <= y.last_day AND l.valid_until >= y.first_day
+    GROUP BY l.pool, l.unit, l.account
 ), acct AS (
     SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit, coalesce(a.account, u.account) AS account,
            coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
@@ -386,10 +395,17 @@ WITH cfg AS MATERIALIZED (
            hpcacct.fairshare_setting_value('depth')::integer AS depth,
            hpcacct.fairshare_setting_value('exhausted_factor')::float8 AS penalty
 ), alloc AS (
-    SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
-    FROM hpcacct.ledger l, cfg
-    WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
-    GROUP BY l.cluster, l.unit, l.account
+    SELECT p.pool, p.unit, p.account, greatest(sum(p.amount), 0) AS allocation
+    FROM (SELECT l.cluster AS pool, l.unit, l.account, l.amount
+          FROM hpcacct.ledger l, cfg
+          WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
+          UNION ALL  -- the bank's rows, without a cluster: every pool charged in their unit
+          SELECT u.pool, l.unit, l.account, l.amount
+          FROM hpcacct.ledger l
+          CROSS JOIN cfg
+          JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) u ON u.unit = l.unit
+          WHERE l.kind <> 'charge' AND l.cluster IS NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until) p
+    GROUP BY p.pool, p.unit, p.account
 ), decayed AS (
     SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter,
            sum(l.amount::float8 * CASE WHEN cfg.form = 'half_life'

@@ -1,4 +1,4 @@
--- make demo, GENCI / IDRIS regulation (SPEC §2): project P of the document on Ada in 2024,
+-- make demo, GENCI / IDRIS regulation (rules §2): project P of the document on Ada in 2024,
 -- four other projects, a year of jobs, and the regulation runs pg_cron would make.
 \pset footer off
 SET search_path = public, hpcacct;

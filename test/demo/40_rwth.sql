@@ -1,4 +1,4 @@
--- make demo, RWTH sliding-window quotas (SPEC §3): CLAIX projects with monthly allowances,
+-- make demo, RWTH sliding-window quotas (rules §3): CLAIX projects with monthly allowances,
 -- their jobs, and what `r_wlm_usage -q` shows them. The demo's "today" is 15 May 2024 (a
 -- function argument), so that its output does not change with the day it runs; the view
 -- hpcacct.window_quota_usage shows the same for the real current month.

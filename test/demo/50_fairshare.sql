@@ -1,4 +1,4 @@
--- make demo, part 5: Compute Canada's group usage (SPEC §5) for the sample site of part 1 —
+-- make demo, part 5: Compute Canada's group usage (rules §5) for the sample site of part 1 —
 -- allocation years from 1 April, usage by resource, by project and by submitter with
 -- projections, the monthly breakdown — and the fair-share table. Everything is seen on
 -- 1 October 2024 (site time zone), so the output does not change from run to run.

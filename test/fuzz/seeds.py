@@ -2,7 +2,7 @@
 """Writes the seed corpora test/fuzz/corpus/TARGET/ (committed; rerun after changing a layout).
 
 Each seed is one input in the layout its target's header comment describes: valid values from
-SPEC §0-§5 and the sample site, Slurm sacct AllocTRES strings, and edge cases.
+rules §0-§5 and the sample site, Slurm sacct AllocTRES strings, and edge cases.
 """
 import hashlib
 import os

@@ -14,7 +14,7 @@ SELECT add_member('proj', 'u1', 'admin');
 SELECT throws_ok($$SELECT hpcacct.deposit('nobody', '2024-01-01', 1)$$, '42704', NULL, 'deposit to an unknown account');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', -1)$$, '22003', NULL, 'negative deposit');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', 'NaN')$$, '22003', NULL, 'NaN deposit');
-SELECT throws_ok($$SELECT hpcacct.deposit('proj', NULL, 1)$$, '22008', NULL, 'deposit without a quarter');
+SELECT throws_ok($$SELECT hpcacct.deposit('proj', NULL, 1)$$, '22004', NULL, 'deposit without a quarter');
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'ghost')$$, '42704', NULL, 'unknown user');
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member', 'ghost')$$, '42501', NULL,
                  'only administrators add members');
@@ -43,7 +43,7 @@ SELECT is((SELECT sum(amount) FROM ledger WHERE account = 'u1' AND kind = 'depos
           2500.000000, 'the personal account holds exactly one allotment for Q3');
 
 -- The scheduled command of the README's pg_cron recipe runs.
-SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 0 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(current_date)$$),
+SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 0 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(hpcacct.site_today())$$),
             NULL::bigint, 'open_quarter can be scheduled with pg_cron');
 SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-open-quarter'),
                 'the scheduled command runs');

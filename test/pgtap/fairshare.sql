@@ -1,4 +1,4 @@
--- Fair share and usage reports (SPEC §5): labels of the SQL objects, SQLSTATEs, the decay
+-- Fair share and usage reports (rules §5): labels of the SQL objects, SQLSTATEs, the decay
 -- aggregates in forced parallel plans, and the reports and fairshare() agreeing with a plain
 -- SQL recomputation on generated data (jobs re-rated, moved and deleted; rates changing
 -- mid-year; pools starting in April and in January; allocations over one and two years).

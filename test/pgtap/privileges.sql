@@ -15,7 +15,7 @@ CREATE TEMP TABLE relations_with_account AS
       AND c.relname NOT IN ('sacct_staging', 'sacctmgr_staging')
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 28);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 30);
 
 CALL setup_roles();
 CREATE ROLE hp_alice LOGIN IN ROLE hpcacct_portal;
@@ -65,19 +65,23 @@ SELECT cmp_ok((SELECT count(*) FROM hpcacct.quarter_balances WHERE account = 'pr
 SELECT is((SELECT array_agg(name ORDER BY name) FROM hpcacct.account), ARRAY['hp_alice', 'priv_a'],
           'hp_alice sees her two accounts and no other');
 SELECT is((SELECT array_agg(username) FROM hpcacct.hpc_user), ARRAY['hp_alice'], 'and only her own user row');
-SELECT is(hpcacct.balance('priv_b', '2024-02-15'), 0::numeric, 'balance() of another project reveals nothing');
+SELECT throws_ok($$SELECT hpcacct.balance('priv_b', '2024-02-15')$$, '42704',
+                 'account "priv_b" does not exist or is not visible to you',
+                 'balance() of another project is the error of an unknown one: it reveals nothing, and is no 0');
 SELECT is((hpcacct.check_submit('hp_bob', 'priv_b', '2024-02-15')).reason, 'unknown_account',
           'check_submit() cannot see another project');
-SELECT is((SELECT count(*) FROM hpcacct.window_quota_usage('priv_b', '2024-02-15')), 0::bigint,
-          'window_quota_usage() of another project is empty');
-SELECT is((SELECT array_agg(DISTINCT account) FROM hpcacct.fairshare() WHERE pool = 'privc'),
-          ARRAY['priv_a'], 'fairshare() shows hp_alice only her project');
+SELECT throws_ok($$SELECT * FROM hpcacct.window_quota_usage('priv_b', '2024-02-15')$$, '42704',
+                 'account "priv_b" does not exist or is not visible to you',
+                 'window_quota_usage() of another project is the error of an unknown one');
+SELECT is_empty($$SELECT account FROM hpcacct.fairshare() WHERE account NOT IN ('hp_alice', 'priv_a')$$,
+                'fairshare() shows hp_alice only her accounts');
 SELECT is((SELECT count(*) FROM hpcacct.fairshare() WHERE share IS NOT NULL OR norm_usage IS NOT NULL), 0::bigint,
           'without the fractions of the pool''s totals (share, norm_usage)');
 SELECT throws_ok($$SELECT hpcacct.deposit('priv_a', '2024-04-01', 10)$$, '42501', NULL, 'a portal user cannot deposit');
 SELECT throws_ok($$CALL hpcacct.regulate('2024-04-15')$$, '42501', NULL, 'nor run regulate()');
 SELECT throws_ok($$CALL hpcacct.open_quarter('2024-07-01')$$, '42501', NULL, 'nor open_quarter()');
-SELECT throws_ok($$SELECT hpcacct.add_member('priv_a', 'hp_bob')$$, '42501', NULL, 'nor change members');
+SELECT throws_ok($$SELECT hpcacct.add_member('priv_b', 'hp_alice')$$, '42501', NULL,
+                 'nor change the members of a project she does not administer (pgTAP delegation: her own, she can)');
 SELECT throws_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'x', 'priv_a', 'hp_alice', 'cpu', NULL,
                    '2024-02-01', '2024-02-02', 'cpu=1', 'COMPLETED')$$, '42501', NULL, 'nor insert jobs');
 CREATE TEMP TABLE forged_jobs AS SELECT * FROM hpcacct.job WITH NO DATA;
@@ -94,6 +98,12 @@ SET SESSION AUTHORIZATION hp_loader;
 SELECT lives_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'a2', 'priv_a', 'hp_alice', 'cpu', NULL,
                   '2024-02-02 00:00+00', '2024-02-02 01:00+00', 'cpu=2', 'COMPLETED')$$,
                 'the ingestion role loads a job');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'a2', 'priv_a', 'hp_alice', 'cpu', NULL,
+                  '2024-02-02 00:00+00', '2024-02-02 01:00+00', 'cpu=2', 'COMPLETED')$$, '23505', NULL,
+                 'loading the same job again is 23505 (its hint says how to skip repeated jobs)');
+SELECT lives_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'a2', 'priv_a', 'hp_alice', 'cpu', NULL,
+                  '2024-02-02 00:00+00', '2024-02-02 01:00+00', 'cpu=2', 'COMPLETED') ON CONFLICT DO NOTHING$$,
+                'and what the hint says works with the ingestion role''s rights: ON CONFLICT DO NOTHING');
 SELECT throws_ok($$SELECT count(*) FROM hpcacct.ledger$$, '42501', NULL, 'but cannot read the ledger');
 SELECT throws_ok($$SELECT count(*) FROM hpcacct.job$$, '42501', NULL, 'nor the jobs');
 SELECT throws_ok($$SELECT hpcacct.deposit('priv_a', '2024-04-01', 10)$$, '42501', NULL, 'nor deposit');
@@ -123,8 +133,8 @@ SELECT is((SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolan
           0::bigint, 'every SQL and PL/pgSQL function is immune to the caller''s search_path');
 SELECT is((SELECT count(*) FROM pg_proc p
            WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prosecdef),
-          5::bigint, 'exactly five functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare, '
-                     'load_sacct, sacct_window_start)');
+          7::bigint, 'exactly seven functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare, '
+                     'add_member, remove_member, load_sacct, sacct_window_start)');
 SELECT is((SELECT count(*) FROM pg_class c
            WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v'
              AND NOT coalesce(c.reloptions @> ARRAY['security_invoker=true'], false)),

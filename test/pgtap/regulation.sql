@@ -137,7 +137,7 @@ SELECT lives_ok($$CALL hpcacct.regulate('2025-01-16')$$, 'another date is a no-o
 SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
               (SELECT ROW(ledger_rows, log_rows) FROM counts_before), 'nothing was written');
 
--- ---- Monthly regulation of a project that consumes nothing (SPEC §2) ----
+-- ---- Monthly regulation of a project that consumes nothing (rules §2) ----
 CALL hpcacct.regulate('2025-01-15');
 CALL hpcacct.regulate('2025-02-15');
 CALL hpcacct.regulate('2025-03-15');
@@ -218,13 +218,13 @@ SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.theoretic
                   'Z''s year: the retraction of 15 March as in the document');
 
 -- ---- pg_cron ----
-SELECT cmp_ok(cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL hpcacct.regulate(current_date)$$), '>', 0::bigint,
+SELECT cmp_ok(cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL hpcacct.regulate(hpcacct.site_today())$$), '>', 0::bigint,
               'pg_cron schedules the regulation on the 15th at 03:00');
 SELECT is((SELECT format('%s | %s | %s', schedule, command, database) FROM cron.job WHERE jobname = 'hpcacct-regulate'),
-          format('0 3 15 * * | CALL hpcacct.regulate(current_date) | %s', current_database()),
+          format('0 3 15 * * | CALL hpcacct.regulate(hpcacct.site_today()) | %s', current_database()),
           'the job is in cron.job for this database');
 SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-regulate'), 'the scheduled command runs today');
-SELECT lives_ok((SELECT replace(command, 'current_date', '''2025-04-15''::date') FROM cron.job
+SELECT lives_ok((SELECT replace(command, 'hpcacct.site_today()', '''2025-04-15''::date') FROM cron.job
                  WHERE jobname = 'hpcacct-regulate'),
                 'the scheduled command run on a 15th');
 SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE run_date = '2025-04-15'), 3::bigint,

@@ -1,4 +1,4 @@
--- SPEC.md's examples that the other tests did not state as written: the Niagara and Cedar
+-- The accounting rules' examples (README) that the other tests did not state as written: the Niagara and Cedar
 -- P100 bundles, the job from 30 June 22:00 to 1 July 02:00, Turing's threshold, the annual
 -- regulation's 30 % boundary and both percentages as settings, and a bank account's
 -- reactivation.

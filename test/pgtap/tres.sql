@@ -1,7 +1,7 @@
 -- The tres type's contract: SQLSTATEs of bad input, operators and support functions.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(31);
+SELECT plan(34);
 
 SELECT has_type('hpcacct', 'tres', 'type hpcacct.tres exists');
 
@@ -19,6 +19,10 @@ SELECT throws_ok($$SELECT 'cpu=NaN'::hpcacct.tres$$, '22003', NULL, 'NaN');
 SELECT throws_ok($$SELECT 'mem=Infinity'::hpcacct.tres$$, '22003', NULL, 'infinity');
 SELECT throws_ok($$SELECT ('cpu=' || repeat('9', 400))::hpcacct.tres$$, '22003', NULL, 'huge number');
 SELECT throws_ok($$SELECT 'cpu=1'::hpcacct.tres * -2$$, '22003', NULL, 'negative factor');
+-- Beyond 2^53 even when the decimal rounds to 2^53 as a double (it used to be stored as 2^53).
+SELECT throws_ok($$SELECT 'cpu=9007199254740993'::hpcacct.tres$$, '22003', NULL, '2^53 + 1 is refused');
+SELECT throws_ok($$SELECT 'mem=8796093022208.0001G'::hpcacct.tres$$, '22003', NULL, 'just over 2^53 MB in G is refused');
+SELECT is('cpu=9007199254740992'::hpcacct.tres::text, 'cpu=9007199254740992', '2^53 itself is kept exactly');
 -- Limits are 54000.
 SELECT throws_ok($$SELECT (repeat('a', 200) || '=1')::hpcacct.tres$$, '54000', NULL, 'key too long');
 SELECT throws_ok(format('SELECT %L::hpcacct.tres',

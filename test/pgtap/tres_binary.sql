@@ -7,7 +7,8 @@ SELECT plan(8);
 CREATE TEMP TABLE received (t hpcacct.tres);
 CREATE FUNCTION pg_temp.receive(payload text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-    path constant text := '/tmp/hpcacct_tres_recv_test.copy';
+    -- a file of this backend's inside the cluster's own data directory, removed at the end
+    path constant text := format('%s/hpcacct_tres_recv_%s.copy', current_setting('data_directory'), pg_backend_pid());
     file text;
 BEGIN
     file := '5047434f50590aff0d0a00' || '00000000' || '00000000'          -- signature, flags, extension
@@ -38,6 +39,12 @@ SELECT is(pg_temp.receive('00000041' || '00000003' || '637075' || '3ff0000000000
           'a component count over 64 is refused');
 SELECT is(pg_temp.receive('00000001' || '00000010' || '637075' || '3ff0000000000000'), '08P01',
           'a key length past the end of the message is refused');
+
+DO $$
+BEGIN
+    EXECUTE format('COPY (SELECT 1 WHERE false) TO PROGRAM %L',
+                   format('rm -f -- %s/hpcacct_tres_recv_%s.copy', current_setting('data_directory'), pg_backend_pid()));
+END $$;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,4 +1,4 @@
--- Sliding-window quota contracts (SPEC §3, RWTH): labels of the SQL objects, SQLSTATEs,
+-- Sliding-window quota contracts (rules §3, RWTH): labels of the SQL objects, SQLSTATEs,
 -- nothing written on error, the states the submit check reads, and a parallel plan whose
 -- workers really ran.
 BEGIN;

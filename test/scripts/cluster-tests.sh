@@ -3,6 +3,14 @@
 # to $HPCACCT_TALLY.
 set -uo pipefail
 
+# pg_cron runs the README's recipe itself in the pgTAP database (cron.database_name): the
+# jobs are scheduled now and checked after pg_regress, so that the wait for pg_cron's next
+# minute overlaps it (test/scripts/cron.sh).
+createdb hpcacct_tap
+psql -q -X -v ON_ERROR_STOP=1 -d hpcacct_tap \
+    -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' \
+    && test/scripts/cron.sh schedule hpcacct_tap
+
 # pg_regress: one test per file in sql/.
 regress_log=$(mktemp)
 make -s PG_CONFIG="$PG_CONFIG" installcheck 2>&1 | tee "$regress_log"
@@ -17,11 +25,10 @@ echo "regress $((regress_total - regress_failed)) $regress_failed" >>"$HPCACCT_T
 rm -f "$regress_log"
 
 # pgTAP: each file runs in its own transaction in one database, where pg_cron may live.
+test/scripts/cron.sh check hpcacct_tap
+
 tap_log=$(mktemp)
-createdb hpcacct_tap
-psql -q -X -v ON_ERROR_STOP=1 -d hpcacct_tap \
-    -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' \
-    && pg_prove -d hpcacct_tap --ext .sql -r test/pgtap 2>&1 | tee "$tap_log"
+pg_prove -d hpcacct_tap --ext .sql -r test/pgtap 2>&1 | tee "$tap_log"
 tap_total=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$tap_log")
 tap_failed=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$tap_log" | awk '{s += $1} END {print s + 0}')
 if ! grep -q '^Result: PASS' "$tap_log"; then

@@ -33,7 +33,11 @@ unix_socket_directories = '$base'
 port = 5432
 shared_preload_libraries = 'pg_cron'
 cron.database_name = '${HPCACCT_CRON_DATABASE:-hpcacct_tap}'
-cron.host = '$base'
+# as the README recommends for a socket-only server: jobs run in background workers, not
+# through a connection to localhost (pg_cron's default, which fails without TCP)
+cron.use_background_workers = on
+cron.max_running_jobs = 5
+max_worker_processes = 16
 fsync = off
 synchronous_commit = off
 full_page_writes = off

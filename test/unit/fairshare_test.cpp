@@ -1,4 +1,4 @@
-// Fair share (SPEC §5): decayed usage (Slurm half-life, Maui periods) and the factor.
+// Fair share (rules §5): decayed usage (Slurm half-life, Maui periods) and the factor.
 #include "core/fairshare.hpp"
 
 #include "core/error.hpp"

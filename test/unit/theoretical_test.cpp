@@ -39,7 +39,7 @@ struct Event {
     double amount;
 };
 
-// SPEC §2, project P.
+// rules §2, project P.
 const std::vector<Event>& project_p() {
     static const std::vector<Event> events = {
         {day(1, 1), day(12, 31), 1200000},
@@ -103,7 +103,7 @@ TEST(Theoretical, DayConventionTcIsExact) {
     EXPECT_EQ(tc_contribution(from, until, 1200000, day(12, 31), kDay), 1200000);
 }
 
-// A project that consumes nothing, granted 1 200 000 from 1 January (SPEC §2).
+// A project that consumes nothing, granted 1 200 000 from 1 January (rules §2).
 TEST(Theoretical, RegulationOfAnIdleProjectFollowsTheFormulas) {
     const std::vector<Event> grant = {{day(1, 1), day(12, 31), 1200000}};
     const auto status_on = [&](int month) {

@@ -115,6 +115,23 @@ TEST(Tres, RejectsOutOfRangeValues) {
     }
 }
 
+// A decimal above 2^53 that rounds to 2^53 as a double is refused, not stored as 2^53; in
+// every unit the limit is 2^53 MB exactly.
+TEST(Tres, RefusesValuesThatRoundDownTo2Pow53) {
+    for (const char* text : {"cpu=9007199254740993", "cpu=9007199254740992.5", "cpu=9007199254740992.0000001",
+                             "cpu=09007199254740993", "mem=9223372036854775809K", "mem=8796093022208.001G",
+                             "mem=8388608.0000000001P"}) {
+        EXPECT_EQ(error_kind_of(text), ErrorKind::out_of_range) << text;
+    }
+    for (const char* text : {"cpu=9007199254740992", "cpu=9007199254740992.000", "cpu=009007199254740992",
+                             "cpu=9007199254740991", "mem=9223372036854775808K", "mem=8796093022208G",
+                             "mem=8388608P", "mem=8388607.99999P"}) {
+        EXPECT_NO_THROW(parse(text)) << text;
+    }
+    EXPECT_EQ(canonical("mem=8388608P"), "mem=8388608P");
+    EXPECT_EQ(parse("cpu=9007199254740992").view().get("cpu"), 9007199254740992.0);
+}
+
 TEST(Tres, EnforcesLimits) {
     EXPECT_EQ(error_kind_of(std::string(128, 'x') + "=1"), ErrorKind::program_limit);
     std::string many;

@@ -1,4 +1,4 @@
-// Sliding-window quota (SPEC §3, RWTH).
+// Sliding-window quota (rules §3, RWTH).
 #include "core/window_quota.hpp"
 
 #include "core/error.hpp"
@@ -71,7 +71,7 @@ std::string message_of(F&& f) {
 
 }  // namespace
 
-// ---- SPEC §3 figures ----
+// ---- rules §3 figures ----
 
 TEST(WindowQuota, SpecFebruary70000LeavesMarch80000) {
     const auto rows = months_2012(1, 50000, {0, 70000, 0, 0});

@@ -1,0 +1,81 @@
+-- The README's LQCD worked example (usage report and fair share) under the settings the
+-- README states for it — `timezone` UTC — and the figure it gives for the Quick Start's
+-- Europe/Berlin: the projection depends on the site's time zone because the elapsed time is
+-- wall-clock time from 1 July 00:00 local time, and Berlin's clocks went back an hour in
+-- October.
+BEGIN;
+SET search_path = public, hpcacct;
+SET client_min_messages = warning;
+SELECT plan(12);
+
+-- As the README sets it up: timezone UTC, a GPU pool whose year starts on 1 July.
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+INSERT INTO pool (name, year_start_month) VALUES ('gpu', 7);
+INSERT INTO account (name) VALUES ('lattice'), ('hadron'), ('nuclear');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
+    ('example', 'k20', 'cpu=16,gres/gpu=100', 'gres/gpu=1', 1, 'GPU-hours', 'gpu');
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until) VALUES
+    ('lattice', 'grant', 1800, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30'),
+    ('hadron',  'grant',  900, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30'),
+    ('nuclear', 'grant',  300, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30');
+-- 1 200 GPU-h ended 7 days before 15 March 2024 00:00 UTC, 400 ended 14 days before, 300 at it.
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres) VALUES
+    ('example', 'x1', 'lattice', 'alice', 'k20', '2024-03-07 12:00+00', '2024-03-08 00:00+00', 'cpu=16,gres/gpu=100'),
+    ('example', 'x2', 'hadron',  'carol', 'k20', '2024-02-29 14:00+00', '2024-03-01 00:00+00', 'cpu=8,gres/gpu=40'),
+    ('example', 'x3', 'nuclear', 'dave',  'k20', '2024-03-14 14:00+00', '2024-03-15 00:00+00', 'cpu=8,gres/gpu=30');
+
+-- Usage report: 1 200 of 1 800 GPU-h is 66.67 %, projected 1 200 × 366 / 258 = 1 702.33 (94.57 %).
+SELECT is((SELECT usage FROM usage_by_account(NULL, '2024-03-15 00:00+00') WHERE account = 'lattice'),
+          1200.000000, 'UTC: lattice used 1 200 GPU-h');
+SELECT is((SELECT utilization_pct FROM usage_by_account(NULL, '2024-03-15 00:00+00') WHERE account = 'lattice'),
+          66.67, 'UTC: 66.67 % of 1 800');
+SELECT is((SELECT round(projected_usage, 2) FROM usage_by_account(NULL, '2024-03-15 00:00+00') WHERE account = 'lattice'),
+          1702.33, 'UTC: projected 1 200 × 366 / 258 = 1 702.33');
+SELECT is((SELECT projected_utilization_pct FROM usage_by_account(NULL, '2024-03-15 00:00+00') WHERE account = 'lattice'),
+          94.57, 'UTC: projected utilization 94.57 %');
+
+-- Fair share: shares 0.6 / 0.3 / 0.1, decayed usage 600 / 100 / 300, factors 0.5, 0.793701,
+-- and 2^(−3) × 0.01 = 0.00125 for nuclear, which used up its allocation.
+SELECT results_eq($$SELECT account, share, usage, round(factor::numeric, 6) FROM fairshare('2024-03-15 00:00+00')
+                   WHERE pool = 'gpu' AND submitter IS NULL ORDER BY account$$,
+                  $$VALUES ('hadron', 0.3::float8, 100::float8, 0.793701), ('lattice', 0.6, 600, 0.500000),
+                           ('nuclear', 0.1, 300, 0.001250)$$,
+                  'UTC: the fair-share table of the README');
+
+-- The same site under the Quick Start's Europe/Berlin, seen at 15 March 2024 00:00 local time:
+-- 258 days and 1 hour of wall-clock time since 1 July 00:00 (CEST then, CET now), so
+-- 1 200 × 8 784 h / 6 193 h = 1 702.05.
+UPDATE setting SET value = 'Europe/Berlin' WHERE name = 'timezone';
+SELECT is((SELECT usage FROM usage_by_account(NULL, '2024-03-15 00:00 Europe/Berlin') WHERE account = 'lattice'),
+          1200.000000, 'Europe/Berlin: the same 1 200 GPU-h');
+SELECT is((SELECT round(projected_usage, 2) FROM usage_by_account(NULL, '2024-03-15 00:00 Europe/Berlin')
+           WHERE account = 'lattice'),
+          1702.05, 'Europe/Berlin: projected 1 200 × 8 784 / 6 193 = 1 702.05, as the README says');
+SELECT isnt((SELECT round(projected_usage, 2) FROM usage_by_account(NULL, '2024-03-15 00:00 Europe/Berlin')
+             WHERE account = 'lattice'),
+            1702.33, 'so 1 702.33 is a UTC figure');
+
+-- The README's Quick Start: one core for one hour on an exclusive 24-core XC30 node at 1/12
+-- NPL per core-hour costs the whole node, 2 NPL; in Berlin, a job from 30 June 22:00 to
+-- 1 July 02:00 counts half in June and half in July.
+INSERT INTO account (name) VALUES ('nip00001');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive)
+VALUES ('hlrn', 'mpp1', 'cpu=24,mem=64G', 'cpu=1', 1.0 / 12, 'NPL', true);
+INSERT INTO job (cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state) VALUES
+    ('hlrn', 'q1', 'nip00001', 'u', 'mpp1', NULL, '2024-05-02 10:00 Europe/Berlin', '2024-05-02 11:00 Europe/Berlin',
+     'cpu=1,mem=1G,node=1', 'COMPLETED'),
+    ('hlrn', 'q2', 'nip00001', 'u', 'mpp1', NULL, '2024-06-30 22:00 Europe/Berlin', '2024-07-01 02:00 Europe/Berlin',
+     'cpu=24,node=1', 'COMPLETED');
+SELECT is((SELECT amount FROM ledger WHERE kind = 'charge' AND jobid = 'q1'), 2.000000,
+          'Quick Start: one core-hour on an exclusive XC30 node is 2 NPL');
+SELECT is((SELECT amount FROM ledger WHERE kind = 'charge' AND jobid = 'q2'), 8.000000,
+          'a whole node for 4 hours is 8 NPL');
+SELECT results_eq($$SELECT month, amount FROM charge_by_month WHERE account = 'nip00001' AND month >= '2024-06-01'
+                   ORDER BY month$$,
+                  $$VALUES ('2024-06-01'::date, 4.000000::numeric), ('2024-07-01'::date, 4.000000::numeric)$$,
+                  'half in June, half in July (Europe/Berlin)');
+SELECT is((SELECT sum(amount) FROM ledger WHERE kind = 'charge' AND account = 'nip00001'), 10.000000,
+          'the Quick Start''s last query: the charges per account');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# cron.sh schedule|check DB: the README's pg_cron recipe, run by pg_cron itself on this
+# socket-only cluster (configured as the README says: cron.use_background_workers = on).
+#   schedule  schedules every `cron.schedule('hpcacct-…')` line of the README as written, then
+#             the same commands once more, every minute, under the names NAME-now;
+#   check     waits until each NAME-now job has run (pg_cron 1.4 has minute granularity, and a
+#             scheduler that started before pg_cron existed in the database may load the jobs
+#             only at one minute boundary and run them at the next: up to 135 s after
+#             `schedule`), checks cron.job_run_details says `succeeded` for it, and
+#             unschedules every job it made. Appends "cron passed failed" to $HPCACCT_TALLY.
+# Run `schedule` early and `check` later, so that other tests run while pg_cron waits.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. test/scripts/checks.sh
+mode=$1
+db=$2
+stamp=${HPCACCT_TALLY:-/tmp}.cron-scheduled
+q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" "$@"; }
+
+# The README's lines, e.g. SELECT cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL …$$);
+recipe() { grep -o "SELECT cron.schedule('hpcacct-[^;]*;" README.md; }
+
+case $mode in
+schedule)
+    date +%s >"$stamp"
+    recipe | q -f - >/dev/null || { echo "cron: the README's recipe failed" >&2; exit 1; }
+    recipe | sed -E "s/cron.schedule\('(hpcacct-[a-z-]*)', '[^']*'/cron.schedule('\1-now', '* * * * *'/" \
+        | q -f - >/dev/null || { echo "cron: scheduling failed" >&2; exit 1; }
+    ;;
+check)
+    check "the cluster listens on a Unix socket only" "$(q -c "SELECT current_setting('listen_addresses') = ''")"
+    check "cron.use_background_workers is on, as the README says" \
+        "$(q -c "SELECT current_setting('cron.use_background_workers') = 'on'")"
+    names=$(recipe | sed -E "s/.*cron.schedule\('(hpcacct-[a-z-]*)'.*/\1/")
+    check "the README schedules regulate, open_quarter and compact_rollup ($(echo $names))" \
+        "$(q -c "SELECT count(*) = $(echo "$names" | wc -l) AND count(*) >= 4 FROM cron.job
+                  WHERE jobname IN ($(echo "$names" | sed "s/.*/'&'/" | paste -sd,))")"
+    started=$(cat "$stamp" 2>/dev/null || date +%s)
+    while [ $(( $(date +%s) - started )) -lt 135 ]; do
+        pending=$(q -c "SELECT count(*) FROM cron.job j WHERE j.jobname LIKE 'hpcacct-%-now'
+                         AND NOT EXISTS (SELECT FROM cron.job_run_details d WHERE d.jobid = j.jobid
+                                         AND d.status IN ('succeeded', 'failed'))")
+        [ "$pending" = 0 ] && break
+        sleep 2
+    done
+    for name in $names; do
+        status=$(q -c "SELECT coalesce(string_agg(DISTINCT d.status || coalesce(': ' || nullif(d.return_message, ''), ''), '; '),
+                                       'never ran')
+                         FROM cron.job j LEFT JOIN cron.job_run_details d USING (jobid)
+                        WHERE j.jobname = '$name-now' AND d.status IS DISTINCT FROM 'running'")
+        echo "    $name-now: $status"
+        check "pg_cron ran $name's command and cron.job_run_details says succeeded" \
+            "$(q -c "SELECT EXISTS (SELECT FROM cron.job j JOIN cron.job_run_details d USING (jobid)
+                                     WHERE j.jobname = '$name-now' AND d.status = 'succeeded')
+                        AND NOT EXISTS (SELECT FROM cron.job j JOIN cron.job_run_details d USING (jobid)
+                                         WHERE j.jobname = '$name-now' AND d.status = 'failed')")"
+    done
+    check "the runs on the empty site wrote nothing (no ledger, regulation or quarter rows)" \
+        "$(q -c "SELECT NOT EXISTS (SELECT FROM hpcacct.ledger) AND NOT EXISTS (SELECT FROM hpcacct.regulation_log)
+                    AND NOT EXISTS (SELECT FROM hpcacct.quarter_log)")"
+    q -c "SELECT count(cron.unschedule(jobid)) FROM cron.job WHERE jobname LIKE 'hpcacct-%'" >/dev/null
+    check "every job the test made is unscheduled" "$(q -c "SELECT count(*) = 0 FROM cron.job WHERE jobname LIKE 'hpcacct-%'")"
+    rm -f "$stamp"
+    report cron
+    ;;
+*)
+    echo "usage: $0 schedule|check DB" >&2
+    exit 2
+    ;;
+esac
