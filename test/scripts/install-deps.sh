@@ -36,7 +36,9 @@ if [ ! -e "$policy" ]; then
 fi
 apt-get update -q
 apt-get install -y -q "${packages[@]}"
-# nothing a package started may be left running
-for d in munged mariadbd mysqld slurmdbd slurmctld slurmd; do
-    if pgrep -x "$d" >/dev/null; then echo "hpcacct: warning: a system $d is running" >&2; fi
+# no system service of theirs may be running (test/slurm runs its own, elsewhere)
+for pidfile in /run/munge/munged.pid /run/mysqld/mysqld.pid /run/slurmdbd.pid /run/slurmctld.pid /run/slurmd.pid; do
+    if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        echo "hpcacct: warning: a system service runs, pid file $pidfile" >&2
+    fi
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test: install what is missing, build, install, then run the core's unit tests (also
 # under ASan + UBSan), its libFuzzer targets briefly, and pg_regress (sql/, expected/) and
-# pgTAP (test/pgtap/) in a throw-away cluster.
+# pgTAP (test/pgtap/) in a throw-away cluster, the benchmark's quick mode, and a real Slurm's
+# sacct output (test/slurm/).
 # Prints the diffs of failing regression tests and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,13 +54,17 @@ HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-test
 HPCACCT_TALLY=$tally JOBS=20000 SEED=42 RUNS=1 EXPLAIN=0 MEMORY=0 \
     test/scripts/with-cluster.sh bench test/bench/driver.sh || true
 
+# --- a real Slurm on localhost in a throw-away directory: a mix of jobs, then what sacct
+# shows of them and that nothing is left behind (test/slurm/smoke.sh, about 2 minutes) ---
+HPCACCT_TALLY=$tally test/slurm/smoke.sh || true
+
 passed=$(awk '{p += $2} END {print p + 0}' "$tally")
 failed=$(awk '{f += $3} END {print f + 0}' "$tally")
 echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade loader bench; do
+for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade loader bench slurm; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

@@ -29,16 +29,45 @@
 #   HPCACCT_SLURM_ENFORCE         AccountingStorageEnforce (e.g. associations,limits,qos);
 #                                 unset: none
 #   HPCACCT_SLURM_KEEP_LOGS       a directory the daemons' logs are copied to on exit
+#   HPCACCT_SLURM_CRED_EXPIRE     AuthInfo cred_expire, also how long a requeued job waits
+#                                 before it may start again (default 10 s; Slurm's is 120 s)
 #
-# The sacct invocation a loader should use on this Slurm (22.05.8), found with
-# test/slurm/smoke.sh; samples in test/slurm/samples/:
-#   SLURM_TIME_FORMAT=%FT%T%z sacct -a -D -X --parsable2 \
-#     -S START -E END \
-#     --format=Cluster,JobID,JobIDRaw,Account,User,Partition,Submit,Start,End,ElapsedRaw,AllocTRES,ReqTRES,State,QOS,NodeList
-#   (see SACCT NOTES at the end of this comment)
+# Ports: each daemon listens on 127.0.0.1 only, except slurmdbd, which 22.05 binds to every
+# address (slurmdbd.conf has no option for it); its port is still picked free, and it talks
+# only to clients with this run's munge key.
+#
+# SACCT NOTES: the invocation a loader should use on this Slurm (22.05.8), found with smoke.sh;
+# real output in test/slurm/samples/:
+#   SLURM_TIME_FORMAT=%FT%T%z sacct -a -D -X --parsable2 -S START -E END \
+#     --format=Cluster,JobID,JobIDRaw,Account,User,Partition,Submit%40,Start%40,End%40,ElapsedRaw,AllocTRES,ReqTRES,State,QOS,NodeList
+# - --parsable2: '|'-separated, no trailing '|', first line the header (field names without
+#   the %N). Drop -X to get the steps too (JobID N.batch, N.extern, N.0, N.1...; steps have
+#   User, Partition, QOS, ReqTRES empty and Submit = the step's start; .batch has no billing).
+# - Times: sacct honours SLURM_TIME_FORMAT (a strftime format), but cuts every time to its
+#   field's width (19) even under --parsable2: %FT%T%z alone loses the offset, hence
+#   Submit%40 etc. Other fields are not cut under --parsable2 (only in the fixed-width output,
+#   with a '+'). -S/-E are read in the local time zone (TZ), and printed in it.
+# - Unknown: Start and End of a pending job, End of a running one (ElapsedRaw then counts up
+#   to now). None: Start of a job cancelled while pending (seen once as Start = End instead);
+#   its NodeList is "None assigned" (as while pending), AllocTRES empty, ElapsedRaw 0.
+# - -S/-E without --state select a run when Eligible < END (strict) and (End >= START, or not
+#   ended): a job that ended exactly at -E is included (it was eligible before), and so is one
+#   that ended exactly at -S; consecutive windows [S,E) [E,F) can both return a run, so load
+#   idempotently. A run never eligible is never selected: held then cancelled (it shows only
+#   with -j or --state), pending on a dependency or a future --begin. Without -S sacct starts
+#   at 00:00 today; without -E, END is now.
+# - Requeue: with -D each run is a row of its own, same JobID and JobIDRaw; the earlier run has
+#   State REQUEUED and its own Submit/Start/End; the later run's Submit is the requeue time.
+#   Without -D only the last run shows. A requeued job waits AuthInfo cred_expire (here 10 s;
+#   120 s by default) before it may start again.
+# - Arrays: JobID A_T; JobIDRaw is a job id of its own per task, except one task (here the
+#   last) that keeps A itself; so key rows on JobIDRaw (+ Submit for requeued runs), not JobID.
+# - Het jobs: JobID H+0, H+1 with JobIDRaw H and a job id of its own (13+0 -> 13, 13+1 -> 14);
+#   steps H+0.batch, H+0.0, H+1.0 (raw 13.batch, 13.0, 14.0); only component 0 has .batch.
+# - State of a cancelled job is "CANCELLED by UID" (job row; its steps say CANCELLED).
+# - AllocTRES order: billing,cpu,gres/gpu,mem,node (mem with a unit suffix, e.g. 512M).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
 cluster=testcl
 base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-slurm.XXXXXX")
 # munged wants every directory above its socket searchable by all, and none writable by others
@@ -94,6 +123,10 @@ teardown() {
     local status=$?
     set +e
     trap - EXIT INT TERM
+    if [ -n "${cmd_pid:-}" ] && kill -0 "$cmd_pid" 2>/dev/null; then
+        kill -TERM "$cmd_pid" 2>/dev/null
+        wait_gone 5 "$cmd_pid" || kill -KILL "$cmd_pid" 2>/dev/null
+    fi
     # jobs first, so that no slurmstepd outlives its slurmd
     if [ -f "$etc/slurm.conf" ] && [ -n "${ctld_pid:-}" ] && kill -0 "$ctld_pid" 2>/dev/null; then
         local jobs
@@ -141,10 +174,14 @@ fail() {
 }
 
 wait_for() {  # wait_for SECONDS WHAT COMMAND...
-    local t=$1 what=$2 i
+    local t=$1 what=$2 deadline=$((SECONDS + $1))
     shift 2
-    for ((i = 0; i < t * 10; i++)); do
-        "$@" >/dev/null 2>&1 && return 0
+    while [ $SECONDS -lt $deadline ]; do
+        if declare -F "$1" >/dev/null; then
+            "$@" >/dev/null 2>&1 && return 0
+        else
+            timeout 10 "$@" >/dev/null 2>&1 && return 0
+        fi
         sleep 0.1
     done
     fail "$what did not come up within ${t}s"
@@ -154,7 +191,8 @@ read -r db_port dbd_port ctld_port n1_port n2_port n3_port n4_port <<<"$(pick_po
 node_ports=("$n1_port" "$n2_port" "$n3_port" "$n4_port")
 for v in $(compgen -e); do [[ $v == SLURM_* ]] && unset "$v"; done
 export SLURM_CONF=$etc/slurm.conf
-authinfo="AuthInfo=socket=$base/munge/munge.socket"
+# cred_expire also sets how long a requeued job waits before it may start again (120 s by default)
+authinfo="AuthInfo=socket=$base/munge/munge.socket,cred_expire=${HPCACCT_SLURM_CRED_EXPIRE:-10}"
 ctld_host=$(hostname -s)
 
 # --- munge ---
@@ -214,7 +252,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 $authinfo
-CommunicationParameters=NoInAddrAny
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
 StateSaveLocation=$base/ctld
 SlurmctldPidFile=$run/slurmctld.pid
 SlurmctldLogFile=$log/slurmctld.log
@@ -279,12 +317,12 @@ fi
 slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
 pids+=($!)
 wait_for 60 slurmdbd sacctmgr -n list cluster
-sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
-sacctmgr -i add account proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
+timeout 30 sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
+timeout 30 sacctmgr -i add account proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
     fail "sacctmgr add account failed"
-sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
+timeout 30 sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster="$cluster" >/dev/null ||
     fail "sacctmgr add user failed"
-sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
+timeout 30 sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
 
 # --- slurmctld and four slurmd ---
 slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
@@ -295,9 +333,20 @@ for n in 1 2 3 4; do
     slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
     pids+=($!)
 done
-nodes_idle() { [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
+nodes_idle() { [ "$(timeout 10 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
 wait_for 30 "the four slurmd" nodes_idle
 
 export HPCACCT_SLURM_DIR=$base HPCACCT_SLURM_CLUSTER=$cluster
+# in the background, so that INT or TERM reach teardown at once; stdin stays the caller's
+# (when it has one: CI may run us with it closed)
+if { : <&0; } 2>/dev/null; then
+    "$@" <&0 &
+else
+    "$@" </dev/null &
+fi
+cmd_pid=$!
 set +e
-"$@"
+wait "$cmd_pid"
+status=$?
+cmd_pid=
+exit $status
