@@ -155,7 +155,8 @@ COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
 
 -- The load: every staged line (and every open quarantine row) is sorted, in one statement,
 -- into steps, ignored accounts, unfinished runs (not charged yet: a later window shows them
--- finished), runs that never started, lines to quarantine, and runs to charge. A run is
+-- finished), runs that never started (Start None or Unknown, or no allocation and no time),
+-- lines to quarantine, and runs to charge. A run is
 -- (cluster, jobid, submit), as slurmdbd identifies it; a run already in hpcacct.job with
 -- the same fields writes nothing, a changed one is updated (and re-rated by the charging
 -- trigger when a charging field changed). If charging still fails (a site trigger refusing
@@ -265,6 +266,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                             || '", end "' || r."end" || '")'
                    WHEN r.t_end < r.t_start
                        THEN 'quarantine:22023:the job ends before it starts'
+                   -- cancelled while it waited: Slurm 22.05 may record Start = End and no allocation
+                   WHEN r.alloctres = '' AND r.t_end = r.t_start THEN 'never_started'
                    WHEN r.t_end - r.t_start > max_length
                        THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
                    WHEN @extschema@.tres_problem(r.alloctres) IS NOT NULL

@@ -55,8 +55,9 @@ using Result = std::unique_ptr<PGresult, PGresultDeleter>;
 class Connection {
 public:
     explicit Connection(const std::string& conninfo) {
-        const char* keys[] = {"dbname", "fallback_application_name", nullptr};
-        const char* values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-sacct", nullptr};
+        // UTF-8 on the wire whatever the locale: lines that are not are quarantined, not sent
+        const char* keys[] = {"dbname", "fallback_application_name", "client_encoding", nullptr};
+        const char* values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-sacct", "UTF8", nullptr};
         conn_ = PQconnectdbParams(keys, values, 1);
         if (conn_ == nullptr) throw Failure("cannot allocate a connection");
         if (PQstatus(conn_) != CONNECTION_OK) {
@@ -249,7 +250,8 @@ long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source,
             continue;
         }
         if (!sacct::copy_row(header, line, lineno, chunk)) {
-            std::fprintf(stderr, "hpcacct-sacct: %s:%lld: wrong number of fields (quarantined)\n", source.c_str(), lineno);
+            std::fprintf(stderr, "hpcacct-sacct: %s:%lld: wrong number of fields or not UTF-8 (quarantined)\n",
+                         source.c_str(), lineno);
         }
         ++staged;
         if (chunk.size() >= (1 << 16)) {

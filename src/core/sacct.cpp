@@ -105,16 +105,64 @@ void append_copy_text(std::string& out, std::string_view text) {
     }
 }
 
+bool valid_utf8(std::string_view text) {
+    std::size_t i = 0;
+    while (i < text.size()) {
+        const unsigned char c = static_cast<unsigned char>(text[i]);
+        std::size_t n;
+        unsigned int cp;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+            cp = c & 0x1Fu;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            cp = c & 0x0Fu;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            cp = c & 0x07u;
+        } else {
+            return false;
+        }
+        for (std::size_t k = 1; k <= n; ++k) {
+            if (i + k >= text.size()) return false;
+            const unsigned char d = static_cast<unsigned char>(text[i + k]);
+            if ((d & 0xC0u) != 0x80u) return false;
+            cp = (cp << 6) | (d & 0x3Fu);
+        }
+        // overlong forms, surrogates, beyond U+10FFFF
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            return false;
+        }
+        i += n + 1;
+    }
+    return true;
+}
+
 bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out) {
     line = chomp(line);
+    const bool utf8 = valid_utf8(line);
     const std::vector<std::string_view> fields = split(line);
-    const bool fits = fields.size() == header.width();
+    const bool fits = utf8 && fields.size() == header.width();
     out += std::to_string(lineno);
     out += '\t';
-    append_copy_text(out, line);
+    if (utf8) {
+        append_copy_text(out, line);
+    } else {
+        std::string shown;
+        for (char c : line) shown += (static_cast<unsigned char>(c) < 0x80) ? c : '?';
+        append_copy_text(out, shown);
+    }
     out += '\t';
     if (fits) {
         append_null(out);
+    } else if (!utf8) {
+        char problem[160];
+        std::snprintf(problem, sizeof problem, "line %lld is not valid UTF-8 (its non-ASCII bytes are shown as ?)",
+                      lineno);
+        append_copy_text(out, problem);
     } else {
         char problem[160];
         std::snprintf(problem, sizeof problem, "line %lld has %zu fields, the header %zu", lineno, fields.size(),

@@ -48,9 +48,13 @@ std::string_view chomp(std::string_view line);
 // Appends `text` to `out` escaped for COPY's text format.
 void append_copy_text(std::string& out, std::string_view text);
 
+// Whether the text is valid UTF-8 (the loader sends UTF-8: one bad byte would fail the COPY).
+bool valid_utf8(std::string_view text);
+
 // Appends one COPY text row for a sacct line: lineno, the line, a problem (NULL unless the
-// line has the wrong number of fields, in which case every field is NULL), the fields.
-// Returns false when the line had a problem.
+// line has the wrong number of fields or is not valid UTF-8 — then every field is NULL, and
+// the invalid bytes of the line are shown as '?'), the fields. Returns false when the line
+// had a problem.
 bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out);
 
 // sacct's -S/-E argument for an instant, in the local time of the machine (sacct reads it so).

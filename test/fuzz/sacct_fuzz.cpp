@@ -4,8 +4,9 @@
 //  - Header::parse either succeeds or throws hpcacct::Error of kind invalid_argument;
 //  - a parsed header names every required field, at distinct positions inside the line;
 //  - every line becomes exactly one COPY row: 3 + kFieldCount tab-separated columns ending in
-//    one newline, with no raw tab, newline or carriage return inside a column; a line with the
-//    wrong number of fields is reported (false) and all its fields are NULL.
+//    one newline, with no raw tab, newline or carriage return inside a column, valid UTF-8
+//    whatever the input; a line with the wrong number of fields or invalid UTF-8 is reported
+//    (false) and all its fields are NULL.
 #include "fuzz_support.hpp"
 
 #include "core/sacct.hpp"
@@ -49,7 +50,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                    "raw newline inside a row");
         const std::size_t columns = static_cast<std::size_t>(std::count(body.begin(), body.end(), '\t')) + 1;
         FUZZ_CHECK(columns == 3 + sacct::kFieldCount, "%zu columns", columns);
-        FUZZ_CHECK(fits == (sacct::split(sacct::chomp(line)).size() == header.width()), "fit misreported");
+        FUZZ_CHECK(fits == (sacct::valid_utf8(sacct::chomp(line)) &&
+                            sacct::split(sacct::chomp(line)).size() == header.width()),
+                   "fit misreported");
+        FUZZ_CHECK(sacct::valid_utf8(body), "a row that is not UTF-8 would fail the whole COPY");
         if (!fits) {
             std::string nulls;
             for (std::size_t f = 0; f < sacct::kFieldCount; ++f) nulls += "\t\\N";

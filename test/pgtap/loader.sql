@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(73);
+SELECT plan(74);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -58,12 +58,13 @@ SELECT pg_temp.stage(
     'ldr|10|lp1|u1|cpu|2024-01-10T09:01:00+0100|2024-01-10T09:02:00+0100|2024-01-10T11:02:00+0100|cpu=1|COMPLETED',
     'ldr|11|lp2_slurm|u3|cpu|2024-01-10T08:00:00+0100|2024-01-10T08:00:00+0100|2024-01-10T09:00:00+0100|cpu=6|COMPLETED',
     'ldr|12|lp1|u1|gpu|2024-01-10T08:00:00+0100|2024-01-10T08:00:00+0100|2024-01-10T09:00:00+0100|cpu=1|COMPLETED',
-    'ldr|13|lp1|u1|cpu|2024-01-10T08:00:00+0100|2024-01-10T09:00:00+0100|2024-01-10T08:00:00+0100|cpu=1|COMPLETED');
-INSERT INTO sacct_staging (lineno, line, problem) VALUES (22, 'ldr|14|lp1', 'line 22 has 3 fields, the header 10');
+    'ldr|13|lp1|u1|cpu|2024-01-10T08:00:00+0100|2024-01-10T09:00:00+0100|2024-01-10T08:00:00+0100|cpu=1|COMPLETED',
+    'ldr|15|lp1|u1|cpu|2024-01-10T08:00:00+0100|2024-01-10T08:07:00+0100|2024-01-10T08:07:00+0100||CANCELLED by 0');
+INSERT INTO sacct_staging (lineno, line, problem) VALUES (23, 'ldr|14|lp1', 'line 23 has 3 fields, the header 10');
 SELECT lives_ok('SELECT pg_temp.load(1)', 'a day with every kind of line loads');
 SELECT is((SELECT (lines, inserted, rerated, updated, unchanged, unfinished, never_started, steps, ignored, duplicates,
                    quarantined, retried, resolved)::text FROM outcome WHERE load = 1),
-          '(22,7,0,0,0,2,1,4,1,0,7,0,0)',
+          '(23,7,0,0,0,2,2,4,1,0,7,0,0)',
           'lines, inserted, rerated, updated, unchanged, unfinished, never started, steps, ignored, duplicates, '
           'quarantined, retried, resolved');
 SELECT is((SELECT count(*) FROM sacct_staging), 0::bigint, 'the staging table is emptied');
@@ -80,6 +81,7 @@ SELECT is((SELECT account FROM ledger WHERE cluster = 'ldr' AND jobid = '11'), '
 SELECT is(pg_temp.charged('5'), NULL, 'root''s job (mapped to no account) is not charged');
 SELECT is(pg_temp.open('5'), NULL, 'and not quarantined');
 SELECT is(pg_temp.charged('2'), NULL, 'a job cancelled before it started (Start=None) is not charged');
+SELECT is(pg_temp.charged('15'), NULL, 'nor one cancelled while waiting that Slurm records with Start = End and no allocation');
 SELECT is(pg_temp.charged('3'), NULL, 'a running job (End=Unknown) is not charged yet');
 SELECT is((SELECT count(*) FROM job WHERE cluster = 'ldr' AND (jobid ~ '\.' OR jobid LIKE '54\_[%')), 0::bigint,
           'no step and no pending array is stored');

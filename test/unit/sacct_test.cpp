@@ -133,3 +133,20 @@ TEST(SacctAssoc, ReadsClusterAccountUser) {
     EXPECT_EQ(out, "c\tproj1\talice\nc\tproj1\t\n");
     EXPECT_THROW(sacct::AssocHeader::parse("Cluster|User"), hpcacct::Error);
 }
+
+TEST(SacctRow, ValidUtf8) {
+    EXPECT_TRUE(sacct::valid_utf8("plain ascii|1"));
+    EXPECT_TRUE(sacct::valid_utf8("M\xc3\xbcller|\xe2\x82\xac|\xf0\x9f\x98\x80"));
+    EXPECT_FALSE(sacct::valid_utf8("M\xfcller"));          // Latin-1
+    EXPECT_FALSE(sacct::valid_utf8("\xc3"));               // cut short
+    EXPECT_FALSE(sacct::valid_utf8("\xc0\xaf"));           // overlong
+    EXPECT_FALSE(sacct::valid_utf8("\xed\xa0\x80"));       // surrogate
+    EXPECT_FALSE(sacct::valid_utf8("\xf4\x90\x80\x80"));   // beyond U+10FFFF
+}
+
+TEST(SacctRow, ALineThatIsNotUtf8IsAProblemShownWithoutItsBadBytes) {
+    std::string out;
+    EXPECT_FALSE(sacct::copy_row(sacct::Header::parse(kHeader), "c|1|p|M\xfcller|q|S|T|E|cpu=1|COMPLETED", 3, out));
+    EXPECT_EQ(out, "3\tc|1|p|M?ller|q|S|T|E|cpu=1|COMPLETED\tline 3 is not valid UTF-8 (its non-ASCII bytes are shown as ?)"
+                   "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n");
+}
