@@ -25,16 +25,17 @@ SLURM_FILES = src/slurm/job_submit.lua src/slurm/hpcacct_job_submit.conf.example
 REGRESS     = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=btree_gist --load-extension=$(EXTENSION)
 
-# hpcacct-notify, the outbox's SMTP sender: a client program on libpq and libcurl, installed
-# into PostgreSQL's bindir.
-NOTIFY_BIN  = src/bin/hpcacct-notify
-SCRIPTS_built = $(NOTIFY_BIN)
+# The commands, client programs installed into PostgreSQL's bindir: hpcacct-notify, the
+# outbox's SMTP sender (libpq, libcurl), and hpcacct-sacct, the loader (libpq).
+NOTIFY_BIN    = src/bin/hpcacct-notify
+LOADER        = src/bin/hpcacct-sacct
+SCRIPTS_built = $(NOTIFY_BIN) $(LOADER)
 
 CXXSTD      = -std=c++17
 PG_CPPFLAGS = -I$(CURDIR)/src
 PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK  = -lstdc++
-EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN)
+EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN) $(LOADER)
 
 PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
 PGXS       := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
@@ -64,6 +65,11 @@ uninstall-slurm:
 CORE_CXXFLAGS = $(CXXSTD) -O2 -g -fPIC -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc
 src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
+
+# The loader links the core's sacct module and libpq (libpq-dev), nothing of the server.
+$(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/core/error.hpp
+	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) \
+	    -o $@ $< src/core/sacct.o -lpq
 
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)

@@ -26,6 +26,7 @@ CREATE TABLE @extschema@.ledger (
     valid_from  date,
     valid_until date,
     note        text,
+    job_submit  timestamptz,
     CONSTRAINT ledger_charge_names_job CHECK (
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
                              AND job_start IS NOT NULL AND job_end >= job_start)),
@@ -43,6 +44,8 @@ CREATE INDEX ledger_allocation_account ON @extschema@.ledger (account) WHERE kin
 CREATE INDEX ledger_job_end ON @extschema@.ledger USING brin (job_end);
 COMMENT ON TABLE @extschema@.ledger IS
     'Append-only ledger: one row per charge, reversal, deposit, transfer or retraction';
+COMMENT ON COLUMN @extschema@.ledger.job_submit IS
+    'A charge''s job run: with cluster and jobid, its submit time (a requeued job is several runs; NULL without one)';
 COMMENT ON COLUMN @extschema@.ledger.amount IS
     'Units (see unit); a charge is positive, its reversal negative; rounded to 6 decimals when booked';
 
@@ -62,14 +65,18 @@ CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_is_append_only();
 
 -- The columns of a job table that charging reads, as quoted identifiers in the order
--- cluster, jobid, account, user, partition, start, end, alloctres. `mapping` holds
--- 'role=column' pairs for a table whose names differ from sacct's.
+-- cluster, jobid, account, user, partition, start, end, alloctres, submit. `mapping` holds
+-- 'role=column' pairs for a table whose names differ from sacct's. submit is optional: a
+-- table without that column (and no mapping for it) gets NULL, and its jobs are told apart
+-- by cluster and jobid alone.
 CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres'];
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres',
+                                         'submit'];
+        submit_mapped boolean := false;
         columns text[] := roles;
         pair    text;
         role    text;
@@ -87,11 +94,16 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
                           HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
             END IF;
             columns[position] := column_name;
+            submit_mapped := submit_mapped OR role = 'submit';
         END LOOP;
         FOR position IN 1 .. array_length(roles, 1) LOOP
             SELECT a.atttypid INTO column_type
             FROM pg_catalog.pg_attribute a
             WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND AND roles[position] = 'submit' AND NOT submit_mapped THEN
+                columns[position] := 'NULL';
+                CONTINUE;
+            END IF;
             IF NOT FOUND THEN
                 RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
                     USING ERRCODE = 'undefined_column',
@@ -101,7 +113,7 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
             -- with a cast or output function of its own would run its author's code with
             -- those rights. Only built-in types (and tres) are read, checked at every firing.
             IF NOT column_type = ANY (CASE
-                    WHEN roles[position] IN ('start', 'end')
+                    WHEN roles[position] IN ('start', 'end', 'submit')
                         THEN ARRAY['timestamptz', 'timestamp']::regtype[]
                     WHEN roles[position] = 'alloctres'
                         THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
@@ -150,7 +162,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         col := @extschema@.job_columns(TG_RELID, TG_ARGV);
         relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
-                           '%s::@extschema@.tres AS alloctres',
+                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
                            VARIADIC col);
         IF TG_OP = 'UPDATE' THEN
             changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
@@ -164,13 +176,16 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         IF changed_old IS NOT NULL THEN
             EXECUTE format($q$
                 INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                submitter, job_start, job_end, note)
+                                                job_submit, submitter, job_start, job_end, note)
                 SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.submitter, l.job_start, l.job_end, %L
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L
                 FROM @extschema@.ledger l
                 WHERE l.kind = 'charge'
-                  AND (l.cluster, l.jobid) IN (SELECT o.cluster, o.jobid FROM %s o)
-                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+                  AND EXISTS (SELECT 1 FROM %s o
+                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                         l.job_end
                 HAVING sum(l.amount) <> 0
                 $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
         END IF;
@@ -188,11 +203,12 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
             IF unknown_accounts = 0 THEN
                 EXECUTE format($q$
                     INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    submitter, job_start, job_end)
+                                                    job_submit, submitter, job_start, job_end)
                     SELECT j.account, 'charge',
                            round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
-                           r.unit, r.resource_id, j.cluster, j.jobid, j.submitter, j.job_start, j.job_end
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
+                           j.job_end
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
@@ -292,9 +308,11 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
     'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
 
--- Creates the table of finished jobs, one row each, with sacct's fields as columns (sacct
--- --parsable2 -o Cluster,JobID,Account,User,Partition,Submit,Start,End,AllocTRES,State loads
--- with COPY; "user" and "end" are SQL keywords and need quotes), and attaches charging.
+-- Creates the table of finished jobs, one row per run, with sacct's fields as columns
+-- ("user" and "end" are SQL keywords and need quotes), and attaches charging. A run is
+-- (cluster, jobid, submit), as slurmdbd identifies it: a requeued job is several runs of one
+-- JobID with different submit times. A row without submit is identified by (cluster, jobid)
+-- alone (NULLS NOT DISTINCT). hpcacct-sacct and load_sacct() load it from sacct.
 -- The table belongs to the site, not to the extension: pg_dump dumps it as a table whose
 -- charging triggers are created after its rows are restored, so a restore never charges
 -- the restored jobs a second time.
@@ -317,11 +335,11 @@ CREATE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@
                 "end"     timestamptz NOT NULL,
                 alloctres @extschema@.tres NOT NULL,
                 state     text,
-                PRIMARY KEY (cluster, jobid)
+                UNIQUE NULLS NOT DISTINCT (cluster, jobid, submit)
             )$t$, job_table);
         created := job_table::regclass;
         EXECUTE format('COMMENT ON TABLE %s IS %L', created,
-                       'Finished jobs, one row each, columns named after sacct fields; charged by trigger');
+                       'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
         PERFORM @extschema@.attach_charging(created);
         PERFORM @extschema@.protect_table(created);
         RETURN created;

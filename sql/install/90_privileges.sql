@@ -3,8 +3,9 @@
 --
 -- Four roles, created by CALL hpcacct.setup_roles() (or by the site, with these names):
 --   hpcacct_admin   runs the centre: every table, every function and procedure;
---   hpcacct_ingest  loads jobs: INSERT into hpcacct.job, nothing else (the charging trigger
---                   books the ledger with the extension owner's rights);
+--   hpcacct_ingest  loads jobs: INSERT into hpcacct.job; INSERT into hpcacct.sacct_staging and
+--                   load_sacct() (the sacct loader); nothing else (the charging trigger and
+--                   load_sacct() book with the extension owner's rights);
 --   hpcacct_portal  reads every table and view, but sees only the rows of accounts its
 --                   session user is a member of (row-level security); a project
 --                   administrator among them manages the members of their projects
@@ -146,7 +147,13 @@ CREATE PROCEDURE @extschema@.setup_roles()
         IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
             GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
         END IF;
+        -- the sacct loader (95_sacct.sql): COPY into the staging table, then load_sacct()
+        GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
+        GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
+                                  @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- staged lines are every account's, and not behind row-level security (COPY refuses it)
+        REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
         -- project administrators manage their projects' members from a portal (the functions
         -- check that the session user administers the account)
         GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),

@@ -3908,6 +3908,875 @@ COMMENT ON VIEW @extschema@.regulation_report IS
     'Per account, machine and month up to today: Alloc, TMC, TC, consumption, delta and monthly status at the 15th (NULL under annual regulation), and the outcome the monthly run logged';
 ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);
 
+-- loader (issue 14) ---------------------------------------------------------------------
+-- A job run is (cluster, jobid, submit), as slurmdbd identifies it: a requeued job is several
+-- runs of one JobID. The ledger names the run (job_submit) so that a reversal takes back only
+-- the run that changed; sacct is loaded through a staging table and load_sacct().
+
+ALTER TABLE @extschema@.ledger ADD COLUMN job_submit timestamptz;
+COMMENT ON COLUMN @extschema@.ledger.job_submit IS
+    'A charge''s job run: with cluster and jobid, its submit time (a requeued job is several runs; NULL without one)';
+
+CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres',
+                                         'submit'];
+        submit_mapped boolean := false;
+        columns text[] := roles;
+        pair    text;
+        role    text;
+        column_name text;
+        column_type oid;
+        position integer;
+    BEGIN
+        FOREACH pair IN ARRAY coalesce(mapping, '{}') LOOP
+            role := split_part(pair, '=', 1);
+            column_name := substr(pair, length(role) + 2);
+            position := array_position(roles, role);
+            IF strpos(pair, '=') = 0 OR position IS NULL OR column_name = '' THEN
+                RAISE EXCEPTION 'invalid job column mapping "%"', pair
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
+            END IF;
+            columns[position] := column_name;
+            submit_mapped := submit_mapped OR role = 'submit';
+        END LOOP;
+        FOR position IN 1 .. array_length(roles, 1) LOOP
+            SELECT a.atttypid INTO column_type
+            FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND AND roles[position] = 'submit' AND NOT submit_mapped THEN
+                columns[position] := 'NULL';
+                CONTINUE;
+            END IF;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
+                    USING ERRCODE = 'undefined_column',
+                          HINT = format('Name it in the trigger arguments, e.g. ''%s=my_column''.', roles[position]);
+            END IF;
+            -- Charging casts these columns while it runs as the extension's owner: a type
+            -- with a cast or output function of its own would run its author's code with
+            -- those rights. Only built-in types (and tres) are read, checked at every firing.
+            IF NOT column_type = ANY (CASE
+                    WHEN roles[position] IN ('start', 'end', 'submit')
+                        THEN ARRAY['timestamptz', 'timestamp']::regtype[]
+                    WHEN roles[position] = 'alloctres'
+                        THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
+                    ELSE ARRAY['text', 'varchar', 'bpchar', 'name', 'int2', 'int4', 'int8', 'numeric']::regtype[]
+                END) THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) has type %, which charging does not read',
+                                columns[position], job_table, roles[position], column_type::regtype
+                    USING ERRCODE = 'datatype_mismatch',
+                          DETAIL = 'Charging runs with the extension owner''s rights and reads only built-in types: '
+                                   'text or integers for names and ids, timestamptz or timestamp for times, '
+                                   'tres or text for alloctres.',
+                          HINT = 'Change the column to one of these types.';
+            END IF;
+            columns[position] := quote_ident(columns[position]);
+        END LOOP;
+        RETURN columns;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
+
+CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    DECLARE
+        col      text[];
+        relevant text;
+        changed_old text;
+        changed_new text;
+        problem  record;
+        unknown_accounts bigint;
+        charged  bigint;
+        jobs     bigint;
+        max_length  interval;
+        need_member boolean;
+    BEGIN
+        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
+            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        col := @extschema@.job_columns(TG_RELID, TG_ARGV);
+        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
+                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
+                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
+                           VARIADIC col);
+        IF TG_OP = 'UPDATE' THEN
+            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
+            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
+        ELSIF TG_OP = 'DELETE' THEN
+            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
+        ELSE
+            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+
+        IF changed_old IS NOT NULL THEN
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                job_submit, submitter, job_start, job_end, note)
+                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge'
+                  AND EXISTS (SELECT 1 FROM %s o
+                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                         l.job_end
+                HAVING sum(l.amount) <> 0
+                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+        END IF;
+
+        IF changed_new IS NOT NULL THEN
+            max_length := @extschema@.setting_value('max_job_length')::interval;
+            need_member := @extschema@.setting_value('require_membership')::boolean;
+            -- Charge every job that can be charged; only when some cannot, find out why. (The
+            -- accounts are checked first, once each: joined per job, the planner, blind to the
+            -- transition table's size, would scan the accounts once per job.)
+            EXECUTE format($q$
+                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
+                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                $q$, changed_new) INTO unknown_accounts;
+            IF unknown_accounts = 0 THEN
+                EXECUTE format($q$
+                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                    job_submit, submitter, job_start, job_end)
+                    SELECT j.account, 'charge',
+                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
+                           j.job_end
+                    FROM %s j
+                    JOIN @extschema@.resource r
+                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
+                                             WHERE m.account = j.account AND m.username = j.submitter))
+                    $q$, changed_new) USING max_length, need_member;
+                GET DIAGNOSTICS charged = ROW_COUNT;
+                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
+            END IF;
+            IF unknown_accounts > 0 OR charged <> jobs THEN
+                EXECUTE format($q$
+                    SELECT * FROM (
+                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
+                               CASE
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                       THEN 'unknown_account'
+                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                                                           WHERE m.account = j.account AND m.username = j.submitter)
+                                       THEN 'not_member'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                      AND r.valid @> j.job_start)
+                                       THEN 'unknown_resource'
+                               END AS problem
+                        FROM %s j) checked
+                    WHERE problem IS NOT NULL
+                    LIMIT 1
+                    $q$, changed_new) INTO problem USING max_length, need_member;
+
+                IF problem.problem = 'missing' THEN
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'no_times' THEN
+                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed',
+                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'end_before_start' THEN
+                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'too_long' THEN
+                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
+                                    problem.jobid, max_length
+                        USING ERRCODE = 'HA004',
+                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
+                ELSIF problem.problem = 'not_member' THEN
+                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
+                                    problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'HA005',
+                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
+                ELSIF problem.problem = 'unknown_account' THEN
+                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+                ELSIF problem.problem = 'unknown_resource' THEN
+                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object',
+                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                END IF;
+                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
+                    USING ERRCODE = 'internal_error';
+            END IF;
+        END IF;
+        RETURN NULL;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.charge_jobs() IS
+    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+
+ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
+
+CREATE OR REPLACE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@.job') RETURNS regclass
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        created regclass;
+    BEGIN
+        EXECUTE format($t$
+            CREATE TABLE %s (
+                cluster   text NOT NULL,
+                jobid     text NOT NULL,
+                account   text NOT NULL,
+                "user"    text NOT NULL,
+                partition text NOT NULL,
+                submit    timestamptz,
+                start     timestamptz NOT NULL,
+                "end"     timestamptz NOT NULL,
+                alloctres @extschema@.tres NOT NULL,
+                state     text,
+                UNIQUE NULLS NOT DISTINCT (cluster, jobid, submit)
+            )$t$, job_table);
+        created := job_table::regclass;
+        EXECUTE format('COMMENT ON TABLE %s IS %L', created,
+                       'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
+        PERFORM @extschema@.attach_charging(created);
+        PERFORM @extschema@.protect_table(created);
+        RETURN created;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
+    'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
+
+
+-- Existing job tables: every charge in the ledger gets its run's submit time from the table
+-- that charged it (under 0.3 (cluster, jobid) was unique there, so each charge has one run),
+-- and a primary key on (cluster, jobid) becomes the run's unique key. This is the one update
+-- of ledger rows ever made: it fills a new column and changes no amount.
+DO $do$
+DECLARE
+    t record;
+    col text[];
+    args text[];
+    pkey record;
+BEGIN
+    ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
+    FOR t IN SELECT tg.tgrelid::regclass AS job_table, tg.tgnargs, tg.tgargs
+             FROM pg_catalog.pg_trigger tg
+             WHERE tg.tgname = 'hpcacct_charge_insert'
+               AND tg.tgfoid = '@extschema@.charge_jobs()'::regprocedure LOOP
+        args := CASE WHEN t.tgnargs = 0 THEN '{}'::text[]
+                     ELSE (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[1:t.tgnargs] END;
+        col := @extschema@.job_columns(t.job_table, args);
+        CONTINUE WHEN col[9] = 'NULL';  -- no submit column: its jobs stay identified by (cluster, jobid)
+        EXECUTE pg_catalog.format(
+            'UPDATE @extschema@.ledger l SET job_submit = j.%s FROM %s j '
+            'WHERE l.kind = ''charge'' AND l.job_submit IS NULL AND l.cluster = j.%s::text AND l.jobid = j.%s::text',
+            col[9], t.job_table, col[1], col[2]);
+        SELECT c.conname INTO pkey
+        FROM pg_catalog.pg_constraint c
+        WHERE c.conrelid = t.job_table AND c.contype = 'p'
+          AND (SELECT pg_catalog.array_agg(pg_catalog.quote_ident(a.attname::text) ORDER BY a.attname)
+               FROM pg_catalog.pg_attribute a
+               WHERE a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey))
+              = (SELECT pg_catalog.array_agg(x ORDER BY x) FROM pg_catalog.unnest(ARRAY[col[1], col[2]]) x);
+        IF FOUND THEN
+            EXECUTE pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I, ADD UNIQUE NULLS NOT DISTINCT (%s, %s, %s)',
+                                      t.job_table, pkey.conname, col[1], col[2], col[9]);
+        END IF;
+    END LOOP;
+    ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
+    IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+        COMMENT ON TABLE @extschema@.job IS
+            'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger';
+    END IF;
+END
+$do$;
+
+CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        role_name text;
+    BEGIN
+        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+            END IF;
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
+        -- the sacct loader (95_sacct.sql): COPY into the staging table, then load_sacct()
+        GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
+        GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
+                                  @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- staged lines are every account's, and not behind row-level security (COPY refuses it)
+        REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.setup_roles() IS
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
+
+
+-- the sacct loader: sql/install/95_sacct.sql as it is
+-- ---------------------------------------------------------------------------------------
+-- Slurm in (issue 14): sacct's lines are staged as text (COPY, no row-level security), then
+-- one set-based step, load_sacct(), charges what it can into hpcacct.job and quarantines the
+-- rest with the line, the reason and the SQLSTATE; quarantined lines are retried by every
+-- load. The command hpcacct-sacct streams sacct's output into the staging table and calls
+-- it; a site with its own export can do the same with COPY and SELECT.
+--
+-- After the privileges file on purpose: the staging table must not get row-level security
+-- (COPY FROM refuses a table with it for a role it applies to), and the quarantine gets it
+-- explicitly below.
+-- ---------------------------------------------------------------------------------------
+
+-- One row per sacct line, every field as the text sacct printed. Columns are named after
+-- sacct's fields (lower case); the required ones are cluster, jobid, account, user,
+-- partition, submit, start, end, alloctres and state, the others are kept with quarantined
+-- lines. `problem` is set by a loader that could not split the line (wrong number of fields).
+CREATE TABLE @extschema@.sacct_staging (
+    lineno     bigint,
+    line       text,
+    problem    text,
+    cluster    text,
+    jobid      text,
+    jobidraw   text,
+    account    text,
+    "user"     text,
+    partition  text,
+    submit     text,
+    start      text,
+    "end"      text,
+    alloctres  text,
+    state      text,
+    elapsedraw text,
+    reqtres    text,
+    qos        text,
+    nodelist   text
+);
+COMMENT ON TABLE @extschema@.sacct_staging IS
+    'sacct lines as text, field by field (COPY them here, then SELECT hpcacct.load_sacct()); emptied by every load';
+
+-- What a load could not charge, with the line and why. Open rows (resolved_at NULL) are
+-- retried by every load; a row that then loads (or is skipped) is marked resolved, and kept.
+CREATE TABLE @extschema@.sacct_quarantine (
+    quarantine_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_key     text NOT NULL,
+    reason      text NOT NULL,
+    sqlstate    text NOT NULL CHECK (sqlstate ~ '^[0-9A-Z]{5}$'),
+    first_seen  timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    last_tried  timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    attempts    integer NOT NULL DEFAULT 1,
+    resolved_at timestamptz,
+    resolution  text,
+    line       text,
+    problem    text,
+    cluster    text,
+    jobid      text,
+    jobidraw   text,
+    account    text,
+    "user"     text,
+    partition  text,
+    submit     text,
+    start      text,
+    "end"      text,
+    alloctres  text,
+    state      text,
+    elapsedraw text,
+    reqtres    text,
+    qos        text,
+    nodelist   text,
+    CONSTRAINT sacct_quarantine_resolution CHECK ((resolved_at IS NULL) = (resolution IS NULL))
+);
+CREATE UNIQUE INDEX sacct_quarantine_open ON @extschema@.sacct_quarantine (job_key) WHERE resolved_at IS NULL;
+COMMENT ON TABLE @extschema@.sacct_quarantine IS
+    'sacct lines a load could not charge: the line, the reason and its SQLSTATE; retried by every load until resolved';
+COMMENT ON COLUMN @extschema@.sacct_quarantine.job_key IS
+    'cluster|jobid|submit (submit as epoch seconds when it parses): one open row per job run';
+COMMENT ON COLUMN @extschema@.sacct_quarantine.resolution IS
+    'What a later load did with it: inserted, rerated, updated, unchanged, ignored, step, unfinished, never_started; '
+    'rekeyed: quarantined again under another key (a time that parses now)';
+
+-- Slurm accounts that are not charged under their own name: account NULL means their jobs
+-- are not charged at all (Slurm's root, test accounts), counted as ignored; a name means
+-- they are charged to that hpcacct account.
+CREATE TABLE @extschema@.slurm_account_map (
+    slurm_account text PRIMARY KEY,
+    account       text REFERENCES @extschema@.account,
+    note          text
+);
+COMMENT ON TABLE @extschema@.slurm_account_map IS
+    'Slurm accounts charged under another name (account), or not at all (account NULL: jobs ignored, e.g. root)';
+
+-- How far hpcacct-sacct run has loaded each cluster: the end of its last sacct window.
+CREATE TABLE @extschema@.sacct_watermark (
+    cluster        text PRIMARY KEY,
+    loaded_through timestamptz NOT NULL,
+    updated_at     timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
+);
+COMMENT ON TABLE @extschema@.sacct_watermark IS
+    'Per cluster, the end of the last sacct window loaded; advanced by load_sacct() in the load''s transaction';
+
+-- sacctmgr's associations (sacctmgr show assoc -P format=Cluster,Account,User), for
+-- sync_slurm_accounts().
+CREATE TABLE @extschema@.sacctmgr_staging (
+    cluster text,
+    account text,
+    "user"  text
+);
+COMMENT ON TABLE @extschema@.sacctmgr_staging IS
+    'sacctmgr associations as text (COPY them here, then SELECT hpcacct.sync_slurm_accounts()); emptied by the sync';
+
+-- A time as sacct prints it: seconds since the epoch (SLURM_TIME_FORMAT=%s, what
+-- hpcacct-sacct run asks for) or ISO text with a UTC offset (%FT%T%z where a Slurm prints
+-- it, or Z) are that instant; ISO text without an offset (sacct's default) is read in `zone`
+-- (the site's time zone, never the session's). NULL when the text is not such a time
+-- (Unknown, None, a bad date) or has no offset and zone is NULL. Never raises: every value
+-- that reaches a cast has been checked.
+CREATE FUNCTION @extschema@.sacct_time(value text, zone text) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN value ~ '^[0-9]{1,11}$' THEN pg_catalog.to_timestamp(value::double precision)
+        WHEN value IS NULL
+             OR value !~ '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-](0[0-9]|1[0-5])(:?[0-5][0-9])?)?$'
+             OR pg_catalog.substr(value, 1, 4) = '0000'
+            THEN NULL
+        WHEN pg_catalog.substr(value, 9, 2)::integer > 28
+             AND pg_catalog.substr(value, 9, 2)::integer >
+                 pg_catalog.date_part('day', pg_catalog.make_date(pg_catalog.substr(value, 1, 4)::integer,
+                                                                  pg_catalog.substr(value, 6, 2)::integer, 1)
+                                              + interval '1 month - 1 day')
+            THEN NULL
+        WHEN pg_catalog.length(value) > 19 THEN value::timestamptz
+        WHEN zone IS NULL THEN NULL
+        ELSE pg_catalog.timezone(zone, value::timestamp)
+    END;
+COMMENT ON FUNCTION @extschema@.sacct_time(text, text) IS
+    'A sacct time: epoch seconds or ISO with a UTC offset are that instant, ISO without one is read in zone; '
+    'NULL if it is not a time (Unknown, None, bad)';
+
+CREATE FUNCTION @extschema@.tres_problem(text) RETURNS text
+    AS 'MODULE_PATHNAME', 'hpcacct_tres_problem' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_problem(text) IS
+    'NULL when the text is a valid tres, else ''SQLSTATE message'' of the error its input would raise';
+
+-- Where hpcacct-sacct run starts a cluster's next window: the watermark minus the overlap
+-- (sacct's -S and -E include both ends, and slurmdbd may record a job after it ended).
+-- NULL when the cluster was never loaded.
+CREATE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) RETURNS timestamptz
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
+        FROM @extschema@.sacct_watermark w WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster
+    $$;
+COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
+    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded';
+
+-- The load: every staged line (and every open quarantine row) is sorted, in one statement,
+-- into steps, ignored accounts, unfinished runs (not charged yet: a later window shows them
+-- finished), runs that never started (Start None or Unknown, or no allocation and no time),
+-- lines to quarantine, and runs to charge. A run is
+-- (cluster, jobid, submit), as slurmdbd identifies it; a run already in hpcacct.job with
+-- the same fields writes nothing, a changed one is updated (and re-rated by the charging
+-- trigger when a charging field changed). If charging still fails (a site trigger refusing
+-- a job, a TRES the checks missed), the rows are bisected until the failing ones are found
+-- and quarantined with their error; the rest load. `through` and `clusters`, when given,
+-- advance those clusters' watermarks in the same transaction.
+CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
+    OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,
+    OUT unfinished bigint, OUT never_started bigint, OUT steps bigint, OUT ignored bigint,
+    OUT duplicates bigint, OUT quarantined bigint, OUT retried bigint, OUT resolved bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off  -- one-off statements over many rows: compiling them cost more than it saved (1.3 s of 17)
+    AS $fn$
+    DECLARE
+        zone    text;
+        problems bigint;
+        max_length  interval := @extschema@.setting_value('max_job_length')::interval;
+        need_member boolean := @extschema@.setting_value('require_membership')::boolean;
+        pending bigint[];
+        lo      bigint;
+        hi      bigint;
+        mid     bigint;
+        total   bigint;
+        state_  text;
+        message text;
+    BEGIN
+        IF pg_catalog.to_regclass('@extschema@.job') IS NULL THEN
+            RAISE EXCEPTION 'there is no job table @extschema@.job to load into'
+                USING ERRCODE = 'undefined_table', HINT = 'Create it with SELECT @extschema@.create_job_table().';
+        END IF;
+        IF through IS NOT NULL AND (clusters IS NULL OR pg_catalog.cardinality(clusters) = 0
+                                    OR pg_catalog.array_position(clusters, NULL) IS NOT NULL) THEN
+            RAISE EXCEPTION 'a watermark (through) needs the clusters it is for'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF through IS NOT NULL AND NOT pg_catalog.isfinite(through) THEN
+            RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- One load at a time (another waits here; staged lines are claimed by DELETE, so
+        -- every committed line is loaded once).
+        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
+        -- Times without an offset are read in the site's time zone; unset, they are quarantined.
+        SELECT s.value INTO zone FROM @extschema@.setting s WHERE s.name = 'timezone';
+
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_batch') IS NOT NULL THEN  -- a load that failed earlier
+            DROP TABLE pg_temp.hpcacct_sacct_batch;
+        END IF;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_write') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_sacct_write;
+        END IF;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_failed') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_sacct_failed;
+        END IF;
+        CREATE TEMP TABLE hpcacct_sacct_batch ON COMMIT DROP AS
+        WITH claimed AS (
+            DELETE FROM @extschema@.sacct_staging RETURNING *
+        ), parsed AS (
+            SELECT r.*,
+                   @extschema@.sacct_time(r.submit, zone) AS t_submit,
+                   @extschema@.sacct_time(r.start, zone) AS t_start,
+                   @extschema@.sacct_time(r."end", zone) AS t_end
+            FROM (SELECT 0 AS origin, NULL::bigint AS quarantine_id, c.lineno, c.line, c.problem, c.cluster, c.jobid, c.jobidraw, c.account,
+                         c."user", c.partition, c.submit, c.start, c."end", c.alloctres, c.state, c.elapsedraw,
+                         c.reqtres, c.qos, c.nodelist
+                  FROM claimed c
+                  UNION ALL
+                  SELECT 1, q.quarantine_id, NULL, q.line, q.problem, q.cluster, q.jobid, q.jobidraw, q.account, q."user",
+                         q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
+                         q.qos, q.nodelist
+                  FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
+        ), keyed AS (
+            SELECT p.*,
+                   CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
+                        THEN 'line:' || coalesce(p.line, '')
+                        ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
+                             || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
+                   END AS job_key
+            FROM parsed p
+        ), ranked AS (
+            SELECT k.*,
+                   1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
+                   m.slurm_account IS NOT NULL AND m.account IS NULL AS ignored,
+                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account
+            FROM keyed k
+            LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
+        )
+        SELECT r.*,
+               CASE
+                   WHEN r.problem IS NOT NULL THEN 'quarantine:22P02:' || r.problem
+                   WHEN r.jobid ~ '\.' THEN 'step'
+                   WHEN r.ignored THEN 'ignored'
+                   WHEN coalesce(r."end", '') IN ('', 'Unknown', 'None') THEN 'unfinished'
+                   WHEN coalesce(r.start, '') IN ('', 'Unknown', 'None') THEN 'never_started'
+                   WHEN coalesce(r.cluster, '') = '' OR coalesce(r.jobid, '') = '' OR coalesce(r.account, '') = ''
+                        OR coalesce(r."user", '') = '' OR coalesce(r.partition, '') = ''
+                        OR coalesce(r.submit, '') IN ('', 'Unknown', 'None') OR r.alloctres IS NULL
+                       THEN 'quarantine:22004:the line lacks a cluster, jobid, account, user, partition, submit time or alloctres'
+                   WHEN (r.t_submit IS NULL OR r.t_start IS NULL OR r.t_end IS NULL) AND zone IS NULL
+                        AND (@extschema@.sacct_time(r.submit, 'UTC') IS NOT NULL AND r.t_submit IS NULL
+                             OR @extschema@.sacct_time(r.start, 'UTC') IS NOT NULL AND r.t_start IS NULL
+                             OR @extschema@.sacct_time(r."end", 'UTC') IS NOT NULL AND r.t_end IS NULL)
+                       THEN 'quarantine:22023:a time without a UTC offset, and the site''s timezone setting is unset '
+                            '(set it, or run sacct with SLURM_TIME_FORMAT=%s)'
+                   WHEN r.t_submit IS NULL OR r.t_start IS NULL OR r.t_end IS NULL
+                       THEN 'quarantine:22007:invalid time (submit "' || r.submit || '", start "' || r.start
+                            || '", end "' || r."end" || '")'
+                   WHEN r.t_end < r.t_start
+                       THEN 'quarantine:22023:the job ends before it starts'
+                   -- cancelled while it waited: Slurm 22.05 may record Start = End and no allocation
+                   WHEN r.alloctres = '' AND r.t_end = r.t_start THEN 'never_started'
+                   WHEN r.t_end - r.t_start > max_length
+                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
+                   WHEN @extschema@.tres_problem(r.alloctres) IS NOT NULL
+                       THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
+                            || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
+                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = r.charged_account)
+                       THEN 'quarantine:42704:unknown account "' || r.charged_account || '"'
+                   WHEN need_member AND NOT EXISTS (SELECT 1 FROM @extschema@.membership ms
+                                                    WHERE ms.account = r.charged_account AND ms.username = r."user")
+                       THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
+                            || r.charged_account || '"'
+                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource rs
+                                    WHERE rs.cluster = r.cluster AND rs.partition = r.partition
+                                      AND rs.valid @> r.t_start)
+                       THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
+                            || r.partition || '" at ' || r.t_start
+                   ELSE 'charge'
+               END AS verdict
+        FROM ranked r;
+        ANALYZE pg_temp.hpcacct_sacct_batch;
+        -- Several lines of one run (a file holding two windows, a quarantined line seen again):
+        -- the newest staged line counts, then the quarantined one; the others rank 2. Found by
+        -- hashing the keys, without sorting every line.
+        WITH dup AS (
+            SELECT b.job_key FROM pg_temp.hpcacct_sacct_batch b GROUP BY b.job_key HAVING pg_catalog.count(*) > 1
+        ), ordered AS (
+            SELECT b.ctid AS row_id,
+                   pg_catalog.row_number() OVER (PARTITION BY b.job_key ORDER BY b.origin, b.lineno DESC) AS n
+            FROM pg_temp.hpcacct_sacct_batch b JOIN dup d ON d.job_key = b.job_key
+        )
+        UPDATE pg_temp.hpcacct_sacct_batch b SET rank = 2
+        FROM ordered o WHERE b.ctid = o.row_id AND o.n > 1;
+
+        -- Runs to charge, against what hpcacct.job holds for them.
+        CREATE TEMP TABLE hpcacct_sacct_write ON COMMIT DROP AS
+        SELECT pg_catalog.row_number() OVER () AS seq, w.*
+        FROM (SELECT b.origin, b.lineno, b.job_key, b.cluster, b.jobid, b.charged_account AS account, b."user",
+                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end",
+                     b.alloctres::@extschema@.tres AS alloctres, b.state,
+                     CASE WHEN j.cluster IS NULL THEN 'inserted'
+                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text)
+                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end,
+                                                 b.alloctres::@extschema@.tres::text) THEN 'rerated'
+                          WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
+                          ELSE 'unchanged'
+                     END AS action
+              FROM pg_temp.hpcacct_sacct_batch b
+              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit
+              WHERE b.verdict = 'charge' AND b.rank = 1) w;
+        ANALYZE pg_temp.hpcacct_sacct_write;
+
+        CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;
+        SELECT pg_catalog.count(*) INTO total FROM pg_temp.hpcacct_sacct_write;
+        -- Ranges still to write, as pairs lo, hi: the whole set first; a range that fails is
+        -- split in halves, and a single row that fails is quarantined.
+        IF total > 0 THEN
+            pending := ARRAY[1, total];
+        END IF;
+        WHILE pg_catalog.cardinality(pending) > 0 LOOP
+            lo := pending[1];
+            hi := pending[2];
+            pending := pending[3:];
+            BEGIN
+                INSERT INTO @extschema@.job AS j (cluster, jobid, account, "user", partition, submit, start, "end",
+                                                  alloctres, state)
+                SELECT w.cluster, w.jobid, w.account, w."user", w.partition, w.submit, w.start, w."end",
+                       w.alloctres, w.state
+                FROM pg_temp.hpcacct_sacct_write w
+                WHERE w.seq BETWEEN lo AND hi AND w.action <> 'unchanged'
+                ON CONFLICT (cluster, jobid, submit) DO UPDATE
+                    SET account = excluded.account, "user" = excluded."user", partition = excluded.partition,
+                        start = excluded.start, "end" = excluded."end", alloctres = excluded.alloctres,
+                        state = excluded.state
+                    WHERE (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text, j.state)
+                          IS DISTINCT FROM (excluded.account, excluded."user", excluded.partition, excluded.start,
+                                            excluded."end", excluded.alloctres::text, excluded.state);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS state_ = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
+                -- Only what a job's data can cause is quarantined; anything else (out of
+                -- memory, deadlock, a full disk) fails the load.
+                IF pg_catalog.left(state_, 2) NOT IN ('22', '23', '42', '44', 'HA', 'P0') THEN
+                    RAISE;
+                END IF;
+                IF lo = hi THEN
+                    INSERT INTO pg_temp.hpcacct_sacct_failed VALUES (lo, state_, message);
+                ELSE
+                    mid := (lo + hi) / 2;
+                    pending := ARRAY[lo, mid, mid + 1, hi] || pending;
+                END IF;
+            END;
+        END LOOP;
+
+        -- Open quarantine rows (all of them are in the batch) whose run this load took
+        -- (charged, unchanged or skipped) are resolved; so are those whose key changed (a time
+        -- without offset that now parses): they are quarantined again under the new key below.
+        SELECT pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
+               pg_catalog.count(*) FILTER (WHERE b.origin = 1)
+        INTO problems, retried
+        FROM pg_temp.hpcacct_sacct_batch b;
+        problems := problems + (SELECT pg_catalog.count(*) FROM pg_temp.hpcacct_sacct_failed);
+        IF retried > 0 THEN
+            WITH done AS (
+                UPDATE @extschema@.sacct_quarantine q
+                SET resolved_at = pg_catalog.statement_timestamp(),
+                    resolution = CASE WHEN q.job_key <> b.job_key AND (top.verdict LIKE 'quarantine:%' OR f.seq IS NOT NULL)
+                                      THEN 'rekeyed' ELSE coalesce(w.action, top.verdict) END
+                FROM pg_temp.hpcacct_sacct_batch b
+                JOIN pg_temp.hpcacct_sacct_batch top ON top.job_key = b.job_key AND top.rank = 1
+                LEFT JOIN pg_temp.hpcacct_sacct_write w ON w.job_key = top.job_key
+                LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq
+                WHERE b.origin = 1 AND q.quarantine_id = b.quarantine_id
+                  AND ((top.verdict NOT LIKE 'quarantine:%' AND f.seq IS NULL) OR q.job_key <> b.job_key)
+                RETURNING q.resolution
+            )
+            SELECT pg_catalog.count(*) FILTER (WHERE d.resolution <> 'rekeyed') INTO resolved FROM done d;
+        ELSE
+            resolved := 0;
+        END IF;
+
+        -- Quarantine: new problems, and open rows that failed again.
+        IF problems > 0 THEN
+            INSERT INTO @extschema@.sacct_quarantine AS q
+                (job_key, reason, sqlstate, line, problem, cluster, jobid, jobidraw, account, "user", partition,
+                 submit, start, "end", alloctres, state, elapsedraw, reqtres, qos, nodelist)
+            SELECT b.job_key,
+                   coalesce(f.reason, pg_catalog.substr(b.verdict, 18)),
+                   coalesce(f.sqlstate, pg_catalog.substr(b.verdict, 12, 5)),
+                   b.line, b.problem, b.cluster, b.jobid, b.jobidraw, b.account, b."user", b.partition, b.submit,
+                   b.start, b."end", b.alloctres, b.state, b.elapsedraw, b.reqtres, b.qos, b.nodelist
+            FROM pg_temp.hpcacct_sacct_batch b
+            LEFT JOIN pg_temp.hpcacct_sacct_write w ON w.job_key = b.job_key AND b.verdict = 'charge'
+            LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq
+            WHERE b.rank = 1 AND (b.verdict LIKE 'quarantine:%' OR f.seq IS NOT NULL)
+            ON CONFLICT (job_key) WHERE resolved_at IS NULL DO UPDATE
+                SET reason = excluded.reason, sqlstate = excluded.sqlstate, last_tried = excluded.last_tried,
+                    attempts = q.attempts + 1, line = excluded.line, problem = excluded.problem,
+                    cluster = excluded.cluster, jobid = excluded.jobid, jobidraw = excluded.jobidraw,
+                    account = excluded.account, "user" = excluded."user", partition = excluded.partition,
+                    submit = excluded.submit, start = excluded.start, "end" = excluded."end",
+                    alloctres = excluded.alloctres, state = excluded.state, elapsedraw = excluded.elapsedraw,
+                    reqtres = excluded.reqtres, qos = excluded.qos, nodelist = excluded.nodelist;
+        END IF;
+
+        IF through IS NOT NULL THEN
+            INSERT INTO @extschema@.sacct_watermark AS wm (cluster, loaded_through)
+            SELECT DISTINCT c, through FROM pg_catalog.unnest(clusters) AS c
+            ON CONFLICT (cluster) DO UPDATE
+                SET loaded_through = GREATEST(wm.loaded_through, excluded.loaded_through),
+                    updated_at = excluded.updated_at;
+        END IF;
+
+        SELECT pg_catalog.count(*) FILTER (WHERE b.origin = 0),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'unfinished'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'never_started'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'step'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'ignored'),
+               pg_catalog.count(*) FILTER (WHERE b.rank > 1 AND b.origin = 0),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
+               pg_catalog.count(*) FILTER (WHERE b.origin = 1)
+        INTO lines, unfinished, never_started, steps, ignored, duplicates, quarantined, retried
+        FROM pg_temp.hpcacct_sacct_batch b;
+        SELECT pg_catalog.count(*) FILTER (WHERE w.action = 'inserted' AND f.seq IS NULL),
+               pg_catalog.count(*) FILTER (WHERE w.action = 'rerated' AND f.seq IS NULL),
+               pg_catalog.count(*) FILTER (WHERE w.action = 'updated' AND f.seq IS NULL),
+               pg_catalog.count(*) FILTER (WHERE w.action = 'unchanged'),
+               pg_catalog.count(*) FILTER (WHERE f.seq IS NOT NULL)
+        INTO inserted, rerated, updated, unchanged, total
+        FROM pg_temp.hpcacct_sacct_write w
+        LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq;
+        quarantined := quarantined + total;
+        DROP TABLE pg_temp.hpcacct_sacct_batch, pg_temp.hpcacct_sacct_write, pg_temp.hpcacct_sacct_failed;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.load_sacct(timestamptz, text[]) IS
+    'Loads the staged sacct lines (and retries the quarantine): charges finished runs, skips steps, unfinished runs and '
+    'ignored accounts, quarantines the rest; advances the clusters'' watermarks to through';
+
+-- Accounts, users and memberships from sacctmgr's associations: adds what is missing, never
+-- removes anything. Slurm accounts in slurm_account_map are not added (an ignored account is
+-- not charged; a mapped one is charged to its hpcacct account). Runs with the caller's
+-- rights: an administrator's.
+CREATE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT users_added bigint,
+                                                OUT memberships_added bigint, OUT associations bigint)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacctmgr_staging'::regclass::oid::bigint);
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_assoc') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_assoc;
+        END IF;
+        CREATE TEMP TABLE hpcacct_assoc ON COMMIT DROP AS
+        WITH claimed AS (DELETE FROM @extschema@.sacctmgr_staging RETURNING *)
+        SELECT DISTINCT c.account, nullif(c."user", '') AS username
+        FROM claimed c
+        WHERE coalesce(c.account, '') <> ''
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.slurm_account_map m WHERE m.slurm_account = c.account);
+        SELECT pg_catalog.count(*) INTO associations FROM pg_temp.hpcacct_assoc;
+
+        INSERT INTO @extschema@.account (name, description)
+        SELECT DISTINCT a.account, 'from Slurm (sacctmgr)' FROM pg_temp.hpcacct_assoc a
+        ON CONFLICT (name) DO NOTHING;
+        GET DIAGNOSTICS accounts_added = ROW_COUNT;
+        INSERT INTO @extschema@.hpc_user (username)
+        SELECT DISTINCT a.username FROM pg_temp.hpcacct_assoc a WHERE a.username IS NOT NULL
+        ON CONFLICT (username) DO NOTHING;
+        GET DIAGNOSTICS users_added = ROW_COUNT;
+        INSERT INTO @extschema@.membership (account, username)
+        SELECT DISTINCT a.account, a.username FROM pg_temp.hpcacct_assoc a WHERE a.username IS NOT NULL
+        ON CONFLICT (account, username) DO NOTHING;
+        GET DIAGNOSTICS memberships_added = ROW_COUNT;
+        DROP TABLE pg_temp.hpcacct_assoc;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
+    'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
+
+-- Portal users see the quarantined lines and the mappings of their own accounts only.
+SELECT @extschema@.protect_table('@extschema@.sacct_quarantine');
+SELECT @extschema@.protect_table('@extschema@.slurm_account_map');
+
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.load_sacct(timestamptz, text[]),
+    @extschema@.sync_slurm_accounts(),
+    @extschema@.sacct_window_start(text, interval)
+    FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_quarantine', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_quarantine_quarantine_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.slurm_account_map', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_watermark', '');
+
+
+-- what setup_roles() grants on the loader's objects, for roles an earlier version made
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.sacct_staging, @extschema@.sacct_quarantine,
+            @extschema@.slurm_account_map, @extschema@.sacct_watermark, @extschema@.sacctmgr_staging TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON SEQUENCE @extschema@.sacct_quarantine_quarantine_id_seq TO hpcacct_admin;
+        GRANT EXECUTE ON FUNCTION @extschema@.sacct_time(text, text), @extschema@.tres_problem(text),
+            @extschema@.sacct_window_start(text, interval), @extschema@.load_sacct(timestamptz, text[]),
+            @extschema@.sync_slurm_accounts() TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_ingest') THEN
+        GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
+        GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
+                                  @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.sacct_quarantine, @extschema@.slurm_account_map, @extschema@.sacct_watermark
+            TO hpcacct_portal;
+    END IF;
+END
+$do$;
+-- end of loader (issue 14)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -3979,7 +4848,9 @@ CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping t
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres'];
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres',
+                                         'submit'];
+        submit_mapped boolean := false;
         columns text[] := roles;
         pair    text;
         role    text;
@@ -3997,11 +4868,16 @@ CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping t
                           HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
             END IF;
             columns[position] := column_name;
+            submit_mapped := submit_mapped OR role = 'submit';
         END LOOP;
         FOR position IN 1 .. array_length(roles, 1) LOOP
             SELECT a.atttypid INTO column_type
             FROM pg_catalog.pg_attribute a
             WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND AND roles[position] = 'submit' AND NOT submit_mapped THEN
+                columns[position] := 'NULL';
+                CONTINUE;
+            END IF;
             IF NOT FOUND THEN
                 RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
                     USING ERRCODE = 'undefined_column',
@@ -4011,7 +4887,7 @@ CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping t
             -- with a cast or output function of its own would run its author's code with
             -- those rights. Only built-in types (and tres) are read, checked at every firing.
             IF NOT column_type = ANY (CASE
-                    WHEN roles[position] IN ('start', 'end')
+                    WHEN roles[position] IN ('start', 'end', 'submit')
                         THEN ARRAY['timestamptz', 'timestamp']::regtype[]
                     WHEN roles[position] = 'alloctres'
                         THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
@@ -4055,7 +4931,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         col := @extschema@.job_columns(TG_RELID, TG_ARGV);
         relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
-                           '%s::@extschema@.tres AS alloctres',
+                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
                            VARIADIC col);
         IF TG_OP = 'UPDATE' THEN
             changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
@@ -4069,13 +4945,16 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         IF changed_old IS NOT NULL THEN
             EXECUTE format($q$
                 INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                submitter, job_start, job_end, note)
+                                                job_submit, submitter, job_start, job_end, note)
                 SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.submitter, l.job_start, l.job_end, %L
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L
                 FROM @extschema@.ledger l
                 WHERE l.kind = 'charge'
-                  AND (l.cluster, l.jobid) IN (SELECT o.cluster, o.jobid FROM %s o)
-                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+                  AND EXISTS (SELECT 1 FROM %s o
+                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                         l.job_end
                 HAVING sum(l.amount) <> 0
                 $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
         END IF;
@@ -4093,11 +4972,12 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
             IF unknown_accounts = 0 THEN
                 EXECUTE format($q$
                     INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    submitter, job_start, job_end)
+                                                    job_submit, submitter, job_start, job_end)
                     SELECT j.account, 'charge',
                            round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
-                           r.unit, r.resource_id, j.cluster, j.jobid, j.submitter, j.job_start, j.job_end
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
+                           j.job_end
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
@@ -5190,7 +6070,13 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
             GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
         END IF;
+        -- the sacct loader (95_sacct.sql): COPY into the staging table, then load_sacct()
+        GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
+        GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
+                                  @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- staged lines are every account's, and not behind row-level security (COPY refuses it)
+        REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
         -- project administrators manage their projects' members from a portal (the functions
         -- check that the session user administers the account)
         GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
@@ -6608,6 +7494,387 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
 COMMENT ON FUNCTION @extschema@.statement_html(text, date) IS
     'An account''s monthly statement as one self-contained HTML page with inline SVG charts (GENCI, RWTH, HLRN, usage '
     'by resource), from account_month()';
+CREATE OR REPLACE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@.job') RETURNS regclass
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        created regclass;
+    BEGIN
+        EXECUTE format($t$
+            CREATE TABLE %s (
+                cluster   text NOT NULL,
+                jobid     text NOT NULL,
+                account   text NOT NULL,
+                "user"    text NOT NULL,
+                partition text NOT NULL,
+                submit    timestamptz,
+                start     timestamptz NOT NULL,
+                "end"     timestamptz NOT NULL,
+                alloctres @extschema@.tres NOT NULL,
+                state     text,
+                UNIQUE NULLS NOT DISTINCT (cluster, jobid, submit)
+            )$t$, job_table);
+        created := job_table::regclass;
+        EXECUTE format('COMMENT ON TABLE %s IS %L', created,
+                       'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
+        PERFORM @extschema@.attach_charging(created);
+        PERFORM @extschema@.protect_table(created);
+        RETURN created;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
+    'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
+CREATE OR REPLACE FUNCTION @extschema@.sacct_time(value text, zone text) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN value ~ '^[0-9]{1,11}$' THEN pg_catalog.to_timestamp(value::double precision)
+        WHEN value IS NULL
+             OR value !~ '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-](0[0-9]|1[0-5])(:?[0-5][0-9])?)?$'
+             OR pg_catalog.substr(value, 1, 4) = '0000'
+            THEN NULL
+        WHEN pg_catalog.substr(value, 9, 2)::integer > 28
+             AND pg_catalog.substr(value, 9, 2)::integer >
+                 pg_catalog.date_part('day', pg_catalog.make_date(pg_catalog.substr(value, 1, 4)::integer,
+                                                                  pg_catalog.substr(value, 6, 2)::integer, 1)
+                                              + interval '1 month - 1 day')
+            THEN NULL
+        WHEN pg_catalog.length(value) > 19 THEN value::timestamptz
+        WHEN zone IS NULL THEN NULL
+        ELSE pg_catalog.timezone(zone, value::timestamp)
+    END;
+COMMENT ON FUNCTION @extschema@.sacct_time(text, text) IS
+    'A sacct time: epoch seconds or ISO with a UTC offset are that instant, ISO without one is read in zone; '
+    'NULL if it is not a time (Unknown, None, bad)';
+CREATE OR REPLACE FUNCTION @extschema@.tres_problem(text) RETURNS text
+    AS 'MODULE_PATHNAME', 'hpcacct_tres_problem' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.tres_problem(text) IS
+    'NULL when the text is a valid tres, else ''SQLSTATE message'' of the error its input would raise';
+CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) RETURNS timestamptz
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
+        FROM @extschema@.sacct_watermark w WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster
+    $$;
+COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
+    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded';
+CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
+    OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,
+    OUT unfinished bigint, OUT never_started bigint, OUT steps bigint, OUT ignored bigint,
+    OUT duplicates bigint, OUT quarantined bigint, OUT retried bigint, OUT resolved bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off  -- one-off statements over many rows: compiling them cost more than it saved (1.3 s of 17)
+    AS $fn$
+    DECLARE
+        zone    text;
+        problems bigint;
+        max_length  interval := @extschema@.setting_value('max_job_length')::interval;
+        need_member boolean := @extschema@.setting_value('require_membership')::boolean;
+        pending bigint[];
+        lo      bigint;
+        hi      bigint;
+        mid     bigint;
+        total   bigint;
+        state_  text;
+        message text;
+    BEGIN
+        IF pg_catalog.to_regclass('@extschema@.job') IS NULL THEN
+            RAISE EXCEPTION 'there is no job table @extschema@.job to load into'
+                USING ERRCODE = 'undefined_table', HINT = 'Create it with SELECT @extschema@.create_job_table().';
+        END IF;
+        IF through IS NOT NULL AND (clusters IS NULL OR pg_catalog.cardinality(clusters) = 0
+                                    OR pg_catalog.array_position(clusters, NULL) IS NOT NULL) THEN
+            RAISE EXCEPTION 'a watermark (through) needs the clusters it is for'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF through IS NOT NULL AND NOT pg_catalog.isfinite(through) THEN
+            RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- One load at a time (another waits here; staged lines are claimed by DELETE, so
+        -- every committed line is loaded once).
+        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
+        -- Times without an offset are read in the site's time zone; unset, they are quarantined.
+        SELECT s.value INTO zone FROM @extschema@.setting s WHERE s.name = 'timezone';
+
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_batch') IS NOT NULL THEN  -- a load that failed earlier
+            DROP TABLE pg_temp.hpcacct_sacct_batch;
+        END IF;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_write') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_sacct_write;
+        END IF;
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_sacct_failed') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_sacct_failed;
+        END IF;
+        CREATE TEMP TABLE hpcacct_sacct_batch ON COMMIT DROP AS
+        WITH claimed AS (
+            DELETE FROM @extschema@.sacct_staging RETURNING *
+        ), parsed AS (
+            SELECT r.*,
+                   @extschema@.sacct_time(r.submit, zone) AS t_submit,
+                   @extschema@.sacct_time(r.start, zone) AS t_start,
+                   @extschema@.sacct_time(r."end", zone) AS t_end
+            FROM (SELECT 0 AS origin, NULL::bigint AS quarantine_id, c.lineno, c.line, c.problem, c.cluster, c.jobid, c.jobidraw, c.account,
+                         c."user", c.partition, c.submit, c.start, c."end", c.alloctres, c.state, c.elapsedraw,
+                         c.reqtres, c.qos, c.nodelist
+                  FROM claimed c
+                  UNION ALL
+                  SELECT 1, q.quarantine_id, NULL, q.line, q.problem, q.cluster, q.jobid, q.jobidraw, q.account, q."user",
+                         q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
+                         q.qos, q.nodelist
+                  FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
+        ), keyed AS (
+            SELECT p.*,
+                   CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
+                        THEN 'line:' || coalesce(p.line, '')
+                        ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
+                             || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
+                   END AS job_key
+            FROM parsed p
+        ), ranked AS (
+            SELECT k.*,
+                   1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
+                   m.slurm_account IS NOT NULL AND m.account IS NULL AS ignored,
+                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account
+            FROM keyed k
+            LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
+        )
+        SELECT r.*,
+               CASE
+                   WHEN r.problem IS NOT NULL THEN 'quarantine:22P02:' || r.problem
+                   WHEN r.jobid ~ '\.' THEN 'step'
+                   WHEN r.ignored THEN 'ignored'
+                   WHEN coalesce(r."end", '') IN ('', 'Unknown', 'None') THEN 'unfinished'
+                   WHEN coalesce(r.start, '') IN ('', 'Unknown', 'None') THEN 'never_started'
+                   WHEN coalesce(r.cluster, '') = '' OR coalesce(r.jobid, '') = '' OR coalesce(r.account, '') = ''
+                        OR coalesce(r."user", '') = '' OR coalesce(r.partition, '') = ''
+                        OR coalesce(r.submit, '') IN ('', 'Unknown', 'None') OR r.alloctres IS NULL
+                       THEN 'quarantine:22004:the line lacks a cluster, jobid, account, user, partition, submit time or alloctres'
+                   WHEN (r.t_submit IS NULL OR r.t_start IS NULL OR r.t_end IS NULL) AND zone IS NULL
+                        AND (@extschema@.sacct_time(r.submit, 'UTC') IS NOT NULL AND r.t_submit IS NULL
+                             OR @extschema@.sacct_time(r.start, 'UTC') IS NOT NULL AND r.t_start IS NULL
+                             OR @extschema@.sacct_time(r."end", 'UTC') IS NOT NULL AND r.t_end IS NULL)
+                       THEN 'quarantine:22023:a time without a UTC offset, and the site''s timezone setting is unset '
+                            '(set it, or run sacct with SLURM_TIME_FORMAT=%s)'
+                   WHEN r.t_submit IS NULL OR r.t_start IS NULL OR r.t_end IS NULL
+                       THEN 'quarantine:22007:invalid time (submit "' || r.submit || '", start "' || r.start
+                            || '", end "' || r."end" || '")'
+                   WHEN r.t_end < r.t_start
+                       THEN 'quarantine:22023:the job ends before it starts'
+                   -- cancelled while it waited: Slurm 22.05 may record Start = End and no allocation
+                   WHEN r.alloctres = '' AND r.t_end = r.t_start THEN 'never_started'
+                   WHEN r.t_end - r.t_start > max_length
+                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
+                   WHEN @extschema@.tres_problem(r.alloctres) IS NOT NULL
+                       THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
+                            || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
+                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = r.charged_account)
+                       THEN 'quarantine:42704:unknown account "' || r.charged_account || '"'
+                   WHEN need_member AND NOT EXISTS (SELECT 1 FROM @extschema@.membership ms
+                                                    WHERE ms.account = r.charged_account AND ms.username = r."user")
+                       THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
+                            || r.charged_account || '"'
+                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource rs
+                                    WHERE rs.cluster = r.cluster AND rs.partition = r.partition
+                                      AND rs.valid @> r.t_start)
+                       THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
+                            || r.partition || '" at ' || r.t_start
+                   ELSE 'charge'
+               END AS verdict
+        FROM ranked r;
+        ANALYZE pg_temp.hpcacct_sacct_batch;
+        -- Several lines of one run (a file holding two windows, a quarantined line seen again):
+        -- the newest staged line counts, then the quarantined one; the others rank 2. Found by
+        -- hashing the keys, without sorting every line.
+        WITH dup AS (
+            SELECT b.job_key FROM pg_temp.hpcacct_sacct_batch b GROUP BY b.job_key HAVING pg_catalog.count(*) > 1
+        ), ordered AS (
+            SELECT b.ctid AS row_id,
+                   pg_catalog.row_number() OVER (PARTITION BY b.job_key ORDER BY b.origin, b.lineno DESC) AS n
+            FROM pg_temp.hpcacct_sacct_batch b JOIN dup d ON d.job_key = b.job_key
+        )
+        UPDATE pg_temp.hpcacct_sacct_batch b SET rank = 2
+        FROM ordered o WHERE b.ctid = o.row_id AND o.n > 1;
+
+        -- Runs to charge, against what hpcacct.job holds for them.
+        CREATE TEMP TABLE hpcacct_sacct_write ON COMMIT DROP AS
+        SELECT pg_catalog.row_number() OVER () AS seq, w.*
+        FROM (SELECT b.origin, b.lineno, b.job_key, b.cluster, b.jobid, b.charged_account AS account, b."user",
+                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end",
+                     b.alloctres::@extschema@.tres AS alloctres, b.state,
+                     CASE WHEN j.cluster IS NULL THEN 'inserted'
+                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text)
+                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end,
+                                                 b.alloctres::@extschema@.tres::text) THEN 'rerated'
+                          WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
+                          ELSE 'unchanged'
+                     END AS action
+              FROM pg_temp.hpcacct_sacct_batch b
+              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit
+              WHERE b.verdict = 'charge' AND b.rank = 1) w;
+        ANALYZE pg_temp.hpcacct_sacct_write;
+
+        CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;
+        SELECT pg_catalog.count(*) INTO total FROM pg_temp.hpcacct_sacct_write;
+        -- Ranges still to write, as pairs lo, hi: the whole set first; a range that fails is
+        -- split in halves, and a single row that fails is quarantined.
+        IF total > 0 THEN
+            pending := ARRAY[1, total];
+        END IF;
+        WHILE pg_catalog.cardinality(pending) > 0 LOOP
+            lo := pending[1];
+            hi := pending[2];
+            pending := pending[3:];
+            BEGIN
+                INSERT INTO @extschema@.job AS j (cluster, jobid, account, "user", partition, submit, start, "end",
+                                                  alloctres, state)
+                SELECT w.cluster, w.jobid, w.account, w."user", w.partition, w.submit, w.start, w."end",
+                       w.alloctres, w.state
+                FROM pg_temp.hpcacct_sacct_write w
+                WHERE w.seq BETWEEN lo AND hi AND w.action <> 'unchanged'
+                ON CONFLICT (cluster, jobid, submit) DO UPDATE
+                    SET account = excluded.account, "user" = excluded."user", partition = excluded.partition,
+                        start = excluded.start, "end" = excluded."end", alloctres = excluded.alloctres,
+                        state = excluded.state
+                    WHERE (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text, j.state)
+                          IS DISTINCT FROM (excluded.account, excluded."user", excluded.partition, excluded.start,
+                                            excluded."end", excluded.alloctres::text, excluded.state);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS state_ = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
+                -- Only what a job's data can cause is quarantined; anything else (out of
+                -- memory, deadlock, a full disk) fails the load.
+                IF pg_catalog.left(state_, 2) NOT IN ('22', '23', '42', '44', 'HA', 'P0') THEN
+                    RAISE;
+                END IF;
+                IF lo = hi THEN
+                    INSERT INTO pg_temp.hpcacct_sacct_failed VALUES (lo, state_, message);
+                ELSE
+                    mid := (lo + hi) / 2;
+                    pending := ARRAY[lo, mid, mid + 1, hi] || pending;
+                END IF;
+            END;
+        END LOOP;
+
+        -- Open quarantine rows (all of them are in the batch) whose run this load took
+        -- (charged, unchanged or skipped) are resolved; so are those whose key changed (a time
+        -- without offset that now parses): they are quarantined again under the new key below.
+        SELECT pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
+               pg_catalog.count(*) FILTER (WHERE b.origin = 1)
+        INTO problems, retried
+        FROM pg_temp.hpcacct_sacct_batch b;
+        problems := problems + (SELECT pg_catalog.count(*) FROM pg_temp.hpcacct_sacct_failed);
+        IF retried > 0 THEN
+            WITH done AS (
+                UPDATE @extschema@.sacct_quarantine q
+                SET resolved_at = pg_catalog.statement_timestamp(),
+                    resolution = CASE WHEN q.job_key <> b.job_key AND (top.verdict LIKE 'quarantine:%' OR f.seq IS NOT NULL)
+                                      THEN 'rekeyed' ELSE coalesce(w.action, top.verdict) END
+                FROM pg_temp.hpcacct_sacct_batch b
+                JOIN pg_temp.hpcacct_sacct_batch top ON top.job_key = b.job_key AND top.rank = 1
+                LEFT JOIN pg_temp.hpcacct_sacct_write w ON w.job_key = top.job_key
+                LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq
+                WHERE b.origin = 1 AND q.quarantine_id = b.quarantine_id
+                  AND ((top.verdict NOT LIKE 'quarantine:%' AND f.seq IS NULL) OR q.job_key <> b.job_key)
+                RETURNING q.resolution
+            )
+            SELECT pg_catalog.count(*) FILTER (WHERE d.resolution <> 'rekeyed') INTO resolved FROM done d;
+        ELSE
+            resolved := 0;
+        END IF;
+
+        -- Quarantine: new problems, and open rows that failed again.
+        IF problems > 0 THEN
+            INSERT INTO @extschema@.sacct_quarantine AS q
+                (job_key, reason, sqlstate, line, problem, cluster, jobid, jobidraw, account, "user", partition,
+                 submit, start, "end", alloctres, state, elapsedraw, reqtres, qos, nodelist)
+            SELECT b.job_key,
+                   coalesce(f.reason, pg_catalog.substr(b.verdict, 18)),
+                   coalesce(f.sqlstate, pg_catalog.substr(b.verdict, 12, 5)),
+                   b.line, b.problem, b.cluster, b.jobid, b.jobidraw, b.account, b."user", b.partition, b.submit,
+                   b.start, b."end", b.alloctres, b.state, b.elapsedraw, b.reqtres, b.qos, b.nodelist
+            FROM pg_temp.hpcacct_sacct_batch b
+            LEFT JOIN pg_temp.hpcacct_sacct_write w ON w.job_key = b.job_key AND b.verdict = 'charge'
+            LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq
+            WHERE b.rank = 1 AND (b.verdict LIKE 'quarantine:%' OR f.seq IS NOT NULL)
+            ON CONFLICT (job_key) WHERE resolved_at IS NULL DO UPDATE
+                SET reason = excluded.reason, sqlstate = excluded.sqlstate, last_tried = excluded.last_tried,
+                    attempts = q.attempts + 1, line = excluded.line, problem = excluded.problem,
+                    cluster = excluded.cluster, jobid = excluded.jobid, jobidraw = excluded.jobidraw,
+                    account = excluded.account, "user" = excluded."user", partition = excluded.partition,
+                    submit = excluded.submit, start = excluded.start, "end" = excluded."end",
+                    alloctres = excluded.alloctres, state = excluded.state, elapsedraw = excluded.elapsedraw,
+                    reqtres = excluded.reqtres, qos = excluded.qos, nodelist = excluded.nodelist;
+        END IF;
+
+        IF through IS NOT NULL THEN
+            INSERT INTO @extschema@.sacct_watermark AS wm (cluster, loaded_through)
+            SELECT DISTINCT c, through FROM pg_catalog.unnest(clusters) AS c
+            ON CONFLICT (cluster) DO UPDATE
+                SET loaded_through = GREATEST(wm.loaded_through, excluded.loaded_through),
+                    updated_at = excluded.updated_at;
+        END IF;
+
+        SELECT pg_catalog.count(*) FILTER (WHERE b.origin = 0),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'unfinished'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'never_started'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'step'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'ignored'),
+               pg_catalog.count(*) FILTER (WHERE b.rank > 1 AND b.origin = 0),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
+               pg_catalog.count(*) FILTER (WHERE b.origin = 1)
+        INTO lines, unfinished, never_started, steps, ignored, duplicates, quarantined, retried
+        FROM pg_temp.hpcacct_sacct_batch b;
+        SELECT pg_catalog.count(*) FILTER (WHERE w.action = 'inserted' AND f.seq IS NULL),
+               pg_catalog.count(*) FILTER (WHERE w.action = 'rerated' AND f.seq IS NULL),
+               pg_catalog.count(*) FILTER (WHERE w.action = 'updated' AND f.seq IS NULL),
+               pg_catalog.count(*) FILTER (WHERE w.action = 'unchanged'),
+               pg_catalog.count(*) FILTER (WHERE f.seq IS NOT NULL)
+        INTO inserted, rerated, updated, unchanged, total
+        FROM pg_temp.hpcacct_sacct_write w
+        LEFT JOIN pg_temp.hpcacct_sacct_failed f ON f.seq = w.seq;
+        quarantined := quarantined + total;
+        DROP TABLE pg_temp.hpcacct_sacct_batch, pg_temp.hpcacct_sacct_write, pg_temp.hpcacct_sacct_failed;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.load_sacct(timestamptz, text[]) IS
+    'Loads the staged sacct lines (and retries the quarantine): charges finished runs, skips steps, unfinished runs and '
+    'ignored accounts, quarantines the rest; advances the clusters'' watermarks to through';
+CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT users_added bigint,
+                                                OUT memberships_added bigint, OUT associations bigint)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacctmgr_staging'::regclass::oid::bigint);
+        IF pg_catalog.to_regclass('pg_temp.hpcacct_assoc') IS NOT NULL THEN
+            DROP TABLE pg_temp.hpcacct_assoc;
+        END IF;
+        CREATE TEMP TABLE hpcacct_assoc ON COMMIT DROP AS
+        WITH claimed AS (DELETE FROM @extschema@.sacctmgr_staging RETURNING *)
+        SELECT DISTINCT c.account, nullif(c."user", '') AS username
+        FROM claimed c
+        WHERE coalesce(c.account, '') <> ''
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.slurm_account_map m WHERE m.slurm_account = c.account);
+        SELECT pg_catalog.count(*) INTO associations FROM pg_temp.hpcacct_assoc;
+
+        INSERT INTO @extschema@.account (name, description)
+        SELECT DISTINCT a.account, 'from Slurm (sacctmgr)' FROM pg_temp.hpcacct_assoc a
+        ON CONFLICT (name) DO NOTHING;
+        GET DIAGNOSTICS accounts_added = ROW_COUNT;
+        INSERT INTO @extschema@.hpc_user (username)
+        SELECT DISTINCT a.username FROM pg_temp.hpcacct_assoc a WHERE a.username IS NOT NULL
+        ON CONFLICT (username) DO NOTHING;
+        GET DIAGNOSTICS users_added = ROW_COUNT;
+        INSERT INTO @extschema@.membership (account, username)
+        SELECT DISTINCT a.account, a.username FROM pg_temp.hpcacct_assoc a WHERE a.username IS NOT NULL
+        ON CONFLICT (account, username) DO NOTHING;
+        GET DIAGNOSTICS memberships_added = ROW_COUNT;
+        DROP TABLE pg_temp.hpcacct_assoc;
+    END
+    $fn$;
+COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
+    'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

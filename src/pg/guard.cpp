@@ -5,7 +5,6 @@
 #include <cstdio>
 
 namespace hpcacct::pg {
-namespace {
 
 int sqlstate_of(ErrorKind kind) {
     switch (kind) {
@@ -19,6 +18,8 @@ int sqlstate_of(ErrorKind kind) {
     }
     return ERRCODE_INTERNAL_ERROR;
 }
+
+namespace {
 
 void copy_text(char* out, std::size_t capacity, const char* text) noexcept {
     std::snprintf(out, capacity, "%s", text);

@@ -25,6 +25,9 @@ struct PendingError {
     char detail[1024];
 };
 
+// The SQLSTATE (an ERRCODE_* value) an error of this kind is raised with.
+int sqlstate_of(ErrorKind kind);
+
 void capture(PendingError& pending, const Error& error) noexcept;
 void capture_out_of_memory(PendingError& pending) noexcept;
 void capture_unexpected(PendingError& pending, const char* what) noexcept;

@@ -51,6 +51,19 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      format('SELECT * FROM bench.ingest_ledger(''plpgsql'', %L)', :'ingest_file'),
      '{cluster,jobid,amount}');
 
+-- ---- the sacct loader (issue 14): hpcacct-sacct load of the same jobs as sacct text ------
+-- Timed by driver.sh around the command (client parsing, COPY into staging, load_sacct()),
+-- against COPY of the same jobs (whole seconds, as sacct prints them) through the trigger;
+-- then the same file again, every line unchanged. Checked there: the same ledger as the COPY.
+INSERT INTO bench.grp VALUES ('loader', 12, 'ingest', 'SELECT count(*) FROM hpcacct.job', false);
+INSERT INTO bench.variant (grp, variant, sql) VALUES
+    ('loader', 'copy', '-- driver.sh: COPY hpcacct.job FROM the jobs file'),
+    ('loader', 'load', '-- driver.sh: hpcacct-sacct load FILE'),
+    ('loader', 'reload', '-- driver.sh: hpcacct-sacct load FILE, again');
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target) VALUES
+    (12, 'loader: hpcacct-sacct load', 'loader', 'load', 'copy', 'COPY, charge_jobs trigger', 'ratio <= 1.5'),
+    (13, 'loader: the same lines again', 'loader', 'reload', 'load', 'hpcacct-sacct load, first', 'ratio <= 0.5');
+
 -- ---- aggregates over N rows, GROUP BY account (2 000 groups) ---------------------------
 CREATE TEMP TABLE aggs (name text, ord integer, call text, ref text, formula text, composite boolean GENERATED ALWAYS AS (name IN ('window_quota', 'quarter_balance')) STORED);
 INSERT INTO aggs VALUES

@@ -164,6 +164,62 @@ while IFS='|' read -r grp db explain; do
             done <"$out/variants"
         done
         printf '%s\t%s\n' "$grp" "$((RUNS * SUBMIT_CALLS)) calls" >>"$out/rows.tsv"
+    elif [ "$grp" = loader ]; then
+        # the ingestion jobs, whole seconds, as a file for COPY and as sacct text (epoch seconds,
+        # what hpcacct-sacct run gets from sacct) with its header
+        value -d $db -c "SELECT bench.prepare_ingest('plain')" >/dev/null
+        q -d $db -c "COPY hpcacct.job FROM '$ingest_file'" \
+            -c "UPDATE hpcacct.job SET submit = date_trunc('second', submit), start = date_trunc('second', start),
+                                       \"end\" = date_trunc('second', \"end\")" \
+            -c "COPY hpcacct.job TO '$data/loader.tsv'" \
+            -c "COPY (SELECT 'Cluster|JobID|JobIDRaw|Account|User|Partition|Submit|Start|End|ElapsedRaw|AllocTRES|State'
+                      UNION ALL
+                      SELECT * FROM (SELECT concat_ws('|', cluster, jobid, jobid, account, \"user\", partition,
+                                                       coalesce(extract(epoch FROM submit)::bigint::text, 'Unknown'),
+                                                       extract(epoch FROM start)::bigint, extract(epoch FROM \"end\")::bigint,
+                                                       extract(epoch FROM \"end\" - start)::bigint, alloctres,
+                                                       coalesce(state, ''))
+                                     FROM hpcacct.job ORDER BY start, jobid) l) TO '$data/loader.sacct'"
+        ms_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", (b - a) * 1000 }'; }
+        lines=$(value -d $db -c 'SELECT count(*) FROM hpcacct.job')
+        for run in $(seq 0 "$RUNS"); do
+            warm=$([ "$run" -eq 0 ] && [ "$RUNS" -gt 0 ] && echo t || echo f)
+            value -d $db -c "SELECT bench.prepare_ingest('charge_jobs')" -c CHECKPOINT >/dev/null
+            t=$(seconds)
+            q -d $db -c "COPY hpcacct.job FROM '$data/loader.tsv'"
+            printf '%s\t%s\t%s\t%s\t%s\n' loader copy "$run" "$(ms_since "$t")" "$warm" >>"$out/timings.tsv"
+            q -d $db -c 'DROP TABLE IF EXISTS bench.loader_ref' \
+                -c 'CREATE TABLE bench.loader_ref AS SELECT cluster, jobid, amount FROM hpcacct.ledger'
+            value -d $db -c "SELECT bench.prepare_ingest('charge_jobs')" -c 'TRUNCATE hpcacct.sacct_quarantine' \
+                -c CHECKPOINT >/dev/null
+            t=$(seconds)
+            PGDATABASE=$db "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_load.txt"
+            printf '%s\t%s\t%s\t%s\t%s\n' loader load "$run" "$(ms_since "$t")" "$warm" >>"$out/timings.tsv"
+            first_rows=$(value -d $db -c 'SELECT count(*) FROM hpcacct.ledger')
+            value -d $db -c CHECKPOINT >/dev/null
+            t=$(seconds)
+            PGDATABASE=$db "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_reload.txt"
+            printf '%s\t%s\t%s\t%s\t%s\n' loader reload "$run" "$(ms_since "$t")" "$warm" >>"$out/timings.tsv"
+            second_rows=$(value -d $db -c 'SELECT count(*) FROM hpcacct.ledger')
+        done
+        log "  $(cat "$out/loader_load.txt")"
+        log "  $(cat "$out/loader_reload.txt")"
+        printf '%s\t%s\n' "$grp" "$lines" >>"$out/rows.tsv"
+        if [ "$CHECK" = 1 ]; then
+            {
+                printf '12\tloader: the ledger of hpcacct-sacct load = COPY\t%s\n' \
+                    "$(value -d $db -c "SELECT bench.compare('SELECT cluster, jobid, amount FROM hpcacct.ledger',
+                                                          'SELECT cluster, jobid, amount FROM bench.loader_ref',
+                                                          '{cluster,jobid}')")"
+                printf '13\tloader: every line inserted, none quarantined\t%s\n' \
+                    "$(grep -q "lines=$lines inserted=$lines .* quarantined=0 " "$out/loader_load.txt" &&
+                       echo "ok: $lines lines" || echo "MISMATCH: $(cat "$out/loader_load.txt")")"
+                printf '14\tloader: a re-load writes no ledger row\t%s\n' \
+                    "$([ "$first_rows" = "$second_rows" ] && grep -q "inserted=0 rerated=0 updated=0 unchanged=$lines " \
+                           "$out/loader_reload.txt" && echo "ok: $second_rows ledger rows" ||
+                       echo "MISMATCH: $first_rows then $second_rows ledger rows; $(cat "$out/loader_reload.txt")")"
+            } | tee -a "$out/checks.tsv" | awk -F'\t' '{ printf "[check] %s: %s\n", $2, substr($3, 1, 200) }' >&2
+        fi
     else
         value -d $main -c "SELECT bench.script('$grp', $RUNS, $BUDGET)" >"$out/script.sql"
         if ! psql -X -q -At -d $db -f "$out/script.sql" >"$out/script.out" 2>&1; then

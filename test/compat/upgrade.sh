@@ -53,6 +53,12 @@ check "the data and every report are unchanged by the update ($(wc -l <"$work/be
     "$(cmp -s "$work/before.txt" "$work/after.txt" && echo t)"
 diff "$work/before.txt" "$work/after.txt" | head -10
 
+# the loader's key (issue 14): every existing charge of a job names the job's run afterwards
+unnamed=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) FILTER (WHERE l.job_submit IS DISTINCT FROM j.submit) || ' of ' || count(*)
+    FROM hpcacct.ledger l JOIN hpcacct.job j ON j.cluster = l.cluster AND j.jobid = l.jobid WHERE l.kind = 'charge'")
+check "every existing charge names its job's run (submit) after the update ($unnamed without)" \
+    "$(case "$unnamed" in "0 of 0" | "") ;; "0 of "*) echo t ;; esac)"
+
 createdb hpcacct_fresh
 psql -X -q -d hpcacct_fresh -c 'CREATE EXTENSION hpcacct CASCADE' >/dev/null 2>&1
 psql -X -q -d hpcacct_fresh -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1  # as the demo did

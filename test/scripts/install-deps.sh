@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
-    libboost-date-time-dev postgresql-15-cron libgtest-dev make g++
+    libboost-date-time-dev postgresql-15-cron libgtest-dev make g++ libpq-dev
     clang-14 libclang-rt-14-dev
     # test/slurm: a real Slurm on localhost, its accounting database and munge
     slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins munge mariadb-server mariadb-client

@@ -1,0 +1,253 @@
+#include "core/sacct.hpp"
+
+#include "core/error.hpp"
+
+#include <cctype>
+#include <cstdio>
+
+namespace hpcacct::sacct {
+namespace {
+
+std::string lower(std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+std::string trim(std::string_view text) {
+    std::size_t b = 0, e = text.size();
+    while (b < e && std::isspace(static_cast<unsigned char>(text[b]))) ++b;
+    while (e > b && std::isspace(static_cast<unsigned char>(text[e - 1]))) --e;
+    return std::string(text.substr(b, e - b));
+}
+
+void append_null(std::string& out) { out += "\\N"; }
+
+}  // namespace
+
+std::string staging_columns() {
+    std::string out = "lineno, line, problem";
+    for (std::string_view f : kFields) {
+        out += ", ";
+        if (f == "user" || f == "end") {
+            out += '"';
+            out += f;
+            out += '"';
+        } else {
+            out += f;
+        }
+    }
+    return out;
+}
+
+std::string_view chomp(std::string_view line) {
+    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return line;
+}
+
+std::vector<std::string_view> split(std::string_view line) {
+    std::vector<std::string_view> fields;
+    std::size_t from = 0;
+    for (;;) {
+        const std::size_t bar = line.find('|', from);
+        if (bar == std::string_view::npos) {
+            fields.push_back(line.substr(from));
+            return fields;
+        }
+        fields.push_back(line.substr(from, bar - from));
+        from = bar + 1;
+    }
+}
+
+Header Header::parse(std::string_view line) {
+    Header h;
+    h.positions_.fill(-1);
+    const std::vector<std::string_view> names = split(chomp(line));
+    h.width_ = names.size();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::string name = lower(trim(names[i]));
+        for (std::size_t f = 0; f < kFieldCount; ++f) {
+            if (name != kFields[f]) continue;
+            if (h.positions_[f] >= 0) {
+                throw Error(ErrorKind::invalid_argument, "sacct header names field \"" + std::string(kFields[f]) + "\" twice");
+            }
+            h.positions_[f] = static_cast<int>(i);
+        }
+    }
+    std::string missing;
+    for (std::string_view r : kRequired) {
+        for (std::size_t f = 0; f < kFieldCount; ++f) {
+            if (kFields[f] == r && h.positions_[f] < 0) {
+                if (!missing.empty()) missing += ", ";
+                missing += r;
+            }
+        }
+    }
+    if (!missing.empty()) {
+        throw Error(ErrorKind::invalid_argument,
+                    "the first line is not a sacct header with the fields the loader needs (missing: " + missing + ")",
+                    "Run sacct with --parsable2 and without --noheader, and -o Cluster,JobID,Account,User,Partition,"
+                    "Submit,Start,End,AllocTRES,State.");
+    }
+    return h;
+}
+
+void append_copy_text(std::string& out, std::string_view text) {
+    for (char c : text) {
+        switch (c) {
+            case '\\': out += "\\\\"; break;
+            case '\t': out += "\\t"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            default: out += c;
+        }
+    }
+}
+
+bool valid_utf8(std::string_view text) {
+    std::size_t i = 0;
+    while (i < text.size()) {
+        const unsigned char c = static_cast<unsigned char>(text[i]);
+        std::size_t n;
+        unsigned int cp;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+            cp = c & 0x1Fu;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            cp = c & 0x0Fu;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            cp = c & 0x07u;
+        } else {
+            return false;
+        }
+        for (std::size_t k = 1; k <= n; ++k) {
+            if (i + k >= text.size()) return false;
+            const unsigned char d = static_cast<unsigned char>(text[i + k]);
+            if ((d & 0xC0u) != 0x80u) return false;
+            cp = (cp << 6) | (d & 0x3Fu);
+        }
+        // overlong forms, surrogates, beyond U+10FFFF
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            return false;
+        }
+        i += n + 1;
+    }
+    return true;
+}
+
+bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out) {
+    line = chomp(line);
+    const bool utf8 = valid_utf8(line);
+    const std::vector<std::string_view> fields = split(line);
+    const bool fits = utf8 && fields.size() == header.width();
+    out += std::to_string(lineno);
+    out += '\t';
+    if (utf8) {
+        append_copy_text(out, line);
+    } else {
+        std::string shown;
+        for (char c : line) shown += (static_cast<unsigned char>(c) < 0x80) ? c : '?';
+        append_copy_text(out, shown);
+    }
+    out += '\t';
+    if (fits) {
+        append_null(out);
+    } else if (!utf8) {
+        char problem[160];
+        std::snprintf(problem, sizeof problem, "line %lld is not valid UTF-8 (its non-ASCII bytes are shown as ?)",
+                      lineno);
+        append_copy_text(out, problem);
+    } else {
+        char problem[160];
+        std::snprintf(problem, sizeof problem, "line %lld has %zu fields, the header %zu", lineno, fields.size(),
+                      header.width());
+        append_copy_text(out, problem);
+    }
+    for (std::size_t f = 0; f < kFieldCount; ++f) {
+        out += '\t';
+        const int at = header.position(f);
+        if (!fits || at < 0) {
+            append_null(out);
+        } else {
+            append_copy_text(out, fields[static_cast<std::size_t>(at)]);
+        }
+    }
+    out += '\n';
+    return fits;
+}
+
+std::string local_time_argument(std::time_t instant) {
+    std::tm local{};
+    if (localtime_r(&instant, &local) == nullptr) {
+        throw Error(ErrorKind::invalid_datetime, "cannot convert the time to local time");
+    }
+    char buffer[32];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &local);
+    return buffer;
+}
+
+std::vector<std::string> sacct_arguments(const std::string& cluster, const std::string& start,
+                                         const std::string& end) {
+    return {
+        "--parsable2",         // '|' between fields, none after the last; a header line
+        "--allusers",          // every user's jobs, not only the caller's
+        "--allocations",       // the allocation line of each job, not its steps
+        "--duplicates",        // every run of a requeued job (same JobID, another Submit)
+        "--clusters=" + cluster,
+        "--starttime=" + start,  // jobs eligible or running in [start, end]: both ends included
+        "--endtime=" + end,
+        // parsable output is never cut; the widths are there for anyone who drops --parsable2
+        "--format=Cluster%64,JobID%64,JobIDRaw%32,Account%64,User%64,Partition%64,Submit%32,Start%32,"
+        "End%32,ElapsedRaw%20,AllocTRES%1000,ReqTRES%1000,State%64,QOS%64,NodeList%1000",
+    };
+}
+
+AssocHeader AssocHeader::parse(std::string_view line) {
+    AssocHeader h;
+    const std::vector<std::string_view> names = split(chomp(line));
+    h.width = names.size();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::string name = lower(trim(names[i]));
+        if (name == "cluster") h.cluster = static_cast<int>(i);
+        if (name == "account") h.account = static_cast<int>(i);
+        if (name == "user") h.user = static_cast<int>(i);
+    }
+    if (h.account < 0 || h.user < 0) {
+        throw Error(ErrorKind::invalid_argument,
+                    "the first line is not a sacctmgr association header with Account and User",
+                    "Run sacctmgr --parsable2 show associations format=Cluster,Account,User (without --noheader).");
+    }
+    return h;
+}
+
+bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out) {
+    const std::vector<std::string_view> fields = split(chomp(line));
+    if (fields.size() != header.width) return false;
+    const int at[3] = {header.cluster, header.account, header.user};
+    for (int i = 0; i < 3; ++i) {
+        if (i > 0) out += '\t';
+        if (at[i] < 0) {
+            append_null(out);
+        } else {
+            append_copy_text(out, fields[static_cast<std::size_t>(at[i])]);
+        }
+    }
+    out += '\n';
+    return true;
+}
+
+std::vector<std::string> sacctmgr_arguments() {
+    return {"--parsable2", "--readonly", "show", "associations", "format=Cluster,Account,User"};
+}
+
+std::vector<std::string> sacctmgr_cluster_arguments(const std::string& cluster) {
+    return {"--noheader", "--parsable2", "--readonly", "show", "cluster", "where", "name=" + cluster, "format=Cluster"};
+}
+
+}  // namespace hpcacct::sacct

@@ -1,0 +1,85 @@
+// sacct's text, as the loader (hpcacct-sacct) reads it: a header line names the fields, each
+// following line is split on '|' and its fields are put in the order of the staging table's
+// columns (hpcacct.sacct_staging), as one line of COPY text. Also the sacct command line of
+// `hpcacct-sacct run` and sacctmgr's associations. No PostgreSQL and no libpq here.
+#pragma once
+#include "core/core_only.hpp"
+
+#include <array>
+#include <ctime>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpcacct::sacct {
+
+// The staging table's field columns, in order, and sacct's name of each (case-insensitive).
+inline constexpr std::size_t kFieldCount = 15;
+inline constexpr std::array<std::string_view, kFieldCount> kFields = {
+    "cluster", "jobid", "jobidraw", "account", "user", "partition", "submit", "start",
+    "end", "alloctres", "state", "elapsedraw", "reqtres", "qos", "nodelist"};
+// Fields without which a line cannot be charged: the header must name them.
+inline constexpr std::array<std::string_view, 10> kRequired = {
+    "cluster", "jobid", "account", "user", "partition", "submit", "start", "end", "alloctres", "state"};
+// The COPY column list matching copy_row(): lineno, line, problem, then kFields.
+std::string staging_columns();
+
+// Where each staging field is in a sacct line (-1: not printed).
+class Header {
+public:
+    // Throws Error(invalid_argument) when a required field is missing or a field is named
+    // twice. Unknown fields are ignored; an empty name (the trailing '|' of --parsable) too.
+    static Header parse(std::string_view line);
+
+    std::size_t width() const { return width_; }  // fields per line
+    int position(std::size_t field) const { return positions_[field]; }
+
+private:
+    std::array<int, kFieldCount> positions_{};
+    std::size_t width_ = 0;
+};
+
+// Splits on '|' (sacct --parsable2 does not escape it: none of the fields read contain it).
+std::vector<std::string_view> split(std::string_view line);
+
+// Removes a trailing '\r' (a file written on another system).
+std::string_view chomp(std::string_view line);
+
+// Appends `text` to `out` escaped for COPY's text format.
+void append_copy_text(std::string& out, std::string_view text);
+
+// Whether the text is valid UTF-8 (the loader sends UTF-8: one bad byte would fail the COPY).
+bool valid_utf8(std::string_view text);
+
+// Appends one COPY text row for a sacct line: lineno, the line, a problem (NULL unless the
+// line has the wrong number of fields or is not valid UTF-8 — then every field is NULL, and
+// the invalid bytes of the line are shown as '?'), the fields. Returns false when the line
+// had a problem.
+bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out);
+
+// sacct's -S/-E argument for an instant, in the local time of the machine (sacct reads it so).
+std::string local_time_argument(std::time_t instant);
+
+// The arguments (argv[1..]) of the sacct call of `run`: all users, allocations only, every
+// run of a requeued job, one cluster, the window [start, end] (both local time text).
+std::vector<std::string> sacct_arguments(const std::string& cluster, const std::string& start,
+                                         const std::string& end);
+// SLURM_TIME_FORMAT for sacct: seconds since the epoch, the one format that names an
+// instant (Slurm 22.05 drops %z from the format, so %FT%T%z prints local time without offset).
+inline constexpr const char* kTimeFormat = "%s";
+
+// sacctmgr associations: where Cluster, Account and User are in the header.
+class AssocHeader {
+public:
+    static AssocHeader parse(std::string_view line);  // Error(invalid_argument) without Account
+    int cluster = -1, account = -1, user = -1;
+    std::size_t width = 0;
+};
+// One COPY row (cluster, account, user) of an association line; false if it has the wrong
+// number of fields (nothing appended).
+bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out);
+std::vector<std::string> sacctmgr_arguments();
+// sacctmgr's list of the clusters named `cluster` (one line with its name if slurmdbd knows it).
+std::vector<std::string> sacctmgr_cluster_arguments(const std::string& cluster);
+
+}  // namespace hpcacct::sacct

@@ -1,0 +1,152 @@
+#include "core/error.hpp"
+#include "core/sacct.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace sacct = hpcacct::sacct;
+
+namespace {
+
+const char kHeader[] = "Cluster|JobID|Account|User|Partition|Submit|Start|End|AllocTRES|State";
+
+std::string row(const char* header, const char* line, long long lineno = 2) {
+    std::string out;
+    sacct::copy_row(sacct::Header::parse(header), line, lineno, out);
+    return out;
+}
+
+}  // namespace
+
+TEST(SacctHeader, FindsFieldsByNameInAnyOrderAndCase) {
+    const sacct::Header h = sacct::Header::parse("state|ALLOCTRES|end|start|submit|partition|user|account|jobid|cluster|QOS");
+    EXPECT_EQ(h.width(), 11u);
+    EXPECT_EQ(h.position(0), 9);   // cluster
+    EXPECT_EQ(h.position(1), 8);   // jobid
+    EXPECT_EQ(h.position(2), -1);  // jobidraw not printed
+    EXPECT_EQ(h.position(13), 10); // qos
+}
+
+TEST(SacctHeader, RefusesAMissingRequiredFieldNamingIt) {
+    try {
+        sacct::Header::parse("Cluster|JobID|Account|User|Partition|Submit|Start|End|State");
+        FAIL() << "no exception";
+    } catch (const hpcacct::Error& e) {
+        EXPECT_EQ(e.kind(), hpcacct::ErrorKind::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("alloctres"), std::string::npos) << e.what();
+    }
+}
+
+TEST(SacctHeader, RefusesADataLineAsHeader) {
+    EXPECT_THROW(sacct::Header::parse("c|1|p1|u|cpu|2024-01-01T00:00:00|2024-01-01T00:00:00|2024-01-01T01:00:00|cpu=1|COMPLETED"),
+                 hpcacct::Error);
+}
+
+TEST(SacctHeader, RefusesAFieldNamedTwice) {
+    EXPECT_THROW(sacct::Header::parse(std::string(kHeader) + "|JobID"), hpcacct::Error);
+}
+
+TEST(SacctHeader, IgnoresTheTrailingBarOfParsable) {
+    const sacct::Header h = sacct::Header::parse(std::string(kHeader) + "|\n");
+    EXPECT_EQ(h.width(), 11u);
+    EXPECT_EQ(row((std::string(kHeader) + "|").c_str(), "c|1|p|u|q|S|T|E|cpu=1|COMPLETED|"),
+              "2\tc|1|p|u|q|S|T|E|cpu=1|COMPLETED|\t\\N\tc\t1\t\\N\tp\tu\tq\tS\tT\tE\tcpu=1\tCOMPLETED\t\\N\t\\N\t\\N\t\\N\n");
+}
+
+TEST(SacctRow, PutsFieldsInStagingOrderWithNullsForAbsentOnes) {
+    EXPECT_EQ(row(kHeader, "hlrn|3.batch|p1||cpu|2024-01-01T00:00:00|2024-01-01T00:00:00|Unknown|cpu=4,mem=16G|RUNNING\r\n", 7),
+              "7\thlrn|3.batch|p1||cpu|2024-01-01T00:00:00|2024-01-01T00:00:00|Unknown|cpu=4,mem=16G|RUNNING\t\\N\t"
+              "hlrn\t3.batch\t\\N\tp1\t\tcpu\t2024-01-01T00:00:00\t2024-01-01T00:00:00\tUnknown\tcpu=4,mem=16G\tRUNNING"
+              "\t\\N\t\\N\t\\N\t\\N\n");
+}
+
+TEST(SacctRow, AWrongFieldCountIsAProblemWithTheLineKept) {
+    std::string out;
+    EXPECT_FALSE(sacct::copy_row(sacct::Header::parse(kHeader), "c|1|p", 5, out));
+    EXPECT_EQ(out, "5\tc|1|p\tline 5 has 3 fields, the header 10"
+                   "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n");
+}
+
+TEST(SacctRow, EscapesCopySpecialCharacters) {
+    std::string out;
+    sacct::append_copy_text(out, "a\\b\tc\nd\re");
+    EXPECT_EQ(out, "a\\\\b\\tc\\nd\\re");
+}
+
+TEST(SacctRow, StagingColumnsMatchTheRowOrder) {
+    EXPECT_EQ(sacct::staging_columns(),
+              "lineno, line, problem, cluster, jobid, jobidraw, account, \"user\", partition, submit, start, \"end\", "
+              "alloctres, state, elapsedraw, reqtres, qos, nodelist");
+}
+
+TEST(SacctSplit, KeepsEmptyFields) {
+    const auto f = sacct::split("a||b|");
+    ASSERT_EQ(f.size(), 4u);
+    EXPECT_EQ(f[1], "");
+    EXPECT_EQ(f[3], "");
+}
+
+TEST(SacctRun, AsksForEveryUserEveryRunAllocationsOnlyOneClusterAndTheWindow) {
+    const auto a = sacct::sacct_arguments("hlrn", "2024-01-01T00:00:00", "2024-01-01T01:00:00");
+    auto has = [&](const std::string& x) {
+        for (const auto& s : a) if (s == x) return true;
+        return false;
+    };
+    EXPECT_TRUE(has("--parsable2"));
+    EXPECT_TRUE(has("--allusers"));
+    EXPECT_TRUE(has("--allocations"));
+    EXPECT_TRUE(has("--duplicates"));
+    EXPECT_TRUE(has("--clusters=hlrn"));
+    EXPECT_TRUE(has("--starttime=2024-01-01T00:00:00"));
+    EXPECT_TRUE(has("--endtime=2024-01-01T01:00:00"));
+    for (const auto& s : a) EXPECT_EQ(s.find("noheader"), std::string::npos);
+    // every required field is in the format, so the header it prints is accepted
+    std::string format;
+    for (const auto& s : a) if (s.rfind("--format=", 0) == 0) format = s.substr(9);
+    std::string header;
+    std::size_t from = 0;
+    while (from <= format.size()) {
+        const std::size_t comma = format.find(',', from);
+        std::string item = format.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+        item = item.substr(0, item.find('%'));
+        header += (header.empty() ? "" : "|") + item;
+        if (comma == std::string::npos) break;
+        from = comma + 1;
+    }
+    const sacct::Header h = sacct::Header::parse(header);
+    for (std::size_t f = 0; f < sacct::kFieldCount; ++f) EXPECT_GE(h.position(f), 0) << sacct::kFields[f];
+}
+
+TEST(SacctRun, LocalTimeArgumentIsIsoWithoutOffset) {
+    const std::string t = sacct::local_time_argument(0);
+    ASSERT_EQ(t.size(), 19u);
+    EXPECT_EQ(t[10], 'T');
+}
+
+TEST(SacctAssoc, ReadsClusterAccountUser) {
+    const auto h = sacct::AssocHeader::parse("Cluster|Account|User|Partition");
+    std::string out;
+    EXPECT_TRUE(sacct::assoc_copy_row(h, "c|proj1|alice|", out));
+    EXPECT_TRUE(sacct::assoc_copy_row(h, "c|proj1||", out));
+    EXPECT_FALSE(sacct::assoc_copy_row(h, "c|proj1", out));
+    EXPECT_EQ(out, "c\tproj1\talice\nc\tproj1\t\n");
+    EXPECT_THROW(sacct::AssocHeader::parse("Cluster|User"), hpcacct::Error);
+}
+
+TEST(SacctRow, ValidUtf8) {
+    EXPECT_TRUE(sacct::valid_utf8("plain ascii|1"));
+    EXPECT_TRUE(sacct::valid_utf8("M\xc3\xbcller|\xe2\x82\xac|\xf0\x9f\x98\x80"));
+    EXPECT_FALSE(sacct::valid_utf8("M\xfcller"));          // Latin-1
+    EXPECT_FALSE(sacct::valid_utf8("\xc3"));               // cut short
+    EXPECT_FALSE(sacct::valid_utf8("\xc0\xaf"));           // overlong
+    EXPECT_FALSE(sacct::valid_utf8("\xed\xa0\x80"));       // surrogate
+    EXPECT_FALSE(sacct::valid_utf8("\xf4\x90\x80\x80"));   // beyond U+10FFFF
+}
+
+TEST(SacctRow, ALineThatIsNotUtf8IsAProblemShownWithoutItsBadBytes) {
+    std::string out;
+    EXPECT_FALSE(sacct::copy_row(sacct::Header::parse(kHeader), "c|1|p|M\xfcller|q|S|T|E|cpu=1|COMPLETED", 3, out));
+    EXPECT_EQ(out, "3\tc|1|p|M?ller|q|S|T|E|cpu=1|COMPLETED\tline 3 is not valid UTF-8 (its non-ASCII bytes are shown as ?)"
+                   "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n");
+}
