@@ -201,16 +201,17 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
         -- Reversals first, per job that started from effective_from on, of its net charge here:
         -- the row then charges nothing from effective_from on and may be closed.
         WITH moved AS (
-            SELECT l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, sum(l.amount) AS amount
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                   sum(l.amount) AS amount
             FROM @extschema@.ledger l
             WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
-            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
             HAVING sum(l.amount) <> 0
         ), reversed AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
-                                            job_start, job_end, note)
-            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.submitter,
-                   m.job_start, m.job_end, 'reversal: ' || label
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label
             FROM moved m
             RETURNING entry_id
         )
@@ -225,10 +226,10 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
         RETURNING resource.resource_id INTO new_id;
         -- The new charges: each reversed amount at the new rate.
         WITH charged AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
-                                            job_start, job_end, note)
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note)
             SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, label
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label
             FROM @extschema@.ledger l
             WHERE l.entry_id = ANY (reversals)
             RETURNING amount

@@ -228,6 +228,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                          q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
                          q.qos, q.nodelist
                   FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
+            OFFSET 0  -- computed once per line: flattened, every reference would parse the times again
         ), keyed AS (
             SELECT p.*,
                    CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
@@ -236,6 +237,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                              || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
                    END AS job_key
             FROM parsed p
+            OFFSET 0
         ), ranked AS (
             SELECT k.*,
                    1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
@@ -305,18 +307,20 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         CREATE TEMP TABLE hpcacct_sacct_write ON COMMIT DROP AS
         SELECT pg_catalog.row_number() OVER () AS seq, w.*
         FROM (SELECT b.origin, b.lineno, b.job_key, b.cluster, b.jobid, b.charged_account AS account, b."user",
-                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end",
-                     b.alloctres::@extschema@.tres AS alloctres, b.state,
+                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end", b.alloc AS alloctres,
+                     b.state,
                      CASE WHEN j.cluster IS NULL THEN 'inserted'
-                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text)
-                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end,
-                                                 b.alloctres::@extschema@.tres::text) THEN 'rerated'
+                          WHEN (j.account, j."user", j.partition, j.start, j."end")
+                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end)
+                               OR NOT j.alloctres OPERATOR(@extschema@.=) b.alloc THEN 'rerated'
                           WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
                           ELSE 'unchanged'
                      END AS action
-              FROM pg_temp.hpcacct_sacct_batch b
-              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit
-              WHERE b.verdict = 'charge' AND b.rank = 1) w;
+              FROM (SELECT c.*, c.alloctres::@extschema@.tres AS alloc  -- cast once
+                    FROM pg_temp.hpcacct_sacct_batch c
+                    WHERE c.verdict = 'charge' AND c.rank = 1
+                    OFFSET 0) b
+              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit) w;
         ANALYZE pg_temp.hpcacct_sacct_write;
 
         CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;

@@ -4207,6 +4207,102 @@ BEGIN
 END
 $do$;
 
+
+-- rerate() carries each charge's run (job_submit) into its reversal and new charge
+CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effective_from timestamptz,
+                                   note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        was @extschema@.resource%ROWTYPE;
+        new_id bigint;
+        reversals bigint[];
+        moved bigint;
+        before_sum numeric;
+        after_sum numeric;
+        label constant text := 're-rated: resource ' || resource_id || ' from ' || effective_from;
+    BEGIN
+        IF resource_id IS NULL OR new_rate IS NULL OR effective_from IS NULL THEN
+            RAISE EXCEPTION 'rerate: resource_id, new_rate and effective_from must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF new_rate = 'NaN' OR new_rate < 0 OR new_rate = 'Infinity' THEN
+            RAISE EXCEPTION 'rerate: the rate must be a finite, non-negative number, not %', new_rate
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        -- No charging while the rows change hands: charging inserts into the ledger.
+        LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
+        SELECT r.* INTO was FROM @extschema@.resource r WHERE r.resource_id = rerate.resource_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'rerate: no resource %', resource_id USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT (was.valid @> effective_from) OR effective_from = lower(was.valid) THEN
+            RAISE EXCEPTION 'rerate: % is not inside resource %''s validity % after its start', effective_from,
+                            resource_id, was.valid
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Re-rate from an instant after the row''s start and before its end; jobs are charged at '
+                             'the row valid at their start.';
+        END IF;
+        IF was.rate = 0 THEN
+            RAISE EXCEPTION 'rerate: resource % has rate 0: its charges cannot be scaled to a new rate', resource_id
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Close the row, add one with the rate, and load its jobs again (DELETE and INSERT re-charge them).';
+        END IF;
+        IF new_rate = was.rate THEN
+            RAISE EXCEPTION 'rerate: resource % already has rate %', resource_id, new_rate
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+
+        -- Reversals first, per job that started from effective_from on, of its net charge here:
+        -- the row then charges nothing from effective_from on and may be closed.
+        WITH moved AS (
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                   sum(l.amount) AS amount
+            FROM @extschema@.ledger l
+            WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
+            HAVING sum(l.amount) <> 0
+        ), reversed AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label
+            FROM moved m
+            RETURNING entry_id
+        )
+        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        UPDATE @extschema@.resource r SET valid = pg_catalog.tstzrange(lower(was.valid), effective_from,
+                                                                       CASE WHEN lower_inc(was.valid) THEN '[)' ELSE '()' END)
+        WHERE r.resource_id = rerate.resource_id;
+        INSERT INTO @extschema@.resource (cluster, partition, node, bundle, rate, unit, pool, exclusive, valid, description)
+        VALUES (was.cluster, was.partition, was.node, was.bundle, new_rate, was.unit, was.pool, was.exclusive,
+                pg_catalog.tstzrange(effective_from, upper(was.valid), CASE WHEN upper_inc(was.valid) THEN '[]' ELSE '[)' END),
+                was.description)
+        RETURNING resource.resource_id INTO new_id;
+        -- The new charges: each reversed amount at the new rate.
+        WITH charged AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note)
+            SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label
+            FROM @extschema@.ledger l
+            WHERE l.entry_id = ANY (reversals)
+            RETURNING amount
+        )
+        SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
+        SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+        INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
+                                            jobs, amount_before, amount_after, note)
+        VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);
+        RETURN new_id;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) IS
+    'Re-rates the jobs a resource row charged from an instant on: closes the row, adds one with the new rate, '
+    'books reversals and new charges; logged in rerate_log; returns the new row''s id';
+
 CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -4480,6 +4576,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                          q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
                          q.qos, q.nodelist
                   FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
+            OFFSET 0  -- computed once per line: flattened, every reference would parse the times again
         ), keyed AS (
             SELECT p.*,
                    CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
@@ -4488,6 +4585,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                              || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
                    END AS job_key
             FROM parsed p
+            OFFSET 0
         ), ranked AS (
             SELECT k.*,
                    1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
@@ -4557,18 +4655,20 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         CREATE TEMP TABLE hpcacct_sacct_write ON COMMIT DROP AS
         SELECT pg_catalog.row_number() OVER () AS seq, w.*
         FROM (SELECT b.origin, b.lineno, b.job_key, b.cluster, b.jobid, b.charged_account AS account, b."user",
-                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end",
-                     b.alloctres::@extschema@.tres AS alloctres, b.state,
+                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end", b.alloc AS alloctres,
+                     b.state,
                      CASE WHEN j.cluster IS NULL THEN 'inserted'
-                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text)
-                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end,
-                                                 b.alloctres::@extschema@.tres::text) THEN 'rerated'
+                          WHEN (j.account, j."user", j.partition, j.start, j."end")
+                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end)
+                               OR NOT j.alloctres OPERATOR(@extschema@.=) b.alloc THEN 'rerated'
                           WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
                           ELSE 'unchanged'
                      END AS action
-              FROM pg_temp.hpcacct_sacct_batch b
-              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit
-              WHERE b.verdict = 'charge' AND b.rank = 1) w;
+              FROM (SELECT c.*, c.alloctres::@extschema@.tres AS alloc  -- cast once
+                    FROM pg_temp.hpcacct_sacct_batch c
+                    WHERE c.verdict = 'charge' AND c.rank = 1
+                    OFFSET 0) b
+              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit) w;
         ANALYZE pg_temp.hpcacct_sacct_write;
 
         CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;

@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(74);
+SELECT plan(77);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -226,6 +226,18 @@ SELECT throws_ok($$SELECT count(*) FROM hpcacct.sacctmgr_staging$$, '42501', NUL
 SELECT is((SELECT count(*) FROM hpcacct.sacct_quarantine), 0::bigint, 'nor other accounts'' quarantined lines');
 SELECT throws_ok($$SELECT * FROM hpcacct.load_sacct()$$, '42501', NULL, 'nor load');
 RESET SESSION AUTHORIZATION;
+
+-- rerate() keeps the runs apart: the requeued job's two runs are re-rated each, and a run
+-- deleted afterwards nets to zero while the other keeps its new charge.
+SELECT lives_ok($$SELECT hpcacct.rerate((SELECT resource_id FROM hpcacct.resource WHERE cluster = 'ldr'
+                                          AND partition = 'cpu'), 2, '2024-01-01 00:00+00')$$,
+                'rerate() of the partition the requeued job ran in');
+SELECT is((SELECT count(*) FROM ledger WHERE cluster = 'ldr' AND jobid = '10' AND job_submit IS NULL), 0::bigint,
+          'its reversals and new charges name the run');
+DELETE FROM job WHERE cluster = 'ldr' AND jobid = '10' AND submit = '2024-01-10 08:01+00';
+SELECT is((SELECT array_agg(s ORDER BY job_submit) FROM (SELECT job_submit, sum(amount) AS s FROM ledger
+           WHERE cluster = 'ldr' AND jobid = '10' GROUP BY job_submit) x),
+          ARRAY[2.000000, 0.000000], 'the deleted run nets to zero, the other keeps its charge at the new rate');
 
 -- Accounts from sacctmgr: added once, root (mapped to no account) left out.
 INSERT INTO sacctmgr_staging VALUES ('ldr', 'root', ''), ('ldr', 'root', 'root'), ('ldr', 'sproj', ''),
