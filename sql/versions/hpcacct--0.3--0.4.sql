@@ -6022,16 +6022,17 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         -- Reversals first, per job that started from effective_from on, of its net charge here:
         -- the row then charges nothing from effective_from on and may be closed.
         WITH moved AS (
-            SELECT l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, sum(l.amount) AS amount
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                   sum(l.amount) AS amount
             FROM @extschema@.ledger l
             WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
-            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.submitter, l.job_start, l.job_end
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
             HAVING sum(l.amount) <> 0
         ), reversed AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
-                                            job_start, job_end, note)
-            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.submitter,
-                   m.job_start, m.job_end, 'reversal: ' || label
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label
             FROM moved m
             RETURNING entry_id
         )
@@ -6046,10 +6047,10 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         RETURNING resource.resource_id INTO new_id;
         -- The new charges: each reversed amount at the new rate.
         WITH charged AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter,
-                                            job_start, job_end, note)
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note)
             SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.submitter, l.job_start, l.job_end, label
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label
             FROM @extschema@.ledger l
             WHERE l.entry_id = ANY (reversals)
             RETURNING amount
@@ -7724,6 +7725,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                          q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
                          q.qos, q.nodelist
                   FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
+            OFFSET 0  -- computed once per line: flattened, every reference would parse the times again
         ), keyed AS (
             SELECT p.*,
                    CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
@@ -7732,6 +7734,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                              || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
                    END AS job_key
             FROM parsed p
+            OFFSET 0
         ), ranked AS (
             SELECT k.*,
                    1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
@@ -7801,18 +7804,20 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
         CREATE TEMP TABLE hpcacct_sacct_write ON COMMIT DROP AS
         SELECT pg_catalog.row_number() OVER () AS seq, w.*
         FROM (SELECT b.origin, b.lineno, b.job_key, b.cluster, b.jobid, b.charged_account AS account, b."user",
-                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end",
-                     b.alloctres::@extschema@.tres AS alloctres, b.state,
+                     b.partition, b.t_submit AS submit, b.t_start AS start, b.t_end AS "end", b.alloc AS alloctres,
+                     b.state,
                      CASE WHEN j.cluster IS NULL THEN 'inserted'
-                          WHEN (j.account, j."user", j.partition, j.start, j."end", j.alloctres::text)
-                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end,
-                                                 b.alloctres::@extschema@.tres::text) THEN 'rerated'
+                          WHEN (j.account, j."user", j.partition, j.start, j."end")
+                               IS DISTINCT FROM (b.charged_account, b."user", b.partition, b.t_start, b.t_end)
+                               OR NOT j.alloctres OPERATOR(@extschema@.=) b.alloc THEN 'rerated'
                           WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
                           ELSE 'unchanged'
                      END AS action
-              FROM pg_temp.hpcacct_sacct_batch b
-              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit
-              WHERE b.verdict = 'charge' AND b.rank = 1) w;
+              FROM (SELECT c.*, c.alloctres::@extschema@.tres AS alloc  -- cast once
+                    FROM pg_temp.hpcacct_sacct_batch c
+                    WHERE c.verdict = 'charge' AND c.rank = 1
+                    OFFSET 0) b
+              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit) w;
         ANALYZE pg_temp.hpcacct_sacct_write;
 
         CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;
