@@ -50,7 +50,7 @@ SQL
 ld() { PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" "$@"; }
 
 since=$(date +%Y-%m-%dT%H:%M:%S -d '-1 minute')
-sb() { sbatch --parsable "$@" | cut -d';' -f1; }
+sb() { sbatch --parsable -o "$HPCACCT_SLURM_DIR/slurm-%j.out" "$@" | cut -d';' -f1; }  # output in the harness's directory
 
 # --- the job mix ---
 cat >"$work/het.sh" <<'EOF'
