@@ -4877,6 +4877,12 @@ END
 $do$;
 -- end of loader (issue 14)
 
+-- ==== dead and test-only code (issue 18, house) -------------------------------------
+-- year_charges() was read by no report since the usage reports read the rollup (year_usage);
+-- the tests that compared against it carry their own copy.
+DROP FUNCTION @extschema@.year_charges(integer, timestamptz);
+-- end of dead and test-only code
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
