@@ -9,8 +9,9 @@ GLUE_SRCS   = $(sort $(wildcard src/pg/*.cpp))
 OBJS        = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
 
 # The current version's install script is assembled from one file per SQL area, in name
-# order. Released versions are frozen in sql/versions/, with an update script from each
-# to the next: every schema change ships as one.
+# order. sql/versions/ holds an update script from each released version to the next (every
+# schema change ships as one) and the frozen install script of 0.1 only: PostgreSQL installs
+# any other release from it and the update scripts (test/compat/upgrade.sh tests the chain).
 INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 DATA        = $(wildcard sql/versions/$(EXTENSION)--*.sql)

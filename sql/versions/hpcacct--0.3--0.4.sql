@@ -4883,6 +4883,25 @@ $do$;
 DROP FUNCTION @extschema@.year_charges(integer, timestamptz);
 -- end of dead and test-only code
 
+-- ==== one glue convention (issue 18, house) -------------------------------------------
+-- Every aggregate's support functions end in _transfn, _combinefn, _serialfn, _deserialfn,
+-- _finalfn, in SQL and in C; tmc's and tc's were the exception. The aggregates refer to
+-- their functions by oid: renaming keeps them, the C entry points follow (the final
+-- definitions below re-create them with their comments).
+ALTER FUNCTION @extschema@.theoretical_combine(internal, internal) RENAME TO theoretical_combinefn;
+ALTER FUNCTION @extschema@.theoretical_final(internal) RENAME TO theoretical_finalfn;
+ALTER FUNCTION @extschema@.theoretical_serialize(internal) RENAME TO theoretical_serialfn;
+ALTER FUNCTION @extschema@.theoretical_deserialize(bytea, internal) RENAME TO theoretical_deserialfn;
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_finalfn(internal) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_finalfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_serialfn(internal) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+-- end of one glue convention
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -7986,6 +8005,22 @@ CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bi
     $fn$;
 COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
     'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.theoretical_combinefn(internal, internal) IS
+    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_finalfn(internal) RETURNS float8
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_finalfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.theoretical_finalfn(internal) IS
+    'Final function of hpcacct.tmc and hpcacct.tc';
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_serialfn(internal) RETURNS bytea
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.theoretical_serialfn(internal) IS
+    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
+CREATE OR REPLACE FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) IS
+    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

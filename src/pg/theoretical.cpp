@@ -90,47 +90,38 @@ Datum hpcacct_tc_transfn(PG_FUNCTION_ARGS) {
 }
 
 // Merges the second state into the first; either may be NULL (a worker that saw no row).
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_combine);
-Datum hpcacct_theoretical_combine(PG_FUNCTION_ARGS) {
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_combinefn);
+Datum hpcacct_theoretical_combinefn(PG_FUNCTION_ARGS) {
     return hpcacct::pg::combine_states<Sum>(fcinfo, kSupportedAggregates,
                                             [](Sum& state, const Sum& other) { state.merge(other); });
 }
 
 // The sum; NULL when the aggregate saw no row (as sum() does).
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_final);
-Datum hpcacct_theoretical_final(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kSupportedAggregates);
-    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-    const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_finalfn);
+Datum hpcacct_theoretical_finalfn(PG_FUNCTION_ARGS) {
+    const Sum* state = hpcacct::pg::final_state<Sum>(fcinfo, kSupportedAggregates);
+    if (state == nullptr) PG_RETURN_NULL();
     PG_RETURN_FLOAT8(guarded([&] { return state->value(); }));
 }
 
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialize);
-Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kSupportedAggregates);
-    const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer = hpcacct::pg::begin_state();
-    pq_sendfloat8(&buffer, state->sum);
-    pq_sendfloat8(&buffer, state->compensation);
-    PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialfn);
+Datum hpcacct_theoretical_serialfn(PG_FUNCTION_ARGS) {
+    return hpcacct::pg::serialize_state<Sum>(fcinfo, kSupportedAggregates, hpcacct::pg::send_sum);
 }
 
 // Validates what it reads as if it came from an attacker: exact size, finite numbers.
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialize);
-Datum hpcacct_theoretical_deserialize(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kSupportedAggregates);
-    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, kSerializedSize, "theoretical consumption");
-    const double sum = pq_getmsgfloat8(&buffer);
-    const double compensation = pq_getmsgfloat8(&buffer);
-    pq_getmsgend(&buffer);
-    if (!std::isfinite(sum) || !std::isfinite(compensation)) {
-        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid theoretical consumption state: non-finite sum")));
-    }
-    Sum* state = hpcacct::pg::new_state<Sum>(CurrentMemoryContext);
-    state->sum = sum;
-    state->compensation = compensation;
-    PG_RETURN_POINTER(state);
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialfn);
+Datum hpcacct_theoretical_deserialfn(PG_FUNCTION_ARGS) {
+    return hpcacct::pg::deserialize_state<Sum>(
+        fcinfo, kSupportedAggregates, kSerializedSize,
+        [](StringInfo buffer, Sum& state) {
+            hpcacct::pg::receive_sum(buffer, state);
+            if (!std::isfinite(state.sum) || !std::isfinite(state.compensation)) {
+                ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+                                errmsg("invalid theoretical consumption state: non-finite sum")));
+            }
+        },
+        [](const Sum&) {});
 }
 
 // regulation_status(consumption, tc, tmc): 'ok', 'warning' or 'retraction' (rules §2).
