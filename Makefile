@@ -100,6 +100,12 @@ test:
 demo:
 	PG_CONFIG=$(PG_CONFIG) test/scripts/run-demo.sh
 
+# `make reference`: rewrites the README's reference of every object from the catalog of the
+# installed extension (`make install` first); `make test` fails while it differs.
+.PHONY: reference
+reference:
+	PG_CONFIG=$(PG_CONFIG) test/scripts/with-cluster.sh reference test/compat/reference.sh --write
+
 # `make bench`: benchmarks in a throw-away cluster (test/bench/run.sh, test/bench/README.md);
 # `make bench JOBS=20000 RUNS=1` is the quick mode that only checks fast paths against references.
 JOBS ?= 1000000
