@@ -4,21 +4,15 @@
 // State: `internal`, the core's flat bank::State in the aggregate context, updated in place;
 // serialized as every aggregate state is (pg/aggregate.hpp), deserialize checks it and runs
 // bank::validate (the same design as window_quota.cpp, for the same reasons).
-#include "pg/postgres.hpp"
-
-extern "C" {
-#include "catalog/pg_type.h"
-#include "libpq/pqformat.h"
-#include "utils/builtins.h"
-#include "utils/date.h"
-#include "utils/datetime.h"
-}
-
-#include "core/bank.hpp"
 #include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
 
-using hpcacct::pg::aggregate_context;
+extern "C" {
+#include "catalog/pg_type.h"
+}
+
+#include "core/bank.hpp"
+
 using hpcacct::pg::guarded;
 namespace bank = hpcacct::bank;
 
@@ -43,7 +37,7 @@ extern "C" {
 // Not strict: NULL arguments are an error (22004), not rows silently left out.
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_transfn);
 Datum hpcacct_quarter_balance_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
     hpcacct::pg::require_arguments(fcinfo, kAggregate, {"kind", "quarter", "amount", "at"});
     text* kind_text = PG_GETARG_TEXT_PP(1);
     const std::string_view kind_name(VARDATA_ANY(kind_text), VARSIZE_ANY_EXHDR(kind_text));

@@ -9,22 +9,16 @@
 // hpcacct.window_quota: nothing outside an aggregate can reach or forge the state, the
 // transition function updates it in place, and the only bytes read from outside are the
 // deserialize function's, which checks their format and exact size and validates them.
-#include "pg/postgres.hpp"
+#include "pg/aggregate.hpp"
 
 extern "C" {
-#include "libpq/pqformat.h"
-#include "datatype/timestamp.h"
 #include "utils/timestamp.h"
 }
 
 #include "core/fairshare.hpp"
-#include "pg/aggregate.hpp"
-#include "pg/guard.hpp"
 
 #include <cstdint>
-#include <cstring>
 
-using hpcacct::pg::aggregate_context;
 using hpcacct::pg::guarded;
 namespace fs = hpcacct::fairshare;
 
@@ -138,7 +132,7 @@ extern "C" {
 // half_life interval). Not strict: a NULL argument is an error (22004), not a row left out.
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_transfn);
 Datum hpcacct_decayed_usage_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
     hpcacct::pg::require_arguments(fcinfo, kAggregate, {"ts", "amount", "at", "half_life"}, kRowHint);
     const std::int64_t ts = finite_timestamp(fcinfo, 1, "ts");
     const double amount = PG_GETARG_FLOAT8(2);
@@ -174,7 +168,7 @@ Datum hpcacct_decayed_usage_finalfn(PG_FUNCTION_ARGS) {
 // at timestamptz, period interval, decay float8, depth int4). Not strict, as above.
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_transfn);
 Datum hpcacct_decayed_usage_periods_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
     hpcacct::pg::require_arguments(fcinfo, kAggregate, {"ts", "amount", "at", "period", "decay", "depth"}, kRowHint);
     const std::int64_t ts = finite_timestamp(fcinfo, 1, "ts");
     const double amount = PG_GETARG_FLOAT8(2);

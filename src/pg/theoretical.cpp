@@ -11,13 +11,10 @@
 // The transition functions are not STRICT: a NULL valid_from, valid_until, amount, at or
 // convention is an error (22004) rather than a row silently skipped, since a skipped
 // allocation event would make TMC and TC wrong without anyone noticing.
-#include "pg/postgres.hpp"
-
 #include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
 
 extern "C" {
-#include "libpq/pqformat.h"
 #include "utils/builtins.h"
 }
 
@@ -26,9 +23,7 @@ extern "C" {
 #include <cmath>
 #include <string_view>
 
-using hpcacct::pg::aggregate_context;
 using hpcacct::pg::boost_range_day;
-using hpcacct::pg::require_argument;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
 namespace theoretical = hpcacct::theoretical;
@@ -44,11 +39,11 @@ constexpr const char* kSupportedAggregates = "hpcacct.tmc or hpcacct.tc";
 
 Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention) {
     const char* const function = measure == Measure::tmc ? "hpcacct.tmc" : "hpcacct.tc";
-    MemoryContext context = aggregate_context(fcinfo, function);
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, function);
     static const char* const arguments[] = {"valid_from", "valid_until", "amount", "at", "convention"};
     const int last = with_convention ? 5 : 4;
     for (int i = 1; i <= last; ++i) {
-        require_argument(fcinfo, i, function, arguments[i - 1],
+        hpcacct::pg::require_argument(fcinfo, i, function, arguments[i - 1],
                          "Every allocation event needs a validity window, an amount and a date.");
     }
     // Dates stay day counts (the core splits them with integer arithmetic only when it needs

@@ -10,23 +10,16 @@
 // transition function updates it in place (no copy per row), and the only bytes read from
 // outside are the deserialize function's, which checks their exact size and runs
 // window_quota::validate on them.
-#include "pg/postgres.hpp"
-
-extern "C" {
-#include "catalog/pg_type.h"
-#include "libpq/pqformat.h"
-#include "utils/builtins.h"
-#include "utils/date.h"
-#include "utils/datetime.h"  // j2date, which pg/dates.hpp uses
-}
-
-#include "core/window_quota.hpp"
 #include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
 
-#include <cstdint>
+extern "C" {
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+}
 
-using hpcacct::pg::aggregate_context;
+#include "core/window_quota.hpp"
+
 using hpcacct::pg::guarded;
 namespace wq = hpcacct::window_quota;
 
@@ -46,7 +39,7 @@ extern "C" {
 // Not strict: a NULL argument is an error (22004), not a row silently left out.
 PG_FUNCTION_INFO_V1(hpcacct_window_quota_transfn);
 Datum hpcacct_window_quota_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
     hpcacct::pg::require_arguments(fcinfo, kAggregate, {"month", "allowance", "consumed", "at"}, kRowHint);
     const int month = hpcacct::pg::month_index(PG_GETARG_DATEADT(1), "window_quota: month");
     const double allowance = PG_GETARG_FLOAT8(2);
