@@ -23,7 +23,7 @@ extern "C" {
 #include <cmath>
 #include <string_view>
 
-using hpcacct::pg::boost_range_day;
+using hpcacct::pg::supported_day;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
 namespace theoretical = hpcacct::theoretical;
@@ -47,13 +47,13 @@ Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention)
                          "Every allocation event needs a validity window, an amount and a date.");
     }
     // Dates stay day counts (the core splits them with integer arithmetic only when it needs
-    // their months; `at` is split once per query); the errors are gregorian_date's, in the
+    // their months; `at` is split once per query); the errors are supported_day's, in the
     // same order (valid_from, valid_until, at).
-    const DateADT from = boost_range_day(PG_GETARG_DATEADT(1), "valid_from");
-    const DateADT until = boost_range_day(PG_GETARG_DATEADT(2), "valid_until");
+    const DateADT from = supported_day(PG_GETARG_DATEADT(1), "valid_from");
+    const DateADT until = supported_day(PG_GETARG_DATEADT(2), "valid_until");
     const double amount = PG_GETARG_FLOAT8(3);
     const calendar::Day at = hpcacct::pg::derived_once<DateADT, calendar::Day>(
-        fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) { return calendar::day_of(boost_range_day(day, "at")); });
+        fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) { return calendar::day_of(supported_day(day, "at")); });
     std::string_view convention_name;
     if (with_convention) {
         text* name = PG_GETARG_TEXT_PP(5);
