@@ -3,7 +3,8 @@
 # below) must be what the catalog of a fresh install says (test/compat/reference.sql: every
 # type, operator, table, view, function, aggregate, procedure, role and setting, each with its
 # comment) followed by the commands (src/bin/*.cpp, src/slurm/hpcacct-*, each described by its
-# first line "NAME: what it does"). Appends "reference passed failed" to $HPCACCT_TALLY.
+# first line "NAME: what it does"); and every function the hand-written area tables of the
+# README's SQL reference name must exist. Appends "reference passed failed" to $HPCACCT_TALLY.
 #   --write   rewrites the README's table instead (after adding or changing an object)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,6 +52,16 @@ grep '(no description)' "$work/generated.md" | head -5 | sed 's/^/    /'
 check "the README's reference is the catalog's (test/compat/reference.sh --write rewrites it)" \
     "$(cmp -s "$work/generated.md" "$work/readme.md" && echo t)"
 diff "$work/readme.md" "$work/generated.md" | head -20 | sed 's/^/    /'
+
+# The area tables above the generated one are written by hand: every `name(` they show must
+# still be a function, aggregate or procedure of the extension.
+psql -X -At -d hpcacct_reference -c "SELECT DISTINCT proname FROM pg_proc WHERE pronamespace = 'hpcacct'::regnamespace" \
+    | sort >"$work/procs.txt"
+awk '/^## SQL reference/ { on = 1 } $0 == "### Every object" { on = 0 } on' README.md \
+    | grep -o '`\(PROCEDURE \)\?[a-z_][a-z_0-9]*(' | sed 's/^`//; s/($//; s/^PROCEDURE //' | sort -u >"$work/named.txt"
+gone=$(comm -23 "$work/named.txt" "$work/procs.txt" | tr '\n' ' ')
+check "every function the README's SQL reference names exists ($(wc -l <"$work/named.txt") named${gone:+; not found: $gone})" \
+    "$([ -s "$work/named.txt" ] && [ -z "$gone" ] && echo t)"
 
 rm -rf "$work"
 report reference
