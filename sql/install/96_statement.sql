@@ -546,3 +546,45 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
 COMMENT ON FUNCTION @extschema@.statement_html(text, date) IS
     'An account''s monthly statement as one self-contained HTML page with inline SVG charts (GENCI, RWTH, HLRN, usage '
     'by resource), from account_month()';
+
+-- The accounts whose statements hpcacct-report --all writes for a month: those the caller may
+-- see (row-level security) that had, in the month, a charge, an allocation valid on one of its
+-- days (grant, supplement, deposit, transfer, refund, retraction) or a sliding-window quota.
+CREATE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_accounts(date) IS
+    'Accounts the caller may see with a charge, an allocation or a window quota in a month: whose statements '
+    'hpcacct-report --all writes';

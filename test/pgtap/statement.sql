@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(22);
+SELECT plan(26);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -52,7 +52,15 @@ SELECT is((SELECT jsonb_array_length(d -> 'regulation' -> 0 -> 'days') FROM m), 
 SELECT is((SELECT d -> 'regulation' -> 0 -> 'days' -> -1 ->> 3 FROM m)::numeric, 56::numeric,
           'consumption at the end of May on the chart');
 
+SELECT is((SELECT array_agg(a ORDER BY a) FROM statement_accounts('2024-05-01') a WHERE a LIKE 's\_%'), ARRAY['s_a', 's_b'],
+          'the statements of May: the accounts with charges or allocations in it');
+SELECT is((SELECT array_agg(a ORDER BY a) FROM statement_accounts('2024-02-01') a WHERE a LIKE 's\_%'), ARRAY['s_a'],
+          'February: the account with a grant and a quota, not the one without anything');
+SELECT throws_ok($$SELECT hpcacct.statement_accounts('2999-01-01')$$, '22023', NULL, 'statement_accounts of a month to come');
+
 SET SESSION AUTHORIZATION s_alice;
+SELECT is((SELECT array_agg(a) FROM hpcacct.statement_accounts('2024-05-01') a), ARRAY['s_a'],
+          's_alice''s statements: her account only');
 SELECT is((SELECT array_agg(x ->> 'account') FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x),
           ARRAY['s_a'], 's_alice''s first page lists her account only');
 SELECT is((SELECT x ->> 'role' FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x), 'admin',
