@@ -4877,6 +4877,121 @@ END
 $do$;
 -- end of loader (issue 14)
 
+-- people (issue 16, continued): the accounts hpcacct-report --all writes, the pre-expiry
+-- warning (outbox topic account_expiry, setting expiry_warning_days), the queue by fair share
+-- (pending_job.partition, view fairshare_queue) and r_wlm_usage ----------------------------
+ALTER TABLE @extschema@.pending_job ADD COLUMN partition text;
+ALTER TABLE @extschema@.outbox DROP CONSTRAINT outbox_topic_check;
+ALTER TABLE @extschema@.outbox ADD CONSTRAINT outbox_topic_check
+    CHECK (topic IN ('regulation_warning', 'regulation_retraction', 'annual_warning',
+                     'annual_retraction', 'quota_state', 'account_expired',
+                     'account_deleted', 'job_held', 'job_released', 'balance_low',
+                     'account_expiry'));
+CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_accounts(date) IS
+    'Accounts the caller may see with a charge, an allocation or a window quota in a month: whose statements '
+    'hpcacct-report --all writes';
+CREATE VIEW @extschema@.fairshare_queue AS
+    WITH f AS MATERIALIZED (
+        SELECT s.pool, s.unit, s.account, s.submitter, s.factor FROM @extschema@.fairshare() s
+    ), q AS (
+        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at,
+               coalesce(p.account, u.default_account, p.username) AS account,
+               coalesce(r.pool, r.cluster) AS pool, r.unit
+        FROM @extschema@.pending_job p
+        LEFT JOIN @extschema@.hpc_user u ON u.username = p.username
+        LEFT JOIN @extschema@.resource r
+          ON r.cluster = p.cluster AND r.partition = pg_catalog.split_part(p.partition, ',', 1)
+         AND r.valid @> pg_catalog.now()
+    )
+    SELECT pg_catalog.row_number() OVER (ORDER BY fa.factor DESC NULLS LAST, fu.factor DESC NULLS LAST,
+                                         q.submitted_at, q.cluster, q.jobid) AS position,
+           q.cluster, q.jobid, q.username, q.account, q.partition, q.pool, q.unit,
+           fa.factor AS account_factor, fu.factor AS user_factor, q.held, q.submitted_at
+    FROM q
+    LEFT JOIN f fa ON fa.pool = q.pool AND fa.unit = q.unit AND fa.account = q.account AND fa.submitter IS NULL
+    LEFT JOIN f fu ON fu.pool = q.pool AND fu.unit = q.unit AND fu.account = q.account AND fu.submitter = q.username
+    ORDER BY 1;
+ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
+COMMENT ON VIEW @extschema@.fairshare_queue IS
+    'Pending jobs (pending_job) ordered by their account''s fair-share factor in the pool of their partition, '
+    'then the user''s factor and the submit time (LQCD''s queue by fair-share priority)';
+CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAULT NULL)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF project IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM @extschema@.window_quota_usage(project, at);
+            RETURN;
+        END IF;
+        RETURN QUERY
+        SELECT u.*
+        FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+              WHERE (SELECT @extschema@.sees_all_accounts())
+                 OR p.account = ANY ((SELECT @extschema@.visible_accounts())::text[])) a
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+        ORDER BY u.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.r_wlm_usage(text, date) IS
+    'r_wlm_usage -q: the window quota of the caller''s own accounts (administrators: every account), or of one '
+    'project, for the month containing at (NULL: today in the site time zone)';
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON FUNCTION @extschema@.statement_accounts(date), @extschema@.r_wlm_usage(text, date)
+            TO hpcacct_admin;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.fairshare_queue TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.fairshare_queue TO hpcacct_portal;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_auditor') THEN
+        GRANT SELECT ON @extschema@.fairshare_queue TO hpcacct_auditor;
+    END IF;
+END
+$$;
+-- end of people (issue 16, continued)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -4897,7 +5012,10 @@ CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
                 'the rollups with months it never ran in'),
                ('require_membership', 'off',
                 'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it')
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)')
     $$;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
@@ -4933,6 +5051,10 @@ CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
         IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
             RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
         END IF;
         IF NEW.name = 'personal_allotment'
            AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
@@ -6887,6 +7009,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
         written integer := 0;
         id bigint;
         bank_unit text;
+        next_q date;
+        warn_days integer;
     BEGIN
         IF at IS NULL THEN
             RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
@@ -6972,12 +7096,63 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                               'threshold_percent', r.percent, 'unit', bank_unit));
             written := written + (id IS NOT NULL)::integer;
         END LOOP;
+
+        -- bank accounts active this quarter with no allocation for the next one, within
+        -- expiry_warning_days (at most a quarter) of its start: once per account and expiry day
+        next_q := (q + interval '3 months')::date;
+        warn_days := @extschema@.setting_value('expiry_warning_days')::integer;
+        FOR r IN WITH allocated AS (
+                     SELECT l.account, @extschema@.quarter_start(l.valid_from) AS quarter, sum(l.amount) AS amount
+                     FROM @extschema@.ledger l
+                     WHERE l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit AND l.valid_from >= q
+                     GROUP BY 1, 2
+                     HAVING sum(l.amount) > 0
+                 )
+                 SELECT a.name AS account, a.kind, now_q.amount AS alloc,
+                        (SELECT min(later.quarter) FROM allocated later
+                         WHERE later.account = a.name AND later.quarter > next_q) AS later_quarter
+                 FROM allocated now_q
+                 JOIN @extschema@.account a ON a.name = now_q.account
+                 WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
+                   AND a.deleted_in IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
+                 ORDER BY a.name LOOP
+            id := @extschema@.outbox_add(
+                'account_expiry', pg_catalog.concat_ws('/', r.account, next_q), r.account,
+                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, next_q,
+                                  CASE WHEN r.later_quarter IS NULL THEN 'it expires' ELSE 'jobs will be refused' END),
+                pg_catalog.format(E'Dear members of %s,\n\naccount %s holds an allocation for the quarter ending %s but none for the\n'
+                                  'quarter starting %s (%s days from %s). %s\n\n'
+                                  'Balance now:        %s %s of %s %s\n'
+                                  'Allocation ends:    %s\n%s',
+                                  r.account, r.account, next_q - 1, next_q, next_q - at, at,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
+                                                              'are refused and queued jobs are held.', r.later_quarter)
+                                       WHEN r.kind = 'personal'
+                                       THEN E'On that day the personal account expires: no batch jobs can be submitted\n'
+                                            'with it, and one still expired a quarter later is deleted. Join an active\n'
+                                            'project or ask your consultant for an allocation.'
+                                       ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
+                                            'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
+                                  @extschema@.notify_number(@extschema@.balance(r.account, at)), bank_unit,
+                                  @extschema@.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
+                pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
+                                              'no_allocation_from', next_q, 'days_left', next_q - at,
+                                              'next_allocation', r.later_quarter, 'allocation', r.alloc,
+                                              'balance', @extschema@.balance(r.account, at), 'unit', bank_unit),
+                true);
+            written := written + (id IS NOT NULL)::integer;
+        END LOOP;
         RETURN written;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
-    'Writes messages for sliding-window quota state changes since the last notified one and for quarter balances '
-    'below a site threshold (once per account, quarter and threshold); returns how many';
+    'Writes messages for sliding-window quota state changes since the last notified one, for quarter balances '
+    'below a site threshold (once per account, quarter and threshold) and for bank accounts whose allocation runs '
+    'out within expiry_warning_days (once per account and expiry); returns how many';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
@@ -7980,6 +8155,68 @@ CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bi
     $fn$;
 COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
     'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
+CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_accounts(date) IS
+    'Accounts the caller may see with a charge, an allocation or a window quota in a month: whose statements '
+    'hpcacct-report --all writes';
+CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAULT NULL)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF project IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM @extschema@.window_quota_usage(project, at);
+            RETURN;
+        END IF;
+        RETURN QUERY
+        SELECT u.*
+        FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+              WHERE (SELECT @extschema@.sees_all_accounts())
+                 OR p.account = ANY ((SELECT @extschema@.visible_accounts())::text[])) a
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+        ORDER BY u.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.r_wlm_usage(text, date) IS
+    'r_wlm_usage -q: the window quota of the caller''s own accounts (administrators: every account), or of one '
+    'project, for the month containing at (NULL: today in the site time zone)';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
