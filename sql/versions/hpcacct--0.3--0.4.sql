@@ -4992,6 +4992,53 @@ END
 $$;
 -- end of people (issue 16, continued)
 
+-- raw core-hours of every charge (issue 16: Compute Canada's raw core-years) -------------------
+-- Charging books each charge's cores x wall-clock hours in ledger.core_hours (reversals and
+-- re-ratings carry it, negated). The charges booked before get theirs, once, from the job
+-- table's AllocTRES where the job run is still there (a charge and its reversal alike, so
+-- they cancel as their amounts do); others keep NULL (unknown). This fills a new column of
+-- rows already written: no amount, account or date of the ledger changes.
+ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
+COMMENT ON COLUMN @extschema@.ledger.core_hours IS
+    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
+    'reversal); NULL for other entries and for charges whose core count is not known';
+DO $do$
+BEGIN
+    IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+        ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
+        UPDATE @extschema@.ledger l
+        SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
+                         * round(@extschema@.tres_get(j.alloctres, 'cpu')::numeric
+                                 * EXTRACT(epoch FROM l.job_end - l.job_start) / 3600, 6)
+        FROM @extschema@.job j
+        WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
+          AND j.submit IS NOT DISTINCT FROM l.job_submit;
+        ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
+    END IF;
+END
+$do$;
+CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
+    SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
+           m.month::date AS month,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               m.month AT TIME ZONE z.tz,
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
+           l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
+                                                   m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours
+    FROM @extschema@.ledger l
+    JOIN @extschema@.resource r USING (resource_id)
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
+        interval '1 month') AS m(month)
+    WHERE l.kind = 'charge'
+      AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+COMMENT ON VIEW @extschema@.charge_by_month IS
+    'Charges (and their raw core-hours) split pro rata over the calendar months (site time zone) in which the jobs ran';
+-- end of raw core-hours (issue 16)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -5167,9 +5214,9 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         IF changed_old IS NOT NULL THEN
             EXECUTE format($q$
                 INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                job_submit, submitter, job_start, job_end, note)
+                                                job_submit, submitter, job_start, job_end, note, core_hours)
                 SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.job_submit, l.submitter, l.job_start, l.job_end, %L
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
                 FROM @extschema@.ledger l
                 WHERE l.kind = 'charge'
                   AND EXISTS (SELECT 1 FROM %s o
@@ -5194,12 +5241,14 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
             IF unknown_accounts = 0 THEN
                 EXECUTE format($q$
                     INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    job_submit, submitter, job_start, job_end)
+                                                    job_submit, submitter, job_start, job_end, core_hours)
                     SELECT j.account, 'charge',
                            round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
                            r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
-                           j.job_end
+                           j.job_end,
+                           round(@extschema@.tres_get(j.alloctres, 'cpu')::numeric
+                                 * EXTRACT(epoch FROM j.job_end - j.job_start) / 3600, 6)
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
@@ -6145,16 +6194,16 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         -- the row then charges nothing from effective_from on and may be closed.
         WITH moved AS (
             SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                   sum(l.amount) AS amount
+                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
             FROM @extschema@.ledger l
             WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
             GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
             HAVING sum(l.amount) <> 0
         ), reversed AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note)
+                                            submitter, job_start, job_end, note, core_hours)
             SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
-                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
             FROM moved m
             RETURNING entry_id
         )
@@ -6170,9 +6219,9 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         -- The new charges: each reversed amount at the new rate.
         WITH charged AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note)
+                                            submitter, job_start, job_end, note, core_hours)
             SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
             FROM @extschema@.ledger l
             WHERE l.entry_id = ANY (reversals)
             RETURNING amount
