@@ -5224,7 +5224,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                                 AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
                 GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
                          l.job_end
-                HAVING sum(l.amount) <> 0
+                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
                 $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
         END IF;
 
