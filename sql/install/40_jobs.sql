@@ -213,8 +213,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
                            r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
                            j.job_end,
-                           round(@extschema@.tres_get(j.alloctres, 'cpu')::numeric
-                                 * EXTRACT(epoch FROM j.job_end - j.job_start) / 3600, 6)
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start

@@ -4998,6 +4998,14 @@ $$;
 -- table's AllocTRES where the job run is still there (a charge and its reversal alike, so
 -- they cancel as their amounts do); others keep NULL (unknown). This fills a new column of
 -- rows already written: no amount, account or date of the ledger changes.
+-- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
+-- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
+-- SET options, so that charging inlines it.
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
 ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
 COMMENT ON COLUMN @extschema@.ledger.core_hours IS
     'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
@@ -5008,8 +5016,7 @@ BEGIN
         ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
         UPDATE @extschema@.ledger l
         SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
-                         * round(@extschema@.tres_get(j.alloctres, 'cpu')::numeric
-                                 * EXTRACT(epoch FROM l.job_end - l.job_start) / 3600, 6)
+                         * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
         FROM @extschema@.job j
         WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
           AND j.submit IS NOT DISTINCT FROM l.job_submit;
@@ -5037,6 +5044,13 @@ CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true
       AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
 COMMENT ON VIEW @extschema@.charge_by_month IS
     'Charges (and their raw core-hours) split pro rata over the calendar months (site time zone) in which the jobs ran';
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) TO hpcacct_admin;
+    END IF;
+END
+$$;
 -- end of raw core-hours (issue 16)
 
 -- ==== final definitions ---------------------------------------------------------------
@@ -5247,8 +5261,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
                            r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
                            j.job_end,
-                           round(@extschema@.tres_get(j.alloctres, 'cpu')::numeric
-                                 * EXTRACT(epoch FROM j.job_end - j.job_start) / 3600, 6)
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
@@ -8277,6 +8290,11 @@ CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at
 COMMENT ON FUNCTION @extschema@.r_wlm_usage(text, date) IS
     'r_wlm_usage -q: the window quota of the caller''s own accounts (administrators: every account), or of one '
     'project, for the month containing at (NULL: today in the site time zone)';
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
