@@ -27,16 +27,18 @@ REGRESS     = setup $(filter-out setup,$(patsubst sql/%.sql,%,$(sort $(wildcard 
 REGRESS_OPTS = --load-extension=btree_gist --load-extension=$(EXTENSION)
 
 # The commands, client programs installed into PostgreSQL's bindir: hpcacct-notify, the
-# outbox's SMTP sender (libpq, libcurl), and hpcacct-sacct, the loader (libpq).
+# outbox's SMTP sender (libpq, libcurl), hpcacct-sacct, the loader (libpq), and
+# hpcacct-report, which writes monthly statements to files (libpq).
 NOTIFY_BIN    = src/bin/hpcacct-notify
 LOADER        = src/bin/hpcacct-sacct
-SCRIPTS_built = $(NOTIFY_BIN) $(LOADER)
+REPORT_BIN    = src/bin/hpcacct-report
+SCRIPTS_built = $(NOTIFY_BIN) $(LOADER) $(REPORT_BIN)
 
 CXXSTD      = -std=c++17
 PG_CPPFLAGS = -I$(CURDIR)/src
 PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK  = -lstdc++
-EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN) $(LOADER)
+EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN) $(LOADER) $(REPORT_BIN)
 
 PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
 PGXS       := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
@@ -78,6 +80,10 @@ $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
 $(NOTIFY_BIN): src/bin/hpcacct-notify.cpp
 	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
 	    -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+
+$(REPORT_BIN): src/bin/hpcacct-report.cpp
+	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
+	    -L$(shell $(PG_CONFIG) --libdir) -lpq
 
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 	cat $^ > $@

@@ -14,3 +14,12 @@ CREATE FUNCTION @extschema@.charge(alloc @extschema@.tres, elapsed interval, bun
     AS 'MODULE_PATHNAME', 'hpcacct_charge' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.charge(@extschema@.tres, interval, @extschema@.tres, float8, @extschema@.tres) IS
     'equivalents x wall-clock hours x rate; with a node capacity, the request is first rounded up to whole nodes (exclusive node types)';
+
+-- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
+-- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
+-- SET options, so that charging inlines it.
+CREATE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';

@@ -19,7 +19,10 @@ CREATE FUNCTION @extschema@.setting_catalog()
                 'the rollups with months it never ran in'),
                ('require_membership', 'off',
                 'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it')
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)')
     $$;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 
@@ -87,6 +90,10 @@ CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
         IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
             RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
         END IF;
         IF NEW.name = 'personal_allotment'
            AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN

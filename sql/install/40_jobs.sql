@@ -27,6 +27,7 @@ CREATE TABLE @extschema@.ledger (
     valid_until date,
     note        text,
     job_submit  timestamptz,
+    core_hours  numeric(20, 6),
     CONSTRAINT ledger_charge_names_job CHECK (
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
                              AND job_start IS NOT NULL AND job_end >= job_start)),
@@ -46,6 +47,9 @@ COMMENT ON TABLE @extschema@.ledger IS
     'Append-only ledger: one row per charge, reversal, deposit, transfer or retraction';
 COMMENT ON COLUMN @extschema@.ledger.job_submit IS
     'A charge''s job run: with cluster and jobid, its submit time (a requeued job is several runs; NULL without one)';
+COMMENT ON COLUMN @extschema@.ledger.core_hours IS
+    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
+    'reversal); NULL for other entries and for charges whose core count is not known';
 COMMENT ON COLUMN @extschema@.ledger.amount IS
     'Units (see unit); a charge is positive, its reversal negative; rounded to 6 decimals when booked';
 
@@ -176,9 +180,9 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         IF changed_old IS NOT NULL THEN
             EXECUTE format($q$
                 INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                job_submit, submitter, job_start, job_end, note)
+                                                job_submit, submitter, job_start, job_end, note, core_hours)
                 SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.job_submit, l.submitter, l.job_start, l.job_end, %L
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
                 FROM @extschema@.ledger l
                 WHERE l.kind = 'charge'
                   AND EXISTS (SELECT 1 FROM %s o
@@ -186,7 +190,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                                 AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
                 GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
                          l.job_end
-                HAVING sum(l.amount) <> 0
+                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
                 $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
         END IF;
 
@@ -203,12 +207,13 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
             IF unknown_accounts = 0 THEN
                 EXECUTE format($q$
                     INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    job_submit, submitter, job_start, job_end)
+                                                    job_submit, submitter, job_start, job_end, core_hours)
                     SELECT j.account, 'charge',
                            round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
                            r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
-                           j.job_end
+                           j.job_end,
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start

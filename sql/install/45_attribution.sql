@@ -81,7 +81,10 @@ CREATE VIEW @extschema@.charge_by_month AS
            m.month::date AS month,
            l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                m.month AT TIME ZONE z.tz,
-                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
+           l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
+                                                   m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours
     FROM @extschema@.ledger l
     JOIN @extschema@.resource r USING (resource_id)
     CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
@@ -92,4 +95,4 @@ CREATE VIEW @extschema@.charge_by_month AS
     WHERE l.kind = 'charge'
       AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
 COMMENT ON VIEW @extschema@.charge_by_month IS
-    'Charges split pro rata over the calendar months (site time zone) in which the jobs ran';
+    'Charges (and their raw core-hours) split pro rata over the calendar months (site time zone) in which the jobs ran';

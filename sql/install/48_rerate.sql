@@ -202,16 +202,16 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
         -- the row then charges nothing from effective_from on and may be closed.
         WITH moved AS (
             SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                   sum(l.amount) AS amount
+                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
             FROM @extschema@.ledger l
             WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
             GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
             HAVING sum(l.amount) <> 0
         ), reversed AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note)
+                                            submitter, job_start, job_end, note, core_hours)
             SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
-                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
             FROM moved m
             RETURNING entry_id
         )
@@ -227,9 +227,9 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
         -- The new charges: each reversed amount at the new rate.
         WITH charged AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note)
+                                            submitter, job_start, job_end, note, core_hours)
             SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
             FROM @extschema@.ledger l
             WHERE l.entry_id = ANY (reversals)
             RETURNING amount

@@ -47,6 +47,8 @@ CREATE TABLE @extschema@.pending_job (
     held         boolean NOT NULL DEFAULT false,
     hold_reason  text,
     checked_at   timestamptz,
+    -- the partition(s) it waits for, as squeue prints them ("a,b"): the pool of its fair share
+    partition    text,
     PRIMARY KEY (cluster, jobid)
 );
 COMMENT ON TABLE @extschema@.pending_job IS

@@ -54,7 +54,8 @@ CREATE TABLE @extschema@.outbox (
     message_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     topic        text NOT NULL CHECK (topic IN ('regulation_warning', 'regulation_retraction', 'annual_warning',
                                                 'annual_retraction', 'quota_state', 'account_expired',
-                                                'account_deleted', 'job_held', 'job_released', 'balance_low')),
+                                                'account_deleted', 'job_held', 'job_released', 'balance_low',
+                                                'account_expiry')),
     -- the decision the message is about: one message per topic and decision, whatever re-runs
     decision_key text NOT NULL,
     -- the account it is about (NULL: a job held for an account that does not exist)
@@ -361,6 +362,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
         written integer := 0;
         id bigint;
         bank_unit text;
+        next_q date;
+        warn_days integer;
     BEGIN
         IF at IS NULL THEN
             RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
@@ -446,12 +449,63 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                               'threshold_percent', r.percent, 'unit', bank_unit));
             written := written + (id IS NOT NULL)::integer;
         END LOOP;
+
+        -- bank accounts active this quarter with no allocation for the next one, within
+        -- expiry_warning_days (at most a quarter) of its start: once per account and expiry day
+        next_q := (q + interval '3 months')::date;
+        warn_days := @extschema@.setting_value('expiry_warning_days')::integer;
+        FOR r IN WITH allocated AS (
+                     SELECT l.account, @extschema@.quarter_start(l.valid_from) AS quarter, sum(l.amount) AS amount
+                     FROM @extschema@.ledger l
+                     WHERE l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit AND l.valid_from >= q
+                     GROUP BY 1, 2
+                     HAVING sum(l.amount) > 0
+                 )
+                 SELECT a.name AS account, a.kind, now_q.amount AS alloc,
+                        (SELECT min(later.quarter) FROM allocated later
+                         WHERE later.account = a.name AND later.quarter > next_q) AS later_quarter
+                 FROM allocated now_q
+                 JOIN @extschema@.account a ON a.name = now_q.account
+                 WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
+                   AND a.deleted_in IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
+                 ORDER BY a.name LOOP
+            id := @extschema@.outbox_add(
+                'account_expiry', pg_catalog.concat_ws('/', r.account, next_q), r.account,
+                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, next_q,
+                                  CASE WHEN r.later_quarter IS NULL THEN 'it expires' ELSE 'jobs will be refused' END),
+                pg_catalog.format(E'Dear members of %s,\n\naccount %s holds an allocation for the quarter ending %s but none for the\n'
+                                  'quarter starting %s (%s days from %s). %s\n\n'
+                                  'Balance now:        %s %s of %s %s\n'
+                                  'Allocation ends:    %s\n%s',
+                                  r.account, r.account, next_q - 1, next_q, next_q - at, at,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
+                                                              'are refused and queued jobs are held.', r.later_quarter)
+                                       WHEN r.kind = 'personal'
+                                       THEN E'On that day the personal account expires: no batch jobs can be submitted\n'
+                                            'with it, and one still expired a quarter later is deleted. Join an active\n'
+                                            'project or ask your consultant for an allocation.'
+                                       ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
+                                            'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
+                                  @extschema@.notify_number(@extschema@.balance(r.account, at)), bank_unit,
+                                  @extschema@.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
+                pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
+                                              'no_allocation_from', next_q, 'days_left', next_q - at,
+                                              'next_allocation', r.later_quarter, 'allocation', r.alloc,
+                                              'balance', @extschema@.balance(r.account, at), 'unit', bank_unit),
+                true);
+            written := written + (id IS NOT NULL)::integer;
+        END LOOP;
         RETURN written;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
-    'Writes messages for sliding-window quota state changes since the last notified one and for quarter balances '
-    'below a site threshold (once per account, quarter and threshold); returns how many';
+    'Writes messages for sliding-window quota state changes since the last notified one, for quarter balances '
+    'below a site threshold (once per account, quarter and threshold) and for bank accounts whose allocation runs '
+    'out within expiry_warning_days (once per account and expiry); returns how many';
 
 -- ---- the sender's protocol ----------------------------------------------------------------
 --

@@ -235,11 +235,17 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                    'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
                    'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
                    'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
                    'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
                    ORDER BY u.pool, u.cluster, u.partition), '[]')
         INTO section
         FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
                      sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
                      (y.last_day - y.first_day + 1)::numeric AS year_days,
                      (upto - y.first_day + 1)::numeric AS elapsed
               FROM @extschema@.charge_by_month c
@@ -251,7 +257,8 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                                          sm.start_month, 1) AS first_day
                         FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
-              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u;
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 
         -- GENCI: per machine with allocation events this year, the status at the end of the
@@ -525,19 +532,23 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 'usage')::numeric ORDER BY ord)),
                        jsonb_build_object('name', 'projected for the year', 'kind', 'bar', 'color', '#aec7e8',
                                           'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
-                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
+                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td>'
+                                     '<td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
                                      @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
                                      x ->> 'year_start', x ->> 'year_end',
+                                     coalesce(to_char((x ->> 'core_years')::numeric, 'FM999,999,990.000'), 'n/a'),
                                      to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
+                                     to_char((x ->> 'usage_years')::numeric, 'FM999,999,990.000'),
                                      coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
                                      @extschema@.html_escape(x ->> 'unit')), '' ORDER BY ord)
             INTO labels, series, rows
             FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
             h := h || '<h2>Usage by resource this allocation year</h2>'
                    || @extschema@.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
-                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>equivalent-hours (unweighted)</th>'
-                      '<th>usage to date</th><th>projected</th><th>unit</th></tr>'
+                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>core-years (raw)</th>'
+                      '<th>equivalent-hours (unweighted)</th><th>usage to date</th><th>usage in unit-years</th>'
+                      '<th>projected</th><th>unit</th></tr>'
                    || rows || '</table>';
         END IF;
         RETURN h || '</body></html>';
@@ -546,3 +557,45 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
 COMMENT ON FUNCTION @extschema@.statement_html(text, date) IS
     'An account''s monthly statement as one self-contained HTML page with inline SVG charts (GENCI, RWTH, HLRN, usage '
     'by resource), from account_month()';
+
+-- The accounts whose statements hpcacct-report --all writes for a month: those the caller may
+-- see (row-level security) that had, in the month, a charge, an allocation valid on one of its
+-- days (grant, supplement, deposit, transfer, refund, retraction) or a sliding-window quota.
+CREATE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_accounts(date) IS
+    'Accounts the caller may see with a charge, an allocation or a window quota in a month: whose statements '
+    'hpcacct-report --all writes';

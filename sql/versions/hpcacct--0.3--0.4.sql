@@ -4877,6 +4877,182 @@ END
 $do$;
 -- end of loader (issue 14)
 
+-- people (issue 16, continued): the accounts hpcacct-report --all writes, the pre-expiry
+-- warning (outbox topic account_expiry, setting expiry_warning_days), the queue by fair share
+-- (pending_job.partition, view fairshare_queue) and r_wlm_usage ----------------------------
+ALTER TABLE @extschema@.pending_job ADD COLUMN partition text;
+ALTER TABLE @extschema@.outbox DROP CONSTRAINT outbox_topic_check;
+ALTER TABLE @extschema@.outbox ADD CONSTRAINT outbox_topic_check
+    CHECK (topic IN ('regulation_warning', 'regulation_retraction', 'annual_warning',
+                     'annual_retraction', 'quota_state', 'account_expired',
+                     'account_deleted', 'job_held', 'job_released', 'balance_low',
+                     'account_expiry'));
+CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_accounts(date) IS
+    'Accounts the caller may see with a charge, an allocation or a window quota in a month: whose statements '
+    'hpcacct-report --all writes';
+CREATE VIEW @extschema@.fairshare_queue AS
+    WITH f AS MATERIALIZED (
+        SELECT s.pool, s.unit, s.account, s.submitter, s.factor FROM @extschema@.fairshare() s
+    ), q AS (
+        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at,
+               coalesce(p.account, u.default_account, p.username) AS account,
+               coalesce(r.pool, r.cluster) AS pool, r.unit
+        FROM @extschema@.pending_job p
+        LEFT JOIN @extschema@.hpc_user u ON u.username = p.username
+        LEFT JOIN @extschema@.resource r
+          ON r.cluster = p.cluster AND r.partition = pg_catalog.split_part(p.partition, ',', 1)
+         AND r.valid @> pg_catalog.now()
+    )
+    SELECT pg_catalog.row_number() OVER (ORDER BY fa.factor DESC NULLS LAST, fu.factor DESC NULLS LAST,
+                                         q.submitted_at, q.cluster, q.jobid) AS position,
+           q.cluster, q.jobid, q.username, q.account, q.partition, q.pool, q.unit,
+           fa.factor AS account_factor, fu.factor AS user_factor, q.held, q.submitted_at
+    FROM q
+    LEFT JOIN f fa ON fa.pool = q.pool AND fa.unit = q.unit AND fa.account = q.account AND fa.submitter IS NULL
+    LEFT JOIN f fu ON fu.pool = q.pool AND fu.unit = q.unit AND fu.account = q.account AND fu.submitter = q.username
+    ORDER BY 1;
+ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
+COMMENT ON VIEW @extschema@.fairshare_queue IS
+    'Pending jobs (pending_job) ordered by their account''s fair-share factor in the pool of their partition, '
+    'then the user''s factor and the submit time (LQCD''s queue by fair-share priority)';
+CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAULT NULL)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF project IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM @extschema@.window_quota_usage(project, at);
+            RETURN;
+        END IF;
+        RETURN QUERY
+        SELECT u.*
+        FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+              WHERE (SELECT @extschema@.sees_all_accounts())
+                 OR p.account = ANY ((SELECT @extschema@.visible_accounts())::text[])) a
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+        ORDER BY u.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.r_wlm_usage(text, date) IS
+    'r_wlm_usage -q: the window quota of the caller''s own accounts (administrators: every account), or of one '
+    'project, for the month containing at (NULL: today in the site time zone)';
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON FUNCTION @extschema@.statement_accounts(date), @extschema@.r_wlm_usage(text, date)
+            TO hpcacct_admin;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.fairshare_queue TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.fairshare_queue TO hpcacct_portal;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_auditor') THEN
+        GRANT SELECT ON @extschema@.fairshare_queue TO hpcacct_auditor;
+    END IF;
+END
+$$;
+-- end of people (issue 16, continued)
+
+-- raw core-hours of every charge (issue 16: Compute Canada's raw core-years) -------------------
+-- Charging books each charge's cores x wall-clock hours in ledger.core_hours (reversals and
+-- re-ratings carry it, negated). The charges booked before get theirs, once, from the job
+-- table's AllocTRES where the job run is still there (a charge and its reversal alike, so
+-- they cancel as their amounts do); others keep NULL (unknown). This fills a new column of
+-- rows already written: no amount, account or date of the ledger changes.
+-- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
+-- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
+-- SET options, so that charging inlines it.
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
+ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
+COMMENT ON COLUMN @extschema@.ledger.core_hours IS
+    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
+    'reversal); NULL for other entries and for charges whose core count is not known';
+DO $do$
+BEGIN
+    IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+        ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
+        UPDATE @extschema@.ledger l
+        SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
+                         * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
+        FROM @extschema@.job j
+        WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
+          AND j.submit IS NOT DISTINCT FROM l.job_submit;
+        ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
+    END IF;
+END
+$do$;
+CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
+    SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
+           m.month::date AS month,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               m.month AT TIME ZONE z.tz,
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
+           l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
+                                                   m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours
+    FROM @extschema@.ledger l
+    JOIN @extschema@.resource r USING (resource_id)
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
+        interval '1 month') AS m(month)
+    WHERE l.kind = 'charge'
+      AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+COMMENT ON VIEW @extschema@.charge_by_month IS
+    'Charges (and their raw core-hours) split pro rata over the calendar months (site time zone) in which the jobs ran';
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) TO hpcacct_admin;
+    END IF;
+END
+$$;
+-- end of raw core-hours (issue 16)
+
 -- ==== dead and test-only code (issue 18, house) -------------------------------------
 -- year_charges() was read by no report since the usage reports read the rollup (year_usage);
 -- the tests that compared against it carry their own copy.
@@ -5012,6 +5188,20 @@ BEGIN
         ('{outbox_status}', 'next_attempt', 'When the sender may try again'),
         ('{outbox_status}', 'last_error', 'The last attempt''s error'),
         ('{outbox_status}', 'delivered_at', 'When the delivery succeeded'),
+        -- pending jobs by fair share
+        ('{fairshare_queue}', 'position', 'Place in the queue by fair share: 1 is dispatched first'),
+        ('{fairshare_queue}', 'cluster', 'Cluster the job is pending on'),
+        ('{fairshare_queue}', 'jobid', 'Slurm job id'),
+        ('{fairshare_queue}', 'username', 'User who submitted the job'),
+        ('{fairshare_queue}', 'account', 'Account the job will be charged to (the user''s default account when Slurm named none)'),
+        ('{fairshare_queue}', 'partition', 'Partition(s) the job asked for; the first one selects the pool'),
+        ('{fairshare_queue}', 'pool', 'Fair-share pool of that partition now; NULL when no resource row matches'),
+        ('{fairshare_queue}', 'unit', 'Unit of the pool''s usage'),
+        ('{fairshare_queue}', 'account_factor', 'The account''s fair-share factor now (the first sort key)'),
+        ('{fairshare_queue}', 'user_factor', 'The user''s factor inside the account (the second sort key)'),
+        ('{fairshare_queue}', 'held', 'Whether hpcacct-slurm-sync holds the job'),
+        ('{fairshare_queue}', 'submitted_at', 'When the sync first recorded the job pending (the third sort key)'),
+        ('{charge_by_month}', 'core_hours', 'Raw core-hours of the charges in that month (AllocTRES cores x wall-clock hours, pro rata; NULL when a charge''s cores are unknown)'),
         -- several clusters
         ('{federation_status}', 'site', 'Site at the other end of the link (0: the centre)'),
         ('{federation_status}', 'direction', 'from (a subscription here) or to (a slot another database reads)'),
@@ -5052,7 +5242,10 @@ CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
                 'the rollups with months it never ran in'),
                ('require_membership', 'off',
                 'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it')
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)')
     $$;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
@@ -5088,6 +5281,10 @@ CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
         IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
             RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
         END IF;
         IF NEW.name = 'personal_allotment'
            AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
@@ -5200,9 +5397,9 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         IF changed_old IS NOT NULL THEN
             EXECUTE format($q$
                 INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                job_submit, submitter, job_start, job_end, note)
+                                                job_submit, submitter, job_start, job_end, note, core_hours)
                 SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.job_submit, l.submitter, l.job_start, l.job_end, %L
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
                 FROM @extschema@.ledger l
                 WHERE l.kind = 'charge'
                   AND EXISTS (SELECT 1 FROM %s o
@@ -5210,7 +5407,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                                 AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
                 GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
                          l.job_end
-                HAVING sum(l.amount) <> 0
+                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
                 $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
         END IF;
 
@@ -5227,12 +5424,13 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
             IF unknown_accounts = 0 THEN
                 EXECUTE format($q$
                     INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    job_submit, submitter, job_start, job_end)
+                                                    job_submit, submitter, job_start, job_end, core_hours)
                     SELECT j.account, 'charge',
                            round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
                                                     CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
                            r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
-                           j.job_end
+                           j.job_end,
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
@@ -6178,16 +6376,16 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         -- the row then charges nothing from effective_from on and may be closed.
         WITH moved AS (
             SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                   sum(l.amount) AS amount
+                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
             FROM @extschema@.ledger l
             WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
             GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
             HAVING sum(l.amount) <> 0
         ), reversed AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note)
+                                            submitter, job_start, job_end, note, core_hours)
             SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
-                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
             FROM moved m
             RETURNING entry_id
         )
@@ -6203,9 +6401,9 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         -- The new charges: each reversed amount at the new rate.
         WITH charged AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note)
+                                            submitter, job_start, job_end, note, core_hours)
             SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
             FROM @extschema@.ledger l
             WHERE l.entry_id = ANY (reversals)
             RETURNING amount
@@ -7049,6 +7247,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
         written integer := 0;
         id bigint;
         bank_unit text;
+        next_q date;
+        warn_days integer;
     BEGIN
         IF at IS NULL THEN
             RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
@@ -7134,12 +7334,63 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                               'threshold_percent', r.percent, 'unit', bank_unit));
             written := written + (id IS NOT NULL)::integer;
         END LOOP;
+
+        -- bank accounts active this quarter with no allocation for the next one, within
+        -- expiry_warning_days (at most a quarter) of its start: once per account and expiry day
+        next_q := (q + interval '3 months')::date;
+        warn_days := @extschema@.setting_value('expiry_warning_days')::integer;
+        FOR r IN WITH allocated AS (
+                     SELECT l.account, @extschema@.quarter_start(l.valid_from) AS quarter, sum(l.amount) AS amount
+                     FROM @extschema@.ledger l
+                     WHERE l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit AND l.valid_from >= q
+                     GROUP BY 1, 2
+                     HAVING sum(l.amount) > 0
+                 )
+                 SELECT a.name AS account, a.kind, now_q.amount AS alloc,
+                        (SELECT min(later.quarter) FROM allocated later
+                         WHERE later.account = a.name AND later.quarter > next_q) AS later_quarter
+                 FROM allocated now_q
+                 JOIN @extschema@.account a ON a.name = now_q.account
+                 WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
+                   AND a.deleted_in IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
+                 ORDER BY a.name LOOP
+            id := @extschema@.outbox_add(
+                'account_expiry', pg_catalog.concat_ws('/', r.account, next_q), r.account,
+                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, next_q,
+                                  CASE WHEN r.later_quarter IS NULL THEN 'it expires' ELSE 'jobs will be refused' END),
+                pg_catalog.format(E'Dear members of %s,\n\naccount %s holds an allocation for the quarter ending %s but none for the\n'
+                                  'quarter starting %s (%s days from %s). %s\n\n'
+                                  'Balance now:        %s %s of %s %s\n'
+                                  'Allocation ends:    %s\n%s',
+                                  r.account, r.account, next_q - 1, next_q, next_q - at, at,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
+                                                              'are refused and queued jobs are held.', r.later_quarter)
+                                       WHEN r.kind = 'personal'
+                                       THEN E'On that day the personal account expires: no batch jobs can be submitted\n'
+                                            'with it, and one still expired a quarter later is deleted. Join an active\n'
+                                            'project or ask your consultant for an allocation.'
+                                       ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
+                                            'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
+                                  @extschema@.notify_number(@extschema@.balance(r.account, at)), bank_unit,
+                                  @extschema@.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
+                pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
+                                              'no_allocation_from', next_q, 'days_left', next_q - at,
+                                              'next_allocation', r.later_quarter, 'allocation', r.alloc,
+                                              'balance', @extschema@.balance(r.account, at), 'unit', bank_unit),
+                true);
+            written := written + (id IS NOT NULL)::integer;
+        END LOOP;
         RETURN written;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
-    'Writes messages for sliding-window quota state changes since the last notified one and for quarter balances '
-    'below a site threshold (once per account, quarter and threshold); returns how many';
+    'Writes messages for sliding-window quota state changes since the last notified one, for quarter balances '
+    'below a site threshold (once per account, quarter and threshold) and for bank accounts whose allocation runs '
+    'out within expiry_warning_days (once per account and expiry); returns how many';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
@@ -7451,11 +7702,17 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                    'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
                    'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
                    'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
                    'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
                    ORDER BY u.pool, u.cluster, u.partition), '[]')
         INTO section
         FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
                      sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
                      (y.last_day - y.first_day + 1)::numeric AS year_days,
                      (upto - y.first_day + 1)::numeric AS elapsed
               FROM @extschema@.charge_by_month c
@@ -7467,7 +7724,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                                          sm.start_month, 1) AS first_day
                         FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
-              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u;
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 
         -- GENCI: per machine with allocation events this year, the status at the end of the
@@ -7736,19 +7994,23 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 'usage')::numeric ORDER BY ord)),
                        jsonb_build_object('name', 'projected for the year', 'kind', 'bar', 'color', '#aec7e8',
                                           'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
-                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
+                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td>'
+                                     '<td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
                                      @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
                                      x ->> 'year_start', x ->> 'year_end',
+                                     coalesce(to_char((x ->> 'core_years')::numeric, 'FM999,999,990.000'), 'n/a'),
                                      to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
+                                     to_char((x ->> 'usage_years')::numeric, 'FM999,999,990.000'),
                                      coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
                                      @extschema@.html_escape(x ->> 'unit')), '' ORDER BY ord)
             INTO labels, series, rows
             FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
             h := h || '<h2>Usage by resource this allocation year</h2>'
                    || @extschema@.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
-                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>equivalent-hours (unweighted)</th>'
-                      '<th>usage to date</th><th>projected</th><th>unit</th></tr>'
+                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>core-years (raw)</th>'
+                      '<th>equivalent-hours (unweighted)</th><th>usage to date</th><th>usage in unit-years</th>'
+                      '<th>projected</th><th>unit</th></tr>'
                    || rows || '</table>';
         END IF;
         RETURN h || '</body></html>';
@@ -8142,6 +8404,73 @@ CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bi
     $fn$;
 COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
     'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
+CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_accounts(date) IS
+    'Accounts the caller may see with a charge, an allocation or a window quota in a month: whose statements '
+    'hpcacct-report --all writes';
+CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAULT NULL)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF project IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM @extschema@.window_quota_usage(project, at);
+            RETURN;
+        END IF;
+        RETURN QUERY
+        SELECT u.*
+        FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+              WHERE (SELECT @extschema@.sees_all_accounts())
+                 OR p.account = ANY ((SELECT @extschema@.visible_accounts())::text[])) a
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+        ORDER BY u.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.r_wlm_usage(text, date) IS
+    'r_wlm_usage -q: the window quota of the caller''s own accounts (administrators: every account), or of one '
+    'project, for the month containing at (NULL: today in the site time zone)';
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
 CREATE OR REPLACE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.theoretical_combinefn(internal, internal) IS

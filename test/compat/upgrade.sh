@@ -63,6 +63,16 @@ unnamed=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) FILTER (WHERE l.job
 check "every existing charge names its job's run (submit) after the update ($unnamed without)" \
     "$(case "$unnamed" in "0 of 0" | "") ;; "0 of "*) echo t ;; esac)"
 
+# raw core-hours (issue 16): the charges of jobs still in the job table get theirs, and each
+# job's charges net to its cores x hours
+cores=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) FILTER (WHERE c.core_hours IS DISTINCT FROM
+        round(hpcacct.tres_get(j.alloctres, 'cpu')::numeric * EXTRACT(epoch FROM j.\"end\" - j.start) / 3600, 6)) || ' of ' || count(*)
+    FROM hpcacct.job j
+    JOIN (SELECT cluster, jobid, job_submit, sum(core_hours) AS core_hours FROM hpcacct.ledger WHERE kind = 'charge'
+          GROUP BY 1, 2, 3) c ON c.cluster = j.cluster AND c.jobid = j.jobid AND c.job_submit IS NOT DISTINCT FROM j.submit")
+check "every job's charges carry its raw core-hours after the update ($cores jobs differ)" \
+    "$(case "$cores" in "0 of 0" | "") ;; "0 of "*) echo t ;; esac)"
+
 createdb hpcacct_fresh
 psql -X -q -d hpcacct_fresh -c 'CREATE EXTENSION hpcacct CASCADE' >/dev/null 2>&1
 psql -X -q -d hpcacct_fresh -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1  # as the demo did

@@ -54,3 +54,42 @@ hlrn nip00042 2025-05-01 2,2 61
 computecanada def-smith 2025-10-01 2 0
 lqcd lqcd-hisq 2025-12-01 2 0
 CASES
+
+# ---- hpcacct-report: the statements to files, with libpq's connection options ----
+report=$("$pg_config" --bindir)/hpcacct-report
+[ -x "$report" ]; ok $? "hpcacct-report is installed in PostgreSQL's bindir"
+psql -X -At -d hpcacct_statements -c "SELECT hpcacct.statement_html('def-smith', '2025-10-01')" >"$work/expected.html"
+"$report" -d hpcacct_statements def-smith 2025-10 >"$work/stdout.html" 2>"$work/report.err"; rc=$?
+[ $rc -eq 0 ] && cmp -s "$work/stdout.html" "$work/expected.html"
+ok $? "hpcacct-report ACCOUNT MONTH writes statement_html() to standard output (exit $rc)" "$(cat "$work/report.err")"
+PGDATABASE=hpcacct_statements "$report" -o "$work/file.html" def-smith 2025-10-17 2>"$work/report.err"; rc=$?
+[ $rc -eq 0 ] && cmp -s "$work/file.html" "$work/expected.html"
+ok $? "-o FILE, the database from PGDATABASE, a day naming its month" "$(cat "$work/report.err")"
+"$report" -d "postgresql:///hpcacct_statements?host=$PGHOST" --json nip00042 2025-05 >"$work/month.json" 2>"$work/report.err"
+is "$(psql -X -At -d hpcacct_statements -c "SELECT (\$\$$(cat "$work/month.json")\$\$::jsonb) = hpcacct.account_month('nip00042', '2025-05-01')")" t \
+   "--json writes account_month() (a URI for -d)"
+mkdir "$work/all"
+"$report" -d hpcacct_statements --all -o "$work/all" 2025-05 2>"$work/report.err"; rc=$?
+is "$rc $(cd "$work/all" && ls | paste -sd' ')" \
+   "0 $(psql -X -At -d hpcacct_statements -c "SELECT string_agg(a || '-2025-05.html', ' ' ORDER BY a) FROM hpcacct.statement_accounts('2025-05-01') a")" \
+   "--all writes one file per account of the month, named ACCOUNT-YYYY-MM.html"
+grep -q 'Statement of account rwth0042' "$work/all/rwth0042-2025-05.html" && grep -q '^hpcacct-report: 4 statements' "$work/report.err"
+ok $? "each with its account's statement, and says how many" "$(cat "$work/report.err")"
+out=$("$report" -d hpcacct_statements -o "$work/nobody.html" nobody 2025-05 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'unknown account "nobody" (SQLSTATE 42704)' <<<"$out" && [ ! -e "$work/nobody.html" ]
+ok $? "an unknown account: exit 1, the server's message with its SQLSTATE, no file" "$out (exit $rc)"
+out=$("$report" -d hpcacct_statements def-smith 2999-01 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'month 2999-01 has not begun (SQLSTATE 22023)' <<<"$out"
+ok $? "a month that has not begun: exit 1 (22023)" "$out (exit $rc)"
+out=$("$report" -d hpcacct_statements --all -o "$work/all" 2999-01 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'SQLSTATE 22023' <<<"$out"
+ok $? "--all for a month that has not begun: exit 1" "$out (exit $rc)"
+out=$("$report" -d hpcacct_statements def-smith 2025-13 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q 'the month must be YYYY-MM' <<<"$out"
+ok $? "a month that is no month: a usage error (exit 2)" "$out (exit $rc)"
+out=$("$report" -d hpcacct_statements --all 2025-05 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q -- '--all needs -o DIRECTORY' <<<"$out"
+ok $? "--all without a directory: exit 2" "$out (exit $rc)"
+out=$("$report" -d 'dbname=hpcacct_no_such_db' def-smith 2025-05 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'cannot connect to the database' <<<"$out"
+ok $? "a database that does not exist: exit 1" "$out (exit $rc)"

@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(72);
+SELECT plan(87);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -167,6 +167,53 @@ SELECT is(balance('n_hp', '2024-05-01'), 160::numeric, 'setup: 840 of 1 000 NPL 
 SELECT is(notify_scan('2024-05-01'), 1, 'below 20 %: one message');
 SELECT ok((SELECT body FROM outbox WHERE account = 'n_hp') ~ 'holds 160 NPL of the 1,000 NPL', 'with the balance');
 SELECT is(notify_scan('2024-05-02'), 0, 'once per quarter and threshold');
+
+-- ---- HLRN: a warning before an account's allocation runs out (notify_scan) --------------
+-- (2025: the personal accounts above were deleted at the start of the year)
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('expiry_warning_days', '100')$$, '22023', NULL,
+                 'expiry_warning_days beyond a quarter');
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('expiry_warning_days', 'two weeks')$$, '22023', NULL,
+                 'expiry_warning_days that is not a number of days');
+INSERT INTO account (name) VALUES ('n_ex'), ('n_ex2'), ('n_ex3'), ('n_ex4'), ('n_ex5');
+SELECT add_member(a, 'n_carol', 'admin') FROM unnest(ARRAY['n_ex', 'n_ex2', 'n_ex3', 'n_ex4']) AS a;
+SELECT add_member('n_ex', 'n_bob', 'member');
+SELECT deposit('n_ex', '2025-07-01', 500), deposit('n_ex2', '2025-07-01', 500), deposit('n_ex2', '2026-01-01', 500),
+       deposit('n_ex3', '2025-10-01', 500), deposit('n_ex4', '2025-07-01', 500), deposit('n_ex4', '2025-10-01', 500);
+CREATE TEMP VIEW expiry AS SELECT * FROM outbox WHERE topic = 'account_expiry';
+SELECT notify_scan('2025-09-10');
+SELECT is((SELECT count(*) FROM expiry), 0::bigint, '21 days before the quarter ends: no warning (14 days by default)');
+SELECT notify_scan('2025-09-20');
+SELECT is((SELECT array_agg(account ORDER BY account) FROM expiry), ARRAY['n_ex', 'n_ex2'],
+          '11 days before: the accounts without an allocation for the next quarter are warned (not n_ex4, which has one)');
+SELECT is((SELECT subject FROM expiry WHERE account = 'n_ex'), '[hpcacct] account n_ex: no allocation from 2025-10-01, it expires',
+          'the subject names the day it runs out');
+SELECT is((SELECT subject FROM expiry WHERE account = 'n_ex2'),
+          '[hpcacct] account n_ex2: no allocation from 2025-10-01, jobs will be refused',
+          'an account with a later allocation is told its jobs will be refused until then');
+SELECT is((SELECT figures ->> 'days_left' || ' ' || (figures ->> 'balance') || ' ' || (figures ->> 'allocation') FROM expiry
+           WHERE account = 'n_ex'), '11 500.000000 500.000000', 'with the days left, the balance and the allocation');
+SELECT ok((SELECT body FROM expiry WHERE account = 'n_ex2') ~ 'Next allocation:\s+2026-01-01', 'and the next allocation');
+SELECT is((SELECT array_agg(address ORDER BY address) FROM outbox_recipient r JOIN expiry m USING (message_id)
+           WHERE m.account = 'n_ex'), ARRAY['bob@example.org', 'carol@example.org'], 'to the managers and members');
+SELECT notify_scan('2025-09-21');
+SELECT notify_scan('2025-09-30');
+SELECT is((SELECT count(*) FROM expiry), 2::bigint, 'later scans write no second warning for the same expiry');
+SELECT notify_scan('2025-12-05');
+SELECT is((SELECT count(*) FROM expiry WHERE account = 'n_ex3'), 0::bigint, 'n_ex3, 26 days before its quarter ends: none');
+INSERT INTO setting VALUES ('expiry_warning_days', '30');
+SELECT notify_scan('2025-12-05');
+SELECT is((SELECT array_agg(account ORDER BY account) FROM expiry WHERE account IN ('n_ex3', 'n_ex4')), ARRAY['n_ex3', 'n_ex4'],
+          'with expiry_warning_days = 30: n_ex3 and n_ex4, whose last quarter ends with the year, are warned');
+SELECT add_member('n_ex5', 'n_carol', 'admin'), deposit('n_ex5', '2026-01-01', 500);
+SAVEPOINT before_rollback;
+UPDATE setting SET value = '0' WHERE name = 'expiry_warning_days';
+SELECT notify_scan('2026-03-30');
+SELECT is((SELECT count(*) FROM expiry WHERE account = 'n_ex5'), 0::bigint, 'expiry_warning_days = 0: no warning');
+UPDATE setting SET value = '14' WHERE name = 'expiry_warning_days';
+SELECT notify_scan('2026-03-30');
+SELECT is((SELECT count(*) FROM expiry WHERE account = 'n_ex5'), 1::bigint, 'n_ex5 is warned two days before');
+ROLLBACK TO SAVEPOINT before_rollback;
+SELECT is((SELECT count(*) FROM expiry WHERE account = 'n_ex5'), 0::bigint, 'a rolled-back scan leaves no warning');
 
 -- ---- the sender's protocol -------------------------------------------------------------
 CREATE TEMP TABLE claimed AS SELECT * FROM outbox_claim('w1', '1 minute', 1000);

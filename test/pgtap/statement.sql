@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(22);
+SELECT plan(36);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -52,7 +52,49 @@ SELECT is((SELECT jsonb_array_length(d -> 'regulation' -> 0 -> 'days') FROM m), 
 SELECT is((SELECT d -> 'regulation' -> 0 -> 'days' -> -1 ->> 3 FROM m)::numeric, 56::numeric,
           'consumption at the end of May on the chart');
 
+-- raw core-hours beside the charged units (Compute Canada's raw core-years)
+SAVEPOINT core_hours;
+SELECT is((SELECT core_hours FROM ledger WHERE jobid = 'j1'), 40::numeric, 'a charge keeps its raw core-hours: 4 cores for 10 hours');
+CREATE TEMP VIEW usage_s_c AS SELECT x FROM jsonb_array_elements(account_month('s_a', '2024-05-20') -> 'usage_by_resource') x
+                              WHERE x ->> 'cluster' = 's_c' AND x ->> 'partition' = 'p';
+SELECT is((SELECT (x ->> 'core_hours') || ' ' || (x ->> 'core_years') || ' ' || (x ->> 'usage_years') FROM usage_s_c),
+          '56.000000 0.006393 0.006393', 'the year''s raw core-hours and core-years (40 + the May half of 32), beside the unit-years');
+SELECT is((SELECT x ->> 'core_hours' || ' ' || (x ->> 'equivalent_hours') FROM m, jsonb_array_elements(d -> 'usage_by_resource') x
+           WHERE x ->> 'cluster' = 's_g'), '0.000000 6.000000', 'a GPU job without cores: 0 raw core-hours, 6 GPU-hours');
+UPDATE job SET alloctres = 'cpu=6' WHERE jobid = 'j1';
+SELECT is((SELECT sum(core_hours) || ' in ' || count(*) FROM ledger WHERE jobid = 'j1'), '60.000000 in 3',
+          'a changed job: the reversal takes its core-hours back, the new charge books 6 x 10');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_c', 'free', 'cpu=16', 'cpu=1', 0, 'NPL');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_c', 'f1', 's_a', 's_alice', 'free', '2024-05-10 00:00+00', '2024-05-10 05:00+00', 'cpu=2', 'COMPLETED');
+DELETE FROM job WHERE jobid = 'f1';
+SELECT is((SELECT sum(core_hours) || ' ' || sum(amount) || ' in ' || count(*) FROM ledger WHERE jobid = 'f1'),
+          '0.000000 0.000000 in 2', 'a deleted job of a free partition (rate 0): its 10 core-hours are taken back');
+SELECT rerate((SELECT resource_id FROM resource WHERE cluster = 's_c' AND partition = 'p'), 2, '2024-05-01');
+SELECT is((SELECT sum(core_hours) || ' ' || sum(amount) FROM ledger WHERE jobid = 'j1'), '60.000000 120.000000',
+          're-rated at twice the rate: the charge doubles, the raw core-hours do not');
+SELECT is((SELECT x ->> 'core_hours' FROM usage_s_c), '76.000000', 'the statement''s figures follow');
+INSERT INTO ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter, job_start, job_end)
+SELECT 's_a', 'charge', 5, 'NPL', resource_id, 's_c', 'old1', 's_alice', '2024-05-12 00:00+00', '2024-05-12 01:00+00'
+FROM resource WHERE cluster = 's_c' AND partition = 'p' AND valid @> timestamptz '2024-05-12 00:00+00';
+SELECT is((SELECT x ->> 'core_years' FROM usage_s_c), NULL, 'a charge without its cores (booked before 0.4): core-years unknown');
+SELECT ok(statement_html('s_a', '2024-05-01') ~ '<th>core-years \(raw\)</th>.*<td class="n">n/a</td>',
+          'the statement says n/a under core-years (raw)');
+INSERT INTO ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter, job_start, job_end)
+SELECT 's_a', 'charge', -5, 'NPL', resource_id, 's_c', 'old1', 's_alice', '2024-05-12 00:00+00', '2024-05-12 01:00+00'
+FROM resource WHERE cluster = 's_c' AND partition = 'p' AND valid @> timestamptz '2024-05-12 00:00+00';
+SELECT is((SELECT x ->> 'core_hours' FROM usage_s_c), '76.000000', 'once that charge is reversed, the core-hours are known again');
+ROLLBACK TO SAVEPOINT core_hours;
+
+SELECT is((SELECT array_agg(a ORDER BY a) FROM statement_accounts('2024-05-01') a WHERE a LIKE 's\_%'), ARRAY['s_a', 's_b'],
+          'the statements of May: the accounts with charges or allocations in it');
+SELECT is((SELECT array_agg(a ORDER BY a) FROM statement_accounts('2024-02-01') a WHERE a LIKE 's\_%'), ARRAY['s_a'],
+          'February: the account with a grant and a quota, not the one without anything');
+SELECT throws_ok($$SELECT hpcacct.statement_accounts('2999-01-01')$$, '22023', NULL, 'statement_accounts of a month to come');
+
 SET SESSION AUTHORIZATION s_alice;
+SELECT is((SELECT array_agg(a) FROM hpcacct.statement_accounts('2024-05-01') a), ARRAY['s_a'],
+          's_alice''s statements: her account only');
 SELECT is((SELECT array_agg(x ->> 'account') FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x),
           ARRAY['s_a'], 's_alice''s first page lists her account only');
 SELECT is((SELECT x ->> 'role' FROM jsonb_array_elements(hpcacct.my_accounts('2024-05-20') -> 'accounts') x), 'admin',

@@ -210,6 +210,9 @@ hold_job=$job
 q1=$(hpcacct-slurm-sync --queue 2>&1)
 check "a pending job of a valid account is left alone" \
     "$([ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] && ! grep -q "hold $hold_job" <<<"$q1" && echo t)"
+check "the pending job is recorded with its partition (the pool of fairshare_queue)" \
+    "$([ "$(sql "SELECT partition FROM hpcacct.pending_job WHERE jobid = '$hold_job'")" = "$(squeue -h -j "$hold_job" -o %P)" ] &&
+       [ -n "$(squeue -h -j "$hold_job" -o %P)" ] && echo t)"
 sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
      VALUES ('testcl', 'big', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=60000', 'COMPLETED')"
 q2=$(hpcacct-slurm-sync --queue 2>&1)

@@ -1,0 +1,232 @@
+// hpcacct-report: writes accounts' monthly statements, hpcacct.statement_html(account, month)
+// (or account_month()'s jsonb with --json), to a file, a directory or standard output.
+//
+// Usage:
+//   hpcacct-report [-d CONNINFO] [--json] [-o FILE] ACCOUNT MONTH
+//   hpcacct-report [-d CONNINFO] [--json] --all -o DIRECTORY MONTH
+// MONTH is YYYY-MM (a day, YYYY-MM-DD, names its month). Without -d, libpq's environment
+// (PGHOST, PGDATABASE, PGUSER, ~/.pgpass, PGSERVICE, ...) chooses the database; -d takes a
+// connection string or URI. --all writes one file per account hpcacct.statement_accounts()
+// names for the month (those the caller may see that had charges, an allocation or a quota
+// in it), as DIRECTORY/ACCOUNT-YYYY-MM.html (.json), all from one snapshot of the database.
+// Files are written whole or not at all (a temporary file renamed into place).
+// Exit status: 0 written; 1 the database refused (an unknown or invisible account, a month
+// that has not begun: the message names the SQLSTATE), the connection failed, or a file
+// could not be written; 2 a usage error.
+
+#include <libpq-fe.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char *const usage_text =
+    "usage: hpcacct-report [-d CONNINFO] [--json] [-o FILE] ACCOUNT MONTH\n"
+    "       hpcacct-report [-d CONNINFO] [--json] --all -o DIRECTORY MONTH\n"
+    "MONTH is YYYY-MM; without -d, libpq's environment (PGHOST, PGDATABASE, ...) names the database.\n";
+
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+struct Failure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct Options {
+    std::string conninfo;
+    std::string output;  // a file (one account), a directory (--all); empty: standard output
+    std::string account;
+    std::string month;   // YYYY-MM-01
+    bool all = false;
+    bool json = false;
+};
+
+// YYYY-MM or YYYY-MM-DD, month 01-12: the first day of the month, or a usage error.
+std::string first_of_month(const std::string &text) {
+    auto digits = [&](size_t from, size_t n) {
+        for (size_t i = from; i < from + n; ++i)
+            if (i >= text.size() || text[i] < '0' || text[i] > '9') return false;
+        return true;
+    };
+    bool shape = (text.size() == 7 || (text.size() == 10 && text[7] == '-' && digits(8, 2))) && digits(0, 4) &&
+                 text[4] == '-' && digits(5, 2);
+    int month = shape ? std::stoi(text.substr(5, 2)) : 0;
+    if (!shape || month < 1 || month > 12)
+        throw UsageError("the month must be YYYY-MM (e.g. 2025-05), not \"" + text + "\"");
+    return text.substr(0, 7) + "-01";
+}
+
+Options parse(int argc, char **argv) {
+    Options o;
+    std::vector<std::string> positional;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&](const char *name) {
+            if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
+            return std::string(argv[++i]);
+        };
+        if (a == "-d" || a == "--dbname") o.conninfo = value("-d");
+        else if (a == "-o" || a == "--output") o.output = value("-o");
+        else if (a == "--all") o.all = true;
+        else if (a == "--json") o.json = true;
+        else if (a == "-h" || a == "--help") throw UsageError("");
+        else if (a.size() > 1 && a[0] == '-') throw UsageError("unknown option \"" + a + "\"");
+        else positional.push_back(a);
+    }
+    if (o.all) {
+        if (positional.size() != 1) throw UsageError("--all takes one argument, the month");
+        if (o.output.empty()) throw UsageError("--all needs -o DIRECTORY");
+        o.month = first_of_month(positional[0]);
+    } else {
+        if (positional.size() != 2) throw UsageError("an account and a month are needed");
+        if (positional[0].empty()) throw UsageError("the account must not be empty");
+        o.account = positional[0];
+        o.month = first_of_month(positional[1]);
+    }
+    return o;
+}
+
+// ---- the database ----------------------------------------------------------------------
+
+using Result = std::unique_ptr<PGresult, void (*)(PGresult *)>;
+
+// The server's message with its SQLSTATE, as psql prints it.
+std::string describe(const PGresult *r) {
+    std::string msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+                                                                      : PQresultErrorMessage(r);
+    if (const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE)) msg += std::string(" (SQLSTATE ") + state + ")";
+    if (const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL)) msg += std::string("; ") + detail;
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    return msg;
+}
+
+struct Db {
+    PGconn *conn = nullptr;
+    explicit Db(const std::string &conninfo) {
+        // dbname may be a connection string or URI; whatever it leaves out comes from libpq's
+        // environment, as for psql
+        const char *keys[] = {"dbname", "fallback_application_name", nullptr};
+        const char *values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-report", nullptr};
+        conn = PQconnectdbParams(keys, values, 1);
+        if (PQstatus(conn) != CONNECTION_OK) {
+            std::string msg = PQerrorMessage(conn);
+            while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+            PQfinish(conn);
+            conn = nullptr;
+            throw Failure("cannot connect to the database: " + msg);
+        }
+    }
+    ~Db() {
+        if (conn) PQfinish(conn);
+    }
+    Db(const Db &) = delete;
+    Db &operator=(const Db &) = delete;
+
+    Result exec(const char *sql, const std::vector<std::string> &params = {}) {
+        std::vector<const char *> p;
+        for (auto &s : params) p.push_back(s.c_str());
+        Result r(PQexecParams(conn, sql, static_cast<int>(p.size()), nullptr, p.data(), nullptr, nullptr, 0), PQclear);
+        ExecStatusType st = PQresultStatus(r.get());
+        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) throw Failure(describe(r.get()));
+        return r;
+    }
+};
+
+// ---- output ----------------------------------------------------------------------------
+
+// An account name as a file name: letters, digits, '.', '_' and '-' as they are (a leading
+// '.' escaped), every other byte as %XX, so that no name can leave the directory.
+std::string file_name_of(const std::string &account) {
+    std::string out;
+    for (size_t i = 0; i < account.size(); ++i) {
+        unsigned char c = static_cast<unsigned char>(account[i]);
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                     c == '-' || (c == '.' && i > 0);
+        if (plain) {
+            out += static_cast<char>(c);
+        } else {
+            char hex[4];
+            std::snprintf(hex, sizeof hex, "%%%02X", c);
+            out += hex;
+        }
+    }
+    return out;
+}
+
+// Writes the whole text to path through a temporary file in the same directory, renamed into
+// place: a reader never sees half a statement, and a failure leaves no file behind.
+void write_file(const std::string &path, const std::string &text) {
+    std::string tmp = path + ".tmp." + std::to_string(getpid());
+    FILE *f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Failure("cannot write " + path + ": " + std::strerror(errno));
+    bool good = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    good = (std::fclose(f) == 0) && good;
+    if (!good || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        int err = errno;
+        std::remove(tmp.c_str());
+        throw Failure("cannot write " + path + ": " + std::strerror(err));
+    }
+}
+
+int run(int argc, char **argv) {
+    Options o = parse(argc, argv);
+    if (o.all) {
+        struct stat st;
+        if (stat(o.output.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            throw Failure("-o " + o.output + " is not a directory");
+    }
+    Db db(o.conninfo);
+    // one snapshot for every statement of a run, and nothing written to the database
+    db.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    const char *render = o.json ? "SELECT hpcacct.account_month($1, $2::date)::text"
+                                : "SELECT hpcacct.statement_html($1, $2::date)";
+    std::vector<std::string> accounts;
+    if (o.all) {
+        Result r = db.exec("SELECT a FROM hpcacct.statement_accounts($1::date) a", {o.month});
+        for (int i = 0; i < PQntuples(r.get()); ++i) accounts.emplace_back(PQgetvalue(r.get(), i, 0));
+    } else {
+        accounts.push_back(o.account);
+    }
+    const std::string suffix = o.month.substr(0, 7) + (o.json ? ".json" : ".html");
+    for (const std::string &account : accounts) {
+        Result r = db.exec(render, {account, o.month});
+        std::string text = PQgetvalue(r.get(), 0, 0);
+        text += '\n';
+        if (o.all) {
+            write_file(o.output + "/" + file_name_of(account) + "-" + suffix, text);
+        } else if (!o.output.empty()) {
+            write_file(o.output, text);
+        } else if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+            throw Failure(std::string("cannot write to standard output: ") + std::strerror(errno));
+        }
+    }
+    db.exec("COMMIT");
+    if (o.all)
+        std::fprintf(stderr, "hpcacct-report: %zu statement%s for %s written to %s\n", accounts.size(),
+                     accounts.size() == 1 ? "" : "s", o.month.substr(0, 7).c_str(), o.output.c_str());
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    try {
+        return run(argc, argv);
+    } catch (const UsageError &e) {
+        if (*e.what()) std::fprintf(stderr, "hpcacct-report: %s\n", e.what());
+        std::fputs(usage_text, *e.what() ? stderr : stdout);
+        return *e.what() ? 2 : 0;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "hpcacct-report: %s\n", e.what());
+        return 1;
+    }
+}
