@@ -12,12 +12,12 @@
 CREATE TABLE @extschema@.ledger (
     entry_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     booked_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
-    account     text NOT NULL REFERENCES @extschema@.account,
+    account     text NOT NULL,  -- in ledger_reference (below), with a foreign key
     kind        text NOT NULL CHECK (kind IN ('charge', 'grant', 'supplement', 'deposit', 'retraction',
                                               'transfer', 'refund')),
     amount      numeric(20, 6) NOT NULL CHECK (amount <> 'NaN'),
     unit        text NOT NULL,
-    resource_id bigint REFERENCES @extschema@.resource,
+    resource_id bigint,             -- likewise
     cluster     text,
     jobid       text,
     submitter   text,
@@ -63,6 +63,43 @@ CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON @extschema@.ledger
     FOR EACH ROW EXECUTE FUNCTION @extschema@.ledger_is_append_only();
 CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+
+-- Every (account, resource) pair the ledger names, once, with PostgreSQL's own foreign keys:
+-- the ledger's referential integrity at the cost of a check per statement instead of two
+-- per row. A statement trigger adds the pairs of each statement's rows that are not there
+-- yet; rows are never removed (the ledger is append-only). While a pair is here, neither
+-- its account nor its resource can be deleted or renamed, whatever the deleter's isolation
+-- level; a pair being added takes the foreign keys' row locks, so a delete running at the
+-- same time waits for the charging transaction, or makes its insert fail (23503).
+CREATE TABLE @extschema@.ledger_reference (
+    account     text NOT NULL REFERENCES @extschema@.account,
+    resource_id bigint REFERENCES @extschema@.resource,
+    CONSTRAINT ledger_reference_pair UNIQUE NULLS NOT DISTINCT (account, resource_id)
+);
+COMMENT ON TABLE @extschema@.ledger_reference IS
+    'The accounts and resources the ledger names, one row per pair, with foreign keys: what keeps them from being '
+    'deleted; maintained by a statement trigger on the ledger';
+
+-- SECURITY DEFINER: whoever may book the ledger adds its pairs (no right on the table needed).
+CREATE FUNCTION @extschema@.ledger_add_references() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        INSERT INTO @extschema@.ledger_reference (account, resource_id)
+        SELECT n.account, n.resource_id
+        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) n
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger_reference r
+                          WHERE r.account = n.account AND r.resource_id IS NOT DISTINCT FROM n.resource_id)
+        ON CONFLICT ON CONSTRAINT ledger_reference_pair DO NOTHING;  -- added meanwhile by another statement
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.ledger_add_references() IS
+    'Statement trigger of hpcacct.ledger: adds the statement''s (account, resource) pairs to ledger_reference';
+CREATE TRIGGER ledger_add_references AFTER INSERT ON @extschema@.ledger
+    REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_add_references();
 
 -- The columns of a job table that charging reads, as quoted identifiers in the order
 -- cluster, jobid, account, user, partition, start, end, alloctres, submit. `mapping` holds
@@ -350,3 +387,4 @@ COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_entry_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_reference', '');
