@@ -4917,6 +4917,9 @@ END
 $do$;
 -- end of the ledger's foreign keys
 
+-- ---- the loader's staging table is unlogged (issue 14 item 7) ----------------------------
+ALTER TABLE @extschema@.sacct_staging SET UNLOGGED;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -7779,9 +7782,14 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
             SELECT k.*,
                    1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
                    m.slurm_account IS NOT NULL AND m.account IS NULL AS ignored,
-                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account
+                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account,
+                   -- a rate at the start (one at most: resource_one_rate_at_a_time); joined, not
+                   -- looked up per line (a million index probes)
+                   rs.resource_id IS NOT NULL AS rated
             FROM keyed k
             LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
+            LEFT JOIN @extschema@.resource rs
+              ON rs.cluster = k.cluster AND rs.partition = k.partition AND rs.valid @> k.t_start
         )
         SELECT r.*,
                CASE
@@ -7818,9 +7826,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                                                     WHERE ms.account = r.charged_account AND ms.username = r."user")
                        THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
                             || r.charged_account || '"'
-                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource rs
-                                    WHERE rs.cluster = r.cluster AND rs.partition = r.partition
-                                      AND rs.valid @> r.t_start)
+                   WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
                             || r.partition || '" at ' || r.t_start
                    ELSE 'charge'
