@@ -27,7 +27,7 @@ COMMENT ON FUNCTION @extschema@.last_charged_start(bigint) IS
 
 -- BEFORE INSERT, UPDATE or DELETE of a resource row: the overlap of two rates and the
 -- deletion of a charged row get an error with a hint (the exclusion constraint and the
--- foreign key of ledger_reference stay the guarantees); a charged row may only be closed.
+-- ledger's foreign key stay the guarantees); a charged row may only be closed.
 CREATE FUNCTION @extschema@.check_resource_change() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -104,8 +104,8 @@ COMMENT ON FUNCTION @extschema@.check_resource_change() IS
 CREATE TRIGGER check_resource_change BEFORE INSERT OR UPDATE OR DELETE ON @extschema@.resource
     FOR EACH ROW EXECUTE FUNCTION @extschema@.check_resource_change();
 
--- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only); the
--- hint for what this trigger's snapshot shows, the foreign key of ledger_reference the guarantee.
+-- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only); this
+-- gives the hint, the ledger's foreign key is the guarantee.
 CREATE FUNCTION @extschema@.check_account_delete() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp

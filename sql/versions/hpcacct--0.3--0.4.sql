@@ -4878,41 +4878,25 @@ $do$;
 -- end of loader (issue 14)
 
 -- ---- the ledger's foreign keys, checked once per statement (issue 19 item 4) ----------
--- The pairs the ledger names move to ledger_reference, which carries the foreign keys; the
--- ledger's own two (one check per row) go.
-CREATE TABLE @extschema@.ledger_reference (
-    account     text NOT NULL REFERENCES @extschema@.account,
-    resource_id bigint REFERENCES @extschema@.resource,
-    CONSTRAINT ledger_reference_pair UNIQUE NULLS NOT DISTINCT (account, resource_id)
-);
-COMMENT ON TABLE @extschema@.ledger_reference IS
-    'The accounts and resources the ledger names, one row per pair, with foreign keys: what keeps them from being '
-    'deleted; maintained by a statement trigger on the ledger';
-LOCK TABLE @extschema@.ledger IN SHARE MODE;
-INSERT INTO @extschema@.ledger_reference (account, resource_id)
-SELECT l.account, l.resource_id FROM @extschema@.ledger l GROUP BY l.account, l.resource_id;
-CREATE OR REPLACE FUNCTION @extschema@.ledger_add_references() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
+-- Their per-row checks of new rows are disabled; a statement trigger does that work.
+CREATE OR REPLACE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
     AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
-COMMENT ON FUNCTION @extschema@.ledger_add_references() IS
-    'Statement trigger of hpcacct.ledger: adds the statement''s (account, resource) pairs to ledger_reference';
-CREATE TRIGGER ledger_add_references AFTER INSERT ON @extschema@.ledger
+COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
+CREATE TRIGGER ledger_check_references AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_add_references();
-ALTER TABLE @extschema@.ledger DROP CONSTRAINT ledger_account_fkey, DROP CONSTRAINT ledger_resource_id_fkey;
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_reference', '');
-SELECT @extschema@.protect_table('@extschema@.ledger_reference');
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_check_references();
 DO $do$
+DECLARE
+    checks record;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
-        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.ledger_reference TO hpcacct_admin;
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
-        GRANT SELECT ON @extschema@.ledger_reference TO hpcacct_portal;
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_auditor') THEN
-        GRANT SELECT ON @extschema@.ledger_reference TO hpcacct_auditor;
-    END IF;
+    FOR checks IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                  JOIN pg_catalog.pg_constraint c ON c.oid = t.tgconstraint AND c.contype = 'f'
+                  WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgisinternal LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE @extschema@.ledger DISABLE TRIGGER %I', checks.tgname);
+    END LOOP;
 END
 $do$;
 -- end of the ledger's foreign keys
@@ -8026,22 +8010,41 @@ CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bi
     $fn$;
 COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
     'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
-CREATE OR REPLACE FUNCTION @extschema@.ledger_add_references() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
+CREATE OR REPLACE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        accounts  text[];
+        resources bigint[];
+        missing   text;
     BEGIN
-        INSERT INTO @extschema@.ledger_reference (account, resource_id)
-        SELECT n.account, n.resource_id
-        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) n
-        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger_reference r
-                          WHERE r.account = n.account AND r.resource_id IS NOT DISTINCT FROM n.resource_id)
-        ON CONFLICT ON CONSTRAINT ledger_reference_pair DO NOTHING;  -- added meanwhile by another statement
+        SELECT pg_catalog.array_agg(DISTINCT p.account), pg_catalog.array_agg(DISTINCT p.resource_id)
+                   FILTER (WHERE p.resource_id IS NOT NULL)
+        INTO accounts, resources
+        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) p;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.account a WHERE a.name = ANY (accounts)
+                                              FOR KEY SHARE) l) < pg_catalog.cardinality(accounts) THEN
+            SELECT n INTO missing FROM pg_catalog.unnest(accounts) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: account "%" does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_account_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = ANY (resources)
+                                              FOR KEY SHARE) l) < coalesce(pg_catalog.cardinality(resources), 0) THEN
+            SELECT n::text INTO missing FROM pg_catalog.unnest(resources) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: resource % does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_resource_id_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.ledger_add_references() IS
-    'Statement trigger of hpcacct.ledger: adds the statement''s (account, resource) pairs to ledger_reference';
+COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

@@ -1,6 +1,6 @@
 # Sourced by run.sh (check, report): an account or a resource deleted while jobs are being
-# charged to it (issue 19). The ledger's foreign keys are checked once per statement
-# through ledger_reference; whatever the interleaving and the deleter's isolation level, no
+# charged to it (issue 19). The ledger's foreign keys check new rows once per statement
+# (ledger_check_references); whatever the interleaving and the deleter's isolation level, no
 # ledger row may point nowhere, and the session that loses gets a clear SQLSTATE.
 rdb=hpcacct_race
 createdb $rdb
