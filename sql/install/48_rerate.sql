@@ -104,7 +104,8 @@ COMMENT ON FUNCTION @extschema@.check_resource_change() IS
 CREATE TRIGGER check_resource_change BEFORE INSERT OR UPDATE OR DELETE ON @extschema@.resource
     FOR EACH ROW EXECUTE FUNCTION @extschema@.check_resource_change();
 
--- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only).
+-- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only); this
+-- gives the hint, the ledger's foreign key is the guarantee.
 CREATE FUNCTION @extschema@.check_account_delete() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp

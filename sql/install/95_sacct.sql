@@ -14,7 +14,10 @@
 -- sacct's fields (lower case); the required ones are cluster, jobid, account, user,
 -- partition, submit, start, end, alloctres and state, the others are kept with quarantined
 -- lines. `problem` is set by a loader that could not split the line (wrong number of fields).
-CREATE TABLE @extschema@.sacct_staging (
+-- Unlogged: hpcacct-sacct stages and loads in one transaction, so a crash loses no line it
+-- has not loaded (the watermark has not moved); a site staging lines in a transaction of its
+-- own loses them in a crash and exports them again.
+CREATE UNLOGGED TABLE @extschema@.sacct_staging (
     lineno     bigint,
     line       text,
     problem    text,
@@ -242,9 +245,14 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
             SELECT k.*,
                    1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
                    m.slurm_account IS NOT NULL AND m.account IS NULL AS ignored,
-                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account
+                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account,
+                   -- a rate at the start (one at most: resource_one_rate_at_a_time); joined, not
+                   -- looked up per line (a million index probes)
+                   rs.resource_id IS NOT NULL AS rated
             FROM keyed k
             LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
+            LEFT JOIN @extschema@.resource rs
+              ON rs.cluster = k.cluster AND rs.partition = k.partition AND rs.valid @> k.t_start
         )
         SELECT r.*,
                CASE
@@ -281,9 +289,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                                                     WHERE ms.account = r.charged_account AND ms.username = r."user")
                        THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
                             || r.charged_account || '"'
-                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource rs
-                                    WHERE rs.cluster = r.cluster AND rs.partition = r.partition
-                                      AND rs.valid @> r.t_start)
+                   WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
                             || r.partition || '" at ' || r.t_start
                    ELSE 'charge'

@@ -5222,6 +5222,33 @@ END
 $do$;
 -- end of the reference
 
+-- ---- the ledger's foreign keys, checked once per statement (issue 19 item 4) ----------
+-- Their per-row checks of new rows are disabled; a statement trigger does that work.
+CREATE OR REPLACE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
+CREATE TRIGGER ledger_check_references AFTER INSERT ON @extschema@.ledger
+    REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_check_references();
+DO $do$
+DECLARE
+    checks record;
+BEGIN
+    FOR checks IN SELECT t.tgname FROM pg_catalog.pg_trigger t
+                  JOIN pg_catalog.pg_constraint c ON c.oid = t.tgconstraint AND c.contype = 'f'
+                  WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgisinternal LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE @extschema@.ledger DISABLE TRIGGER %I', checks.tgname);
+    END LOOP;
+END
+$do$;
+-- end of the ledger's foreign keys
+
+-- ---- the loader's staging table is unlogged (issue 14 item 7) ----------------------------
+ALTER TABLE @extschema@.sacct_staging SET UNLOGGED;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -8163,9 +8190,14 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
             SELECT k.*,
                    1 AS rank,  -- the line that counts for its run is 1, the others 2 (below)
                    m.slurm_account IS NOT NULL AND m.account IS NULL AS ignored,
-                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account
+                   CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account,
+                   -- a rate at the start (one at most: resource_one_rate_at_a_time); joined, not
+                   -- looked up per line (a million index probes)
+                   rs.resource_id IS NOT NULL AS rated
             FROM keyed k
             LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
+            LEFT JOIN @extschema@.resource rs
+              ON rs.cluster = k.cluster AND rs.partition = k.partition AND rs.valid @> k.t_start
         )
         SELECT r.*,
                CASE
@@ -8202,9 +8234,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                                                     WHERE ms.account = r.charged_account AND ms.username = r."user")
                        THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
                             || r.charged_account || '"'
-                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource rs
-                                    WHERE rs.cluster = r.cluster AND rs.partition = r.partition
-                                      AND rs.valid @> r.t_start)
+                   WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
                             || r.partition || '" at ' || r.t_start
                    ELSE 'charge'
@@ -8487,6 +8517,41 @@ CREATE OR REPLACE FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) R
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) IS
     'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
+CREATE OR REPLACE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        accounts  text[];
+        resources bigint[];
+        missing   text;
+    BEGIN
+        SELECT pg_catalog.array_agg(DISTINCT p.account), pg_catalog.array_agg(DISTINCT p.resource_id)
+                   FILTER (WHERE p.resource_id IS NOT NULL)
+        INTO accounts, resources
+        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) p;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.account a WHERE a.name = ANY (accounts)
+                                              FOR KEY SHARE) l) < pg_catalog.cardinality(accounts) THEN
+            SELECT n INTO missing FROM pg_catalog.unnest(accounts) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: account "%" does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_account_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = ANY (resources)
+                                              FOR KEY SHARE) l) < coalesce(pg_catalog.cardinality(resources), 0) THEN
+            SELECT n::text INTO missing FROM pg_catalog.unnest(resources) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: resource % does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_resource_id_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

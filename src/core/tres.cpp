@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -74,21 +75,35 @@ bool non_finite_word(std::string_view token) {
            equals_ignoring_case(token, "infinity");
 }
 
+// 2^exponent in decimal (0 <= exponent <= 63), by doubling a digit string: computed once, at
+// the first call (it used to be computed per component, most of the cost of tres input).
+const std::string& power_of_two_in_decimal(int exponent) {
+    static const std::array<std::string, 64> table = [] {
+        std::array<std::string, 64> powers;
+        std::string value = "1";
+        for (std::string& power : powers) {
+            power = value;
+            int carry = 0;
+            for (auto it = value.rbegin(); it != value.rend(); ++it) {
+                const int d = (*it - '0') * 2 + carry;
+                *it = static_cast<char>('0' + d % 10);
+                carry = d / 10;
+            }
+            if (carry != 0) value.insert(value.begin(), static_cast<char>('0' + carry));
+        }
+        return powers;
+    }();
+    if (exponent < 0 || exponent >= static_cast<int>(table.size())) {
+        throw Error(ErrorKind::internal, "power of two out of the table's range");
+    }
+    return table[static_cast<std::size_t>(exponent)];
+}
+
 // Whether the decimal digits[.fraction] (no sign, no exponent, at least one digit) exceed
 // 2^exponent exactly. from_chars rounds to the nearest double, so 9007199254740993 reads as
 // 2^53 and a check on the double alone would store it as 9007199254740992: compare the text.
 bool decimal_exceeds_power_of_two(std::string_view number, int exponent) {
-    // 2^exponent in decimal, by doubling a digit string (exponent <= 63 here).
-    std::string limit = "1";
-    for (int i = 0; i < exponent; ++i) {
-        int carry = 0;
-        for (auto it = limit.rbegin(); it != limit.rend(); ++it) {
-            const int d = (*it - '0') * 2 + carry;
-            *it = static_cast<char>('0' + d % 10);
-            carry = d / 10;
-        }
-        if (carry != 0) limit.insert(limit.begin(), static_cast<char>('0' + carry));
-    }
+    const std::string& limit = power_of_two_in_decimal(exponent);
     const std::size_t dot = number.find('.');
     std::string_view whole = number.substr(0, dot);
     const std::string_view fraction = dot == std::string_view::npos ? std::string_view() : number.substr(dot + 1);
@@ -101,8 +116,8 @@ bool decimal_exceeds_power_of_two(std::string_view number, int exponent) {
 
 // Parses the value of one component; `literal` is the whole input, for messages.
 double parse_value(std::string_view literal, std::string_view key, std::string_view token) {
-    const std::string component = std::string(key) + "=" + std::string(token);
-    if (token.empty()) syntax_error(literal, "component \"" + component + "\" has no value");
+    const auto component = [&] { return std::string(key) + "=" + std::string(token); };  // for messages only
+    if (token.empty()) syntax_error(literal, "component \"" + component() + "\" has no value");
     if (non_finite_word(token)) range_error(literal, "\"" + std::string(key) + "\" is not a finite number");
     if (token[0] == '-') range_error(literal, "\"" + std::string(key) + "\" must not be negative");
 
@@ -118,13 +133,13 @@ double parse_value(std::string_view literal, std::string_view key, std::string_v
             break;
         }
     }
-    if (!seen_digit) syntax_error(literal, "\"" + component + "\" is not a number");
+    if (!seen_digit) syntax_error(literal, "\"" + component() + "\" is not a number");
 
     std::string_view suffix = token.substr(digits_end);
     int power = 0;
     if (!suffix.empty()) {
         if (!is_size_key(key)) {
-            syntax_error(literal, "junk after the number in \"" + component + "\"" +
+            syntax_error(literal, "junk after the number in \"" + component() + "\"" +
                                       (suffix.size() == 1 && std::isalpha(static_cast<unsigned char>(suffix[0]))
                                            ? " (unit suffixes are only for memory and storage keys)"
                                            : ""));
@@ -136,7 +151,7 @@ double parse_value(std::string_view literal, std::string_view key, std::string_v
             }
         }
         if (unit == nullptr) {
-            syntax_error(literal, "unknown unit \"" + std::string(suffix) + "\" in \"" + component +
+            syntax_error(literal, "unknown unit \"" + std::string(suffix) + "\" in \"" + component() +
                                       "\" (expected K, M, G, T or P)");
         }
         power = unit->power;
@@ -150,9 +165,9 @@ double parse_value(std::string_view literal, std::string_view key, std::string_v
     double value = 0;
     const char* first = token.data();
     auto [ptr, ec] = std::from_chars(first, first + digits_end, value, std::chars_format::fixed);
-    if (ec == std::errc::result_out_of_range) range_error(literal, "\"" + component + "\" is out of range");
+    if (ec == std::errc::result_out_of_range) range_error(literal, "\"" + component() + "\" is out of range");
     if (ec != std::errc() || ptr != first + digits_end) {
-        syntax_error(literal, "\"" + component + "\" is not a number");
+        syntax_error(literal, "\"" + component() + "\" is not a number");
     }
     value = std::ldexp(value, 10 * power);
     if (!std::isfinite(value) || value > kMaxValue) {
@@ -326,7 +341,7 @@ double View::get(std::string_view key) const {
 }
 
 void parse(std::string_view text, Vector& out) {
-    out = Vector();
+    out.clear();
     std::string_view rest = text;
     while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
     while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.back()))) rest.remove_suffix(1);

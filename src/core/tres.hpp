@@ -43,6 +43,8 @@ public:
     // A zero value is not stored. Throws Error on a duplicate or an invalid value.
     void insert(std::string_view key, double value);
 
+    void clear() { count_ = 0; }  // the empty vector (without touching its 9 KB of storage)
+
     std::size_t packed_size() const;
     void pack(unsigned char* out) const;  // writes exactly packed_size() bytes
 

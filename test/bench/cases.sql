@@ -44,9 +44,9 @@ SELECT 'ingest', v, format('SELECT bench.prepare_ingest(%L); CHECKPOINT;', v), f
 FROM unnest(ARRAY['charge_jobs', 'plain', 'plpgsql']) AS v;
 INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
     (10, 'ingest: COPY, charge_jobs trigger', 'ingest', 'charge_jobs', 'plain', 'COPY, no trigger',
-     'ratio <= 2.0', NULL, NULL, NULL),
+     'ratio <= 3.0', NULL, NULL, NULL),
     (11, 'ingest: COPY, charge_jobs trigger', 'ingest', 'charge_jobs', 'plpgsql', 'COPY, PL/pgSQL row trigger',
-     'ratio <= 0.2',
+     'ratio <= 0.1',
      format('SELECT * FROM bench.ingest_ledger(''charge_jobs'', %L)', :'ingest_file'),
      format('SELECT * FROM bench.ingest_ledger(''plpgsql'', %L)', :'ingest_file'),
      '{cluster,jobid,amount}');

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs inside with-cluster.sh: concurrent clients through pgbench, then a backend killed in
 # the middle of a large COPY; after each, the ledger invariants (invariants.sql) must hold.
+# Then concurrent top-ups, and deletes racing loads (delete_race.sh).
 # Prints one line per check and appends "stress passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -112,5 +113,8 @@ psql -X -q -d $tdb -c "CALL hpcacct.open_quarter('2024-10-01')" >/dev/null 2>&1
 check "retried, the run tops carol up for every quarter from Q3 2024 to Q2 2025, once each" \
     "$([ "$(topped carol 2024-07-01)$(topped carol 2024-10-01)$(topped carol 2025-01-01)$(topped carol 2025-04-01)" = 2500250025002500 ] && echo t)"
 rm -f "$HPCACCT_SCRATCH.rr"
+
+# An account or a resource deleted while jobs are charged to it: no orphan, a clear SQLSTATE.
+. ./delete_race.sh
 
 report stress
