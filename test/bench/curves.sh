@@ -41,9 +41,11 @@ for size in $SIZES; do
 done
 
 # One line per case and size: median of the timed runs (warm-ups left out), their spread
-# (min-max), and the backend's peak memory from memory.txt (server accounting, RssAnon).
+# (min-max), and from memory.txt the backend's peak memory (server accounting, RssAnon) and its
+# CPU time per run (serial, repeated for 2 s: the figure other load on the machine changes least).
 {
-    printf '%-20s %-22s %10s %18s %12s %11s\n' case size "median ms" "min-max ms" "peak used MB" "RssAnon MB"
+    printf '%-20s %-22s %10s %18s %11s %12s %11s\n' case size "median ms" "min-max ms" "CPU ms/run" "peak used MB" \
+        "RssAnon MB"
     for dir in "$curves"/*/; do
         label=$(basename "$dir")
         [ -f "$dir/timings.tsv" ] || continue
@@ -51,9 +53,9 @@ done
             BEGIN {
                 while ((getline line < mem) > 0) {
                     nf = split(line, f, /  +/)
-                    if (nf < 4) continue
+                    if (nf < 7) continue
                     key = f[1]; sub(/ view,.*| \(.*|, work_mem.*|,.*accounts.*/, "", key); sub(/\(\)$/, "", key)
-                    used[key] = f[nf - 2]; rss[key] = f[nf - 1]
+                    used[key] = f[nf - 5]; rss[key] = f[nf - 4]; cpu[key] = f[nf - 1]
                 }
             }
             $2 == "view" || $2 == "procedure" {
@@ -67,8 +69,8 @@ done
                     for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                     med = m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
                     key = g; if (g == "regulate_genci") key = "-"
-                    printf "%-20s %-22s %10.0f %8.0f-%-9.0f %12s %11s\n", g, size, med, a[1], a[m],
-                           (key in used) ? used[key] : "-", (key in rss) ? rss[key] : "-"
+                    printf "%-20s %-22s %10.0f %8.0f-%-9.0f %11s %12s %11s\n", g, size, med, a[1], a[m],
+                           (key in cpu) ? cpu[key] : "-", (key in used) ? used[key] : "-", (key in rss) ? rss[key] : "-"
                 }
             }' "$dir/timings.tsv"
     done | sort -k1,1 -k2,2V

@@ -288,20 +288,26 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
         done
         echo
       fi
-        printf '%-62s %14s %12s %9s\n' "query (serial plan)" "peak used MB" "RssAnon MB" "seconds"
+        printf '%-62s %14s %12s %6s %12s %12s %9s\n' "query (serial plan)" "peak used MB" "RssAnon MB" runs \
+            "wall ms/run" "CPU ms/run" "seconds"
         # peak LABEL WORK_MEM SQL [DB [ROLLBACK]]: run SQL serially in its own backend, sample its memory
+        # and its CPU time (utime + stime: what other processes on the machine change least)
         peak() {
             local label=$1 work_mem=$2 sql=$3 db=${4:-$main} rollback=${5:-false} app="bench-mem-$RANDOM" pid="" rss=0 r bg t0
+            local ticks=0 c
             t0=$(seconds)
-            psql -X -q -d "$db" -c "SET application_name = '$app'; SET max_parallel_workers_per_gather = 0;
+            psql -X -q -At -d "$db" -c "SET application_name = '$app'; SET max_parallel_workers_per_gather = 0;
                                     SET work_mem = '$work_mem';
                                     CREATE TEMP TABLE timing (variant text, run integer, ms float8, warmup boolean);
-                                    SELECT bench.time('memory', 1, \$q\$ $sql \$q\$, $rollback, 1e15, 1);
+                                    SELECT bench.time('memory', 1, \$q\$ $sql \$q\$, $rollback, 1e15, 1000000);
                                     -- again until 2 s have passed, so that a short query is sampled too
                                     DO \$d\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
                                         WHILE clock_timestamp() - t0 < interval '2 seconds' LOOP
-                                            PERFORM bench.time('memory', 1, \$q\$ $sql \$q\$, $rollback, 1e15, 1);
-                                        END LOOP; END \$d\$" >/dev/null &
+                                            PERFORM bench.time('memory', 1, \$q\$ $sql \$q\$, $rollback, 1e15, 1000000);
+                                        END LOOP; END \$d\$;
+                                    SELECT 'executions ' || count(*) || ' ' || round(avg(ms)::numeric, 1) FROM timing;
+                                    SELECT pg_sleep(0.3)  -- idle, so that the sampler reads the final CPU time" \
+                >"$out/peak.out" &
             bg=$!
             while kill -0 $bg 2>/dev/null; do
                 [ -n "$pid" ] || pid=$(value -d postgres -c "SELECT pid FROM pg_stat_activity WHERE application_name = '$app'")
@@ -309,6 +315,8 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
                     value -d postgres -c "SELECT pg_log_backend_memory_contexts($pid)" >/dev/null 2>&1 || true
                     r=$(awk '/^RssAnon:/ { print $2 }' /proc/"$pid"/status 2>/dev/null || echo 0)
                     [ "${r:-0}" -gt "$rss" ] && rss=$r
+                    c=$(awk '{ print $14 + $15 }' /proc/"$pid"/stat 2>/dev/null || echo 0)
+                    [ "${c:-0}" -gt "$ticks" ] && ticks=$c
                 fi
                 sleep 0.1
             done
@@ -316,8 +324,12 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
             local used
             used=$({ grep "\[$pid\].*Grand total:" "$HPCACCT_SERVER_LOG" || true; } |
                    sed -n 's/.*; \([0-9]*\) used.*/\1/p' | sort -n | tail -1)
-            printf '%-62s %14s %12s %9s\n' "$label" "$(awk -v u="${used:-0}" 'BEGIN { printf "%.1f", u / 1048576 }')" \
-                "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r / 1024 }')" "$(since "$t0")"
+            local runs wall
+            read -r runs wall < <(sed -n 's/^executions //p' "$out/peak.out")
+            printf '%-62s %14s %12s %6s %12s %12s %9s\n' "$label" "$(awk -v u="${used:-0}" 'BEGIN { printf "%.1f", u / 1048576 }')" \
+                "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r / 1024 }')" "${runs:-0}" "${wall:--}" \
+                "$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="${runs:-0}" 'BEGIN { if (n > 0) printf "%.0f", t * 1000 / hz / n; else print "-" }')" \
+                "$(since "$t0")"
         }
         if [ "$AGG_ROWS" = 1 ]; then
         peak "window_quota, GROUP BY account, valid_from, $JOBS rows" 1GB \
