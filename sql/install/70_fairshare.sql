@@ -543,9 +543,11 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    cfg.form = 'half_life'
                    AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
                                                 cfg.half_life) >= 2 ^ -64
-                   AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                   WHERE l.kind = 'charge' AND l.job_end > cfg.at
-                                     AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz)
+                   -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
+                   -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
+                   AND (SELECT max(l.job_end) FROM @extschema@.ledger l
+                        WHERE l.kind = 'charge' AND l.job_end > $1
+                          AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
                        AS closed_form
             FROM cfg
         ), factors AS MATERIALIZED (
