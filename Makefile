@@ -122,6 +122,14 @@ bench:
 	PG_CONFIG=$(PG_CONFIG) JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
 	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
 
+# `make bench-curves`: every report and scheduled procedure against the site's size
+# (test/bench/curves.sh); e.g. `make bench-curves SIZES=1000000` for one size.
+SIZES ?= 1000000 3000000 10000000 10000000:5000000
+CURVES_RUNS ?= 3
+.PHONY: bench-curves
+bench-curves:
+	PG_CONFIG=$(PG_CONFIG) SIZES="$(SIZES)" SEED=$(SEED) RUNS=$(CURVES_RUNS) test/bench/curves.sh
+
 # `make bench-submit`: job_submit/lua's check against a plugin that checks nothing, in a real Slurm
 SUBMITS ?= 200
 SUBMIT_ROUNDS ?= 3

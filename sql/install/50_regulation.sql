@@ -316,10 +316,12 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
 
         -- Every account's allocation_status(account, machine, as_of) at once: the events in one
-        -- pass over the allocations, consumption in one pass over the charges. Consumption
-        -- is computed as consumption_before() does, charge by charge, and summed exactly
-        -- (numeric): a charge wholly inside the period counts its amount, a charge across
-        -- one of its ends its share before the end minus its share before the start.
+        -- pass over the allocations, consumption as consumption_before() computes it, summed
+        -- exactly (numeric): a charge wholly inside the period counts its amount, a charge
+        -- across one of its ends its share before the end minus its share before the start.
+        -- A monthly run's period runs from 1 January to the 16th, both boundaries of the
+        -- consumption rollup, which holds those very terms: it reads the rollup. An annual
+        -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
         WITH events AS (
             SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
                    s.annual_retraction_percent,
@@ -345,8 +347,19 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                                         ELSE 0 END
                        END) AS amount
             FROM @extschema@.ledger l, bounds b
-            WHERE l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            WHERE kind_of_run <> 'monthly' AND l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
             GROUP BY l.account, l.resource_id
+            UNION ALL
+            -- consumption before 16th minus consumption before 1 January: the amounts of the
+            -- jobs ended by a boundary in between (the 16th included), the shares before the
+            -- 16th of the jobs running across it, minus those before 1 January
+            SELECT c.account, c.resource_id,
+                   sum(CASE WHEN c.boundary = y_start THEN -c.running
+                            WHEN c.boundary = as_of + 1 THEN c.ended + c.running
+                            ELSE c.ended END)
+            FROM @extschema@.consumption_rollup c
+            WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
+            GROUP BY c.account, c.resource_id
         ), used AS (
             SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
             FROM per_resource p

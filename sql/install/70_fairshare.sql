@@ -504,25 +504,44 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), recent AS MATERIALIZED (
             -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
-            -- earlier ones are in the rollup), or in the counted periods (interval)
+            -- earlier ones are in the rollup), or in the counted periods (interval). Half-life:
+            -- none when the rollup's sum of that month, decayed to the month's end, can be
+            -- scaled back to `at` (closed_form): no charge of the month ends after `at` (a
+            -- report of now), and the month's end is at most 64 half-lives after `at`
             SELECT cfg.*,
                    CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
-                                 ELSE cfg.at - cfg.depth * cfg.period END AS since
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                   cfg.form = 'half_life'
+                   AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                cfg.half_life) >= 2 ^ -64
+                   -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
+                   -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
+                   AND (SELECT max(l.job_end) FROM @extschema@.ledger l
+                        WHERE l.kind = 'charge' AND l.job_end > $1
+                          AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
+                       AS closed_form
             FROM cfg
         ), factors AS MATERIALIZED (
             -- half-life: how much the rollup's decayed sums of each month decay until `at`,
-            -- by month number (year * 12 + month - 1) from the rollup's first month on
+            -- by month number (year * 12 + month - 1) from the rollup's first month on; the
+            -- month of `at` (closed form) is scaled back from its end: 1 / 2^(-(end - at) / half_life)
             SELECT f.first_index,
-                   pg_catalog.array_agg(@extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE cfg.tz,
-                                                                 cfg.at, cfg.half_life) ORDER BY m.month) AS factor
-            FROM cfg
+                   pg_catalog.array_agg(CASE WHEN m.month < w.at_month
+                                             THEN @extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                           w.at, w.half_life)
+                                             ELSE 1 / @extschema@.decay_weight(w.at, (m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                               w.half_life) END
+                                        ORDER BY m.month) AS factor
+            FROM recent w
             CROSS JOIN (SELECT min(c.end_month) AS first_month,
                                (pg_catalog.date_part('year', min(c.end_month)) * 12
                                 + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
                         FROM @extschema@.charge_rollup c) f
-            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month, cfg.at_month - interval '1 month',
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
+                                                          w.at_month - CASE WHEN w.closed_form THEN interval '0'
+                                                                            ELSE interval '1 month' END,
                                                           interval '1 month') AS m(month)
-            WHERE cfg.form = 'half_life'
+            WHERE w.form = 'half_life'
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
@@ -548,10 +567,13 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
             FROM recent w
             JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
-            WHERE l.kind = 'charge'
+            WHERE l.kind = 'charge' AND NOT w.closed_form
         ), decayed AS (
-            -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
-            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
+            -- usage: decayed (a sum of floats: never below 0), rounded to float8's 15 significant
+            -- decimal digits (the cast to numeric), so that the closed form's last bits do not
+            -- show where the job-by-job sum is a short decimal; net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0)::numeric::float8 AS usage,
+                   sum(d.net) AS net
             FROM (
                 SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
                 FROM (  -- per resource first, its pool looked up once per group
@@ -572,9 +594,10 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                 ) g
                 JOIN @extschema@.resource r USING (resource_id)
                 UNION ALL
-                -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
-                -- decayed from the end of the month they ended in to `at`; the rows folded into
-                -- fairshare_base are read from there when it was folded before that month
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`
+                -- (and in it, closed form), decayed from the end of the month they ended in to
+                -- `at`; the rows folded into fairshare_base are read from there when it was
+                -- folded before that month
                 SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
                        sum(c.decayed * (SELECT f.factor FROM factors f)[
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
@@ -584,7 +607,9 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                       UNION ALL
                       SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
                 JOIN @extschema@.resource r USING (resource_id)
-                WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                WHERE (c.end_month < (SELECT w.at_month FROM recent w)
+                       OR (c.end_month = (SELECT w.at_month FROM recent w) AND (SELECT w.closed_form FROM recent w)))
+                  AND (SELECT w.form FROM recent w) = 'half_life'
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
                 UNION ALL
                 SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,

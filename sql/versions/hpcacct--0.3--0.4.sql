@@ -5249,6 +5249,180 @@ $do$;
 -- ---- the loader's staging table is unlogged (issue 14 item 7) ----------------------------
 ALTER TABLE @extschema@.sacct_staging SET UNLOGGED;
 
+-- scale (issue 19) -------------------------------------------------------------------
+-- regulate(): a monthly run reads the consumption rollup instead of the year's charges.
+CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        kind_of_run text;
+        as_of       date;
+        y_start     date;
+        y_end       date;
+        today       date;
+        tz          text;
+        already     bigint;
+        n_ok        integer := 0;
+        n_warning   integer := 0;
+        n_retracted integer := 0;
+        n_exonerated integer := 0;
+    BEGIN
+        IF d IS NULL THEN
+            RAISE EXCEPTION 'regulation date must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(d) THEN
+            RAISE EXCEPTION 'regulation date must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        today := @extschema@.site_today();
+        IF d > today THEN
+            RAISE EXCEPTION 'regulation date % is in the future', d
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', today),
+                      HINT = 'Consumption up to the end of that day is not known yet.';
+        END IF;
+
+        kind_of_run := @extschema@.regulation_run(d);
+        IF kind_of_run IS NULL THEN
+            RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
+                USING HINT = 'Monthly regulation runs on the 15th, annual regulation on 1 May (warning) and 1 June (retraction).';
+            RETURN;
+        END IF;
+
+        -- Serializes regulation runs (readers are not blocked): a second run of the same
+        -- date waits for the first to commit and then finds its rows in the log.
+        LOCK TABLE @extschema@.regulation_log IN SHARE ROW EXCLUSIVE MODE;
+
+        y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
+        y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
+        as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
+        tz := @extschema@.site_timezone();
+        SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+
+        -- Every account's allocation_status(account, machine, as_of) at once: the events in one
+        -- pass over the allocations, consumption as consumption_before() computes it, summed
+        -- exactly (numeric): a charge wholly inside the period counts its amount, a charge
+        -- across one of its ends its share before the end minus its share before the start.
+        -- A monthly run's period runs from 1 January to the 16th, both boundaries of the
+        -- consumption rollup, which holds those very terms: it reads the rollup. An annual
+        -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
+        WITH events AS (
+            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+                   s.annual_retraction_percent,
+                   coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            JOIN @extschema@.machine_setting s ON s.machine = l.cluster
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+              AND l.valid_from <= as_of AND l.valid_until >= y_start
+            GROUP BY l.account, l.cluster, s.machine
+        ), bounds AS (
+            SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
+        ), per_resource AS (
+            SELECT l.account, l.resource_id,
+                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
+                            ELSE l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b2)
+                                 - CASE WHEN l.job_start < b.b1
+                                        THEN l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b1)
+                                        ELSE 0 END
+                       END) AS amount
+            FROM @extschema@.ledger l, bounds b
+            WHERE kind_of_run <> 'monthly' AND l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            GROUP BY l.account, l.resource_id
+            UNION ALL
+            -- consumption before 16th minus consumption before 1 January: the amounts of the
+            -- jobs ended by a boundary in between (the 16th included), the shares before the
+            -- 16th of the jobs running across it, minus those before 1 January
+            SELECT c.account, c.resource_id,
+                   sum(CASE WHEN c.boundary = y_start THEN -c.running
+                            WHEN c.boundary = as_of + 1 THEN c.ended + c.running
+                            ELSE c.ended END)
+            FROM @extschema@.consumption_rollup c
+            WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
+            GROUP BY c.account, c.resource_id
+        ), used AS (
+            SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
+            FROM per_resource p
+            JOIN @extschema@.resource r USING (resource_id)
+            GROUP BY 1, 2
+        ), figures AS (
+            SELECT e.*, coalesce(u.amount, 0)::float8 AS consumption
+            FROM events e
+            LEFT JOIN used u ON u.account = e.account AND u.machine = e.machine
+            WHERE (e.granted >= e.monthly_threshold) = (kind_of_run = 'monthly')
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                              WHERE g.account = e.account AND g.machine = e.machine
+                                AND g.run_date = d AND g.run = kind_of_run)
+        ), annual AS (
+            SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
+                             THEN 100 * f.consumption / f.alloc::float8 END AS used
+            FROM figures f
+        ), outcome AS MATERIALIZED (
+            SELECT a.*, x.result,
+                   CASE WHEN x.result <> 'retraction' THEN 0
+                        WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
+                        ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
+                                                     a.alloc - a.consumption::numeric)), 6)
+                   END::numeric(20, 6) AS hours
+            FROM annual a
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN kind_of_run = 'monthly' THEN @extschema@.regulation_status(a.consumption, a.tc, a.tmc)
+                    WHEN a.used < a.annual_warning_percent THEN
+                        CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                                          WHERE x.account = a.account AND x.machine = a.machine
+                                            AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
+                             WHEN kind_of_run = 'annual_warning' THEN 'warning'
+                             ELSE 'retraction' END
+                    ELSE 'ok'
+                END AS result
+            ) x
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            SELECT o.account, 'retraction', -o.hours,
+                   (SELECT l.unit
+                    FROM @extschema@.ledger l
+                    WHERE l.account = o.account AND l.cluster = o.machine
+                      AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                    ORDER BY l.valid_from DESC, l.entry_id DESC
+                    LIMIT 1),
+                   o.machine, d, y_end,
+                   format('hpcacct.regulate(%s): %s regulation', d,
+                          CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
+            FROM outcome o
+            WHERE o.hours > 0
+            ORDER BY o.machine, o.account
+            RETURNING entry_id, account, cluster
+        ), logged AS (
+            -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
+            -- REPEATABLE READ), the unique key makes it fail rather than book twice.
+            INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
+                                                    granted, consumption, tc, tmc, delta, used_percent,
+                                                    retracted, entry_id)
+            SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
+                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours, b.entry_id
+            FROM outcome o
+            LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
+            ORDER BY o.machine, o.account
+            RETURNING outcome
+        )
+        SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
+               count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
+        INTO n_ok, n_warning, n_retracted, n_exonerated
+        FROM logged g;
+
+        RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
+            d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.regulate(date) IS
+    'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
+-- end of scale (issue 19)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -5658,25 +5832,44 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), recent AS MATERIALIZED (
             -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
-            -- earlier ones are in the rollup), or in the counted periods (interval)
+            -- earlier ones are in the rollup), or in the counted periods (interval). Half-life:
+            -- none when the rollup's sum of that month, decayed to the month's end, can be
+            -- scaled back to `at` (closed_form): no charge of the month ends after `at` (a
+            -- report of now), and the month's end is at most 64 half-lives after `at`
             SELECT cfg.*,
                    CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
-                                 ELSE cfg.at - cfg.depth * cfg.period END AS since
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                   cfg.form = 'half_life'
+                   AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                cfg.half_life) >= 2 ^ -64
+                   -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
+                   -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
+                   AND (SELECT max(l.job_end) FROM @extschema@.ledger l
+                        WHERE l.kind = 'charge' AND l.job_end > $1
+                          AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
+                       AS closed_form
             FROM cfg
         ), factors AS MATERIALIZED (
             -- half-life: how much the rollup's decayed sums of each month decay until `at`,
-            -- by month number (year * 12 + month - 1) from the rollup's first month on
+            -- by month number (year * 12 + month - 1) from the rollup's first month on; the
+            -- month of `at` (closed form) is scaled back from its end: 1 / 2^(-(end - at) / half_life)
             SELECT f.first_index,
-                   pg_catalog.array_agg(@extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE cfg.tz,
-                                                                 cfg.at, cfg.half_life) ORDER BY m.month) AS factor
-            FROM cfg
+                   pg_catalog.array_agg(CASE WHEN m.month < w.at_month
+                                             THEN @extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                           w.at, w.half_life)
+                                             ELSE 1 / @extschema@.decay_weight(w.at, (m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                               w.half_life) END
+                                        ORDER BY m.month) AS factor
+            FROM recent w
             CROSS JOIN (SELECT min(c.end_month) AS first_month,
                                (pg_catalog.date_part('year', min(c.end_month)) * 12
                                 + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
                         FROM @extschema@.charge_rollup c) f
-            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month, cfg.at_month - interval '1 month',
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
+                                                          w.at_month - CASE WHEN w.closed_form THEN interval '0'
+                                                                            ELSE interval '1 month' END,
                                                           interval '1 month') AS m(month)
-            WHERE cfg.form = 'half_life'
+            WHERE w.form = 'half_life'
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
@@ -5702,10 +5895,13 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                    abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
             FROM recent w
             JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
-            WHERE l.kind = 'charge'
+            WHERE l.kind = 'charge' AND NOT w.closed_form
         ), decayed AS (
-            -- usage: decayed (a sum of floats: never below 0); net: exact, what makes a user count
-            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0) AS usage, sum(d.net) AS net
+            -- usage: decayed (a sum of floats: never below 0), rounded to float8's 15 significant
+            -- decimal digits (the cast to numeric), so that the closed form's last bits do not
+            -- show where the job-by-job sum is a short decimal; net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0)::numeric::float8 AS usage,
+                   sum(d.net) AS net
             FROM (
                 SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
                 FROM (  -- per resource first, its pool looked up once per group
@@ -5726,9 +5922,10 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                 ) g
                 JOIN @extschema@.resource r USING (resource_id)
                 UNION ALL
-                -- half-life: the rollup's sums for the jobs that ended before the month of `at`,
-                -- decayed from the end of the month they ended in to `at`; the rows folded into
-                -- fairshare_base are read from there when it was folded before that month
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`
+                -- (and in it, closed form), decayed from the end of the month they ended in to
+                -- `at`; the rows folded into fairshare_base are read from there when it was
+                -- folded before that month
                 SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
                        sum(c.decayed * (SELECT f.factor FROM factors f)[
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
@@ -5738,7 +5935,9 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                       UNION ALL
                       SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
                 JOIN @extschema@.resource r USING (resource_id)
-                WHERE c.end_month < (SELECT cfg.at_month FROM cfg) AND (SELECT cfg.form FROM cfg) = 'half_life'
+                WHERE (c.end_month < (SELECT w.at_month FROM recent w)
+                       OR (c.end_month = (SELECT w.at_month FROM recent w) AND (SELECT w.closed_form FROM recent w)))
+                  AND (SELECT w.form FROM recent w) = 'half_life'
                 GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
                 UNION ALL
                 SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
@@ -8552,6 +8751,176 @@ CREATE OR REPLACE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
 COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
     'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
     'the accounts and resources they name)';
+CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        kind_of_run text;
+        as_of       date;
+        y_start     date;
+        y_end       date;
+        today       date;
+        tz          text;
+        already     bigint;
+        n_ok        integer := 0;
+        n_warning   integer := 0;
+        n_retracted integer := 0;
+        n_exonerated integer := 0;
+    BEGIN
+        IF d IS NULL THEN
+            RAISE EXCEPTION 'regulation date must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(d) THEN
+            RAISE EXCEPTION 'regulation date must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        today := @extschema@.site_today();
+        IF d > today THEN
+            RAISE EXCEPTION 'regulation date % is in the future', d
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', today),
+                      HINT = 'Consumption up to the end of that day is not known yet.';
+        END IF;
+
+        kind_of_run := @extschema@.regulation_run(d);
+        IF kind_of_run IS NULL THEN
+            RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
+                USING HINT = 'Monthly regulation runs on the 15th, annual regulation on 1 May (warning) and 1 June (retraction).';
+            RETURN;
+        END IF;
+
+        -- Serializes regulation runs (readers are not blocked): a second run of the same
+        -- date waits for the first to commit and then finds its rows in the log.
+        LOCK TABLE @extschema@.regulation_log IN SHARE ROW EXCLUSIVE MODE;
+
+        y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
+        y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
+        as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
+        tz := @extschema@.site_timezone();
+        SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+
+        -- Every account's allocation_status(account, machine, as_of) at once: the events in one
+        -- pass over the allocations, consumption as consumption_before() computes it, summed
+        -- exactly (numeric): a charge wholly inside the period counts its amount, a charge
+        -- across one of its ends its share before the end minus its share before the start.
+        -- A monthly run's period runs from 1 January to the 16th, both boundaries of the
+        -- consumption rollup, which holds those very terms: it reads the rollup. An annual
+        -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
+        WITH events AS (
+            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+                   s.annual_retraction_percent,
+                   coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            JOIN @extschema@.machine_setting s ON s.machine = l.cluster
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+              AND l.valid_from <= as_of AND l.valid_until >= y_start
+            GROUP BY l.account, l.cluster, s.machine
+        ), bounds AS (
+            SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
+        ), per_resource AS (
+            SELECT l.account, l.resource_id,
+                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
+                            ELSE l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b2)
+                                 - CASE WHEN l.job_start < b.b1
+                                        THEN l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b1)
+                                        ELSE 0 END
+                       END) AS amount
+            FROM @extschema@.ledger l, bounds b
+            WHERE kind_of_run <> 'monthly' AND l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            GROUP BY l.account, l.resource_id
+            UNION ALL
+            -- consumption before 16th minus consumption before 1 January: the amounts of the
+            -- jobs ended by a boundary in between (the 16th included), the shares before the
+            -- 16th of the jobs running across it, minus those before 1 January
+            SELECT c.account, c.resource_id,
+                   sum(CASE WHEN c.boundary = y_start THEN -c.running
+                            WHEN c.boundary = as_of + 1 THEN c.ended + c.running
+                            ELSE c.ended END)
+            FROM @extschema@.consumption_rollup c
+            WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
+            GROUP BY c.account, c.resource_id
+        ), used AS (
+            SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
+            FROM per_resource p
+            JOIN @extschema@.resource r USING (resource_id)
+            GROUP BY 1, 2
+        ), figures AS (
+            SELECT e.*, coalesce(u.amount, 0)::float8 AS consumption
+            FROM events e
+            LEFT JOIN used u ON u.account = e.account AND u.machine = e.machine
+            WHERE (e.granted >= e.monthly_threshold) = (kind_of_run = 'monthly')
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                              WHERE g.account = e.account AND g.machine = e.machine
+                                AND g.run_date = d AND g.run = kind_of_run)
+        ), annual AS (
+            SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
+                             THEN 100 * f.consumption / f.alloc::float8 END AS used
+            FROM figures f
+        ), outcome AS MATERIALIZED (
+            SELECT a.*, x.result,
+                   CASE WHEN x.result <> 'retraction' THEN 0
+                        WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
+                        ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
+                                                     a.alloc - a.consumption::numeric)), 6)
+                   END::numeric(20, 6) AS hours
+            FROM annual a
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN kind_of_run = 'monthly' THEN @extschema@.regulation_status(a.consumption, a.tc, a.tmc)
+                    WHEN a.used < a.annual_warning_percent THEN
+                        CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                                          WHERE x.account = a.account AND x.machine = a.machine
+                                            AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
+                             WHEN kind_of_run = 'annual_warning' THEN 'warning'
+                             ELSE 'retraction' END
+                    ELSE 'ok'
+                END AS result
+            ) x
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            SELECT o.account, 'retraction', -o.hours,
+                   (SELECT l.unit
+                    FROM @extschema@.ledger l
+                    WHERE l.account = o.account AND l.cluster = o.machine
+                      AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                    ORDER BY l.valid_from DESC, l.entry_id DESC
+                    LIMIT 1),
+                   o.machine, d, y_end,
+                   format('hpcacct.regulate(%s): %s regulation', d,
+                          CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
+            FROM outcome o
+            WHERE o.hours > 0
+            ORDER BY o.machine, o.account
+            RETURNING entry_id, account, cluster
+        ), logged AS (
+            -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
+            -- REPEATABLE READ), the unique key makes it fail rather than book twice.
+            INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
+                                                    granted, consumption, tc, tmc, delta, used_percent,
+                                                    retracted, entry_id)
+            SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
+                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours, b.entry_id
+            FROM outcome o
+            LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
+            ORDER BY o.machine, o.account
+            RETURNING outcome
+        )
+        SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
+               count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
+        INTO n_ok, n_warning, n_retracted, n_exonerated
+        FROM logged g;
+
+        RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
+            d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.regulate(date) IS
+    'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

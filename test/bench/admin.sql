@@ -127,27 +127,6 @@ CREATE FUNCTION bench.regulate_hand(d date) RETURNS void
         LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
     $$;
 
--- What a regulation run wrote (procedure or reference), for the correctness check.
-CREATE FUNCTION bench.regulate_outcome(how text, d date)
-    RETURNS TABLE (account text, machine text, outcome text, alloc numeric, granted numeric, consumption float8,
-                   tc float8, tmc float8, delta float8, retracted numeric, booked numeric, note text)
-    LANGUAGE plpgsql
-    AS $$
-    BEGIN
-        IF how = 'procedure' THEN
-            CALL hpcacct.regulate(d);
-        ELSE
-            PERFORM bench.regulate_hand(d);
-        END IF;
-        RETURN QUERY
-        SELECT g.account, g.machine, g.outcome, g.alloc, g.granted, g.consumption, g.tc, g.tmc, g.delta, g.retracted,
-               l.amount, l.note
-        FROM hpcacct.regulation_log g
-        LEFT JOIN hpcacct.ledger l ON l.entry_id = g.entry_id
-        WHERE g.run_date = d;
-    END
-    $$;
-
 -- open_quarter(q), set-based: top-ups of the members of active projects in one INSERT, then
 -- the same expiry, deletion and default-project statements as the procedure.
 CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void

@@ -184,12 +184,19 @@ WHERE g.ord BETWEEN 70 AND 140;
 INSERT INTO bench.grp VALUES
     ('regulate', 150, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE name LIKE ''r%''', false),
     ('open_quarter', 160, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE kind = ''personal''', false),
-    ('check_submit', 170, 'main', 'SELECT 1', false);
+    ('check_submit', 170, 'main', 'SELECT 1', false),
+    ('compact_rollup', 165, 'main', 'SELECT count(*) FROM hpcacct.charge_rollup', false),
+    -- regulate() on the main site's GENCI projects (two machines, monthly and annual, jobs across
+    -- 1 January and the 16ths, re-rated and deleted jobs): checked against the job-by-job figures
+    ('regulate_genci', 152, 'main', 'SELECT count(*) FROM hpcacct.machine_setting', false);
 INSERT INTO bench.variant (grp, variant, sql, rollback) VALUES
     ('regulate', 'procedure', format('CALL hpcacct.regulate(%L)', :'regulation_day'), true),
     ('regulate', 'hand-written', format('SELECT bench.regulate_hand(%L)', :'regulation_day'), true),
     ('open_quarter', 'procedure', format('CALL hpcacct.open_quarter(%L)', :'quarter'), true),
-    ('open_quarter', 'hand-written', format('SELECT bench.open_quarter_hand(%L)', :'quarter'), true);
+    ('open_quarter', 'hand-written', format('SELECT bench.open_quarter_hand(%L)', :'quarter'), true),
+    ('regulate_genci', 'procedure', format('CALL hpcacct.regulate(%L)', :'regulation_day'), true),
+    -- the daily compaction (measured only: bench-curves' table), again on a compacted rollup
+    ('compact_rollup', 'procedure', 'SELECT hpcacct.compact_rollup()', true);
 -- pgbench scripts; :n is the sample size (set by the driver), one call per transaction
 INSERT INTO bench.variant (grp, variant, kind, sql) VALUES
     ('check_submit', 'function', 'pgbench', E'\\set i random(1, :n)\n'
@@ -203,6 +210,18 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      'ms < 1000',
      format('SELECT * FROM bench.regulate_outcome(''procedure'', %L)', :'regulation_day'),
      format('SELECT * FROM bench.regulate_outcome(''hand'', %L)', :'regulation_day'), '{account,machine}'),
+    (151, 'regulate(): every decision as job by job', 'regulate', 'procedure', 'hand-written', 'set-based SQL, same writes',
+     '',
+     format('SELECT account, machine, outcome, alloc::text, granted::text, consumption::text, tc::text, tmc::text,
+                    delta::text, retracted::text
+             FROM bench.regulate_outcome(''procedure'', %L)', :'regulation_day'),
+     format('SELECT * FROM bench.regulate_job_by_job(%L)', :'regulation_day'), '{account,machine}'),
+    (152, 'regulate(), GENCI projects of the main site', 'regulate_genci', 'procedure', 'procedure',
+     'the same (a check: every decision as job by job)', '',
+     format('SELECT account, machine, outcome, alloc::text, granted::text, consumption::text, tc::text, tmc::text,
+                    delta::text, retracted::text
+             FROM bench.regulate_outcome(''procedure'', %L)', :'regulation_day'),
+     format('SELECT * FROM bench.regulate_job_by_job(%L)', :'regulation_day'), '{account,machine}'),
     (160, format('open_quarter(), %s accounts', :'admin_accounts'), 'open_quarter', 'procedure', 'hand-written', 'set-based SQL, same writes',
      '',
      format('SELECT * FROM bench.open_quarter_outcome(''procedure'', %L)', :'quarter'),

@@ -185,3 +185,80 @@ BEGIN
     END IF;
 END
 $$;
+
+-- ---- regulate(): what a run wrote, and the job-by-job decisions (admin and main sites) ----
+
+-- What a regulation run wrote (procedure or reference), for the correctness check.
+CREATE FUNCTION bench.regulate_outcome(how text, d date)
+    RETURNS TABLE (account text, machine text, outcome text, alloc numeric, granted numeric, consumption float8,
+                   tc float8, tmc float8, delta float8, retracted numeric, booked numeric, note text)
+    LANGUAGE plpgsql
+    AS $$
+    BEGIN
+        IF how = 'procedure' THEN
+            CALL hpcacct.regulate(d);
+        ELSE
+            PERFORM bench.regulate_hand(d);
+        END IF;
+        RETURN QUERY
+        SELECT g.account, g.machine, g.outcome, g.alloc, g.granted, g.consumption, g.tc, g.tmc, g.delta, g.retracted,
+               l.amount, l.note
+        FROM hpcacct.regulation_log g
+        LEFT JOIN hpcacct.ledger l ON l.entry_id = g.entry_id
+        WHERE g.run_date = d;
+    END
+    $$;
+
+-- The decisions of a monthly run as regulate() made them before it read the consumption
+-- rollup (issue 19): the year's charges one by one, each charge's terms summed in numeric
+-- (its amount when wholly inside the period, else its share before the 16th minus its share
+-- before 1 January). Read-only; every figure as text, so that the check is exact.
+CREATE FUNCTION bench.regulate_job_by_job(d date)
+    RETURNS TABLE (account text, machine text, outcome text, alloc text, granted text, consumption text, tc text,
+                   tmc text, delta text, retracted text)
+    LANGUAGE sql
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT make_date(extract(year FROM d)::integer, 1, 1) AS year_start, hpcacct.site_timezone() AS tz
+        ), b AS MATERIALIZED (
+            SELECT cfg.year_start, cfg.year_start::timestamp AT TIME ZONE cfg.tz AS b1,
+                   (d + 1)::timestamp AT TIME ZONE cfg.tz AS b2
+            FROM cfg
+        ), events AS (
+            SELECT l.account, l.cluster AS machine, s.monthly_threshold,
+                   sum(l.amount) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, d, s.month_convention), 0) AS tmc,
+                   coalesce(hpcacct.tc(l.valid_from, l.valid_until, l.amount::float8, d, s.month_convention)
+                            - hpcacct.tc(l.valid_from, l.valid_until, l.amount::float8, b.year_start - 1, s.month_convention),
+                            0) AS tc
+            FROM hpcacct.ledger l
+            JOIN hpcacct.machine_setting s ON s.machine = l.cluster
+            CROSS JOIN b
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= d AND l.valid_until >= b.year_start
+            GROUP BY l.account, l.cluster, s.monthly_threshold
+        ), used AS (
+            SELECT l.account, coalesce(r.pool, r.cluster) AS machine,
+                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
+                            ELSE l.amount * hpcacct.period_share(l.job_start, l.job_end, '-infinity', b.b2)
+                                 - CASE WHEN l.job_start < b.b1
+                                        THEN l.amount * hpcacct.period_share(l.job_start, l.job_end, '-infinity', b.b1)
+                                        ELSE 0 END
+                       END)::float8 AS amount
+            FROM hpcacct.ledger l
+            JOIN hpcacct.resource r USING (resource_id)
+            CROSS JOIN b
+            WHERE l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            GROUP BY 1, 2
+        ), figures AS (
+            SELECT e.*, coalesce(u.amount, 0) AS consumption,
+                   hpcacct.regulation_status(coalesce(u.amount, 0), e.tc, e.tmc) AS outcome
+            FROM events e
+            LEFT JOIN used u USING (account, machine)
+            WHERE e.granted >= e.monthly_threshold
+        )
+        SELECT f.account, f.machine, f.outcome, f.alloc::text, f.granted::text, f.consumption::text, f.tc::text,
+               f.tmc::text, (f.consumption - f.tc)::text,
+               (CASE WHEN f.outcome = 'retraction' THEN round(f.tmc::numeric, 6) ELSE 0 END)::numeric(20, 6)::text
+        FROM figures f
+    $$;

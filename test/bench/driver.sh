@@ -26,6 +26,9 @@ CHUNK=1000000                   # jobs per generated file (and per COPY when loa
 INGEST_JOBS=${INGEST_JOBS:-$((JOBS < CHUNK ? JOBS : CHUNK))}
 ADMIN_JOBS=${ADMIN_JOBS:-$((JOBS < CHUNK ? JOBS : CHUNK))}
 ADMIN_ACCOUNTS=${ADMIN_ACCOUNTS:-10000}
+MONTH_JOBS=${MONTH_JOBS:-0}     # of the JOBS jobs, these many end in the anchor's month (jobs.sql)
+AGG_ROWS=${AGG_ROWS:-1}         # 0: no aggregate rows (bench.agg_rows), no aggregate memory
+REFERENCES=${REFERENCES:-1}     # 0: time the fast paths only (no references, no checks, no table of ratios)
 SUBMIT_CALLS=${SUBMIT_CALLS:-2000}
 
 out=$bench/out
@@ -83,7 +86,7 @@ for c in $(seq 1 $chunks); do
     printf '%s %s %s\n' "$lo" "$hi" "$(printf '%s/jobs_%03d.tsv' "$data" "$c")"
 done >"$out/chunks.txt"
 # two generators at a time (2 cores)
-xargs -P 2 -L 1 sh -c 'psql -X -q -v ON_ERROR_STOP=1 -d '$main' -v lo=$0 -v hi=$1 -v jobs='$JOBS' -v file=$2 -f jobs.sql' \
+xargs -P 2 -L 1 sh -c 'psql -X -q -v ON_ERROR_STOP=1 -d '$main' -v lo=$0 -v hi=$1 -v jobs='$JOBS' -v month_jobs='$MONTH_JOBS' -v file=$2 -f jobs.sql' \
     <"$out/chunks.txt"
 generated=$(since "$t")
 log "generated $JOBS jobs in ${generated}s"
@@ -95,7 +98,7 @@ loaded=$(since "$t")
 log "charged $JOBS jobs (COPY through the trigger, $chunks COPY of up to $CHUNK) in ${loaded}s"
 t=$(seconds)
 q -d $main -f allocations.sql
-q -d $main -v jobs="$JOBS" -f agg_rows.sql
+[ "$AGG_ROWS" = 1 ] && q -d $main -v jobs="$JOBS" -f agg_rows.sql
 q -d $main -f reference.sql
 q -d $main -c 'SELECT hpcacct.compact_rollup()' >/dev/null  # the site's daily compaction (pg_cron), once
 q -d $main -c 'VACUUM ANALYZE'
@@ -128,6 +131,9 @@ quarter=$(value -d $admin -c 'SELECT quarter FROM bench.site')
 q -d $main -v anchor="$ANCHOR" -v ingest_file="$ingest_file" -v ingest_jobs="$INGEST_JOBS" -v admin_accounts="$ADMIN_ACCOUNTS" \
     -v regulation_day="$regulation_day" \
     -v quarter="$quarter" -f cases.sql
+if [ "$REFERENCES" = 0 ]; then
+    q -d $main -c "DELETE FROM bench.pair" -c "DELETE FROM bench.variant WHERE variant NOT IN ('view', 'procedure')"
+fi
 
 # HOLD=1 (debugging): keep the cluster after set-up until out/release exists.
 if [ "${HOLD:-0}" = 1 ]; then
@@ -254,11 +260,12 @@ done < <(value -d $main -c "SELECT grp || '|' || db || '|' || explain FROM bench
 #     (GROUP BY account) over N and over N/10 rows (the same: state does not grow with rows),
 #     and about one group per row (GROUP BY account, valid_from: bytes per group, the
 #     aggregate's state next to sum()'s); work_mem 1 GB so that nothing spills.
-# (2) peak memory of the backend while a query runs, sampled every 0.2 s: the server's own
+# (2) peak memory of the backend while a query runs (once, then again for 2 s), sampled every 0.1 s: the server's own
 #     accounting (pg_log_backend_memory_contexts, "Grand total ... used") and RssAnon.
 if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
     log "memory"
     {
+      if [ "$AGG_ROWS" = 1 ]; then
         printf '%-16s %-22s %9s %8s %12s %10s\n' aggregate grouping rows groups "hash memory" "per group"
         value -d $main -c "SELECT a.name || '|' || a.call FROM (VALUES
                 ('tc', 'hpcacct.tc(valid_from, valid_until, amount, ''$ANCHOR''::date)'),
@@ -280,14 +287,27 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
             done
         done
         echo
-        printf '%-62s %14s %12s %9s\n' "query (serial plan)" "peak used MB" "RssAnon MB" "seconds"
-        peak() {  # peak LABEL WORK_MEM SQL: run SQL serially in its own backend, sample its memory
-            local label=$1 work_mem=$2 sql=$3 app="bench-mem-$RANDOM" pid="" rss=0 r bg t0
+      fi
+        printf '%-62s %14s %12s %6s %12s %12s %9s\n' "query (serial plan)" "peak used MB" "RssAnon MB" runs \
+            "wall ms/run" "CPU ms/run" "seconds"
+        # peak LABEL WORK_MEM SQL [DB [ROLLBACK]]: run SQL serially in its own backend, sample its memory
+        # and its CPU time (utime + stime: what other processes on the machine change least)
+        peak() {
+            local label=$1 work_mem=$2 sql=$3 db=${4:-$main} rollback=${5:-false} app="bench-mem-$RANDOM" pid="" rss=0 r bg t0
+            local ticks=0 c
             t0=$(seconds)
-            psql -X -q -d $main -c "SET application_name = '$app'; SET max_parallel_workers_per_gather = 0;
+            psql -X -q -At -d "$db" -c "SET application_name = '$app'; SET max_parallel_workers_per_gather = 0;
                                     SET work_mem = '$work_mem';
                                     CREATE TEMP TABLE timing (variant text, run integer, ms float8, warmup boolean);
-                                    SELECT bench.time('memory', 1, \$q\$ $sql \$q\$, false, 1e15, 1)" >/dev/null &
+                                    SELECT bench.time('memory', 1, \$q\$ $sql \$q\$, $rollback, 1e15, 1000000);
+                                    -- again until 2 s have passed, so that a short query is sampled too
+                                    DO \$d\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
+                                        WHILE clock_timestamp() - t0 < interval '2 seconds' LOOP
+                                            PERFORM bench.time('memory', 1, \$q\$ $sql \$q\$, $rollback, 1e15, 1000000);
+                                        END LOOP; END \$d\$;
+                                    SELECT 'executions ' || count(*) || ' ' || round(avg(ms)::numeric, 1) FROM timing;
+                                    SELECT pg_sleep(0.3)  -- idle, so that the sampler reads the final CPU time" \
+                >"$out/peak.out" &
             bg=$!
             while kill -0 $bg 2>/dev/null; do
                 [ -n "$pid" ] || pid=$(value -d postgres -c "SELECT pid FROM pg_stat_activity WHERE application_name = '$app'")
@@ -295,26 +315,39 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
                     value -d postgres -c "SELECT pg_log_backend_memory_contexts($pid)" >/dev/null 2>&1 || true
                     r=$(awk '/^RssAnon:/ { print $2 }' /proc/"$pid"/status 2>/dev/null || echo 0)
                     [ "${r:-0}" -gt "$rss" ] && rss=$r
+                    c=$(awk '{ print $14 + $15 }' /proc/"$pid"/stat 2>/dev/null || echo 0)
+                    [ "${c:-0}" -gt "$ticks" ] && ticks=$c
                 fi
-                sleep 0.2
+                sleep 0.1
             done
             wait $bg || true
             local used
             used=$({ grep "\[$pid\].*Grand total:" "$HPCACCT_SERVER_LOG" || true; } |
                    sed -n 's/.*; \([0-9]*\) used.*/\1/p' | sort -n | tail -1)
-            printf '%-62s %14s %12s %9s\n' "$label" "$(awk -v u="${used:-0}" 'BEGIN { printf "%.1f", u / 1048576 }')" \
-                "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r / 1024 }')" "$(since "$t0")"
+            local runs wall
+            read -r runs wall < <(sed -n 's/^executions //p' "$out/peak.out")
+            printf '%-62s %14s %12s %6s %12s %12s %9s\n' "$label" "$(awk -v u="${used:-0}" 'BEGIN { printf "%.1f", u / 1048576 }')" \
+                "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r / 1024 }')" "${runs:-0}" "${wall:--}" \
+                "$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="${runs:-0}" 'BEGIN { if (n > 0) printf "%.0f", t * 1000 / hz / n; else print "-" }')" \
+                "$(since "$t0")"
         }
+        if [ "$AGG_ROWS" = 1 ]; then
         peak "window_quota, GROUP BY account, valid_from, $JOBS rows" 1GB \
             "SELECT account, valid_from, hpcacct.window_quota(month, allowance, amount, '$ANCHOR'::date) FROM bench.agg_rows GROUP BY account, valid_from"
         peak "sum() x2, GROUP BY account, valid_from, $JOBS rows" 1GB \
             "SELECT account, valid_from, sum(allowance), sum(amount) FROM bench.agg_rows GROUP BY account, valid_from"
+        fi
         for report in ${MEMORY_REPORTS:-regulation_report window_quota_usage quarter_balances usage_by_month}; do
             peak "$report view, work_mem $(value -d $main -c 'SHOW work_mem')" "$(value -d $main -c 'SHOW work_mem')" \
                 "SELECT * FROM hpcacct.$report"
         done
         peak "fairshare(), work_mem $(value -d $main -c 'SHOW work_mem')" "$(value -d $main -c 'SHOW work_mem')" \
             "SELECT * FROM hpcacct.fairshare()"
+        # the scheduled procedures, rolled back
+        wm=$(value -d $main -c 'SHOW work_mem')
+        peak "regulate(), $ADMIN_ACCOUNTS accounts, work_mem $wm" "$wm" "CALL hpcacct.regulate('$regulation_day')" $admin true
+        peak "open_quarter(), $ADMIN_ACCOUNTS accounts, work_mem $wm" "$wm" "CALL hpcacct.open_quarter('$quarter')" $admin true
+        peak "compact_rollup(), work_mem $wm" "$wm" "SELECT hpcacct.compact_rollup()" $main true
     } >"$out/memory.txt"
 fi
 

@@ -7,7 +7,13 @@
 -- to max_nodes nodes (GPU jobs: 1 to all GPUs of max_nodes nodes, skewed small); duration
 -- log-uniform from 1 minute to 48 hours; starts spread evenly over the three years in job
 -- number order (a ledger is appended in time order), jobs all end before the anchor.
+-- month_jobs (0 unless given): the last month_jobs jobs start instead in the anchor's month
+-- (site time zone), spread evenly up to 49 hours before the anchor: an HTC site's month.
 SET client_min_messages = warning;
+\if :{?month_jobs}
+\else
+\set month_jobs 0
+\endif
 SET TimeZone = 'UTC';
 SET max_parallel_workers_per_gather = 0;
 
@@ -36,13 +42,18 @@ COPY (
            CASE WHEN bench.u(g.i, 16) < 0.05 THEN 'FAILED' WHEN bench.u(g.i, 16) < 0.08 THEN 'TIMEOUT' ELSE 'COMPLETED' END
     FROM generate_series(:lo::bigint, :hi::bigint) AS g(i)
     CROSS JOIN bench.site s
+    CROSS JOIN LATERAL (SELECT date_trunc('month', s.t1 AT TIME ZONE 'Europe/Berlin') AT TIME ZONE 'Europe/Berlin' AS first) m
     JOIN centre c ON bench.u(g.i, 10) >= c.p_lo AND bench.u(g.i, 10) < c.p_hi
     JOIN bench.acct a ON a.n = c.first + floor(c.cnt * bench.u(g.i, 11) ^ 2)::integer
     JOIN bench.part p ON p.grp = a.grp AND bench.u(g.i, 12) >= p.p_lo AND bench.u(g.i, 12) < p.p_hi
     CROSS JOIN LATERAL (
         SELECT ceil(exp(bench.u(g.i, 13) * ln(2880)))::integer AS minutes,
-               date_trunc('second', s.t0 + ((g.i - 1 + bench.u(g.i, 14)) / :jobs::float8)
-                                           * (s.t1 - s.t0 - interval '49 hours')) AS start
+               date_trunc('second',
+                          CASE WHEN g.i <= :jobs::bigint - :month_jobs::bigint
+                               THEN s.t0 + ((g.i - 1 + bench.u(g.i, 14)) / (:jobs::bigint - :month_jobs::bigint)::float8)
+                                           * (s.t1 - s.t0 - interval '49 hours')
+                               ELSE m.first + ((g.i - 1 - (:jobs::bigint - :month_jobs::bigint) + bench.u(g.i, 14))
+                                               / :month_jobs::float8) * (s.t1 - m.first - interval '49 hours') END) AS start
     ) t
     CROSS JOIN LATERAL (
         SELECT least(p.max_nodes * p.cores_per_node,

@@ -4,7 +4,7 @@
 -- mid-year; pools starting in April and in January; allocations over one and two years).
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(46);
+SELECT plan(49);
 
 -- ---- objects and their labels ----
 SELECT is_aggregate('hpcacct', 'decayed_usage', ARRAY['timestamp with time zone', 'double precision',
@@ -410,6 +410,47 @@ SELECT is(pg_temp.fairshare_mismatches(
                     THEN power(0.7, floor(extract(epoch FROM c.at - j."end") / 259200)) ELSE 0 END', 0.05),
           0::bigint, 'fairshare, 3-day periods x 0.7 over 20, exhausted x 0.05: as recomputed');
 DELETE FROM fairshare_setting;
+
+-- ---- the month of `at` in closed form against the job-by-job sum ----
+-- An hour after the last charge ends, no charge of that month ends after `at`: fairshare()
+-- scales the rollup's decayed sums of the month back from its end instead of reading the
+-- jobs. It must agree with the decayed_usage aggregate over the ledger, job by job, within
+-- 1e-12 of the decayed sum of the charges and reversals' magnitudes (README).
+CREATE TEMP TABLE fs_closed_at AS
+SELECT max(l.job_end) + interval '1 hour' AS at FROM hpcacct.ledger l WHERE l.kind = 'charge';
+CREATE TEMP TABLE fs_job_by_job AS
+SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter,
+       coalesce(hpcacct.decayed_usage(l.job_end, l.amount::float8, c.at, '7 days') FILTER (WHERE l.amount >= 0), 0)
+       - coalesce(hpcacct.decayed_usage(l.job_end, -l.amount::float8, c.at, '7 days') FILTER (WHERE l.amount < 0), 0)
+           AS usage,
+       hpcacct.decayed_usage(l.job_end, abs(l.amount)::float8, c.at, '7 days') AS magnitude
+FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id) CROSS JOIN fs_closed_at c
+WHERE l.kind = 'charge' AND l.job_end <= c.at
+GROUP BY 1, 2, 3, 4;
+CREATE TEMP TABLE fs_closed AS
+SELECT f.* FROM fs_closed_at c, hpcacct.fairshare_all(c.at) f WHERE f.submitter IS NOT NULL;
+SELECT cmp_ok((SELECT count(*) FROM fs_closed f JOIN fs_job_by_job e USING (pool, unit, account, submitter)
+               WHERE e.usage > 0),
+              '>', 30::bigint, 'closed form: users with usage to compare');
+SELECT is_empty($$
+    SELECT f.pool, f.account, f.submitter, f.usage, e.usage
+    FROM fs_closed f JOIN fs_job_by_job e USING (pool, unit, account, submitter)
+    WHERE abs(f.usage - greatest(e.usage, 0)) > 1e-12 * e.magnitude$$,
+    'closed form: each user''s decayed usage is the job-by-job sum within 1e-12');
+-- A charge of the same month ending after `at` makes fairshare() read the month's jobs: the
+-- same figures within 1e-12 (the new job does not count).
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres)
+SELECT 'fsc-cedar', 'g-late', 'fsa1', 'fsu1', 'cpu', c.at - interval '1 hour', c.at + interval '1 minute', 'cpu=4,mem=8G'
+FROM fs_closed_at c;
+SELECT is_empty($$
+    SELECT f.pool, f.account, f.submitter, f.usage, g.usage
+    FROM fs_closed f
+    FULL JOIN (SELECT g.* FROM fs_closed_at c, hpcacct.fairshare_all(c.at) g WHERE g.submitter IS NOT NULL) g
+      USING (pool, unit, account, submitter)
+    WHERE g.pool IS NULL OR f.pool IS NULL OR abs(f.usage - g.usage) > 1e-12 * greatest(f.usage, 1e-300)
+       OR abs(f.factor - g.factor) > 1e-12$$,
+    'closed form and the month read job by job: the same users and figures within 1e-12');
+DELETE FROM job WHERE jobid = 'g-late';
 
 -- A hostile search_path changes nothing.
 SELECT md5(string_agg(f::text, ',' ORDER BY f::text)) AS fs_safe

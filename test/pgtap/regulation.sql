@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(70);
+SELECT plan(72);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -230,6 +230,24 @@ SELECT lives_ok((SELECT replace(command, 'hpcacct.site_today()', '''2025-04-15''
 SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE run_date = '2025-04-15'), 3::bigint,
           'it regulated the three monthly accounts');
 SELECT ok(cron.unschedule('hpcacct-regulate'), 'unscheduled');
+
+-- ---- A monthly run reads the consumption rollup: jobs across 1 January and the 16th ----
+-- x1 runs 6 of its 12 hours in 2025, x2 4 of its 12 hours before 16 February 00:00 (Paris),
+-- x3 is inside: 32 cores x (6 + 4 + 24) h = 1 088 h, as consumption_before() counts job by job.
+INSERT INTO account (name) VALUES ('X');
+INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+VALUES ('X', 'grant', 1200000, 'hours', 'ada', '2025-01-01', '2025-12-31');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('ada', 'x1', 'X', 'xavier', 'cpu', '2024-12-31 18:00 Europe/Paris', '2025-01-01 06:00 Europe/Paris', 'cpu=32', 'COMPLETED'),
+    ('ada', 'x2', 'X', 'xavier', 'cpu', '2025-02-15 20:00 Europe/Paris', '2025-02-16 08:00 Europe/Paris', 'cpu=32', 'COMPLETED'),
+    ('ada', 'x3', 'X', 'xavier', 'cpu', '2025-02-01 00:00 Europe/Paris', '2025-02-02 00:00 Europe/Paris', 'cpu=32', 'COMPLETED');
+CALL hpcacct.regulate('2025-02-15');
+SELECT is((SELECT consumption FROM hpcacct.regulation_log WHERE account = 'X' AND run_date = '2025-02-15'), 1088::float8,
+          'monthly run: the shares after 1 January and before the 16th of jobs across them, from the rollup');
+SELECT is((SELECT (g.consumption, g.outcome)::text FROM hpcacct.regulation_log g
+           WHERE g.account = 'X' AND g.run_date = '2025-02-15'),
+          (SELECT (s.consumption, s.status)::text FROM hpcacct.allocation_status('X', 'ada', '2025-02-15') s),
+          'monthly run: the consumption and outcome of allocation_status(), which sums job by job');
 
 SELECT * FROM finish();
 ROLLBACK;
