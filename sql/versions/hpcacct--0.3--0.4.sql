@@ -2169,10 +2169,13 @@ COMMENT ON FUNCTION @extschema@.federation_origin(bigint) IS
     'The federation site (0: the centre) that booked the ledger row with this id';
 
 -- The tables the centre publishes to every site as they are (inserts, updates, deletes):
--- the reference data charging, check_submit and the site's reports read. The ledger is
--- published apart, per site, with a row filter; rollups are derived where they are read;
--- logs of scheduled runs (regulation_log, quarter_log) stay at the centre, which runs them;
--- jobs and pending jobs stay at their site.
+-- the reference data charging, the loader (load_sacct: slurm_account_map), check_submit and
+-- the site's reports read. The ledger is published apart, per site, with a row filter;
+-- rollups are derived where they are read; logs of scheduled runs (regulation_log,
+-- quarter_log) stay at the centre, which runs them, and so do the notifications' tables
+-- (contacts, outbox): the centre sends them; jobs, pending jobs and the loader's own tables
+-- (staging, quarantine, watermarks) stay at their site. Names are cast when it is called:
+-- some of the tables are created after this file.
 CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -2180,7 +2183,8 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
                      '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user']::regclass[]
+                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
@@ -2269,7 +2273,7 @@ COMMENT ON FUNCTION @extschema@.roll_up_received() IS
 -- centre or the other sites, and the centre's own row of that key would later stop the
 -- site's replication on a conflict. A row trigger on each reference table refuses writes
 -- from the site's own sessions (HA013); rows applied by replication (replica sessions) pass.
--- The triggers are created off and enabled at a site by federation_prepare.
+-- federation_prepare creates the triggers at a site (also on tables a later version adds).
 CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -2282,17 +2286,6 @@ CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
     $$;
 COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
     'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
-DO $do$
-DECLARE
-    tab regclass;
-BEGIN
-    FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
-        EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE ON %s '
-                                  'FOR EACH ROW EXECUTE FUNCTION @extschema@.federation_refuse_local_write()', tab);
-        EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE TRIGGER federation_centre_only', tab);
-    END LOOP;
-END
-$do$;
 
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the
@@ -2365,7 +2358,12 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
-                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER federation_centre_only', tab);
+                IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                               WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
+                    EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE '
+                                              'ON %s FOR EACH ROW EXECUTE FUNCTION '
+                                              '@extschema@.federation_refuse_local_write()', tab);
+                END IF;
             END LOOP;
         END IF;
     END
@@ -2464,6 +2462,7 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         ids  int8range;
         pub  text;
         sub  text;
+        missing text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL OR centre_conninfo IS NULL THEN
@@ -2482,6 +2481,18 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
             PERFORM @extschema@.federation_prepare(site, 'site');
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            -- reference tables a later version added reach the site only after a refresh,
+            -- which PostgreSQL does not allow inside a procedure: say so
+            SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
+            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                              WHERE s.subname = sub AND r.srrelid = t);
+            IF missing IS NOT NULL THEN
+                RAISE WARNING 'this site does not receive %', missing
+                    USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
+                                                   'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
             RETURN;
         END IF;
         PERFORM @extschema@.federation_prepare(site, 'site');
@@ -6432,7 +6443,8 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS reg
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
                      '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user']::regclass[]
+                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
@@ -6552,7 +6564,12 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
-                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER federation_centre_only', tab);
+                IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                               WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
+                    EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE '
+                                              'ON %s FOR EACH ROW EXECUTE FUNCTION '
+                                              '@extschema@.federation_refuse_local_write()', tab);
+                END IF;
             END LOOP;
         END IF;
     END
@@ -6625,6 +6642,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         ids  int8range;
         pub  text;
         sub  text;
+        missing text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL OR centre_conninfo IS NULL THEN
@@ -6643,6 +6661,18 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
             PERFORM @extschema@.federation_prepare(site, 'site');
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            -- reference tables a later version added reach the site only after a refresh,
+            -- which PostgreSQL does not allow inside a procedure: say so
+            SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
+            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                              WHERE s.subname = sub AND r.srrelid = t);
+            IF missing IS NOT NULL THEN
+                RAISE WARNING 'this site does not receive %', missing
+                    USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
+                                                   'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
             RETURN;
         END IF;
         PERFORM @extschema@.federation_prepare(site, 'site');

@@ -285,6 +285,44 @@ is "$(q beta "SELECT rollout_tag FROM ledger WHERE note IS NULL AND kind = 'depo
 ALL=1 compare "charges per account after the rollout" \
     "SELECT string_agg(format('%s/%s', account, s), ' ' ORDER BY account) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' AND account <> 'shared' AND jobid !~ '-9[0-9]{4}$' GROUP BY 1) x"
 
+# ---- the loader's Slurm account map: written at the centre, read by each site's load_sacct ----
+q centre "INSERT INTO slurm_account_map (slurm_account, account, note)
+          VALUES ('root', NULL, 'Slurm''s root: not charged'), ('p4_slurm', 'p4', 'p4 under its Slurm name')" >/dev/null
+map="SELECT string_agg(format('%s>%s', slurm_account, coalesce(account, '-')), ' ' ORDER BY slurm_account) FROM slurm_account_map"
+for site in alpha beta; do
+    ms=$(wait_for "$site" "$map" "p4_slurm>p4 root>-")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the Slurm account map written at the centre reaches $site ($ms ms)"
+done
+is "$(sqlstate alpha "INSERT INTO hpcacct.slurm_account_map VALUES ('local_slurm', 'p1', NULL)")" "HA013" \
+   "a site refuses to write the Slurm account map of its own (HA013)"
+sacct_line() {  # sacct_line JOBID SLURM_ACCOUNT: one hour of 48 cores on alpha's cpu partition, as sacct prints it
+    echo "alpha|$1|$2|u1|cpu|2026-11-19T08:00:00+0100|2026-11-19T08:00:00+0100|2026-11-19T09:00:00+0100|cpu=48|COMPLETED"
+}
+q alpha "INSERT INTO sacct_staging (lineno, line, cluster, jobid, account, \"user\", partition, submit, start, \"end\", alloctres, state)
+         SELECT n, l, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]
+         FROM unnest(ARRAY['$(sacct_line map-1 p4_slurm)', '$(sacct_line map-2 root)']) WITH ORDINALITY u(l, n),
+              LATERAL (SELECT string_to_array(u.l, '|') AS f) s" >/dev/null
+is "$(q alpha "SELECT format('%s inserted, %s ignored, %s quarantined', inserted, ignored, quarantined) FROM load_sacct()")" \
+   "1 inserted, 1 ignored, 0 quarantined" "alpha's load_sacct charges the mapped Slurm account and ignores root"
+ms=$(wait_for centre "SELECT string_agg(format('%s/%s', account, amount), ' ') FROM ledger WHERE jobid LIKE 'map-%'" "p4/1.000000")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the centre has the mapped job's charge, to p4, from alpha's loader ($ms ms)"
+# a site whose subscription predates a reference table (what an update adding one leaves):
+# federation_join says what to refresh; after the refresh the table's rows arrive
+q centre "ALTER PUBLICATION hpcacct_fed_reference DROP TABLE hpcacct.slurm_account_map" >/dev/null
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 REFRESH PUBLICATION" >/dev/null
+q alpha "SET session_replication_role = replica; DELETE FROM hpcacct.slurm_account_map" >/dev/null
+q centre "CALL federation_publish(1, 'alpha')" >/dev/null
+q centre "INSERT INTO slurm_account_map (slurm_account, account) VALUES ('p5_slurm', 'p5')" >/dev/null
+warning=$(psql "$(conninfo alpha)" -XAtq -c "CALL hpcacct.federation_join(1, '$(conninfo centre)')" 2>&1 >/dev/null)
+ok $(grep -q 'WARNING:  this site does not receive hpcacct.slurm_account_map' <<<"$warning" && echo 0 || echo 1) \
+   "federation_join at a site that lacks a reference table warns (and names the refresh)"
+echo "$warning" | sed 's/^/# /'
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 REFRESH PUBLICATION" >/dev/null
+ms=$(wait_for alpha "$map" "p4_slurm>p4 p5_slurm>p5 root>-")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "after the refresh alpha has the whole map again ($ms ms)"
+is "$(psql "$(conninfo alpha)" -XAtq -c "CALL hpcacct.federation_join(1, '$(conninfo centre)')" 2>&1 >/dev/null)" "" \
+   "federation_join warns no more"
+
 # a row that looped back to where it came from, or came twice, would have stopped an apply
 # worker on the ledger's primary key: no server log says so
 for node in centre alpha beta; do
