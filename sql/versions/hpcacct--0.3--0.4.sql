@@ -2193,16 +2193,19 @@ COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
 -- session_replication_role = replica, which fires neither the statement trigger
 -- ledger_roll_up nor any ordinary trigger. So a BEFORE row trigger enabled for replica
 -- sessions only (ENABLE REPLICA) holds each received charge back in a temporary table of the
--- applying session, pg_temp.hpcacct_received (created on its first use, ON COMMIT DELETE
--- ROWS), and a deferred constraint trigger on that table, fired once at the commit of the
+-- applying session, pg_temp.hpcacct_received (created on its first use), and a deferred
+-- constraint trigger on that table, fired once at the commit of the
 -- received transaction, inserts them all into the ledger in one statement and rolls them up
 -- with the statement trigger's own statements. So every row is rolled up exactly once: by
 -- ledger_roll_up when booked here, by this pair when received. Set-based because row by row
 -- is slow: the apply worker builds a fresh executor state for every row it applies, and so
 -- parses and compiles the ledger's CHECK constraints again for each one (43 % of the
 -- centre's apply), and a row-by-row rollup applied about 5 300 rows/s here. Temporary, not
--- a shared table: each apply worker sees only its own rows, and the table is emptied by
--- truncation at commit, not by deleting rows whose dead versions later scans would read.
+-- a shared table: each apply worker sees only its own rows, and can truncate the table when
+-- the dead versions of the rows it deleted fill more than 8 pages (later scans read them;
+-- autovacuum does not clean temporary tables). Truncated then, at the first charge of a
+-- transaction, not at every commit (ON COMMIT DELETE ROWS): that truncation, its file system
+-- calls and the rebuild of the TOAST index, took a third of a one-job transaction's apply.
 -- Other ledger rows (deposits, grants, ...) are applied as they come.
 CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
     LANGUAGE plpgsql
@@ -2222,12 +2225,14 @@ CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
                 CREATE TEMPORARY TABLE hpcacct_received (
                     entry                @extschema@.ledger NOT NULL,
                     first_in_transaction boolean NOT NULL
-                ) ON COMMIT DELETE ROWS;
+                );
                 CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
                     DEFERRABLE INITIALLY DEFERRED
                     FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION @extschema@.roll_up_received();
                 -- written in replica sessions only: fire there
                 ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
+            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
+                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
             END IF;
         END IF;
         INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
@@ -6466,12 +6471,14 @@ CREATE OR REPLACE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
                 CREATE TEMPORARY TABLE hpcacct_received (
                     entry                @extschema@.ledger NOT NULL,
                     first_in_transaction boolean NOT NULL
-                ) ON COMMIT DELETE ROWS;
+                );
                 CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
                     DEFERRABLE INITIALLY DEFERRED
                     FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION @extschema@.roll_up_received();
                 -- written in replica sessions only: fire there
                 ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
+            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
+                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
             END IF;
         END IF;
         INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
