@@ -13,9 +13,11 @@ nodes=(centre alpha beta)
 passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
 
+update_script=
 finish() {
     local rc=$?
     stop_all
+    if [ -n "$update_script" ]; then rm -f "$update_script"; fi
     if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
     remove_all
     if [ "$rc" -ne 0 ] && [ "$n" -gt 0 ]; then
@@ -251,10 +253,16 @@ for node in centre alpha beta; do
 done
 
 # ---- an update rolled out node by node: the centre first, then each site ----
-# What an update script that adds a ledger column does (the loader's run identity, say),
-# applied at one node after the other while both sites charge. A receiver lacking a column
-# its sender sends stops applying (and retries) until it has it; nothing is lost or doubled.
-add_column="ALTER TABLE hpcacct.ledger ADD COLUMN rollout_tag text"
+# ALTER EXTENSION hpcacct UPDATE to a version made for this test (its script, in the
+# installation's extension directory while the test runs, adds a ledger column: the loader's
+# run identity, say), run at one node after the other while both sites charge. A receiver
+# lacking a column its sender sends stops applying (and retries) until it has it; nothing is
+# lost or doubled.
+from_version=$(q centre "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+to_version="$from_version.rollout$$"
+update_script="$("$pg_config" --sharedir)/extension/hpcacct--$from_version--$to_version.sql"
+echo 'ALTER TABLE @extschema@.ledger ADD COLUMN rollout_tag text;' >"$update_script"
+add_column="ALTER EXTENSION hpcacct UPDATE TO '$to_version'"
 q centre "$add_column" >/dev/null
 q alpha "$(jobs_sql alpha 90001 90100)" >/dev/null
 q beta "$(jobs_sql beta 90001 90100)" >/dev/null
@@ -282,6 +290,9 @@ for node in centre alpha beta; do
 done
 is "$(q beta "SELECT rollout_tag FROM ledger WHERE note IS NULL AND kind = 'deposit' AND amount = 7")" "after-update" \
    "beta, updated last, received the rows sent while it was not, with the new column"
+is "$(for node in centre alpha beta; do q "$node" "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'"; done | sort -u)" \
+   "$to_version" "every node runs the updated version"
+rm -f "$update_script"; update_script=""
 ALL=1 compare "charges per account after the rollout" \
     "SELECT string_agg(format('%s/%s', account, s), ' ' ORDER BY account) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' AND account <> 'shared' AND jobid !~ '-9[0-9]{4}$' GROUP BY 1) x"
 
