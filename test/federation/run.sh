@@ -160,6 +160,10 @@ for site in alpha beta; do
     ms=$(wait_for "$site" "SELECT string_agg(format('%s/%s/%s', account, cluster, amount), ' ' ORDER BY account, cluster) FROM ledger WHERE kind = 'retraction'" "$retractions")
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "$site received regulate()'s retractions"
 done
+ALL=1 compare "allocation_status() after regulate(): the retractions count at every site" \
+    "SELECT string_agg(format('%s/%s:%s/%s', a.name, c.m, s.alloc, s.status), ' ' ORDER BY a.name, c.m) FROM account a, (VALUES ('alpha'), ('beta')) c(m), LATERAL allocation_status(a.name, c.m, '2026-11-20') s"
+ALL=1 compare "check_submit of every user and account after regulate()" \
+    "SELECT string_agg(format('%s/%s:%s', u.username, a.name, (check_submit(u.username, a.name, '2026-11-20')).reason), ' ' ORDER BY 1) FROM hpc_user u, account a"
 
 status=$(q centre "SELECT string_agg(format('%s/%s/%s', site, direction, connected), ' ' ORDER BY site, direction) FROM federation_status")
 is "$status" "1/from/t 1/to/t 2/from/t 2/to/t" "federation_status at the centre: both sites, both directions, connected"
