@@ -123,10 +123,9 @@ CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
 COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
     'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
     'back until commit';
-CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
--- Off until this database joins a federation (federation_prepare enables it for replica sessions).
-ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_roll_up_replicated;
+-- federation_prepare creates its trigger, ledger_roll_up_replicated, when this database joins a
+-- federation, not before: a BEFORE INSERT row trigger, even one that does not fire, makes COPY
+-- into the ledger (a restore) insert row by row instead of in batches.
 
 -- Fires at commit for the first charge held in the transaction only (its WHEN clause), and
 -- lowers the transaction's flag hpcacct.received_pending. Without JIT: the table is never
@@ -238,6 +237,11 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
 
         -- triggers that must fire for rows received: the rollups of replicated charges, and a
         -- rebuild of the rollups when the time zone or half-life they depend on changes
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
+            CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
+                FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
+        END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
         ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
