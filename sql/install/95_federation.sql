@@ -50,10 +50,13 @@ COMMENT ON FUNCTION @extschema@.federation_origin(bigint) IS
     'The federation site (0: the centre) that booked the ledger row with this id';
 
 -- The tables the centre publishes to every site as they are (inserts, updates, deletes):
--- the reference data charging, check_submit and the site's reports read. The ledger is
--- published apart, per site, with a row filter; rollups are derived where they are read;
--- logs of scheduled runs (regulation_log, quarter_log) stay at the centre, which runs them;
--- jobs and pending jobs stay at their site.
+-- the reference data charging, the loader (load_sacct: slurm_account_map), check_submit and
+-- the site's reports read. The ledger is published apart, per site, with a row filter;
+-- rollups are derived where they are read; logs of scheduled runs (regulation_log,
+-- quarter_log) stay at the centre, which runs them, and so do the notifications' tables
+-- (contacts, outbox): the centre sends them; jobs, pending jobs and the loader's own tables
+-- (staging, quarantine, watermarks) stay at their site. Names are cast when it is called:
+-- some of the tables are created after this file.
 CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -61,87 +64,101 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
                      '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user']::regclass[]
+                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
 
 -- The rollups of replicated charges. Logical replication applies rows one by one with
 -- session_replication_role = replica, which fires neither the statement trigger
--- ledger_roll_up nor any ordinary trigger. A row trigger enabled for replica sessions only
--- (ENABLE REPLICA) notes each received charge's id in ledger_received; a deferred constraint
--- trigger on that table rolls up, at the commit of the received transaction, every charge
--- noted in it at once, with the statement trigger's own statements (set-based: a row-by-row
--- rollup applied about 5 300 rows/s here, a third of what a site charges), and empties it.
--- So every row is rolled up exactly once: by ledger_roll_up when booked here, by this pair
--- when received.
-CREATE UNLOGGED TABLE @extschema@.ledger_received (
-    entry_id bigint PRIMARY KEY
-);
-COMMENT ON TABLE @extschema@.ledger_received IS
-    'Charges received by replication and not rolled up yet: filled and emptied within the receiving transaction';
-
+-- ledger_roll_up nor any ordinary trigger. So a BEFORE row trigger enabled for replica
+-- sessions only (ENABLE REPLICA) holds each received charge back in a temporary table of the
+-- applying session, pg_temp.hpcacct_received (created on its first use), and a deferred
+-- constraint trigger on that table, fired once at the commit of the
+-- received transaction, inserts them all into the ledger in one statement and rolls them up
+-- with the statement trigger's own statements. So every row is rolled up exactly once: by
+-- ledger_roll_up when booked here, by this pair when received. Set-based because row by row
+-- is slow: the apply worker builds a fresh executor state for every row it applies, and so
+-- parses and compiles the ledger's CHECK constraints again for each one (43 % of the
+-- centre's apply), and a row-by-row rollup applied about 5 300 rows/s here. Temporary, not
+-- a shared table: each apply worker sees only its own rows, and can truncate the table when
+-- the dead versions of the rows it deleted fill more than 8 pages (later scans read them;
+-- autovacuum does not clean temporary tables). Truncated then, at the first charge of a
+-- transaction, not at every commit (ON COMMIT DELETE ROWS): that truncation, its file system
+-- calls and the rebuild of the TOAST index, took a third of a one-job transaction's apply.
+-- Other ledger rows (deposits, grants, ...) are applied as they come.
 CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        first boolean;
     BEGIN
-        IF NEW.kind = 'charge' THEN
-            INSERT INTO @extschema@.ledger_received (entry_id) VALUES (NEW.entry_id);
-            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
+        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
+            RETURN NEW;
         END IF;
+        first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
+        IF first THEN
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+            IF pg_catalog.to_regclass('pg_temp.hpcacct_received') IS NULL THEN
+                CREATE TEMPORARY TABLE hpcacct_received (
+                    entry                @extschema@.ledger NOT NULL,
+                    first_in_transaction boolean NOT NULL
+                );
+                CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
+                    DEFERRABLE INITIALLY DEFERRED
+                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION @extschema@.roll_up_received();
+                -- written in replica sessions only: fire there
+                ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
+            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
+                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
+            END IF;
+        END IF;
+        INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
         RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
-    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): notes received charges';
-CREATE TRIGGER ledger_roll_up_replicated AFTER INSERT ON @extschema@.ledger
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
--- Off until this database joins a federation (federation_prepare enables it for replica sessions).
-ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_roll_up_replicated;
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
+    'back until commit';
+-- federation_prepare creates its trigger, ledger_roll_up_replicated, when this database joins a
+-- federation, not before: a BEFORE INSERT row trigger, even one that does not fire, makes COPY
+-- into the ledger (a restore) insert row by row instead of in batches.
 
--- Fires once per noted charge at commit; the first firing rolls up all of them, empties the
--- table and lowers the transaction's flag hpcacct.received_pending, so the others return at
--- once (a charge noted after that raises it again). A probe of the table per firing instead
--- was planned as a scan of it, which made a transaction of n charges cost n^2.
--- The noted charges are read from the ledger by their key one by one (OFFSET 0 keeps the
--- planner from joining them by a scan of the whole ledger, once per received transaction).
--- Without JIT: the table is never analyzed (it is empty between transactions), the planner
--- guesses thousands of rows, and compiling the plan cost 14 ms per received transaction.
+-- Fires at commit for the first charge held in the transaction only (its WHEN clause), and
+-- lowers the transaction's flag hpcacct.received_pending. Without JIT: the table is never
+-- analyzed, the planner guesses thousands of rows, and compiling the plan cost 14 ms per
+-- received transaction.
 DO $do$
 DECLARE
-    received constant text := '(SELECT l.* FROM @extschema@.ledger_received r CROSS JOIN LATERAL '
-                              '(SELECT l.* FROM @extschema@.ledger l WHERE l.entry_id = r.entry_id OFFSET 0) l)';
+    received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
 BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION @extschema@.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
-                          '        IF pg_catalog.current_setting(''hpcacct.received_pending'', true) IS DISTINCT FROM ''on'' THEN\n'
-                          '            RETURN NULL;\n'
-                          '        END IF;\n'
                           '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '        INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE\n'
+                          '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
                           '%s;\n'
                           '%s;\n'
-                          '        DELETE FROM @extschema@.ledger_received;\n'
+                          '        DELETE FROM pg_temp.hpcacct_received;\n'
                           '        RETURN NULL;\n'
                           '    END\n    ',
                           @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
 END
 $do$;
 COMMENT ON FUNCTION @extschema@.roll_up_received() IS
-    'Deferred trigger of hpcacct.ledger_received: rolls up the charges received in the transaction, once';
-CREATE CONSTRAINT TRIGGER ledger_received_roll_up AFTER INSERT ON @extschema@.ledger_received
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.roll_up_received();
--- The table is written only by the replica trigger above, in replica sessions: fire there too.
-ALTER TABLE @extschema@.ledger_received ENABLE ALWAYS TRIGGER ledger_received_roll_up;
+    'Deferred trigger of pg_temp.hpcacct_received: inserts the charges held in the transaction into the ledger and '
+    'rolls them up, once';
 
 -- At a site, reference data is the centre's: a row written there would not reach the
 -- centre or the other sites, and the centre's own row of that key would later stop the
 -- site's replication on a conflict. A row trigger on each reference table refuses writes
 -- from the site's own sessions (HA013); rows applied by replication (replica sessions) pass.
--- The triggers are created off and enabled at a site by federation_prepare.
+-- federation_prepare creates the triggers at a site (also on tables a later version adds).
 CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -154,17 +171,6 @@ CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
     $$;
 COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
     'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
-DO $do$
-DECLARE
-    tab regclass;
-BEGIN
-    FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
-        EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE ON %s '
-                                  'FOR EACH ROW EXECUTE FUNCTION @extschema@.federation_refuse_local_write()', tab);
-        EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE TRIGGER federation_centre_only', tab);
-    END LOOP;
-END
-$do$;
 
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the
@@ -231,13 +237,23 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
 
         -- triggers that must fire for rows received: the rollups of replicated charges, and a
         -- rebuild of the rollups when the time zone or half-life they depend on changes
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
+            CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
+                FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
+        END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
         ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
-                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER federation_centre_only', tab);
+                IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                               WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
+                    EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE '
+                                              'ON %s FOR EACH ROW EXECUTE FUNCTION '
+                                              '@extschema@.federation_refuse_local_write()', tab);
+                END IF;
             END LOOP;
         END IF;
     END
@@ -336,6 +352,7 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         ids  int8range;
         pub  text;
         sub  text;
+        missing text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL OR centre_conninfo IS NULL THEN
@@ -354,6 +371,18 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
             PERFORM @extschema@.federation_prepare(site, 'site');
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            -- reference tables a later version added reach the site only after a refresh,
+            -- which PostgreSQL does not allow inside a procedure: say so
+            SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
+            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                              WHERE s.subname = sub AND r.srrelid = t);
+            IF missing IS NOT NULL THEN
+                RAISE WARNING 'this site does not receive %', missing
+                    USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
+                                                   'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
             RETURN;
         END IF;
         PERFORM @extschema@.federation_prepare(site, 'site');

@@ -2,16 +2,16 @@
 # test/federation/bench.sh: charging speed at a site with replication on against off, and the
 # lag at that rate. Four clusters on this machine: a federation (centre, sites alpha and beta,
 # wal_level logical) and `solo`, a database without federation in a cluster with the default
-# wal_level (replica). The same jobs are loaded at alpha and at solo in turn, ROUNDS times:
-# BATCHES statements of BATCH jobs each (a loader's COPYs), then SINGLES statements of one
-# job each. After each federated load the bench measures how long the last job takes to reach
+# wal_level (replica). The same jobs are loaded at solo and then at alpha, ROUNDS times: for
+# each number n in LOADS, n statements of BATCH jobs each (a loader's COPYs), then SINGLES
+# statements of one job each. After each federated load the bench measures how long the last job takes to reach
 # the centre and beta (the lag at the end of a load at that rate). Timings are printed, never
 # asserted. On a machine with more than one core, alpha and solo (and the loader's psql) run
 # on the first core and the centre and beta on the others (taskset), standing for separate
 # machines: otherwise the centre's and beta's apply would take their CPU from alpha's loader.
 # PIN=0 leaves every cluster on every core.
 set -euo pipefail
-BATCH=${BATCH:-5000} BATCHES=${BATCHES:-10} SINGLES=${SINGLES:-1000} ROUNDS=${ROUNDS:-2}
+BATCH=${BATCH:-5000} LOADS=${LOADS:-4 20} SINGLES=${SINGLES:-1000} ROUNDS=${ROUNDS:-2}
 if [ "${PIN:-1}" = 1 ] && [ "$(nproc)" -gt 1 ] && command -v taskset >/dev/null; then
     export CPUS_alpha=0 CPUS_solo=0 CPUS_centre=1-$(($(nproc) - 1)) CPUS_beta=1-$(($(nproc) - 1))
     pin_loader=(taskset -c 0)
@@ -36,9 +36,9 @@ ref=$(q centre "SELECT count(*) FROM ledger")
 [ "$(wait_for beta "SELECT count(*) FROM ledger" "$ref")" -ge 0 ]
 
 next=1
-load() {  # load NODE FIRST: BATCHES statements of BATCH jobs from FIRST; prints the ms taken
+load() {  # load NODE FIRST STATEMENTS: STATEMENTS statements of BATCH jobs from FIRST; prints the ms taken
     local t0 i; t0=$(now_ms)
-    for i in $(seq 0 $((BATCHES - 1))); do
+    for i in $(seq 0 $(($3 - 1))); do
         "${pin_loader[@]}" psql "$(conninfo "$1")" -XAtq -v ON_ERROR_STOP=1 -c "SET search_path = hpcacct, public" \
             -c "$(jobs_sql alpha $(($2 + i * BATCH)) $(($2 + (i + 1) * BATCH - 1)))" >/dev/null || return 1
     done
@@ -84,11 +84,13 @@ row() {  # row CASE JOBS OFF_MS ON_MS LAG_CENTRE LAG_BETA OFF_CPU_MS ON_CPU_MS
         "$(ratio "$3" "$4")" "$5" "$6" "$7" "$8" "$(ratio "$7" "$8")"
 }
 for round in $(seq 1 "$ROUNDS"); do
-    n=$((BATCH * BATCHES))
-    c0=$(cluster_cpu solo); off=$(load solo $next); c1=$(cluster_cpu solo)
-    a0=$(cluster_cpu alpha); on=$(load alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
+  for statements in $LOADS; do
+    n=$((BATCH * statements))
+    c0=$(cluster_cpu solo); off=$(load solo $next "$statements"); c1=$(cluster_cpu solo)
+    a0=$(cluster_cpu alpha); on=$(load alpha $next "$statements"); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
     next=$((next + n))
-    row "batches of $BATCH (round $round)" "$n" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0))
+    row "$statements x $BATCH jobs (round $round)" "$n" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0))
+  done
     c0=$(cluster_cpu solo); off=$(load_singles solo $next); c1=$(cluster_cpu solo)
     a0=$(cluster_cpu alpha); on=$(load_singles alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
     next=$((next + SINGLES))
@@ -97,10 +99,13 @@ done
 echo "off cpu / on cpu: CPU time of the site's whole cluster for the load (for alpha until the centre and beta have it)"
 # the centre's apply alone: how fast it rolls up what a site sends (no loader running)
 q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 DISABLE" >/dev/null
-n=$((BATCH * BATCHES)); load alpha $next >/dev/null; next=$((next + n))
-t0=$(now_ms); q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 ENABLE" >/dev/null
+n=$((BATCH * 20)); load alpha $next 20 >/dev/null; next=$((next + n))
+q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 ENABLE" >/dev/null
 read -r lc lb <<<"$(arrival)"
-echo "centre's apply of $n jobs queued while its subscription was disabled: $lc ms ($(rate $n "$lc") rows/s)"
+# the apply worker's CPU time (a worker started by ENABLE: all of it is this apply's)
+worker=$(q centre "SELECT pid FROM pg_stat_subscription WHERE subname = 'hpcacct_fed_s2c_1' AND relid IS NULL")
+apply_cpu=$(( $(sed 's/^.*) //' "/proc/$worker/stat" | awk '{print $12 + $13}') * 1000 / $(getconf CLK_TCK) ))
+echo "centre's apply of $n jobs queued while its subscription was disabled: $lc ms ($(rate $n "$lc") rows/s), $apply_cpu ms of its apply worker's CPU"
 for node in centre alpha beta; do
     is_eq=$(q "$node" "SELECT count(*) FROM (SELECT account, sum(amount) FROM ledger WHERE kind = 'charge' GROUP BY 1 EXCEPT SELECT account, sum(amount) FROM charge_rollup GROUP BY 1) x")
     echo "$node: accounts whose rollup differs from the ledger: $is_eq"

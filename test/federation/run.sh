@@ -13,9 +13,11 @@ nodes=(centre alpha beta)
 passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
 
+update_script=
 finish() {
     local rc=$?
     stop_all
+    if [ -n "$update_script" ]; then rm -f "$update_script"; fi
     if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
     remove_all
     if [ "$rc" -ne 0 ] && [ "$n" -gt 0 ]; then
@@ -158,6 +160,10 @@ for site in alpha beta; do
     ms=$(wait_for "$site" "SELECT string_agg(format('%s/%s/%s', account, cluster, amount), ' ' ORDER BY account, cluster) FROM ledger WHERE kind = 'retraction'" "$retractions")
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "$site received regulate()'s retractions"
 done
+ALL=1 compare "allocation_status() after regulate(): the retractions count at every site" \
+    "SELECT string_agg(format('%s/%s:%s/%s', a.name, c.m, s.alloc, s.status), ' ' ORDER BY a.name, c.m) FROM account a, (VALUES ('alpha'), ('beta')) c(m), LATERAL allocation_status(a.name, c.m, '2026-11-20') s"
+ALL=1 compare "check_submit of every user and account after regulate()" \
+    "SELECT string_agg(format('%s/%s:%s', u.username, a.name, (check_submit(u.username, a.name, '2026-11-20')).reason), ' ' ORDER BY 1) FROM hpc_user u, account a"
 
 status=$(q centre "SELECT string_agg(format('%s/%s/%s', site, direction, connected), ' ' ORDER BY site, direction) FROM federation_status")
 is "$status" "1/from/t 1/to/t 2/from/t 2/to/t" "federation_status at the centre: both sites, both directions, connected"
@@ -251,10 +257,16 @@ for node in centre alpha beta; do
 done
 
 # ---- an update rolled out node by node: the centre first, then each site ----
-# What an update script that adds a ledger column does (the loader's run identity, say),
-# applied at one node after the other while both sites charge. A receiver lacking a column
-# its sender sends stops applying (and retries) until it has it; nothing is lost or doubled.
-add_column="ALTER TABLE hpcacct.ledger ADD COLUMN rollout_tag text"
+# ALTER EXTENSION hpcacct UPDATE to a version made for this test (its script, in the
+# installation's extension directory while the test runs, adds a ledger column: the loader's
+# run identity, say), run at one node after the other while both sites charge. A receiver
+# lacking a column its sender sends stops applying (and retries) until it has it; nothing is
+# lost or doubled.
+from_version=$(q centre "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+to_version="$from_version.rollout$$"
+update_script="$("$pg_config" --sharedir)/extension/hpcacct--$from_version--$to_version.sql"
+echo 'ALTER TABLE @extschema@.ledger ADD COLUMN rollout_tag text;' >"$update_script"
+add_column="ALTER EXTENSION hpcacct UPDATE TO '$to_version'"
 q centre "$add_column" >/dev/null
 q alpha "$(jobs_sql alpha 90001 90100)" >/dev/null
 q beta "$(jobs_sql beta 90001 90100)" >/dev/null
@@ -282,8 +294,49 @@ for node in centre alpha beta; do
 done
 is "$(q beta "SELECT rollout_tag FROM ledger WHERE note IS NULL AND kind = 'deposit' AND amount = 7")" "after-update" \
    "beta, updated last, received the rows sent while it was not, with the new column"
+is "$(for node in centre alpha beta; do q "$node" "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'"; done | sort -u)" \
+   "$to_version" "every node runs the updated version"
+rm -f "$update_script"; update_script=""
 ALL=1 compare "charges per account after the rollout" \
     "SELECT string_agg(format('%s/%s', account, s), ' ' ORDER BY account) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' AND account <> 'shared' AND jobid !~ '-9[0-9]{4}$' GROUP BY 1) x"
+
+# ---- the loader's Slurm account map: written at the centre, read by each site's load_sacct ----
+q centre "INSERT INTO slurm_account_map (slurm_account, account, note)
+          VALUES ('root', NULL, 'Slurm''s root: not charged'), ('p4_slurm', 'p4', 'p4 under its Slurm name')" >/dev/null
+map="SELECT string_agg(format('%s>%s', slurm_account, coalesce(account, '-')), ' ' ORDER BY slurm_account) FROM slurm_account_map"
+for site in alpha beta; do
+    ms=$(wait_for "$site" "$map" "p4_slurm>p4 root>-")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the Slurm account map written at the centre reaches $site ($ms ms)"
+done
+is "$(sqlstate alpha "INSERT INTO hpcacct.slurm_account_map VALUES ('local_slurm', 'p1', NULL)")" "HA013" \
+   "a site refuses to write the Slurm account map of its own (HA013)"
+sacct_line() {  # sacct_line JOBID SLURM_ACCOUNT: one hour of 48 cores on alpha's cpu partition, as sacct prints it
+    echo "alpha|$1|$2|u1|cpu|2026-11-19T08:00:00+0100|2026-11-19T08:00:00+0100|2026-11-19T09:00:00+0100|cpu=48|COMPLETED"
+}
+q alpha "INSERT INTO sacct_staging (lineno, line, cluster, jobid, account, \"user\", partition, submit, start, \"end\", alloctres, state)
+         SELECT n, l, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]
+         FROM unnest(ARRAY['$(sacct_line map-1 p4_slurm)', '$(sacct_line map-2 root)']) WITH ORDINALITY u(l, n),
+              LATERAL (SELECT string_to_array(u.l, '|') AS f) s" >/dev/null
+is "$(q alpha "SELECT format('%s inserted, %s ignored, %s quarantined', inserted, ignored, quarantined) FROM load_sacct()")" \
+   "1 inserted, 1 ignored, 0 quarantined" "alpha's load_sacct charges the mapped Slurm account and ignores root"
+ms=$(wait_for centre "SELECT string_agg(format('%s/%s', account, amount), ' ') FROM ledger WHERE jobid LIKE 'map-%'" "p4/1.000000")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the centre has the mapped job's charge, to p4, from alpha's loader ($ms ms)"
+# a site whose subscription predates a reference table (what an update adding one leaves):
+# federation_join says what to refresh; after the refresh the table's rows arrive
+q centre "ALTER PUBLICATION hpcacct_fed_reference DROP TABLE hpcacct.slurm_account_map" >/dev/null
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 REFRESH PUBLICATION" >/dev/null
+q alpha "SET session_replication_role = replica; DELETE FROM hpcacct.slurm_account_map" >/dev/null
+q centre "CALL federation_publish(1, 'alpha')" >/dev/null
+q centre "INSERT INTO slurm_account_map (slurm_account, account) VALUES ('p5_slurm', 'p5')" >/dev/null
+warning=$(psql "$(conninfo alpha)" -XAtq -c "CALL hpcacct.federation_join(1, '$(conninfo centre)')" 2>&1 >/dev/null)
+ok $(grep -q 'WARNING:  this site does not receive hpcacct.slurm_account_map' <<<"$warning" && echo 0 || echo 1) \
+   "federation_join at a site that lacks a reference table warns (and names the refresh)"
+echo "$warning" | sed 's/^/# /'
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 REFRESH PUBLICATION" >/dev/null
+ms=$(wait_for alpha "$map" "p4_slurm>p4 p5_slurm>p5 root>-")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "after the refresh alpha has the whole map again ($ms ms)"
+is "$(psql "$(conninfo alpha)" -XAtq -c "CALL hpcacct.federation_join(1, '$(conninfo centre)')" 2>&1 >/dev/null)" "" \
+   "federation_join warns no more"
 
 # a row that looped back to where it came from, or came twice, would have stopped an apply
 # worker on the ledger's primary key: no server log says so
