@@ -3,12 +3,14 @@
 -- ---------------------------------------------------------------------------------------
 
 -- Every setting hpcacct knows, with its default and meaning.
+-- Without SET options, so that the planner inlines it into the settings view, which every
+-- setting lookup (the time zone of today, at every submit check) reads; nothing in it
+-- depends on the search_path.
 CREATE FUNCTION @extschema@.setting_catalog()
     RETURNS TABLE (name text, default_value text, description text)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
     AS $$
-        VALUES ('timezone', NULL::text,
+        VALUES ('timezone', NULL::pg_catalog.text,
                 'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
                 'which a client can send when it connects: set it)'),
                ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
