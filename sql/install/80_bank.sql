@@ -167,11 +167,12 @@ COMMENT ON VIEW @extschema@.bank_entry IS
 -- refunds in the bank unit on the day they are valid from, and the charges in the bank unit
 -- per quarter they count in (the rollup's exact sum of the quarter, one row). balance(), the
 -- submit check and quarter_balances aggregate these rows with quarter_balance(), so that they
--- give the same digits. Inlined by the planner (no SET options), as bank_state() below.
-CREATE FUNCTION @extschema@.bank_ledger(from_day date, until_day date)
+-- give the same digits. SQL-standard (names bound at creation), without SET options: the
+-- planner inlines it, as bank_state() below, into its callers' plans.
+CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
     RETURNS TABLE (account text, kind text, day date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
+BEGIN ATOMIC
         SELECT l.account, l.kind, l.valid_from, l.amount
         FROM @extschema@.ledger l
         WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
@@ -181,27 +182,26 @@ CREATE FUNCTION @extschema@.bank_ledger(from_day date, until_day date)
         FROM @extschema@.charge_rollup c
         WHERE c.unit = (SELECT @extschema@.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
-        GROUP BY c.account, @extschema@.quarter_start(c.month)
-    $$;
+        GROUP BY c.account, @extschema@.quarter_start(c.month);
+END;
 COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
     'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
     'refunds (on their day) and charges (per quarter) in the bank unit';
 
 -- An account in the bank at a day, one definition for balance(), account_state(), the submit
--- check, open_quarter() and quarter_balances (no row for an unknown account). A SQL function
--- without SET options, so that the planner inlines it into each of them (and a caller's
--- cached plan keeps it); every name in it is qualified, and its callers pin search_path.
--- (Not BEGIN ATOMIC: the update script's tooling splits statements at every semicolon.)
+-- check, open_quarter() and quarter_balances (no row for an unknown account). SQL-standard,
+-- without SET options, so that the planner inlines it into each of them (and a caller's cached
+-- plan keeps it). Written "name (" as setting_catalog() (see there).
 --   state       deleted (personal accounts, for good); active while it has an allocation
 --               (deposits and transfers adding up to more than zero) for the day's quarter;
 --               inactive when it has none for this quarter but one for a later quarter (not
 --               yet active, not expired either); otherwise expired;
 --   next_allocation  the first later quarter with an allocation;
 --   balance     deposits + transfers + refunds - charges of the day's quarter, exact.
-CREATE FUNCTION @extschema@.bank_state(account text, day date)
+CREATE FUNCTION @extschema@.bank_state (account text, day date)
     RETURNS TABLE (state text, next_allocation date, balance numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
+BEGIN ATOMIC
     SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
                 WHEN q.current THEN 'active'
                 WHEN q.later IS NOT NULL THEN 'inactive'
@@ -222,8 +222,8 @@ CREATE FUNCTION @extschema@.bank_state(account text, day date)
                 AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
               GROUP BY 1
               HAVING sum(l.amount) > 0) s) q
-    WHERE a.name = bank_state.account
-    $$;
+    WHERE a.name = bank_state.account;
+END;
 COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
     'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
     'allocation, exact balance of the day''s quarter; no row for an unknown account';

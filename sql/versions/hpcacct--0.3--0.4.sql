@@ -4908,10 +4908,10 @@ COMMENT ON AGGREGATE @extschema@.quarter_balance(text, date, numeric, date) IS
     'quarter each counts in, amount); entries of other quarters do not count (credits do not carry over); exact '
     '(micro-units, each amount rounded to 6 decimals)';
 
-CREATE FUNCTION @extschema@.bank_ledger(from_day date, until_day date)
+CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
     RETURNS TABLE (account text, kind text, day date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
+BEGIN ATOMIC
         SELECT l.account, l.kind, l.valid_from, l.amount
         FROM @extschema@.ledger l
         WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
@@ -4921,16 +4921,16 @@ CREATE FUNCTION @extschema@.bank_ledger(from_day date, until_day date)
         FROM @extschema@.charge_rollup c
         WHERE c.unit = (SELECT @extschema@.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
-        GROUP BY c.account, @extschema@.quarter_start(c.month)
-    $$;
+        GROUP BY c.account, @extschema@.quarter_start(c.month);
+END;
 COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
     'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
     'refunds (on their day) and charges (per quarter) in the bank unit';
 
-CREATE FUNCTION @extschema@.bank_state(account text, day date)
+CREATE FUNCTION @extschema@.bank_state (account text, day date)
     RETURNS TABLE (state text, next_allocation date, balance numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
+BEGIN ATOMIC
     SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
                 WHEN q.current THEN 'active'
                 WHEN q.later IS NOT NULL THEN 'inactive'
@@ -4951,8 +4951,8 @@ CREATE FUNCTION @extschema@.bank_state(account text, day date)
                 AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
               GROUP BY 1
               HAVING sum(l.amount) > 0) s) q
-    WHERE a.name = bank_state.account
-    $$;
+    WHERE a.name = bank_state.account;
+END;
 COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
     'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
     'allocation, exact balance of the day''s quarter; no row for an unknown account';
@@ -4969,7 +4969,28 @@ CREATE VIEW @extschema@.quarter_balances WITH (security_invoker = true) AS
 COMMENT ON VIEW @extschema@.quarter_balances IS
     'Per account and quarter: deposits, charges, transfers, refunds, balance (exact), state (active/inactive/expired/deleted)';
 
--- setting_catalog() and sees_all_accounts() change language (final definitions below); what
+-- Functions with SQL-standard bodies (BEGIN ATOMIC) are defined here finally, written "name (":
+-- the final block below cannot carry such a body (the upgrade test compares them with a fresh
+-- install). setting_catalog() loses its SET option, so that the planner inlines it.
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it')) AS v(name, default_value, description);
+END;
+
+-- sees_all_accounts() becomes PL/pgSQL (final definitions below); what
 -- setup_roles() grants on the new and remade views, for roles an earlier version made
 DO $do$
 BEGIN
@@ -4991,23 +5012,6 @@ $do$;
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
 -- update ends where a fresh install of 0.4 starts.
-CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-        VALUES ('timezone', NULL::pg_catalog.text,
-                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
-                'which a client can send when it connects: set it)'),
-               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
-               ('personal_allotment', '2500',
-                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
-               ('max_job_length', '366 days',
-                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
-                'the rollups with months it never ran in'),
-               ('require_membership', 'off',
-                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it')
-    $$;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
     LANGUAGE plpgsql
@@ -8032,53 +8036,6 @@ CREATE OR REPLACE FUNCTION @extschema@.quarter_balance_transfn(internal, text, d
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) IS
     'Support function of the aggregate quarter_balance';
-CREATE OR REPLACE FUNCTION @extschema@.bank_ledger(from_day date, until_day date)
-    RETURNS TABLE (account text, kind text, day date, amount numeric)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
-        SELECT l.account, l.kind, l.valid_from, l.amount
-        FROM @extschema@.ledger l
-        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
-          AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
-        UNION ALL
-        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
-        FROM @extschema@.charge_rollup c
-        WHERE c.unit = (SELECT @extschema@.bank_unit())
-          AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
-        GROUP BY c.account, @extschema@.quarter_start(c.month)
-    $$;
-COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
-    'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
-    'refunds (on their day) and charges (per quarter) in the bank unit';
-CREATE OR REPLACE FUNCTION @extschema@.bank_state(account text, day date)
-    RETURNS TABLE (state text, next_allocation date, balance numeric)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
-    SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
-                WHEN q.current THEN 'active'
-                WHEN q.later IS NOT NULL THEN 'inactive'
-                ELSE 'expired' END,
-           q.later,
-           coalesce((SELECT (@extschema@.quarter_balance(e.kind, e.day, e.amount, bank_state.day)).balance
-                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(bank_state.day),
-                                                  (@extschema@.quarter_start(bank_state.day) + interval '3 months')::date) e
-                     WHERE e.account = a.name), 0)
-    FROM @extschema@.account a
-    CROSS JOIN LATERAL (
-        SELECT coalesce(bool_or(s.quarter = @extschema@.quarter_start(bank_state.day)), false) AS current,
-               min(s.quarter) FILTER (WHERE s.quarter > @extschema@.quarter_start(bank_state.day)) AS later
-        FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
-              FROM @extschema@.ledger l
-              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                AND l.unit = (SELECT @extschema@.bank_unit())
-                AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
-              GROUP BY 1
-              HAVING sum(l.amount) > 0) s) q
-    WHERE a.name = bank_state.account
-    $$;
-COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
-    'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
-    'allocation, exact balance of the day''s quarter; no row for an unknown account';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
