@@ -148,10 +148,11 @@ void validate(const State& state) {
 }
 
 Balance finish(const State& state) {
-    std::int64_t credits = checked_add(checked_add(state.deposits, state.transfers), state.refunds);
-    std::int64_t balance;
-    if (__builtin_sub_overflow(credits, state.charges, &balance)) out_of_range();
-    return Balance{state.at_quarter, state.deposits, state.charges, state.transfers, state.refunds, balance};
+    // in 128 bits, so that only a balance that does not fit is an error, not a partial sum
+    const __int128 exact = static_cast<__int128>(state.deposits) + state.transfers + state.refunds - state.charges;
+    if (exact > INT64_MAX || exact < INT64_MIN) out_of_range();
+    return Balance{state.at_quarter, state.deposits, state.charges, state.transfers, state.refunds,
+                   static_cast<std::int64_t>(exact)};
 }
 
 }  // namespace hpcacct::bank

@@ -183,6 +183,9 @@ def main():
     huge = b"".join(struct.pack("=Bbq", k, 0, x) for k, x in
                     [(0, 2 ** 62), (0, 2 ** 62), (3, 2 ** 63 - 1), (1, -2 ** 63), (0, 2 ** 62)])
     write("bank_state_fuzz", "regression_huge", b"\0" * 96 + struct.pack("=i", 2013 * 12) + huge)
+    # found by fuzzing: finish refused a balance that fits when a partial sum did not
+    bpartial = bank_state(3, q, [2 ** 63 - 1, 1, 1, 0])
+    write("bank_state_fuzz", "regression_partial_sum", bpartial + bank_state(0, 0, [0, 0, 0, 0]) + struct.pack("=i", 0))
     write("bank_state_fuzz", "regression_int_min",
           b"\0" * 96 + struct.pack("=i", -2 ** 31) + struct.pack("=Bbq", 0, 1, 1))
 

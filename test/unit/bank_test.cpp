@@ -129,6 +129,12 @@ TEST(Bank, OverflowIsAnErrorAndChangesNothing) {
     // each sum fits, the balance does not
     bank::accumulate(s, EntryKind::charge, at, -1, at);
     EXPECT_EQ(kind_of([&] { bank::finish(s); }), ErrorKind::out_of_range);
+    // a partial sum would not fit, the balance does (fuzz finding)
+    State p{};
+    bank::accumulate(p, EntryKind::deposit, at, max, at);
+    bank::accumulate(p, EntryKind::transfer, at, 1, at);
+    bank::accumulate(p, EntryKind::charge, at, 1, at);
+    EXPECT_EQ(bank::finish(p).balance, max);
     State other{};
     bank::accumulate(other, EntryKind::deposit, at, 1, at);
     const State kept = s;
