@@ -9,8 +9,9 @@ GLUE_SRCS   = $(sort $(wildcard src/pg/*.cpp))
 OBJS        = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
 
 # The current version's install script is assembled from one file per SQL area, in name
-# order. Released versions are frozen in sql/versions/, with an update script from each
-# to the next: every schema change ships as one.
+# order. sql/versions/ holds an update script from each released version to the next (every
+# schema change ships as one) and the frozen install script of 0.1 only: PostgreSQL installs
+# any other release from it and the update scripts (test/compat/upgrade.sh tests the chain).
 INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
 DATA_built  = $(EXTENSION)--$(EXTVERSION).sql
 DATA        = $(wildcard sql/versions/$(EXTENSION)--*.sql)
@@ -99,6 +100,12 @@ test:
 demo:
 	PG_CONFIG=$(PG_CONFIG) test/scripts/run-demo.sh
 
+# `make reference`: rewrites the README's reference of every object from the catalog of the
+# installed extension (`make install` first); `make test` fails while it differs.
+.PHONY: reference
+reference:
+	PG_CONFIG=$(PG_CONFIG) test/scripts/with-cluster.sh reference test/compat/reference.sh --write
+
 # `make bench`: benchmarks in a throw-away cluster (test/bench/run.sh, test/bench/README.md);
 # `make bench JOBS=20000 RUNS=1` is the quick mode that only checks fast paths against references.
 JOBS ?= 1000000
@@ -140,7 +147,7 @@ $(FUZZ_BUILD)/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(FUZZ_CXXFLAGS) -c -o $@ $<
 
-$(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuzz/*.hpp) $(wildcard src/core/*.hpp)
+$(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuzz/*.hpp test/unit/date_forms.hpp) $(wildcard src/core/*.hpp)
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(FUZZ_CXXFLAGS) -o $@ $< $(FUZZ_CORE_OBJS)
 

@@ -269,37 +269,8 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ---- Usage reports ----------------------------------------------------------------------
 
 -- The charges of each pool's allocation year up to `at`, pro rata by wall-clock time
--- (rules §0), from jobs that ended by `at`. One row per ledger charge row (reversals
--- included, so they cancel). Zero-length jobs charge nothing and are left out.
-CREATE FUNCTION @extschema@.year_charges(for_year integer, at timestamptz)
-    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
-                   rate float8, job_start timestamptz, job_end timestamptz, charged numeric, amount numeric,
-                   year integer, first_day date, last_day date, starts timestamptz, upto timestamptz,
-                   elapsed interval, length interval, state text)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        WITH years AS MATERIALIZED (
-            SELECT p.pool, y.*
-            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
-            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
-        )
-        SELECT y.pool, l.unit, r.cluster, r.partition, l.account, l.submitter, r.rate, l.job_start, l.job_end,
-               l.amount, l.amount * @extschema@.period_share(l.job_start, l.job_end, y.starts, y.upto),
-               y.year, y.first_day, y.last_day, y.starts, y.upto, y.elapsed, y.length, y.state
-        FROM @extschema@.ledger l
-        JOIN @extschema@.resource r USING (resource_id)
-        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
-        WHERE l.kind = 'charge' AND l.job_end <= $2
-          AND l.job_end > y.starts AND l.job_start < y.upto AND l.job_end > l.job_start
-    $$;
-COMMENT ON FUNCTION @extschema@.year_charges(integer, timestamptz) IS
-    'Charge rows attributed pro rata to each pool''s allocation year (named, or containing at) up to at, '
-    'jobs ended by at; the building block of the usage reports';
-
--- The same charges from the rollup: per resource, account, submitter (unless not
--- per_submitter: NULL, and fewer rows to read) and month of each pool's allocation year,
--- jobs that ended by `at` (what the usage reports read).
+-- (rules §0), from the rollup: per resource, account, submitter (unless not per_submitter:
+-- NULL, and fewer rows to read) and month, jobs that ended by `at` (what the usage reports read).
 CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz, per_submitter boolean)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
                    rate float8, month date, amount numeric, year integer, first_day date, last_day date,

@@ -137,13 +137,20 @@ CREATE PROCEDURE @extschema@.setup_roles()
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        role_name text;
+        r record;
     BEGIN
-        FOREACH role_name IN ARRAY ARRAY['hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor',
-                                          'hpcacct_submit'] LOOP
-            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = role_name) THEN
-                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+        FOR r IN SELECT * FROM (VALUES
+            ('hpcacct_admin', 'hpcacct: administers the site: every table, function and procedure of the extension'),
+            ('hpcacct_ingest', 'hpcacct: the loader: inserts jobs, COPYs into sacct_staging and runs load_sacct()'),
+            ('hpcacct_portal', 'hpcacct: a portal user: reads their own accounts'' rows; a project administrator '
+                               'also manages the members of their projects'),
+            ('hpcacct_auditor', 'hpcacct: reads every account''s rows and figures and changes nothing'),
+            ('hpcacct_submit', 'hpcacct: the Slurm submit check: runs check_submit() for any user and account')
+        ) AS v(name, description) LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.rolname = r.name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.name);
             END IF;
+            EXECUTE pg_catalog.format('COMMENT ON ROLE %I IS %L', r.name, r.description);
         END LOOP;
         GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;

@@ -227,53 +227,75 @@ long long stage_sacct(Connection& db, FILE* in, const std::string& source) {
     }
 }
 
-long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, bool& copying) {
+// Streams `in` into a COPY: the first line that is not blank is the header, which `header`
+// parses before the COPY (`copy`) starts; every further line that is not blank goes through
+// `row(line, lineno, chunk)`, which appends its COPY text to `chunk`, sent 64 KiB at a time.
+// Returns the number of rows; throws Failure(`no_header`) if there is no header line.
+template <typename Header, typename Row>
+long long copy_lines(Connection& db, FILE* in, const std::string& copy, const std::string& no_header, bool& copying,
+                     Header header, Row row) {
     Lines lines(in);
     std::string_view line;
     long long lineno = 0;
     bool have_header = false;
-    sacct::Header header = sacct::Header();
     std::string chunk;
-    long long staged = 0;
+    long long rows = 0;
     while (lines.next(line)) {
         ++lineno;
         if (sacct::chomp(line).empty()) continue;
         if (!have_header) {
-            try {
-                header = sacct::Header::parse(line);
-            } catch (const hpcacct::Error& e) {
-                throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : "\n  " + e.detail()));
-            }
+            header(line);
             have_header = true;
-            db.copy_in("COPY hpcacct.sacct_staging (" + sacct::staging_columns() + ") FROM STDIN");
+            db.copy_in(copy);
             copying = true;
             continue;
         }
-        if (!sacct::copy_row(header, line, lineno, chunk)) {
-            std::fprintf(stderr, "hpcacct-sacct: %s:%lld: wrong number of fields or not UTF-8 (quarantined)\n",
-                         source.c_str(), lineno);
-        }
-        ++staged;
+        row(line, lineno, chunk);
+        ++rows;
         if (chunk.size() >= (1 << 16)) {
             db.put(chunk);
             chunk.clear();
         }
     }
-    if (!have_header) throw Failure(source + ": no sacct header line (empty input)");
+    if (!have_header) throw Failure(no_header);
     db.put(chunk);
     copying = false;
     db.end_copy();
-    return staged;
+    return rows;
 }
 
-// Calls load_sacct() and prints what it did; returns nothing, throws on failure.
-void load_and_report(Connection& db, const std::string& what, const char* through, const char* clusters) {
-    Result r = db.exec("SELECT * FROM hpcacct.load_sacct($1::timestamptz, $2::text[])", {through, clusters});
+long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, bool& copying) {
+    sacct::Header header = sacct::Header();
+    return copy_lines(
+        db, in, "COPY hpcacct.sacct_staging (" + sacct::staging_columns() + ") FROM STDIN",
+        source + ": no sacct header line (empty input)", copying,
+        [&](std::string_view line) {
+            try {
+                header = sacct::Header::parse(line);
+            } catch (const hpcacct::Error& e) {
+                throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : "\n  " + e.detail()));
+            }
+        },
+        [&](std::string_view line, long long lineno, std::string& chunk) {
+            if (!sacct::copy_row(header, line, lineno, chunk)) {
+                std::fprintf(stderr, "hpcacct-sacct: %s:%lld: wrong number of fields or not UTF-8 (quarantined)\n",
+                             source.c_str(), lineno);
+            }
+        });
+}
+
+// Prints the one row `r` as "what: column=value ...".
+void print_report(const std::string& what, const Result& r) {
     std::string report = what + ":";
     for (int c = 0; c < PQnfields(r.get()); ++c) {
         report += std::string(" ") + PQfname(r.get(), c) + "=" + PQgetvalue(r.get(), 0, c);
     }
     std::printf("%s\n", report.c_str());
+}
+
+// Calls load_sacct() and prints what it did; returns nothing, throws on failure.
+void load_and_report(Connection& db, const std::string& what, const char* through, const char* clusters) {
+    print_report(what, db.exec("SELECT * FROM hpcacct.load_sacct($1::timestamptz, $2::text[])", {through, clusters}));
 }
 
 int command_load(Connection& db, const std::string& path) {
@@ -398,39 +420,25 @@ int command_sync(Connection& db, const std::string& path) {
         closer.reset(in);
     }
     db.exec("BEGIN");
-    Lines lines(in);
-    std::string_view line;
-    bool have_header = false;
     sacct::AssocHeader header;
-    std::string chunk;
-    long long lineno = 0;
-    while (lines.next(line)) {
-        ++lineno;
-        if (sacct::chomp(line).empty()) continue;
-        if (!have_header) {
+    bool copying = false;
+    copy_lines(
+        db, in, "COPY hpcacct.sacctmgr_staging (cluster, account, \"user\") FROM STDIN",
+        "no sacctmgr header line (empty input)", copying,
+        [&](std::string_view line) {
             try {
                 header = sacct::AssocHeader::parse(line);
             } catch (const hpcacct::Error& e) {
                 throw Failure(std::string(e.what()) + "\n  " + e.detail());
             }
-            have_header = true;
-            db.copy_in("COPY hpcacct.sacctmgr_staging (cluster, account, \"user\") FROM STDIN");
-            continue;
-        }
-        if (!sacct::assoc_copy_row(header, line, chunk)) {
-            throw Failure("association line " + std::to_string(lineno) + " has the wrong number of fields");
-        }
-    }
-    if (!have_header) throw Failure("no sacctmgr header line (empty input)");
-    db.put(chunk);
-    db.end_copy();
+        },
+        [&](std::string_view line, long long lineno, std::string& chunk) {
+            if (!sacct::assoc_copy_row(header, line, chunk)) {
+                throw Failure("association line " + std::to_string(lineno) + " has the wrong number of fields");
+            }
+        });
     if (child) child->finish();
-    Result r = db.exec("SELECT * FROM hpcacct.sync_slurm_accounts()");
-    std::string report = "sync-accounts:";
-    for (int c = 0; c < PQnfields(r.get()); ++c) {
-        report += std::string(" ") + PQfname(r.get(), c) + "=" + PQgetvalue(r.get(), 0, c);
-    }
-    std::printf("%s\n", report.c_str());
+    print_report("sync-accounts", db.exec("SELECT * FROM hpcacct.sync_slurm_accounts()"));
     db.exec("COMMIT");
     return 0;
 }

@@ -6,17 +6,13 @@
 #pragma once
 #include "core/core_only.hpp"
 
-#include <boost/date_time/gregorian/gregorian_types.hpp>
-
 #include <cstdint>
 #include <string_view>
 
 namespace hpcacct::calendar {
 
-using boost::gregorian::date;
-
 // A day of Boost's range as its civil fields and the length of its month: all that the
-// month arithmetic below needs. Built by civil() (from a date) or civil_of_day().
+// month arithmetic below needs. Built by civil_of_day().
 struct Civil {
     int year;
     int month;           // 1..12
@@ -76,30 +72,11 @@ constexpr Day day_of(std::int32_t days) {
     return {days, civil_of_day(days)};
 }
 
-// The civil fields of `day`; throws Error(invalid_datetime) like check_date.
-Civil civil(date day);
-
 enum class MonthConvention { half_month, day };
 
 // Accepts exactly "half_month" and "day"; throws Error(invalid_argument) otherwise.
 MonthConvention parse_month_convention(std::string_view text);
 const char* to_string(MonthConvention convention);
-
-// Throws Error(invalid_datetime) unless `day` is a real date in Boost's range (1400..9999).
-void check_date(date day);
-
-// date(year, month, day) with every failure as Error(invalid_datetime).
-date make_date(int year, int month, int day);
-
-// Position of the boundary at 00:00 of `day`.
-double month_position(date day, MonthConvention convention);
-
-// Months from 00:00 of `from` to the end of `until_inclusive`; may be 0.
-// Throws Error(invalid_argument) if until_inclusive < from. (The Civil forms are below.)
-double months_spanned(date from, date until_inclusive, MonthConvention convention);
-
-// months_spanned, refusing a window the convention makes empty (Error(invalid_argument)).
-double window_months(date from, date until_inclusive, MonthConvention convention);
 
 // ---- The month arithmetic, inline: the aggregates run it for every row ----------------
 
@@ -155,11 +132,14 @@ inline double months_between(const Boundary& a, const Boundary& b) {
     return static_cast<double>(b.months - a.months) + (b.fraction - a.fraction);
 }
 
+// Months from 00:00 of `from` to the end of `until_inclusive`; may be 0.
+// Throws Error(invalid_argument) if until_inclusive < from.
 inline double months_spanned(const Civil& from, const Civil& until_inclusive, MonthConvention convention) {
     if (until_inclusive < from) detail::inverted_window(from, until_inclusive);
     return months_between(start_of(from, convention), end_of(until_inclusive, convention));
 }
 
+// months_spanned, refusing a window the convention makes empty (Error(invalid_argument)).
 inline double window_months(const Civil& from, const Civil& until_inclusive, MonthConvention convention) {
     const double months = months_spanned(from, until_inclusive, convention);
     if (!(months > 0)) detail::empty_window(from, until_inclusive, convention);

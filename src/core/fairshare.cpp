@@ -128,14 +128,19 @@ void accumulate(IntervalState& state, std::int64_t ts, double amount, std::int64
     }
 }
 
-void merge(HalfLifeState& state, const HalfLifeState& other) {
+namespace {
+
+// Merges `other` into `state`: both states of one aggregate call, so the instant and the
+// parameters (`check_parameters` throws on a mismatch) must agree.
+template <typename State, typename CheckParameters>
+void merge_states(State& state, const State& other, CheckParameters check_parameters) {
     if (other.rows == 0) return;
     if (state.rows == 0) {
         state = other;
         return;
     }
     if (state.at != other.at) mismatch("instant \"at\"");
-    if (state.half_life != other.half_life) mismatch("half-life");
+    check_parameters();
     std::int64_t rows = state.rows, counted = state.counted;
     add_counts(rows, counted, other.rows, other.counted);
     state.sum.merge(other.sum);
@@ -143,21 +148,20 @@ void merge(HalfLifeState& state, const HalfLifeState& other) {
     state.counted = counted;
 }
 
+}  // namespace
+
+void merge(HalfLifeState& state, const HalfLifeState& other) {
+    merge_states(state, other, [&] {
+        if (state.half_life != other.half_life) mismatch("half-life");
+    });
+}
+
 void merge(IntervalState& state, const IntervalState& other) {
-    if (other.rows == 0) return;
-    if (state.rows == 0) {
-        state = other;
-        return;
-    }
-    if (state.at != other.at) mismatch("instant \"at\"");
-    if (state.period != other.period) mismatch("period");
-    if (state.decay != other.decay) mismatch("decay factor");
-    if (state.depth != other.depth) mismatch("depth");
-    std::int64_t rows = state.rows, counted = state.counted;
-    add_counts(rows, counted, other.rows, other.counted);
-    state.sum.merge(other.sum);
-    state.rows = rows;
-    state.counted = counted;
+    merge_states(state, other, [&] {
+        if (state.period != other.period) mismatch("period");
+        if (state.decay != other.decay) mismatch("decay factor");
+        if (state.depth != other.depth) mismatch("depth");
+    });
 }
 
 void validate(const HalfLifeState& s) {

@@ -13,21 +13,6 @@ void check_finite(double x, const char* what) {
         detail::not_finite(what);
 }
 
-// An allocation event given as dates, split into civil days after the checks of the date
-// forms in the order they have always run (amount, window, then `at`), so that a row with
-// several faults reports the same one; the Civil forms then compute.
-struct Row {
-    Civil from, until, at;
-};
-
-Row checked_row(date from, date until, double amount, date at, MonthConvention convention) {
-    check_finite(amount, "allocation amount");
-    const Civil f = calendar::civil(from);
-    const Civil u = calendar::civil(until);
-    calendar::window_months(f, u, convention);
-    return {f, u, calendar::civil(at)};
-}
-
 }  // namespace
 
 namespace detail {
@@ -45,16 +30,6 @@ void sum_out_of_range() {
 }
 
 }  // namespace detail
-
-double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
-    const Row row = checked_row(from, until, amount, at, convention);
-    return tmc_contribution(row.from, row.until, amount, row.at, convention);
-}
-
-double tc_contribution(date from, date until, double amount, date at, MonthConvention convention) {
-    const Row row = checked_row(from, until, amount, at, convention);
-    return tc_contribution(row.from, row.until, amount, row.at, convention);
-}
 
 void Sum::merge(const Sum& other) {
     add(other.sum);

@@ -17,13 +17,7 @@
 namespace hpcacct::theoretical {
 
 using calendar::Civil;
-using calendar::date;
 using calendar::MonthConvention;
-
-// Throws Error(out_of_range) on a non-finite amount, Error(invalid_argument) on an inverted
-// or empty window, Error(invalid_datetime) on a special or out-of-range date.
-double tmc_contribution(date from, date until, double amount, date at, MonthConvention convention);
-double tc_contribution(date from, date until, double amount, date at, MonthConvention convention);
 
 namespace detail {
 // Throw Error(out_of_range): "<what> must be a finite number", "theoretical consumption is
@@ -33,8 +27,9 @@ namespace detail {
 [[noreturn]] void sum_out_of_range();
 }  // namespace detail
 
-// The same on days already checked and split (calendar::civil_of_day): the aggregates' path,
-// inline, with the same results and the same errors for the amount and the window.
+// An event's contribution at `at`, on days already checked and split (calendar::civil_of_day).
+// Throws Error(out_of_range) on a non-finite amount, Error(invalid_argument) on an inverted
+// or empty window.
 inline double tmc_contribution(const Civil& from, const Civil& until, double amount, const Civil& at,
                                MonthConvention convention) {
     if (!std::isfinite(amount)) detail::not_finite("allocation amount");

@@ -57,17 +57,6 @@ int window_slot(int month, int at) {
 
 }  // namespace
 
-int month_index(int year, int month) {
-    if (month < 1 || month > 12) {
-        throw Error(ErrorKind::invalid_datetime, "month must be between 1 and 12",
-                    "Got " + std::to_string(month) + ".");
-    }
-    if (year < kMinYear || year > kMaxYear) {
-        throw Error(ErrorKind::invalid_datetime, "year is out of range", "Got " + std::to_string(year) + ".");
-    }
-    return year * 12 + (month - 1);
-}
-
 int year_of(int index) {
     // Floor division, so that month −1 is December of year −1.
     return index >= 0 ? index / 12 : -((-(index + 1)) / 12) - 1;

@@ -35,10 +35,10 @@ constexpr int kMaxMonthIndex = kMaxYear * 12 + 11;
 // Largest allowance or consumption accepted (integers stay exact up to 2^53).
 constexpr double kMaxValue = 9007199254740992.0;
 
-// Throws Error(invalid_datetime) unless 1 ≤ month ≤ 12 and kMinYear ≤ year ≤ kMaxYear.
-int month_index(int year, int month);
-int year_of(int index);   // the inverse of month_index
-int month_of(int index);  // 1..12
+// The year and month (1..12) of a month index (year × 12 + month − 1, as the glue's
+// pg::month_index counts).
+int year_of(int index);
+int month_of(int index);
 
 // Aggregate state. Flat and fixed-size: the glue may copy it byte for byte.
 // A value-initialised (all-zero) State is the empty state.

@@ -1,5 +1,14 @@
 #include "pg/aggregate.hpp"
 
+extern "C" {
+#include "access/htup_details.h"
+// funcapi.h reaches the spinlock headers, whose `register` C++17 rejects with a warning.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wregister"
+#include "funcapi.h"
+#pragma GCC diagnostic pop
+}
+
 namespace hpcacct::pg {
 
 void not_in_aggregate(const char* aggregate) {
@@ -32,6 +41,31 @@ StringInfoData serialized_state(FunctionCallInfo fcinfo, int size, const char* a
     buffer.maxlen = actual;
     buffer.cursor = 1;  // after the format byte
     return buffer;
+}
+
+TupleDesc composite_result(FunctionCallInfo fcinfo, const char* function, const char* type_name,
+                           std::initializer_list<Oid> types, const char* detail) {
+    TupleDesc desc = nullptr;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE) {
+        ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("%s must return a composite type", function)));
+    }
+    bool layout_ok = desc->natts == static_cast<int>(types.size());
+    int i = 0;
+    for (const Oid type : types) {
+        if (!layout_ok) break;
+        const Form_pg_attribute attribute = TupleDescAttr(desc, i++);
+        layout_ok = !attribute->attisdropped && attribute->atttypid == type;
+    }
+    if (!layout_ok) {
+        ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                        errmsg("type %s does not have the fields %s returns", type_name, function),
+                        detail != nullptr ? errdetail("%s", detail) : 0));
+    }
+    return desc;
+}
+
+Datum composite_datum(TupleDesc desc, Datum* values, bool* nulls) {
+    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }
 
 }  // namespace hpcacct::pg

@@ -8,6 +8,7 @@
 #include "pg/guard.hpp"
 
 extern "C" {
+#include "access/tupdesc.h"
 #include "lib/stringinfo.h"
 #include "libpq/pqformat.h"
 }
@@ -15,6 +16,7 @@ extern "C" {
 #include "core/theoretical.hpp"
 
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 namespace hpcacct::pg {
@@ -37,18 +39,37 @@ inline void require_argument(FunctionCallInfo fcinfo, int argno, const char* agg
     if (unlikely(PG_ARGISNULL(argno))) null_argument(aggregate, name, hint);
 }
 
+// Aggregate states are the core's flat structs: palloc'd, copied byte for byte, never destroyed.
+template <typename State>
+using FlatState = Across<State>;
+template <typename State>
+inline constexpr bool flat_state_v = std::is_trivially_copyable_v<FlatState<State>>;
+
+// Arguments 1, 2, ... of a transition function, named in order: each must not be NULL.
+inline void require_arguments(FunctionCallInfo fcinfo, const char* aggregate, std::initializer_list<const char*> names,
+                              const char* hint = nullptr) {
+    int argno = 1;
+    for (const char* name : names) require_argument(fcinfo, argno++, aggregate, name, hint);
+}
+
 // A zeroed state: for the core's flat structs, all-zero bytes are the empty state.
 template <typename State>
 State* new_state(MemoryContext context) {
-    static_assert(std::is_trivially_copyable_v<State> && std::is_trivially_destructible_v<State>,
-                  "aggregate states are flat structs");
+    static_assert(flat_state_v<State>, "aggregate states are flat structs");
     return static_cast<State*>(MemoryContextAllocZero(context, sizeof(State)));
+}
+
+// The state passed as argument `argno` (internal, not NULL).
+template <typename State>
+State* state_arg(FunctionCallInfo fcinfo, int argno) {
+    static_assert(flat_state_v<State>, "aggregate states are flat structs");
+    return reinterpret_cast<State*>(PG_GETARG_POINTER(argno));
 }
 
 // The transition state (argument 0), or a new, empty one on the first row.
 template <typename State>
 State* transition_state(FunctionCallInfo fcinfo, MemoryContext context) {
-    return PG_ARGISNULL(0) ? new_state<State>(context) : reinterpret_cast<State*>(PG_GETARG_POINTER(0));
+    return PG_ARGISNULL(0) ? new_state<State>(context) : state_arg<State>(fcinfo, 0);
 }
 
 // What a transition function derives from an argument that is the same on every row (the
@@ -58,7 +79,8 @@ State* transition_state(FunctionCallInfo fcinfo, MemoryContext context) {
 // kept then.
 template <typename Key, typename Value, typename Derive>
 Value derived_once(FunctionCallInfo fcinfo, Key key, Derive derive) {
-    static_assert(std::is_trivially_copyable_v<Key> && std::is_trivially_copyable_v<Value>);
+    static_assert(std::is_trivially_copyable_v<Across<Key>> && std::is_trivially_copyable_v<Across<Value>>,
+                  "what fn_extra keeps is palloc'd and never destroyed");
     struct Cache {
         bool valid;
         Key key;
@@ -87,15 +109,22 @@ Datum combine_states(FunctionCallInfo fcinfo, const char* aggregate, Merge merge
         if (PG_ARGISNULL(0)) PG_RETURN_NULL();
         PG_RETURN_POINTER(PG_GETARG_POINTER(0));
     }
-    const State* other = reinterpret_cast<const State*>(PG_GETARG_POINTER(1));
+    const State* other = state_arg<State>(fcinfo, 1);
     if (PG_ARGISNULL(0)) {
         State* copy = new_state<State>(context);
         std::memcpy(copy, other, sizeof(State));
         PG_RETURN_POINTER(copy);
     }
-    State* state = reinterpret_cast<State*>(PG_GETARG_POINTER(0));
+    State* state = state_arg<State>(fcinfo, 0);
     guarded([&] { merge(*state, *other); });
     PG_RETURN_POINTER(state);
+}
+
+// The state a final function finishes, or nullptr when the aggregate saw no row.
+template <typename State>
+const State* final_state(FunctionCallInfo fcinfo, const char* aggregate) {
+    aggregate_context(fcinfo, aggregate);
+    return PG_ARGISNULL(0) ? nullptr : state_arg<const State>(fcinfo, 0);
 }
 
 // Serialized states, one convention for every aggregate: a format byte (kStateFormat), then
@@ -126,5 +155,38 @@ inline void receive_sum(StringInfo buffer, theoretical::Sum& sum) {
 // format byte read: an error (22P03) unless it is of kStateFormat with exactly `size` bytes
 // of fields. What is read must still be validated.
 StringInfoData serialized_state(FunctionCallInfo fcinfo, int size, const char* aggregate);
+
+// A serialize function: the format byte, then what `send(StringInfo, const State&)` writes.
+template <typename State, typename Send>
+Datum serialize_state(FunctionCallInfo fcinfo, const char* aggregate, Send send) {
+    aggregate_context(fcinfo, aggregate);
+    StringInfoData buffer = begin_state();
+    send(&buffer, *state_arg<const State>(fcinfo, 0));
+    PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
+}
+
+// A deserialize function: checks the format and the exact `size`, reads the fields with
+// `receive(StringInfo, State&)`, then `validate(const State&)` (a core function, guarded)
+// checks they make a state the transition and combine functions could have built. The state
+// lives in the current (per-call) context; combine_states copies it when it keeps it.
+template <typename State, typename Receive, typename Validate>
+Datum deserialize_state(FunctionCallInfo fcinfo, const char* aggregate, int size, Receive receive,
+                        Validate validate) {
+    aggregate_context(fcinfo, aggregate);
+    StringInfoData buffer = serialized_state(fcinfo, size, aggregate);
+    State* state = new_state<State>(CurrentMemoryContext);
+    receive(&buffer, *state);
+    pq_getmsgend(&buffer);
+    guarded([&] { validate(*state); });
+    PG_RETURN_POINTER(state);
+}
+
+// The composite type a final function returns, checked to have exactly the fields `types`
+// (not dropped) that the C code fills: an error (42804) naming `type_name` otherwise.
+TupleDesc composite_result(FunctionCallInfo fcinfo, const char* function, const char* type_name,
+                           std::initializer_list<Oid> types, const char* detail = nullptr);
+
+// A row of that type, as a Datum.
+Datum composite_datum(TupleDesc desc, Datum* values, bool* nulls);
 
 }  // namespace hpcacct::pg

@@ -9,15 +9,12 @@
 // State: `internal`, the core's flat bank::State in the aggregate context, updated in place;
 // serialized as every aggregate state is (pg/aggregate.hpp), deserialize checks it and runs
 // bank::validate (the same design as window_quota.cpp, for the same reasons).
-#include "pg/postgres.hpp"
+#include "pg/aggregate.hpp"
+#include "pg/dates.hpp"
 
 extern "C" {
-#include "access/htup_details.h"
 #include "catalog/pg_type.h"
-#include "libpq/pqformat.h"
-#include "utils/builtins.h"
-#include "utils/date.h"
-#include "utils/datetime.h"
+#include "utils/fmgrprotos.h"
 #include "utils/numeric.h"
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wregister"
@@ -26,13 +23,8 @@ extern "C" {
 }
 
 #include "core/bank.hpp"
-#include "pg/aggregate.hpp"
-#include "pg/dates.hpp"
 
-
-using hpcacct::pg::aggregate_context;
 using hpcacct::pg::guarded;
-using hpcacct::pg::require_argument;
 namespace bank = hpcacct::bank;
 
 namespace {
@@ -51,6 +43,16 @@ DateADT quarter_start(int quarter) {
 // Micro-units as a numeric of scale 6.
 Datum numeric_of_micro_units(int64 micro) { return NumericGetDatum(int64_div_fast_to_numeric(micro, 6)); }
 
+// The type of the result's amounts: numeric, or float8 for 0.3's declaration of bank_balance.
+Oid result_amount_type(FunctionCallInfo fcinfo) {
+    TupleDesc desc = nullptr;
+    if (get_call_result_type(fcinfo, nullptr, &desc) == TYPEFUNC_COMPOSITE && desc->natts == 6 &&
+        TupleDescAttr(desc, 1)->atttypid == FLOAT8OID) {
+        return FLOAT8OID;
+    }
+    return NUMERICOID;
+}
+
 }  // namespace
 
 extern "C" {
@@ -59,11 +61,8 @@ extern "C" {
 // Not strict: NULL arguments are an error (22004), not rows silently left out.
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_transfn);
 Datum hpcacct_quarter_balance_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
-    require_argument(fcinfo, 1, kAggregate, "kind");
-    require_argument(fcinfo, 2, kAggregate, "quarter");
-    require_argument(fcinfo, 3, kAggregate, "amount");
-    require_argument(fcinfo, 4, kAggregate, "at");
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
+    hpcacct::pg::require_arguments(fcinfo, kAggregate, {"kind", "quarter", "amount", "at"});
     text* kind_text = PG_GETARG_TEXT_PP(1);
     const std::string_view kind_name(VARDATA_ANY(kind_text), VARSIZE_ANY_EXHDR(kind_text));
     const int entry_month = hpcacct::pg::month_index(PG_GETARG_DATEADT(2), "quarter_balance: quarter");
@@ -92,60 +91,38 @@ Datum hpcacct_quarter_balance_combinefn(PG_FUNCTION_ARGS) {
 
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_serialfn);
 Datum hpcacct_quarter_balance_serialfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kAggregate);
-    const bank::State* state = reinterpret_cast<const bank::State*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer = hpcacct::pg::begin_state();
-    pq_sendint64(&buffer, state->rows);
-    pq_sendint32(&buffer, state->at_quarter);
-    pq_sendint32(&buffer, state->at_set);
-    pq_sendint64(&buffer, state->deposits);
-    pq_sendint64(&buffer, state->charges);
-    pq_sendint64(&buffer, state->transfers);
-    pq_sendint64(&buffer, state->refunds);
-    PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
+    return hpcacct::pg::serialize_state<bank::State>(fcinfo, kAggregate, [](StringInfo buffer, const bank::State& state) {
+        pq_sendint64(buffer, state.rows);
+        pq_sendint32(buffer, state.at_quarter);
+        pq_sendint32(buffer, state.at_set);
+        for (const std::int64_t sum : {state.deposits, state.charges, state.transfers, state.refunds})
+            pq_sendint64(buffer, sum);
+    });
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_deserialfn);
 Datum hpcacct_quarter_balance_deserialfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kAggregate);
-    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, kSerializedSize, kAggregate);
-    auto* state = static_cast<bank::State*>(palloc0(sizeof(bank::State)));
-    state->rows = pq_getmsgint64(&buffer);
-    state->at_quarter = static_cast<int32>(pq_getmsgint(&buffer, 4));
-    state->at_set = static_cast<int32>(pq_getmsgint(&buffer, 4));
-    state->deposits = pq_getmsgint64(&buffer);
-    state->charges = pq_getmsgint64(&buffer);
-    state->transfers = pq_getmsgint64(&buffer);
-    state->refunds = pq_getmsgint64(&buffer);
-    pq_getmsgend(&buffer);
-    guarded([&] { bank::validate(*state); });
-    PG_RETURN_POINTER(state);
+    return hpcacct::pg::deserialize_state<bank::State>(
+        fcinfo, kAggregate, kSerializedSize,
+        [](StringInfo buffer, bank::State& state) {
+            state.rows = pq_getmsgint64(buffer);
+            state.at_quarter = static_cast<int32>(pq_getmsgint(buffer, 4));
+            state.at_set = static_cast<int32>(pq_getmsgint(buffer, 4));
+            for (auto* sum : {&state.deposits, &state.charges, &state.transfers, &state.refunds})
+                *sum = pq_getmsgint64(buffer);
+        },
+        bank::validate);
 }
 
 // quarter_balance_finalfn(internal) -> hpcacct.bank_balance; NULL when there were no rows.
 PG_FUNCTION_INFO_V1(hpcacct_quarter_balance_finalfn);
 Datum hpcacct_quarter_balance_finalfn(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kAggregate);
-    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-    const bank::State* state = reinterpret_cast<const bank::State*>(PG_GETARG_POINTER(0));
-    if (state->rows == 0) PG_RETURN_NULL();
-
-    TupleDesc desc = nullptr;
-    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE) {
-        ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("quarter_balance must return a composite type")));
-    }
-    bool layout_ok = desc->natts == 6;
-    const Oid amount_type = desc->natts == 6 ? TupleDescAttr(desc, 1)->atttypid : InvalidOid;  // float8 in 0.3
-    for (int i = 0; layout_ok && i < 6; ++i) {
-        const Form_pg_attribute attribute = TupleDescAttr(desc, i);
-        layout_ok = !attribute->attisdropped && attribute->atttypid == (i == 0 ? DATEOID : amount_type) &&
-                    (amount_type == NUMERICOID || amount_type == FLOAT8OID);
-    }
-    if (!layout_ok) {
-        ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-                        errmsg("type hpcacct.bank_balance does not have the fields quarter_balance returns")));
-    }
-
+    const bank::State* state = hpcacct::pg::final_state<bank::State>(fcinfo, kAggregate);
+    if (state == nullptr || state->rows == 0) PG_RETURN_NULL();
+    const Oid amount_type = result_amount_type(fcinfo);
+    TupleDesc desc = hpcacct::pg::composite_result(fcinfo, kAggregate, "hpcacct.bank_balance",
+                                                   {DATEOID, amount_type, amount_type, amount_type, amount_type,
+                                                    amount_type});
     const bank::Balance balance = guarded([&] { return bank::finish(*state); });
     const auto amount = [amount_type](int64 micro) {
         return amount_type == FLOAT8OID ? Float8GetDatum(static_cast<double>(micro) / 1e6) : numeric_of_micro_units(micro);
@@ -154,8 +131,7 @@ Datum hpcacct_quarter_balance_finalfn(PG_FUNCTION_ARGS) {
                        amount(balance.charges),  amount(balance.transfers),
                        amount(balance.refunds),  amount(balance.balance)};
     bool nulls[6] = {false, false, false, false, false, false};
-    HeapTuple tuple = heap_form_tuple(BlessTupleDesc(desc), values, nulls);
-    PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
+    PG_RETURN_DATUM(hpcacct::pg::composite_datum(desc, values, nulls));
 }
 
 }  // extern "C"

@@ -1,9 +1,7 @@
-// PostgreSQL dates as the core's boost::gregorian::date and month indexes.
+// PostgreSQL dates as the core's day counts and month indexes.
 #pragma once
 
 #include "pg/postgres.hpp"
-
-#include "pg/guard.hpp"
 
 extern "C" {
 #include "datatype/timestamp.h"
@@ -12,8 +10,6 @@ extern "C" {
 }
 
 #include "core/calendar.hpp"
-
-#include <boost/date_time/gregorian/gregorian_types.hpp>
 
 namespace hpcacct::pg {
 
@@ -36,15 +32,15 @@ inline CivilDate civil_date(DateADT date, const char* what) {
 // DateADT counts days from 2000-01-01, as the core's calendar::civil_of_day does.
 static_assert(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE == 10957, "DateADT day 0 is 2000-01-01");
 
-// Whether `date` is in Boost's range 1400-01-01 .. 9999-12-31, where the per-row paths below
-// split it with integer arithmetic (calendar::civil_of_day) rather than j2date and Boost.
-inline bool in_boost_range(DateADT date) {
+// Whether `date` is in 1400-01-01 .. 9999-12-31 (calendar::kFirstDay .. kLastDay), where it
+// is split with integer arithmetic (calendar::civil_of_day) rather than j2date.
+inline bool in_supported_range(DateADT date) {
     return date >= calendar::kFirstDay && date <= calendar::kLastDay;
 }
 
 // Months counted as year * 12 + month - 1, so that consecutive months differ by one.
 inline int month_index(DateADT date, const char* what) {
-    if (likely(in_boost_range(date))) {
+    if (likely(in_supported_range(date))) {
         const calendar::Civil civil = calendar::civil_of_day(date);
         return civil.year * 12 + civil.month - 1;
     }
@@ -52,26 +48,14 @@ inline int month_index(DateADT date, const char* what) {
     return civil.year * 12 + civil.month - 1;
 }
 
-// Boost covers 1400-01-01 .. 9999-12-31; outside it, an error naming `what`.
-inline boost::gregorian::date gregorian_date(DateADT date, const char* what) {
-    const CivilDate civil = civil_date(date, what);
-    if (civil.year < 1400 || civil.year > 9999) {
-        ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-                        errmsg("%s %04d-%02d-%02d is outside the supported range 1400-01-01 to 9999-12-31", what,
-                               civil.year, civil.month, civil.day)));
-    }
-    return guarded([&] {
-        return boost::gregorian::date(static_cast<unsigned short>(civil.year),
-                                      static_cast<unsigned short>(civil.month), static_cast<unsigned short>(civil.day));
-    });
-}
-
-// A date in Boost's range as it is (days from 2000-01-01); for any other date, the error
-// gregorian_date() raises (infinite, or outside 1400-01-01 .. 9999-12-31).
-inline DateADT boost_range_day(DateADT date, const char* what) {
-    if (likely(in_boost_range(date))) return date;
-    gregorian_date(date, what);  // raises the error: no date outside the range passes it
-    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("%s: unexpected date %d", what, date)));
+// A date of 1400-01-01 .. 9999-12-31 as it is (days from 2000-01-01), the range of the
+// theoretical aggregates; any other is an error naming `what` (22008).
+inline DateADT supported_day(DateADT date, const char* what) {
+    if (likely(in_supported_range(date))) return date;
+    const CivilDate civil = civil_date(date, what);  // an infinite date is refused there
+    ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+                    errmsg("%s %04d-%02d-%02d is outside the supported range 1400-01-01 to 9999-12-31", what,
+                           civil.year, civil.month, civil.day)));
     pg_unreachable();
 }
 

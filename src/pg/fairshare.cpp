@@ -9,22 +9,16 @@
 // hpcacct.window_quota: nothing outside an aggregate can reach or forge the state, the
 // transition function updates it in place, and the only bytes read from outside are the
 // deserialize function's, which checks their format and exact size and validates them.
-#include "pg/postgres.hpp"
+#include "pg/aggregate.hpp"
 
 extern "C" {
-#include "libpq/pqformat.h"
-#include "datatype/timestamp.h"
 #include "utils/timestamp.h"
 }
 
 #include "core/fairshare.hpp"
-#include "pg/aggregate.hpp"
-#include "pg/guard.hpp"
 
 #include <cstdint>
-#include <cstring>
 
-using hpcacct::pg::aggregate_context;
 using hpcacct::pg::guarded;
 namespace fs = hpcacct::fairshare;
 
@@ -32,10 +26,7 @@ namespace {
 
 constexpr const char* kAggregate = "decayed_usage";
 
-void require_argument(FunctionCallInfo fcinfo, int argno, const char* name) {
-    hpcacct::pg::require_argument(fcinfo, argno, kAggregate, name,
-                                  "Leave rows without a time or amount out with WHERE, or use coalesce(amount, 0).");
-}
+constexpr const char* kRowHint = "Leave rows without a time or amount out with WHERE, or use coalesce(amount, 0).";
 
 std::int64_t finite_timestamp(FunctionCallInfo fcinfo, int argno, const char* name) {
     const TimestampTz value = PG_GETARG_TIMESTAMPTZ(argno);
@@ -88,20 +79,16 @@ void receive_common(StringInfo buffer, State& state, std::int64_t& length) {
     length = pq_getmsgint64(buffer);
 }
 
-bytea* serialize(const fs::HalfLifeState& state) {
-    StringInfoData buffer = hpcacct::pg::begin_state();
-    send_common(&buffer, state.rows, state.counted, state.at, state.half_life);
-    hpcacct::pg::send_sum(&buffer, state.sum);
-    return pq_endtypsend(&buffer);
+void send(StringInfo buffer, const fs::HalfLifeState& state) {
+    send_common(buffer, state.rows, state.counted, state.at, state.half_life);
+    hpcacct::pg::send_sum(buffer, state.sum);
 }
 
-bytea* serialize(const fs::IntervalState& state) {
-    StringInfoData buffer = hpcacct::pg::begin_state();
-    send_common(&buffer, state.rows, state.counted, state.at, state.period);
-    pq_sendfloat8(&buffer, state.decay);
-    pq_sendint32(&buffer, state.depth);
-    hpcacct::pg::send_sum(&buffer, state.sum);
-    return pq_endtypsend(&buffer);
+void send(StringInfo buffer, const fs::IntervalState& state) {
+    send_common(buffer, state.rows, state.counted, state.at, state.period);
+    pq_sendfloat8(buffer, state.decay);
+    pq_sendint32(buffer, state.depth);
+    hpcacct::pg::send_sum(buffer, state.sum);
 }
 
 void receive(StringInfo buffer, fs::HalfLifeState& state) {
@@ -118,30 +105,22 @@ void receive(StringInfo buffer, fs::IntervalState& state) {
 
 template <typename State>
 Datum serialize(FunctionCallInfo fcinfo) {
-    aggregate_context(fcinfo, kAggregate);
-    PG_RETURN_BYTEA_P(serialize(*reinterpret_cast<const State*>(PG_GETARG_POINTER(0))));
+    return hpcacct::pg::serialize_state<State>(fcinfo, kAggregate,
+                                               [](StringInfo buffer, const State& state) { send(buffer, state); });
 }
 
-// Checks the format and size, and that the fields are a state accumulate/merge could have
-// built. The result lives in the current (per-call) context; combine copies it when it keeps it.
 template <typename State>
 Datum deserialize(FunctionCallInfo fcinfo, int size) {
-    aggregate_context(fcinfo, kAggregate);
-    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, size, "decayed usage");
-    auto* state = static_cast<State*>(palloc0(sizeof(State)));
-    receive(&buffer, *state);
-    pq_getmsgend(&buffer);
-    guarded([&] { fs::validate(*state); });
-    PG_RETURN_POINTER(state);
+    return hpcacct::pg::deserialize_state<State>(
+        fcinfo, kAggregate, size, [](StringInfo buffer, State& state) { receive(buffer, state); },
+        [](const State& state) { fs::validate(state); });
 }
 
 // NULL when the aggregate saw no rows, as sum() does.
 template <typename State>
 Datum finish_state(FunctionCallInfo fcinfo) {
-    aggregate_context(fcinfo, kAggregate);
-    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-    const State* state = reinterpret_cast<const State*>(PG_GETARG_POINTER(0));
-    if (fs::empty(*state)) PG_RETURN_NULL();
+    const State* state = hpcacct::pg::final_state<State>(fcinfo, kAggregate);
+    if (state == nullptr || fs::empty(*state)) PG_RETURN_NULL();
     PG_RETURN_FLOAT8(guarded([&] { return fs::finish(*state); }));
 }
 
@@ -153,11 +132,8 @@ extern "C" {
 // half_life interval). Not strict: a NULL argument is an error (22004), not a row left out.
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_transfn);
 Datum hpcacct_decayed_usage_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
-    require_argument(fcinfo, 1, "ts");
-    require_argument(fcinfo, 2, "amount");
-    require_argument(fcinfo, 3, "at");
-    require_argument(fcinfo, 4, "half_life");
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
+    hpcacct::pg::require_arguments(fcinfo, kAggregate, {"ts", "amount", "at", "half_life"}, kRowHint);
     const std::int64_t ts = finite_timestamp(fcinfo, 1, "ts");
     const double amount = PG_GETARG_FLOAT8(2);
     const std::int64_t at = finite_timestamp(fcinfo, 3, "at");
@@ -192,13 +168,8 @@ Datum hpcacct_decayed_usage_finalfn(PG_FUNCTION_ARGS) {
 // at timestamptz, period interval, decay float8, depth int4). Not strict, as above.
 PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_transfn);
 Datum hpcacct_decayed_usage_periods_transfn(PG_FUNCTION_ARGS) {
-    MemoryContext context = aggregate_context(fcinfo, kAggregate);
-    require_argument(fcinfo, 1, "ts");
-    require_argument(fcinfo, 2, "amount");
-    require_argument(fcinfo, 3, "at");
-    require_argument(fcinfo, 4, "period");
-    require_argument(fcinfo, 5, "decay");
-    require_argument(fcinfo, 6, "depth");
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, kAggregate);
+    hpcacct::pg::require_arguments(fcinfo, kAggregate, {"ts", "amount", "at", "period", "decay", "depth"}, kRowHint);
     const std::int64_t ts = finite_timestamp(fcinfo, 1, "ts");
     const double amount = PG_GETARG_FLOAT8(2);
     const std::int64_t at = finite_timestamp(fcinfo, 3, "at");

@@ -15,6 +15,24 @@
 
 namespace hpcacct::pg {
 
+// What lives across a PostgreSQL call must need no destructor: ereport and PG_TRY leave by
+// longjmp, which runs no C++ destructor, and palloc'd memory (aggregate states, fn_extra
+// caches) is freed with its memory context, never destroyed. The glue declares such objects
+// as Across<T> (a local that an ereport may jump over) or gets them through aggregate.hpp's
+// new_state / state_arg / derived_once, all of which check this at compile time.
+template <typename T>
+inline constexpr bool survives_longjmp_v = std::is_trivially_destructible_v<T>;
+
+template <typename T>
+struct CheckedAcross {
+    static_assert(survives_longjmp_v<T>,
+                  "an object that lives across a PostgreSQL call (ereport, PG_TRY, palloc) must be trivially "
+                  "destructible");
+    using type = T;
+};
+template <typename T>
+using Across = typename CheckedAcross<T>::type;
+
 // Filled in by exactly one capture function, which sets every field. It is left
 // uninitialised until then: guarded() runs once per row in the aggregates, and zeroing its
 // 1.5 KB on every call (no error) used to be a quarter of their cost.
@@ -36,9 +54,9 @@ void capture_unexpected(PendingError& pending, const char* what) noexcept;
 template <typename Body>
 auto guarded(Body&& body) -> decltype(body()) {
     using Result = decltype(body());
-    static_assert(std::is_void_v<Result> || std::is_trivially_destructible_v<Result>,
+    static_assert(std::is_void_v<Result> || survives_longjmp_v<Result>,
                   "a guarded body must not return an object with a destructor");
-    PendingError pending;  // set by a capture function before raise() reads it
+    Across<PendingError> pending;  // set by a capture function before raise() reads it
     try {
         return body();
     } catch (const Error& e) {

@@ -14,6 +14,7 @@ extern "C" {
 #include <cstdio>
 #include <string_view>
 
+using hpcacct::pg::Across;
 using hpcacct::pg::guarded;
 namespace tres = hpcacct::tres;
 
@@ -36,7 +37,7 @@ PG_FUNCTION_INFO_V1(hpcacct_tres_problem);
 Datum hpcacct_tres_problem(PG_FUNCTION_ARGS) {
     const text* input = PG_GETARG_TEXT_PP(0);
     const std::string_view view(VARDATA_ANY(input), VARSIZE_ANY_EXHDR(input));
-    Problem problem;
+    Across<Problem> problem;  // read after the guarded body, before ereport
     problem.found = false;
     guarded([&] {
         try {

@@ -11,13 +11,10 @@
 // The transition functions are not STRICT: a NULL valid_from, valid_until, amount, at or
 // convention is an error (22004) rather than a row silently skipped, since a skipped
 // allocation event would make TMC and TC wrong without anyone noticing.
-#include "pg/postgres.hpp"
-
 #include "pg/aggregate.hpp"
 #include "pg/dates.hpp"
 
 extern "C" {
-#include "libpq/pqformat.h"
 #include "utils/builtins.h"
 }
 
@@ -26,9 +23,7 @@ extern "C" {
 #include <cmath>
 #include <string_view>
 
-using hpcacct::pg::aggregate_context;
-using hpcacct::pg::boost_range_day;
-using hpcacct::pg::require_argument;
+using hpcacct::pg::supported_day;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
 namespace theoretical = hpcacct::theoretical;
@@ -44,21 +39,21 @@ constexpr const char* kSupportedAggregates = "hpcacct.tmc or hpcacct.tc";
 
 Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention) {
     const char* const function = measure == Measure::tmc ? "hpcacct.tmc" : "hpcacct.tc";
-    MemoryContext context = aggregate_context(fcinfo, function);
+    MemoryContext context = hpcacct::pg::aggregate_context(fcinfo, function);
     static const char* const arguments[] = {"valid_from", "valid_until", "amount", "at", "convention"};
     const int last = with_convention ? 5 : 4;
     for (int i = 1; i <= last; ++i) {
-        require_argument(fcinfo, i, function, arguments[i - 1],
+        hpcacct::pg::require_argument(fcinfo, i, function, arguments[i - 1],
                          "Every allocation event needs a validity window, an amount and a date.");
     }
     // Dates stay day counts (the core splits them with integer arithmetic only when it needs
-    // their months; `at` is split once per query); the errors are gregorian_date's, in the
+    // their months; `at` is split once per query); the errors are supported_day's, in the
     // same order (valid_from, valid_until, at).
-    const DateADT from = boost_range_day(PG_GETARG_DATEADT(1), "valid_from");
-    const DateADT until = boost_range_day(PG_GETARG_DATEADT(2), "valid_until");
+    const DateADT from = supported_day(PG_GETARG_DATEADT(1), "valid_from");
+    const DateADT until = supported_day(PG_GETARG_DATEADT(2), "valid_until");
     const double amount = PG_GETARG_FLOAT8(3);
     const calendar::Day at = hpcacct::pg::derived_once<DateADT, calendar::Day>(
-        fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) { return calendar::day_of(boost_range_day(day, "at")); });
+        fcinfo, PG_GETARG_DATEADT(4), [](DateADT day) { return calendar::day_of(supported_day(day, "at")); });
     std::string_view convention_name;
     if (with_convention) {
         text* name = PG_GETARG_TEXT_PP(5);
@@ -90,47 +85,38 @@ Datum hpcacct_tc_transfn(PG_FUNCTION_ARGS) {
 }
 
 // Merges the second state into the first; either may be NULL (a worker that saw no row).
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_combine);
-Datum hpcacct_theoretical_combine(PG_FUNCTION_ARGS) {
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_combinefn);
+Datum hpcacct_theoretical_combinefn(PG_FUNCTION_ARGS) {
     return hpcacct::pg::combine_states<Sum>(fcinfo, kSupportedAggregates,
                                             [](Sum& state, const Sum& other) { state.merge(other); });
 }
 
 // The sum; NULL when the aggregate saw no row (as sum() does).
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_final);
-Datum hpcacct_theoretical_final(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kSupportedAggregates);
-    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
-    const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_finalfn);
+Datum hpcacct_theoretical_finalfn(PG_FUNCTION_ARGS) {
+    const Sum* state = hpcacct::pg::final_state<Sum>(fcinfo, kSupportedAggregates);
+    if (state == nullptr) PG_RETURN_NULL();
     PG_RETURN_FLOAT8(guarded([&] { return state->value(); }));
 }
 
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialize);
-Datum hpcacct_theoretical_serialize(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kSupportedAggregates);
-    const Sum* state = reinterpret_cast<const Sum*>(PG_GETARG_POINTER(0));
-    StringInfoData buffer = hpcacct::pg::begin_state();
-    pq_sendfloat8(&buffer, state->sum);
-    pq_sendfloat8(&buffer, state->compensation);
-    PG_RETURN_BYTEA_P(pq_endtypsend(&buffer));
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialfn);
+Datum hpcacct_theoretical_serialfn(PG_FUNCTION_ARGS) {
+    return hpcacct::pg::serialize_state<Sum>(fcinfo, kSupportedAggregates, hpcacct::pg::send_sum);
 }
 
 // Validates what it reads as if it came from an attacker: exact size, finite numbers.
-PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialize);
-Datum hpcacct_theoretical_deserialize(PG_FUNCTION_ARGS) {
-    aggregate_context(fcinfo, kSupportedAggregates);
-    StringInfoData buffer = hpcacct::pg::serialized_state(fcinfo, kSerializedSize, "theoretical consumption");
-    const double sum = pq_getmsgfloat8(&buffer);
-    const double compensation = pq_getmsgfloat8(&buffer);
-    pq_getmsgend(&buffer);
-    if (!std::isfinite(sum) || !std::isfinite(compensation)) {
-        ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                        errmsg("invalid theoretical consumption state: non-finite sum")));
-    }
-    Sum* state = hpcacct::pg::new_state<Sum>(CurrentMemoryContext);
-    state->sum = sum;
-    state->compensation = compensation;
-    PG_RETURN_POINTER(state);
+PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialfn);
+Datum hpcacct_theoretical_deserialfn(PG_FUNCTION_ARGS) {
+    return hpcacct::pg::deserialize_state<Sum>(
+        fcinfo, kSupportedAggregates, kSerializedSize,
+        [](StringInfo buffer, Sum& state) {
+            hpcacct::pg::receive_sum(buffer, state);
+            if (!std::isfinite(state.sum) || !std::isfinite(state.compensation)) {
+                ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+                                errmsg("invalid theoretical consumption state: non-finite sum")));
+            }
+        },
+        [](const Sum&) {});
 }
 
 // regulation_status(consumption, tc, tmc): 'ok', 'warning' or 'retraction' (rules §2).

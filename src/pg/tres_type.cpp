@@ -9,6 +9,7 @@ extern "C" {
 
 #include <cstring>
 
+using hpcacct::pg::Across;
 using hpcacct::pg::guarded;
 using hpcacct::pg::tres_arg;
 using hpcacct::pg::tres_datum;
@@ -33,7 +34,7 @@ bool equal_args(FunctionCallInfo fcinfo) {
 Datum scaled(FunctionCallInfo fcinfo, int tres_argno, int factor_argno) {
     const tres::View value = tres_arg(fcinfo, tres_argno);
     const double factor = PG_GETARG_FLOAT8(factor_argno);
-    tres::Vector result;
+    Across<tres::Vector> result;  // lives across ereport and palloc
     guarded([&] { tres::scale(value, factor, result); });
     return tres_datum(result);
 }
@@ -46,7 +47,7 @@ PG_FUNCTION_INFO_V1(hpcacct_tres_in);
 Datum hpcacct_tres_in(PG_FUNCTION_ARGS) {
     const char* text = PG_GETARG_CSTRING(0);
     const std::size_t length = std::strlen(text);
-    tres::Vector result;
+    Across<tres::Vector> result;  // lives across ereport and palloc
     guarded([&] { tres::parse(std::string_view(text, length), result); });
     return tres_datum(result);
 }
@@ -70,7 +71,7 @@ Datum hpcacct_tres_recv(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
                         errmsg("invalid tres component count %d in binary input", count)));
     }
-    tres::Vector result;
+    Across<tres::Vector> result;  // lives across ereport and palloc
     for (int i = 0; i < count; ++i) {
         const int raw_length = pq_getmsgint(buffer, 4);
         if (raw_length <= 0 || static_cast<std::size_t>(raw_length) > tres::kMaxKeyLength) {
@@ -112,7 +113,7 @@ PG_FUNCTION_INFO_V1(hpcacct_tres_add);
 Datum hpcacct_tres_add(PG_FUNCTION_ARGS) {
     const tres::View a = tres_arg(fcinfo, 0);
     const tres::View b = tres_arg(fcinfo, 1);
-    tres::Vector result;
+    Across<tres::Vector> result;  // lives across ereport and palloc
     guarded([&] { tres::add(a, b, result); });
     return tres_datum(result);
 }

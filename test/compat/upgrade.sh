@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Runs inside with-cluster.sh: installs the previous release of hpcacct (the newest frozen
-# script in sql/versions/ older than the current version), fills it with the demo's site,
-# updates it with ALTER EXTENSION hpcacct UPDATE, and requires
+# Runs inside with-cluster.sh: installs the previous release of hpcacct (the version the
+# update script to the current one starts from), fills it with the demo's site, updates it
+# with ALTER EXTENSION hpcacct UPDATE, and requires
 #   - the same reports (reports.sql) before and after the update,
 #   - the same schema (schema.sql) as a fresh install of the current version.
 #   - that a portal user of the previous release still reads every report after it.
+# Then the whole chain: every earlier release (0.1 on) installs and, updated step by step
+# to the current version, has a fresh install's schema. A frozen full install script is
+# kept only where no update script leads (the base of the chain): PostgreSQL installs any
+# other release from that base and the update scripts.
 # Appends "upgrade passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,8 +16,8 @@ cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 
 current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" hpcacct.control)
-previous=$(ls sql/versions/hpcacct--*.sql 2>/dev/null | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' \
-           | grep -vx "$current" | sort -V | tail -1)
+previous=$(ls sql/versions/hpcacct--*--"$current".sql 2>/dev/null | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' \
+           | sort -V | tail -1)
 if [ -z "$previous" ]; then
     echo "not ok - no previous release of hpcacct in sql/versions"
     echo "upgrade 0 1" >>"$HPCACCT_TALLY"
@@ -68,6 +72,29 @@ psql -X -q -d hpcacct_upgrade -f test/compat/schema.sql >"$work/updated.txt" 2>&
 check "the updated schema equals a fresh install of $current ($(wc -l <"$work/fresh.txt") lines compared)" \
     "$(cmp -s "$work/fresh.txt" "$work/updated.txt" && echo t)"
 diff "$work/fresh.txt" "$work/updated.txt" | head -20
+
+# ---- the whole chain ----
+releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
+bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)
+reached=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--[0-9.]*--\([0-9.]*\)\.sql$|\1|p' | sort -uV)
+needless=$(comm -12 <(echo "$bases") <(echo "$reached") | tr '\n' ' ')
+check "each frozen full install script is the base of an update path (none that an update reaches${needless:+: $needless})" \
+    "$([ -z "$needless" ] && echo t)"
+for version in $releases; do
+    db="hpcacct_chain_${version//./_}"
+    createdb "$db"
+    psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION hpcacct VERSION '$version' CASCADE" >/dev/null 2>"$work/chain.err"
+    installed=$(psql -X -At -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+    psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c 'ALTER EXTENSION hpcacct UPDATE' 2>>"$work/chain.err"
+    psql -X -q -d "$db" -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1
+    psql -X -q -d "$db" -c 'CALL hpcacct.setup_roles()' >/dev/null 2>&1
+    psql -X -q -d "$db" -f test/compat/schema.sql >"$work/chain.txt" 2>&1
+    check "release $version installs${installed:+ ($installed)} and, updated to $current, has a fresh install's schema" \
+        "$([ "$installed" = "$version" ] && cmp -s "$work/fresh.txt" "$work/chain.txt" && echo t)"
+    grep -v '^NOTICE' "$work/chain.err" | sed 's/^/    /' | head -5
+    diff "$work/fresh.txt" "$work/chain.txt" | head -10
+    dropdb "$db"
+done
 
 rm -rf "$work"
 report upgrade

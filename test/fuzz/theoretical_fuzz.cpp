@@ -19,12 +19,15 @@
 #include "core/calendar.hpp"
 #include "core/theoretical.hpp"
 
+#include "../unit/date_forms.hpp"  // Boost dates split and checked as the glue does, then the core
+
 #include <limits>
 #include <optional>
 
 namespace calendar = hpcacct::calendar;
 namespace theoretical = hpcacct::theoretical;
-using calendar::date;
+namespace dates = hpcacct::testing::dates;
+using dates::date;
 using hpcacct::Error;
 using hpcacct::ErrorKind;
 
@@ -50,7 +53,7 @@ std::optional<date> read_date(fuzz::Reader& in) {
         }
     }
     try {
-        const date d = calendar::make_date(year, month, day);
+        const date d = dates::make_date(year, month, day);
         FUZZ_CHECK(real_date(year, month, day), "make_date accepted %d-%d-%d", year, month, day);
         return d;
     } catch (const Error& e) {
@@ -79,23 +82,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const double consumption = in.take<double>();
 
     if (from && until) {
-        const auto p_from = attempt([&] { return calendar::month_position(*from, convention); });
-        const auto p_until = attempt([&] { return calendar::month_position(*until, convention); });
+        const auto p_from = attempt([&] { return dates::month_position(*from, convention); });
+        const auto p_until = attempt([&] { return dates::month_position(*until, convention); });
         if (p_from && p_until && *from < *until) FUZZ_CHECK(*p_from <= *p_until, "month_position not monotone");
 
-        const auto spanned = attempt([&] { return calendar::months_spanned(*from, *until, convention); });
+        const auto spanned = attempt([&] { return dates::months_spanned(*from, *until, convention); });
         if (spanned) {
             FUZZ_CHECK(std::isfinite(*spanned) && *spanned >= 0, "months_spanned = %g", *spanned);
             if (convention == calendar::MonthConvention::day) FUZZ_CHECK(*spanned > 0, "empty day window");
         }
-        const auto window = attempt([&] { return calendar::window_months(*from, *until, convention); });
+        const auto window = attempt([&] { return dates::window_months(*from, *until, convention); });
         if (window) FUZZ_CHECK(spanned && *window == *spanned && *window > 0, "window_months = %g", *window);
 
         if (at) {
             const auto tmc =
-                attempt([&] { return theoretical::tmc_contribution(*from, *until, amount, *at, convention); });
+                attempt([&] { return dates::tmc_contribution(*from, *until, amount, *at, convention); });
             const auto tc =
-                attempt([&] { return theoretical::tc_contribution(*from, *until, amount, *at, convention); });
+                attempt([&] { return dates::tc_contribution(*from, *until, amount, *at, convention); });
             if (tmc || tc) FUZZ_CHECK(window && std::isfinite(amount), "a contribution without a valid window");
             if (tmc) {
                 FUZZ_CHECK(std::isfinite(*tmc), "TMC = %g", *tmc);

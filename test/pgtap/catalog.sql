@@ -1,7 +1,7 @@
 -- The extension's catalog: every object says what it is, and the version installed is the one
 -- the control file names.
 BEGIN;
-SELECT plan(5);
+SELECT plan(6);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'),
           (SELECT default_version FROM pg_available_extensions WHERE name = 'hpcacct'),
@@ -13,6 +13,11 @@ SELECT is_empty($$SELECT c.oid::regclass FROM pg_class c
                   WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind IN ('r', 'v')
                     AND obj_description(c.oid, 'pg_class') IS NULL$$,
                 'every table and view has a comment');
+SELECT is_empty($$SELECT c.oid::regclass || '.' || a.attname FROM pg_class c
+                  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                  WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v'
+                    AND col_description(c.oid, a.attnum) IS NULL$$,
+                'every column of every view has a comment (sql/install/98_column_comments.sql)');
 SELECT is_empty($$SELECT t.oid::regtype FROM pg_type t
                   WHERE t.typnamespace = 'hpcacct'::regnamespace AND t.typtype IN ('b', 'c')
                     AND t.typcategory <> 'A'

@@ -29,9 +29,9 @@ CREATE TEMP VIEW fs_objects AS
     FROM pg_proc p
     WHERE p.pronamespace = 'hpcacct'::regnamespace
       AND (p.proname LIKE 'decayed_usage%' OR p.proname LIKE 'fairshare%' OR p.proname LIKE 'usage_by_%'
-           OR p.proname IN ('check_fairshare_setting', 'year_start_month', 'allocation_year', 'year_charges',
+           OR p.proname IN ('check_fairshare_setting', 'year_start_month', 'allocation_year',
                             'year_allocations'));
-SELECT is((SELECT count(*) FROM fs_objects), 26::bigint, 'the fair-share area has 26 functions and aggregates');
+SELECT is((SELECT count(*) FROM fs_objects), 25::bigint, 'the fair-share area has 25 functions and aggregates');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects WHERE obj_description(oid, 'pg_proc') IS NULL$$,
                 'every fair-share function and aggregate has a comment');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects

@@ -145,19 +145,36 @@ SELECT is(pg_temp.decay_mismatches('2026-05-17 12:00+02'), 0::bigint,
           'fairshare() at an instant inside the folded months, from the rollup: still equal');
 
 -- usage_base: the same folded months without the submitter, which the reports per account
--- and per resource read; compared with year_charges() over the ledger, job by job
+-- and per resource read; compared with the ledger's charges, job by job, each attributed pro
+-- rata by wall-clock time to its pool's allocation year up to `at` (jobs ended by `at`)
+CREATE FUNCTION pg_temp.year_charges(for_year integer, at timestamptz)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, rate float8, amount numeric)
+    LANGUAGE sql STABLE AS $$
+    WITH years AS MATERIALIZED (
+        SELECT p.pool, y.starts, y.upto
+        FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) p
+        CROSS JOIN LATERAL hpcacct.allocation_year(p.pool, for_year, at) y
+    )
+    SELECT y.pool, l.unit, r.cluster, r.partition, l.account, r.rate,
+           l.amount * hpcacct.period_share(l.job_start, l.job_end, y.starts, y.upto)
+    FROM hpcacct.ledger l
+    JOIN hpcacct.resource r USING (resource_id)
+    JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+    WHERE l.kind = 'charge' AND l.job_end <= at
+      AND l.job_end > y.starts AND l.job_start < y.upto AND l.job_end > l.job_start
+$$;
 CREATE FUNCTION pg_temp.usage_mismatches(at timestamptz) RETURNS bigint LANGUAGE sql AS $$
     WITH account_usage AS (
         SELECT pool, unit, account, usage FROM usage_by_account(2026, at)
     ), account_expected AS (
-        SELECT pool, unit, account, round(sum(amount), 6) AS usage FROM year_charges(2026, at)
+        SELECT pool, unit, account, round(sum(amount), 6) AS usage FROM pg_temp.year_charges(2026, at)
         GROUP BY 1, 2, 3 HAVING sum(amount) <> 0
     ), resource_usage AS (
         SELECT pool, unit, cluster, partition, usage, equivalent_hours FROM usage_by_resource(2026, at)
     ), resource_expected AS (
         SELECT pool, unit, cluster, partition, round(sum(amount), 6) AS usage,
                round(sum(amount / rate::numeric), 6) AS equivalent_hours
-        FROM year_charges(2026, at) GROUP BY 1, 2, 3, 4 HAVING sum(amount) <> 0
+        FROM pg_temp.year_charges(2026, at) GROUP BY 1, 2, 3, 4 HAVING sum(amount) <> 0
     )
     SELECT (SELECT count(*) FROM account_usage a FULL JOIN account_expected e USING (pool, unit, account)
             WHERE a.usage IS DISTINCT FROM e.usage)
@@ -173,7 +190,7 @@ SELECT set_eq('SELECT account, resource_id, unit, month, through, amount FROM us
 SELECT ok((SELECT count(*) FROM usage_base) < (SELECT count(*) FROM charge_rollup WHERE folded),
           'and it has fewer rows than the rollup''s');
 SELECT is(pg_temp.usage_mismatches(now()), 0::bigint,
-          'usage_by_account and usage_by_resource now, from usage_base: equal to year_charges()');
+          'usage_by_account and usage_by_resource now, from usage_base: equal to the ledger''s charges');
 SAVEPOINT tampered;
 UPDATE usage_base SET amount = amount + 1 WHERE month = '2026-03-01';
 SELECT ok(pg_temp.usage_mismatches(now()) > 0, 'they do read usage_base (altered, they disagree)');
@@ -225,9 +242,9 @@ SELECT ok(EXISTS (SELECT 1 FROM fairshare_all('2026-05-17 12:00+02') WHERE submi
 SELECT is_empty($$
     SELECT account, usage FROM usage_by_account(2026, '2026-02-10 09:30-08') WHERE unit = 'core-hours'
     EXCEPT
-    SELECT account, round(sum(amount), 6) FROM year_charges(2026, '2026-02-10 09:30-08')
+    SELECT account, round(sum(amount), 6) FROM pg_temp.year_charges(2026, '2026-02-10 09:30-08')
     WHERE unit = 'core-hours' GROUP BY account$$,
-    'usage_by_account in the middle of a month equals the sum of year_charges() over the ledger');
+    'usage_by_account in the middle of a month equals the ledger''s charges summed');
 SELECT ok((SELECT count(*) FROM ledger WHERE kind = 'charge' AND job_end > '2026-02-10 09:30-08'
              AND job_start < '2026-02-10 09:30-08') > 0,
           'and some jobs were still running at that instant (not counted)');
@@ -243,9 +260,9 @@ SELECT ok((SELECT count(*) FROM charge_rollup, last_end
 SELECT is_empty($$
     SELECT account, usage FROM last_end, usage_by_account(2026, last_end.at) WHERE unit = 'core-hours'
     EXCEPT
-    SELECT account, round(sum(amount), 6) FROM last_end, year_charges(2026, last_end.at)
+    SELECT account, round(sum(amount), 6) FROM last_end, pg_temp.year_charges(2026, last_end.at)
     WHERE unit = 'core-hours' GROUP BY account$$,
-    'usage_by_account at the last job''s end equals the sum of year_charges() over the ledger');
+    'usage_by_account at the last job''s end equals the ledger''s charges summed');
 
 -- ---- consumption_before(): rollup + ledger, exactly the job-by-job sum ----
 CREATE TEMP TABLE instants AS

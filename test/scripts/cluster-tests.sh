@@ -46,5 +46,8 @@ test/compat/dump_restore.sh
 # The previous release, filled and updated with ALTER EXTENSION, equals a fresh install.
 test/compat/upgrade.sh
 
+# The README's reference of every object is the catalog's.
+test/compat/reference.sh
+
 # hpcacct-sacct against a real Slurm (test/slurm/with-slurm.sh): the job mix, loaded and checked.
 test/slurm/loader.sh

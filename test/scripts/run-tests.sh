@@ -74,7 +74,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade loader notify bench slurm enforce federation; do
+for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade reference loader notify bench slurm enforce federation; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "date_forms.hpp"
 #include "error_kind.hpp"
 
 #include <string>
@@ -14,6 +15,7 @@ namespace {
 using hpcacct::Error;
 using hpcacct::ErrorKind;
 using namespace hpcacct::calendar;
+using namespace hpcacct::testing::dates;
 
 constexpr auto kHalf = MonthConvention::half_month;
 constexpr auto kDay = MonthConvention::day;
@@ -125,14 +127,6 @@ TEST(Calendar, SpecialAndOutOfRangeDatesAreInvalidDatetime) {
               ErrorKind::invalid_datetime);
     // The last representable day still has an end.
     EXPECT_EQ(window_months(ymd(9999, 12, 1), ymd(9999, 12, 31), kHalf), 1.0);
-}
-
-TEST(Calendar, MakeDateValidates) {
-    EXPECT_EQ(make_date(2024, 2, 29), date(2024, 2, 29));
-    EXPECT_EQ(kind_of([] { make_date(2023, 2, 29); }), ErrorKind::invalid_datetime);
-    EXPECT_EQ(kind_of([] { make_date(2023, 13, 1); }), ErrorKind::invalid_datetime);
-    EXPECT_EQ(kind_of([] { make_date(1399, 12, 31); }), ErrorKind::invalid_datetime);
-    EXPECT_EQ(kind_of([] { make_date(67536, 1, 1); }), ErrorKind::invalid_datetime);  // not 2000
 }
 
 }  // namespace
