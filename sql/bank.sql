@@ -45,13 +45,13 @@ SELECT account, quarter, deposits, charges, transfers, refunds, balance, state
 FROM quarter_balances WHERE account IN ('nip00001', 'ana') ORDER BY account, quarter;
 
 -- The aggregate directly, and its bad input.
-SELECT (quarter_balance(kind, quarter, amount::float8, '2024-05-20')).*
+SELECT (quarter_balance(kind, quarter, amount, '2024-05-20')).*
 FROM bank_entry WHERE account = 'nip00001';
 SELECT quarter_balance('grant', '2024-01-01', 1, '2024-01-01');
 SELECT quarter_balance('deposit', NULL, 1, '2024-01-01');
 SELECT quarter_balance('deposit', '2024-01-01', 'NaN', '2024-01-01');
 SELECT quarter_balance(kind, quarter, amount, day)
-FROM (VALUES ('deposit', date '2024-01-01', 1.0::float8, date '2024-01-01'),
+FROM (VALUES ('deposit', date '2024-01-01', 1.0, date '2024-01-01'),
              ('deposit', date '2024-04-01', 1.0, date '2024-04-01')) AS v(kind, quarter, amount, day);
 SELECT quarter_balance('deposit', 'infinity', 1, '2024-01-01');
 

@@ -3,12 +3,15 @@
 -- ---------------------------------------------------------------------------------------
 
 -- Every setting hpcacct knows, with its default and meaning.
-CREATE FUNCTION @extschema@.setting_catalog()
+-- A SQL-standard body (names bound at creation) without SET options, so that the planner
+-- inlines it into the settings view, which every setting lookup (the time zone of today, at
+-- every submit check) reads. Written "name (" as every BEGIN ATOMIC function: the update
+-- script's final block cannot carry such a body, so the update defines it once, finally.
+CREATE FUNCTION @extschema@.setting_catalog ()
     RETURNS TABLE (name text, default_value text, description text)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        VALUES ('timezone', NULL::text,
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
                 'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
                 'which a client can send when it connects: set it)'),
                ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
@@ -22,8 +25,8 @@ CREATE FUNCTION @extschema@.setting_catalog()
                 'is trusted, as Slurm''s own associations already checked it'),
                ('expiry_warning_days', '14',
                 'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)')
-    $$;
+                'its managers and members that it runs out (0 to 92; 0: no warning)')) AS v(name, default_value, description);
+END;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 
 -- Site settings the administrator has set; every setting has a default (see settings).

@@ -76,18 +76,32 @@ COMMENT ON FUNCTION @extschema@.quarter_start(date) IS 'First day of the calenda
 
 -- ---- the balance aggregate -------------------------------------------------------------
 
+-- The bank's unit, as setting_value('bank_unit') gives it, without reading pg_settings (the
+-- settings view does, for the time zone's default): the submit check reads it at every
+-- submission. PL/pgSQL keeps its plan for the session.
+CREATE FUNCTION @extschema@.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+
 CREATE TYPE @extschema@.bank_balance AS (
     quarter_start date,
-    deposits      float8,
-    charges       float8,
-    transfers     float8,
-    refunds       float8,
-    balance       float8
+    deposits      numeric,
+    charges       numeric,
+    transfers     numeric,
+    refunds       numeric,
+    balance       numeric
 );
 COMMENT ON TYPE @extschema@.bank_balance IS
-    'An account''s quarter: deposits, charges, transfers (signed), refunds and balance';
+    'An account''s quarter: deposits, charges, transfers (signed), refunds and balance (exact, 6 decimals)';
 
-CREATE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, float8, date) RETURNS internal
+CREATE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
 CREATE FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_combinefn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
@@ -97,7 +111,7 @@ CREATE FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) RETURNS 
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_deserialfn' LANGUAGE c STRICT PARALLEL SAFE;
 CREATE FUNCTION @extschema@.quarter_balance_finalfn(internal) RETURNS @extschema@.bank_balance
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_finalfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, float8, date) IS
+COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) IS
     'Support function of the aggregate quarter_balance';
 COMMENT ON FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) IS
     'Support function of the aggregate quarter_balance';
@@ -108,19 +122,23 @@ COMMENT ON FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) IS
 COMMENT ON FUNCTION @extschema@.quarter_balance_finalfn(internal) IS
     'Support function of the aggregate quarter_balance';
 
-CREATE AGGREGATE @extschema@.quarter_balance(kind text, quarter date, amount float8, at date) (
+-- Exact: amounts are summed in integer micro-units (the ledger's 6 decimals); an amount with
+-- more decimals is rounded to 6, half away from zero, as it enters; a sum beyond about
+-- 9.2e12 is an error (22003).
+CREATE AGGREGATE @extschema@.quarter_balance(kind text, quarter date, amount numeric, at date) (
     SFUNC = @extschema@.quarter_balance_transfn,
     STYPE = internal,
-    SSPACE = 80,
+    SSPACE = 48,
     FINALFUNC = @extschema@.quarter_balance_finalfn,
     COMBINEFUNC = @extschema@.quarter_balance_combinefn,
     SERIALFUNC = @extschema@.quarter_balance_serialfn,
     DESERIALFUNC = @extschema@.quarter_balance_deserialfn,
     PARALLEL = SAFE
 );
-COMMENT ON AGGREGATE @extschema@.quarter_balance(text, date, float8, date) IS
-    'Balance of the quarter containing at, over bank entries (kind deposit/charge/transfer/refund, the quarter '
-    'each counts in, amount); entries of other quarters do not count (credits do not carry over)';
+COMMENT ON AGGREGATE @extschema@.quarter_balance(text, date, numeric, date) IS
+    'Balance of the quarter containing at, over bank entries (kind deposit/charge/transfer/refund, a day of the '
+    'quarter each counts in, amount); entries of other quarters do not count (credits do not carry over); exact '
+    '(micro-units, each amount rounded to 6 decimals)';
 
 -- Bank entries in the bank's unit, each in the quarter it counts in: deposits, transfers and
 -- refunds in the quarter of valid_from; charges split pro rata over the quarters (site time
@@ -147,37 +165,80 @@ CREATE VIEW @extschema@.bank_entry AS
 COMMENT ON VIEW @extschema@.bank_entry IS
     'Ledger entries in the bank unit, each attributed to the quarter it counts in (charges pro rata)';
 
--- State of an account at a day (HLRN): deleted (personal accounts, for good); active while it
--- has an allocation (deposits and transfers adding up to more than zero) for the day's
--- quarter; inactive when it has none for this quarter but one for a later quarter (not yet
--- active, not expired either); otherwise expired.
+-- What the balance counts, per account, between two quarter starts: deposits, transfers and
+-- refunds in the bank unit on the day they are valid from, and the charges in the bank unit
+-- per quarter they count in (the rollup's exact sum of the quarter, one row). balance(), the
+-- submit check and quarter_balances aggregate these rows with quarter_balance(), so that they
+-- give the same digits. SQL-standard (names bound at creation), without SET options: the
+-- planner inlines it, as bank_state() below, into its callers' plans.
+CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
+    RETURNS TABLE (account text, kind text, day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT l.account, l.kind, l.valid_from, l.amount
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
+          AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
+        UNION ALL
+        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
+        FROM @extschema@.charge_rollup c
+        WHERE c.unit = (SELECT @extschema@.bank_unit())
+          AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
+        GROUP BY c.account, @extschema@.quarter_start(c.month);
+END;
+COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
+    'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
+    'refunds (on their day) and charges (per quarter) in the bank unit';
+
+-- An account in the bank at a day, one definition for balance(), account_state(), the submit
+-- check, open_quarter() and quarter_balances (no row for an unknown account). SQL-standard,
+-- without SET options, so that the planner inlines it into each of them (and a caller's cached
+-- plan keeps it). Written "name (" as setting_catalog() (see there).
+--   state       deleted (personal accounts, for good); active while it has an allocation
+--               (deposits and transfers adding up to more than zero) for the day's quarter;
+--               inactive when it has none for this quarter but one for a later quarter (not
+--               yet active, not expired either); otherwise expired;
+--   next_allocation  the first later quarter with an allocation;
+--   balance     deposits + transfers + refunds - charges of the day's quarter, exact.
+CREATE FUNCTION @extschema@.bank_state (account text, day date)
+    RETURNS TABLE (state text, next_allocation date, balance numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
+                WHEN q.current THEN 'active'
+                WHEN q.later IS NOT NULL THEN 'inactive'
+                ELSE 'expired' END,
+           q.later,
+           coalesce((SELECT (@extschema@.quarter_balance(e.kind, e.day, e.amount, bank_state.day)).balance
+                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(bank_state.day),
+                                                  (@extschema@.quarter_start(bank_state.day) + interval '3 months')::date) e
+                     WHERE e.account = a.name), 0)
+    FROM @extschema@.account a
+    CROSS JOIN LATERAL (
+        SELECT coalesce(bool_or(s.quarter = @extschema@.quarter_start(bank_state.day)), false) AS current,
+               min(s.quarter) FILTER (WHERE s.quarter > @extschema@.quarter_start(bank_state.day)) AS later
+        FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                AND l.unit = (SELECT @extschema@.bank_unit())
+                AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
+              GROUP BY 1
+              HAVING sum(l.amount) > 0) s) q
+    WHERE a.name = bank_state.account;
+END;
+COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
+    'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
+    'allocation, exact balance of the day''s quarter; no row for an unknown account';
+
 CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT CASE
-            WHEN a.name IS NULL THEN NULL
-            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
-            ELSE (SELECT CASE WHEN bool_or(s.quarter = @extschema@.quarter_start(d.day)) THEN 'active'
-                              WHEN count(*) > 0 THEN 'inactive'
-                              ELSE 'expired' END
-                  FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
-                        FROM @extschema@.ledger l
-                        WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                          AND l.valid_from >= @extschema@.quarter_start(d.day)
-                        GROUP BY 1
-                        HAVING sum(l.amount) > 0) s)
-        END
-        FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
-        LEFT JOIN @extschema@.account a ON a.name = account_state.account
-    $$;
+    RETURN (SELECT b.state FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'account_state')) b);
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
     'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
     'later), or deleted, at a day (NULL: today in the site time zone); NULL for an unknown account';
 
--- Exact balance of an account in the quarter containing `at` (numeric, from the ledger).
+-- Exact balance of an account in the quarter containing `at` (bank_state()).
 -- A NULL `at` is today in the site's time zone; a NULL account is 22004; an account that does
 -- not exist, or that row-level security hides from the caller, is 42704 (the same error for
 -- both, so that a portal user learns nothing of other accounts), never a balance of 0.
@@ -186,56 +247,29 @@ CREATE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.si
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        quarter constant date := @extschema@.quarter_start(@extschema@.day_or_today(at, 'balance'));
-        bank_unit constant text := @extschema@.setting_value('bank_unit');
     BEGIN
         PERFORM @extschema@.require_account(account, 'balance');
-        RETURN round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                               WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
-                                 AND l.unit = bank_unit
-                                 AND l.valid_from >= quarter AND l.valid_from < quarter + interval '3 months'), 0)
-                     - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
-                                 WHERE c.account = balance.account AND c.unit = bank_unit
-                                   AND c.month >= quarter AND c.month < quarter + interval '3 months'), 0), 6);
+        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'balance')) b);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
     'Balance of an account in the quarter containing at (default and NULL: today in the site time zone): '
-    'deposits + transfers + refunds - charges; an unknown or invisible account is an error (42704)';
+    'deposits + transfers + refunds - charges, exact; an unknown or invisible account is an error (42704)';
 
--- One row per account and quarter with entries: what a portal shows.
+-- One row per account and quarter with entries: what a portal shows. The balance is
+-- balance()'s (the same rows of bank_ledger through quarter_balance), the state
+-- account_state()'s at the quarter's first day.
 CREATE VIEW @extschema@.quarter_balances AS
-    WITH entries AS (  -- bank_entry, with the charges from the rollup
-        SELECT l.account, l.kind, @extschema@.quarter_start(l.valid_from) AS quarter, l.amount
-        FROM @extschema@.ledger l
-        WHERE l.kind IN ('deposit', 'transfer', 'refund')
-          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-        UNION ALL
-        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
-        FROM @extschema@.charge_rollup c
-        WHERE c.unit = (SELECT @extschema@.setting_value('bank_unit'))
-        GROUP BY c.account, @extschema@.quarter_start(c.month)
-    ), per_quarter AS (
-        SELECT e.account, e.quarter,
-               @extschema@.quarter_balance(e.kind, e.quarter, e.amount::float8, e.quarter) AS b
-        FROM entries e
-        GROUP BY e.account, e.quarter
-    )
     SELECT p.account, a.kind AS account_kind, p.quarter,
-           (p.b).deposits, (p.b).charges, (p.b).transfers, (p.b).refunds, (p.b).balance,
-           CASE
-               WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= p.quarter THEN 'deleted'
-               WHEN (p.b).deposits + (p.b).transfers > 0 THEN 'active'
-               WHEN bool_or((p.b).deposits + (p.b).transfers > 0)
-                        OVER (PARTITION BY p.account ORDER BY p.quarter DESC ROWS UNBOUNDED PRECEDING)
-                   THEN 'inactive'
-               ELSE 'expired'
-           END AS state
-    FROM per_quarter p
-    JOIN @extschema@.account a ON a.name = p.account;
+           (p.b).deposits, (p.b).charges, (p.b).transfers, (p.b).refunds, (p.b).balance, s.state
+    FROM (SELECT e.account, @extschema@.quarter_start(e.day) AS quarter,
+                 @extschema@.quarter_balance(e.kind, e.day, e.amount, @extschema@.quarter_start(e.day)) AS b
+          FROM @extschema@.bank_ledger('-infinity', 'infinity') e
+          GROUP BY e.account, @extschema@.quarter_start(e.day)) p
+    JOIN @extschema@.account a ON a.name = p.account
+    CROSS JOIN LATERAL @extschema@.bank_state(p.account, p.quarter) s;
 COMMENT ON VIEW @extschema@.quarter_balances IS
-    'Per account and quarter: deposits, charges, transfers, refunds, balance, state (active/inactive/expired/deleted)';
+    'Per account and quarter: deposits, charges, transfers, refunds, balance (exact), state (active/inactive/expired/deleted)';
 
 -- ---- deposits, transfers, refunds ----------------------------------------------------
 
@@ -586,18 +620,15 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
 
         -- top_up() of the personal accounts of members of projects active in this quarter
-        -- (account_state() inline: an allocation for q, not only for a later quarter), for
-        -- this and the two following quarters, in one statement
+        -- (an allocation for q, not only for a later quarter), for this and the two following
+        -- quarters, in one statement
         WITH cfg AS MATERIALIZED (
             SELECT @extschema@.setting_value('bank_unit') AS unit
         ), active AS (
             SELECT p.name
-            FROM @extschema@.account p, cfg
-            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
-              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
-                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
-                            AND l.valid_from >= this_quarter AND l.valid_from < this_quarter + interval '3 months'
-                          HAVING sum(l.amount) > 0)
+            FROM @extschema@.account p
+            CROSS JOIN LATERAL @extschema@.bank_state(p.name, this_quarter) b
+            WHERE p.kind = 'project' AND b.state = 'active'
         ), missing AS MATERIALIZED (
             SELECT a.name, t.target, lv.level,
                    lv.level - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
@@ -635,11 +666,8 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
         SELECT this_quarter, a.name, 'expired', this_quarter
         FROM @extschema@.account a
-        WHERE a.kind = 'personal' AND a.deleted_in IS NULL
-          AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
-                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit')) AND l.valid_from = this_quarter
-                          HAVING sum(l.amount) > 0)
+        CROSS JOIN LATERAL @extschema@.bank_state(a.name, this_quarter) b
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state <> 'active'
         ON CONFLICT DO NOTHING;
 
         -- delete those that expired in the previous quarter as well
@@ -660,18 +688,9 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
-            WHERE u.default_account IS NOT NULL
-              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
-              AND EXISTS (SELECT 1 FROM @extschema@.account a
-                          WHERE a.name = u.default_account
-                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
-                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                                                  AND l.valid_from >= this_quarter
-                                                GROUP BY @extschema@.quarter_start(l.valid_from)
-                                                HAVING sum(l.amount) > 0)))
-            FOR UPDATE
+            CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
+            WHERE u.default_account IS NOT NULL AND b.state IN ('expired', 'deleted')
+            FOR UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
             FROM stale s

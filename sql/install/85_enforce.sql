@@ -11,19 +11,6 @@
 -- refuses every account: unknown, deleted, or a user who is not a member.
 -- ---------------------------------------------------------------------------------------
 
--- The bank's unit, as setting_value('bank_unit') gives it, without reading pg_settings (the
--- settings view does, for the time zone's default): the submit check runs at every submission.
-CREATE FUNCTION @extschema@.bank_unit() RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
-
 -- The policies that bind an account: its own list when set, otherwise derived:
 --   special accounts: none;
 --   window_quota when it has a quota period, genci when it has a grant or supplement;
@@ -86,13 +73,9 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        q date;
         a record;
         pol text[];
-        bank_unit text;
-        next_quarter date;
-        current_active boolean;
-        current_balance numeric;
+        bank record;
         wq record;
         machines integer;
         open_machines integer;
@@ -100,7 +83,6 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         message text;
     BEGIN
         at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
-        q := @extschema@.quarter_start(at);
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
@@ -112,38 +94,21 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         pol := @extschema@.account_policies(account);
 
         IF 'bank' = ANY (pol) THEN
-            bank_unit := @extschema@.bank_unit();
-            SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
-            INTO current_active, next_quarter
-            FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
-                  FROM @extschema@.ledger l
-                  WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit
-                    AND l.valid_from >= q
-                  GROUP BY 1
-                  HAVING sum(l.amount) > 0) s;
-            IF NOT coalesce(current_active, false) AND next_quarter IS NULL THEN
+            SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
+            IF bank.state = 'expired' THEN
                 RETURN ROW(false, account, 'account_expired',
                            format('account %s has no allocation for this or a later quarter: ask for a new '
                                   'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
-            ELSIF NOT coalesce(current_active, false) THEN
+            ELSIF bank.state = 'inactive' THEN
                 RETURN ROW(false, account, 'account_inactive',
                            format('account %s has no allocation for this quarter; its allocation begins on %s: '
                                   'ask staff to move allocation into this quarter, or submit with another account',
-                                  account, next_quarter))::@extschema@.submit_decision;
-            END IF;
-            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                     AND l.unit = bank_unit
-                                     AND l.valid_from >= q AND l.valid_from < q + interval '3 months'), 0)
-                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
-                                     WHERE c.account = a.name AND c.unit = bank_unit
-                                       AND c.month >= q AND c.month < q + interval '3 months'), 0), 6)
-            INTO current_balance;
-            IF current_balance < 0 THEN
+                                  account, bank.next_allocation))::@extschema@.submit_decision;
+            ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
                            format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
                                   'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(current_balance), bank_unit))::@extschema@.submit_decision;
+                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
             END IF;
         END IF;
 

@@ -31,14 +31,20 @@ COMMENT ON FUNCTION @extschema@.visible_accounts() IS
 -- Whether the current role sees every row: superusers and members of hpcacct_admin or of
 -- hpcacct_auditor (who reads everything and may change nothing), and hpcacct_submit (the
 -- scheduler's submit check decides for every account, and holds SELECT only on what that needs).
+-- PL/pgSQL, which keeps its plan for the session: every query on a protected table calls it
+-- once, and a SQL function would be parsed and planned again each time (for the submit
+-- role, five times per check_submit).
 CREATE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
                          AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
-               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
+                           false);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
     'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';

@@ -5081,6 +5081,140 @@ END
 $$;
 -- end of raw core-hours (issue 16)
 
+-- ==== submit (issues 15 and 18): exact bank balances, one definition of an account in the bank
+-- quarter_balance counts numeric amounts exactly, in micro-units: its transition function,
+-- its result type and the view that uses it change.
+DROP VIEW @extschema@.quarter_balances;
+DROP AGGREGATE @extschema@.quarter_balance(text, date, float8, date);
+DROP FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, float8, date);
+ALTER TYPE @extschema@.bank_balance
+    ALTER ATTRIBUTE deposits TYPE numeric, ALTER ATTRIBUTE charges TYPE numeric,
+    ALTER ATTRIBUTE transfers TYPE numeric, ALTER ATTRIBUTE refunds TYPE numeric,
+    ALTER ATTRIBUTE balance TYPE numeric;
+COMMENT ON TYPE @extschema@.bank_balance IS
+    'An account''s quarter: deposits, charges, transfers (signed), refunds and balance (exact, 6 decimals)';
+CREATE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) IS
+    'Support function of the aggregate quarter_balance';
+CREATE AGGREGATE @extschema@.quarter_balance(kind text, quarter date, amount numeric, at date) (
+    SFUNC = @extschema@.quarter_balance_transfn,
+    STYPE = internal,
+    SSPACE = 48,
+    FINALFUNC = @extschema@.quarter_balance_finalfn,
+    COMBINEFUNC = @extschema@.quarter_balance_combinefn,
+    SERIALFUNC = @extschema@.quarter_balance_serialfn,
+    DESERIALFUNC = @extschema@.quarter_balance_deserialfn,
+    PARALLEL = SAFE
+);
+COMMENT ON AGGREGATE @extschema@.quarter_balance(text, date, numeric, date) IS
+    'Balance of the quarter containing at, over bank entries (kind deposit/charge/transfer/refund, a day of the '
+    'quarter each counts in, amount); entries of other quarters do not count (credits do not carry over); exact '
+    '(micro-units, each amount rounded to 6 decimals)';
+
+CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
+    RETURNS TABLE (account text, kind text, day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT l.account, l.kind, l.valid_from, l.amount
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
+          AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
+        UNION ALL
+        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
+        FROM @extschema@.charge_rollup c
+        WHERE c.unit = (SELECT @extschema@.bank_unit())
+          AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
+        GROUP BY c.account, @extschema@.quarter_start(c.month);
+END;
+COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
+    'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
+    'refunds (on their day) and charges (per quarter) in the bank unit';
+
+CREATE FUNCTION @extschema@.bank_state (account text, day date)
+    RETURNS TABLE (state text, next_allocation date, balance numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
+                WHEN q.current THEN 'active'
+                WHEN q.later IS NOT NULL THEN 'inactive'
+                ELSE 'expired' END,
+           q.later,
+           coalesce((SELECT (@extschema@.quarter_balance(e.kind, e.day, e.amount, bank_state.day)).balance
+                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(bank_state.day),
+                                                  (@extschema@.quarter_start(bank_state.day) + interval '3 months')::date) e
+                     WHERE e.account = a.name), 0)
+    FROM @extschema@.account a
+    CROSS JOIN LATERAL (
+        SELECT coalesce(bool_or(s.quarter = @extschema@.quarter_start(bank_state.day)), false) AS current,
+               min(s.quarter) FILTER (WHERE s.quarter > @extschema@.quarter_start(bank_state.day)) AS later
+        FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                AND l.unit = (SELECT @extschema@.bank_unit())
+                AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
+              GROUP BY 1
+              HAVING sum(l.amount) > 0) s) q
+    WHERE a.name = bank_state.account;
+END;
+COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
+    'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
+    'allocation, exact balance of the day''s quarter; no row for an unknown account';
+
+CREATE VIEW @extschema@.quarter_balances WITH (security_invoker = true) AS
+    SELECT p.account, a.kind AS account_kind, p.quarter,
+           (p.b).deposits, (p.b).charges, (p.b).transfers, (p.b).refunds, (p.b).balance, s.state
+    FROM (SELECT e.account, @extschema@.quarter_start(e.day) AS quarter,
+                 @extschema@.quarter_balance(e.kind, e.day, e.amount, @extschema@.quarter_start(e.day)) AS b
+          FROM @extschema@.bank_ledger('-infinity', 'infinity') e
+          GROUP BY e.account, @extschema@.quarter_start(e.day)) p
+    JOIN @extschema@.account a ON a.name = p.account
+    CROSS JOIN LATERAL @extschema@.bank_state(p.account, p.quarter) s;
+COMMENT ON VIEW @extschema@.quarter_balances IS
+    'Per account and quarter: deposits, charges, transfers, refunds, balance (exact), state (active/inactive/expired/deleted)';
+
+-- Functions with SQL-standard bodies (BEGIN ATOMIC) are defined here finally, written "name (":
+-- the final block below cannot carry such a body (the upgrade test compares them with a fresh
+-- install). setting_catalog() loses its SET option, so that the planner inlines it.
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)')) AS v(name, default_value, description);
+END;
+
+-- sees_all_accounts() becomes PL/pgSQL (final definitions below); what
+-- setup_roles() grants on the new and remade views, for roles an earlier version made
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.quarter_balances TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.quarter_balances TO hpcacct_portal;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_auditor') THEN
+        GRANT SELECT ON @extschema@.quarter_balances TO hpcacct_auditor;
+    END IF;
+END
+$do$;
+-- end of submit (issues 15 and 18)
+
 -- ==== dead and test-only code (issue 18, house) -------------------------------------
 -- year_charges() was read by no report since the usage reports read the rollup (year_usage);
 -- the tests that compared against it carry their own copy.
@@ -5455,27 +5589,6 @@ COMMENT ON PROCEDURE @extschema@.regulate(date) IS
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
 -- update ends where a fresh install of 0.4 starts.
-CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        VALUES ('timezone', NULL::text,
-                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
-                'which a client can send when it connects: set it)'),
-               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
-               ('personal_allotment', '2500',
-                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
-               ('max_job_length', '366 days',
-                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
-                'the rollups with months it never ran in'),
-               ('require_membership', 'off',
-                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it'),
-               ('expiry_warning_days', '14',
-                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)')
-    $$;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
     LANGUAGE plpgsql
@@ -6118,18 +6231,15 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
 
         -- top_up() of the personal accounts of members of projects active in this quarter
-        -- (account_state() inline: an allocation for q, not only for a later quarter), for
-        -- this and the two following quarters, in one statement
+        -- (an allocation for q, not only for a later quarter), for this and the two following
+        -- quarters, in one statement
         WITH cfg AS MATERIALIZED (
             SELECT @extschema@.setting_value('bank_unit') AS unit
         ), active AS (
             SELECT p.name
-            FROM @extschema@.account p, cfg
-            WHERE p.kind = 'project' AND NOT (p.deleted_in IS NOT NULL AND p.deleted_in <= this_quarter)
-              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
-                          WHERE l.account = p.name AND l.kind IN ('deposit', 'transfer') AND l.unit = cfg.unit
-                            AND l.valid_from >= this_quarter AND l.valid_from < this_quarter + interval '3 months'
-                          HAVING sum(l.amount) > 0)
+            FROM @extschema@.account p
+            CROSS JOIN LATERAL @extschema@.bank_state(p.name, this_quarter) b
+            WHERE p.kind = 'project' AND b.state = 'active'
         ), missing AS MATERIALIZED (
             SELECT a.name, t.target, lv.level,
                    lv.level - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
@@ -6167,11 +6277,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
         SELECT this_quarter, a.name, 'expired', this_quarter
         FROM @extschema@.account a
-        WHERE a.kind = 'personal' AND a.deleted_in IS NULL
-          AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
-                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                            AND l.unit = (SELECT @extschema@.setting_value('bank_unit')) AND l.valid_from = this_quarter
-                          HAVING sum(l.amount) > 0)
+        CROSS JOIN LATERAL @extschema@.bank_state(a.name, this_quarter) b
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state <> 'active'
         ON CONFLICT DO NOTHING;
 
         -- delete those that expired in the previous quarter as well
@@ -6192,18 +6299,9 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
-            WHERE u.default_account IS NOT NULL
-              -- account_state(u.default_account, this_quarter) IN ('expired', 'deleted'), inline
-              AND EXISTS (SELECT 1 FROM @extschema@.account a
-                          WHERE a.name = u.default_account
-                            AND ((a.deleted_in IS NOT NULL AND a.deleted_in <= this_quarter)
-                                 OR NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                                                  AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                                                  AND l.valid_from >= this_quarter
-                                                GROUP BY @extschema@.quarter_start(l.valid_from)
-                                                HAVING sum(l.amount) > 0)))
-            FOR UPDATE
+            CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
+            WHERE u.default_account IS NOT NULL AND b.state IN ('expired', 'deleted')
+            FOR UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
             FROM stale s
@@ -6256,45 +6354,18 @@ CREATE OR REPLACE FUNCTION @extschema@.balance(account text, at date DEFAULT @ex
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        quarter constant date := @extschema@.quarter_start(@extschema@.day_or_today(at, 'balance'));
-        bank_unit constant text := @extschema@.setting_value('bank_unit');
     BEGIN
         PERFORM @extschema@.require_account(account, 'balance');
-        RETURN round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                               WHERE l.account = balance.account AND l.kind IN ('deposit', 'transfer', 'refund')
-                                 AND l.unit = bank_unit
-                                 AND l.valid_from >= quarter AND l.valid_from < quarter + interval '3 months'), 0)
-                     - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
-                                 WHERE c.account = balance.account AND c.unit = bank_unit
-                                   AND c.month >= quarter AND c.month < quarter + interval '3 months'), 0), 6);
+        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'balance')) b);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
     'Balance of an account in the quarter containing at (default and NULL: today in the site time zone): '
-    'deposits + transfers + refunds - charges; an unknown or invisible account is an error (42704)';
+    'deposits + transfers + refunds - charges, exact; an unknown or invisible account is an error (42704)';
 CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT CASE
-            WHEN a.name IS NULL THEN NULL
-            WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= d.day THEN 'deleted'
-            ELSE (SELECT CASE WHEN bool_or(s.quarter = @extschema@.quarter_start(d.day)) THEN 'active'
-                              WHEN count(*) > 0 THEN 'inactive'
-                              ELSE 'expired' END
-                  FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
-                        FROM @extschema@.ledger l
-                        WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                          AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-                          AND l.valid_from >= @extschema@.quarter_start(d.day)
-                        GROUP BY 1
-                        HAVING sum(l.amount) > 0) s)
-        END
-        FROM (SELECT @extschema@.day_or_today(account_state.at, 'account_state') AS day) d
-        LEFT JOIN @extschema@.account a ON a.name = account_state.account
-    $$;
+    RETURN (SELECT b.state FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'account_state')) b);
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
     'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
     'later), or deleted, at a day (NULL: today in the site time zone); NULL for an unknown account';
@@ -6747,13 +6818,16 @@ COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
     'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
     'a portal user must administer the account';
 CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
                          AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
-               OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user())
+               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
+                           false);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
     'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
@@ -6861,13 +6935,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        q date;
         a record;
         pol text[];
-        bank_unit text;
-        next_quarter date;
-        current_active boolean;
-        current_balance numeric;
+        bank record;
         wq record;
         machines integer;
         open_machines integer;
@@ -6875,7 +6945,6 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         message text;
     BEGIN
         at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
-        q := @extschema@.quarter_start(at);
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
@@ -6887,38 +6956,21 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         pol := @extschema@.account_policies(account);
 
         IF 'bank' = ANY (pol) THEN
-            bank_unit := @extschema@.bank_unit();
-            SELECT bool_or(s.quarter = q), min(s.quarter) FILTER (WHERE s.quarter > q)
-            INTO current_active, next_quarter
-            FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
-                  FROM @extschema@.ledger l
-                  WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit
-                    AND l.valid_from >= q
-                  GROUP BY 1
-                  HAVING sum(l.amount) > 0) s;
-            IF NOT coalesce(current_active, false) AND next_quarter IS NULL THEN
+            SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
+            IF bank.state = 'expired' THEN
                 RETURN ROW(false, account, 'account_expired',
                            format('account %s has no allocation for this or a later quarter: ask for a new '
                                   'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
-            ELSIF NOT coalesce(current_active, false) THEN
+            ELSIF bank.state = 'inactive' THEN
                 RETURN ROW(false, account, 'account_inactive',
                            format('account %s has no allocation for this quarter; its allocation begins on %s: '
                                   'ask staff to move allocation into this quarter, or submit with another account',
-                                  account, next_quarter))::@extschema@.submit_decision;
-            END IF;
-            SELECT round(coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
-                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                     AND l.unit = bank_unit
-                                     AND l.valid_from >= q AND l.valid_from < q + interval '3 months'), 0)
-                         - coalesce((SELECT sum(c.amount) FROM @extschema@.charge_rollup c
-                                     WHERE c.account = a.name AND c.unit = bank_unit
-                                       AND c.month >= q AND c.month < q + interval '3 months'), 0), 6)
-            INTO current_balance;
-            IF current_balance < 0 THEN
+                                  account, bank.next_allocation))::@extschema@.submit_decision;
+            ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
                            format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
                                   'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(current_balance), bank_unit))::@extschema@.submit_decision;
+                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -8774,6 +8826,10 @@ CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapse
     RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
 COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
     'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
+CREATE OR REPLACE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) IS
+    'Support function of the aggregate quarter_balance';
 CREATE OR REPLACE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.theoretical_combinefn(internal, internal) IS

@@ -9,9 +9,10 @@ hpcacct_job_submit.conf next to it (or name another file in HPCACCT_JOB_SUBMIT_C
 slurmctld's environment), and restart slurmctld (or `scontrol reconfigure`).
 
 Configuration, one `key = value` a line, `#` starts a comment:
-  conninfo       libpq connection string of the accounting database, e.g.
-                 host=db.example.org dbname=acct user=slurm_submit connect_timeout=2
-                 (a role in hpcacct_submit; a password belongs in ~/.pgpass of SlurmUser)
+  conninfo       libpq connection string of the accounting database, in keyword = value
+                 form, e.g. host=db.example.org dbname=acct user=slurm_submit connect_timeout=2
+                 (a role in hpcacct_submit; a password belongs in ~/.pgpass of SlurmUser); the
+                 script adds options (statement_timeout) and application_name to it
   on_db_error    open   (default) accept the job and log an error when the database cannot
                         be reached or answers with an error;
                  closed refuse the job with a message saying so
@@ -23,7 +24,9 @@ Configuration, one `key = value` a line, `#` starts a comment:
                  user's default project, HLRN); no: leave it to Slurm's default account
   exempt_users   comma-separated user names never checked (e.g. slurm operators); default none
 
-The script keeps one connection for slurmctld's lifetime and reconnects when a query fails.
+The script keeps one connection for slurmctld's lifetime and reconnects when a query fails;
+on each connection it prepares the check once (PREPARE), and each submission is one EXECUTE:
+one round trip, nothing parsed or planned again.
 It needs luasql.postgres for Lua 5.1 (Debian: lua-sql-postgres), the Lua version Debian's
 job_submit_lua.so is linked against.
 ]]
@@ -110,14 +113,24 @@ local function connect()
     if conf.conninfo == "" then return false, "no conninfo in " .. conf_path end
     if os.time() < next_attempt then return false, "database unreachable, next attempt in "
                                                     .. (next_attempt - os.time()) .. " s" end
-    local c, err = env:connect(conf.conninfo)
+    -- statement_timeout and application_name travel with the connection request (no round
+    -- trips of their own); the check is prepared once per connection, so that each submission
+    -- is one EXECUTE that the server neither parses nor plans again
+    local timeout = tonumber(conf.statement_timeout_ms) or 2000
+    local c, err = env:connect(string.format(
+        "%s options='-c statement_timeout=%d' application_name='slurm job_submit/lua (hpcacct)'",
+        conf.conninfo, timeout))
     if not c then
         next_attempt = os.time() + conf.retry
         return false, "cannot connect: " .. tostring(err)
     end
-    local timeout = tonumber(conf.statement_timeout_ms) or 2000
-    c:execute(string.format("SET statement_timeout = %d", timeout))
-    c:execute("SET application_name = 'slurm job_submit/lua (hpcacct)'")
+    local prepared, perr = c:execute("PREPARE hpcacct_check_submit(text, text) AS "
+                                     .. "SELECT ok, account, reason, message FROM hpcacct.check_submit($1, $2)")
+    if not prepared then
+        pcall(function() c:close() end)
+        next_attempt = os.time() + conf.retry
+        return false, "cannot prepare the check: " .. tostring(perr)
+    end
     con = c
     slurm.log_info("%s: connected to the accounting database", NAME)
     return true
@@ -134,8 +147,7 @@ local function check(user, account)
     for attempt = 1, 2 do
         local connected, err = connect()
         if not connected then return nil, err end
-        local sql = string.format(
-            "SELECT ok, account, reason, message FROM hpcacct.check_submit(%s, %s)", quote(user), quote(account))
+        local sql = string.format("EXECUTE hpcacct_check_submit(%s, %s)", quote(user), quote(account))
         local cur, qerr = con:execute(sql)
         if cur then
             local row = cur:fetch({}, "a")
@@ -169,12 +181,17 @@ local function refuse(reason, message)
     return code or slurm.ERROR
 end
 
-local function user_name(job_desc, uid)
-    if job_desc.user_name and job_desc.user_name ~= "" then return job_desc.user_name end
+local function name_of_uid(uid)
     local p = io.popen("getent passwd " .. tonumber(uid))
     local line = p and p:read("*l") or nil
     if p then p:close() end
     return line and line:match("^([^:]+)") or tostring(uid)
+end
+
+-- slurmctld fills job_desc.user_name (22.05); the lookup is a fallback
+local function user_name(job_desc, uid)
+    if job_desc.user_name and job_desc.user_name ~= "" then return job_desc.user_name end
+    return name_of_uid(uid)
 end
 
 -- Decides for `user` submitting to `account` (nil: hpcacct's default project).
@@ -209,11 +226,7 @@ end
 -- A pending job's account changed (scontrol update jobid=N account=X): the new one must be valid.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     if job_desc.account == nil or job_rec == nil then return slurm.SUCCESS end
-    local uid = job_rec.user_id or modify_uid
-    local p = io.popen("getent passwd " .. tonumber(uid))
-    local line = p and p:read("*l") or nil
-    if p then p:close() end
-    local user = line and line:match("^([^:]+)") or tostring(uid)
+    local user = name_of_uid(job_rec.user_id or modify_uid)
     return decide("account change", user, job_desc.account, nil)
 end
 

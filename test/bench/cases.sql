@@ -90,15 +90,16 @@ INSERT INTO aggs VALUES
             CASE WHEN s.inside THEN s.a_next ELSE 0 END, CASE WHEN s.inside THEN s.c_prev ELSE 0 END,
             CASE WHEN s.inside THEN s.c_cur ELSE 0 END, s.total_a, s.total_c) f
      $f$, :'anchor')),
-    ('quarter_balance', 50, format('hpcacct.quarter_balance(kind, month, amount, %L::date)', :'anchor'), 'sum(amount)',
+    ('quarter_balance', 50, -- exact: amounts in numeric, as the ledger's; the reference sums the same numerics
+     format('hpcacct.quarter_balance(kind, month, amount::numeric, %L::date)', :'anchor'), 'sum(amount::numeric)',
      format($f$
-        SELECT account, at AS quarter_start, round(d::numeric, 6)::float8 AS deposits, round(c::numeric, 6)::float8 AS charges,
-               round(t::numeric, 6)::float8 AS transfers, round(r::numeric, 6)::float8 AS refunds,
-               round((d + t + r - c)::numeric, 6)::float8 AS balance
-        FROM (SELECT account, coalesce(sum(amount) FILTER (WHERE kind = 'deposit' AND date_trunc('quarter', month) = q.at), 0) AS d,
-                     coalesce(sum(amount) FILTER (WHERE kind = 'charge' AND date_trunc('quarter', month) = q.at), 0) AS c,
-                     coalesce(sum(amount) FILTER (WHERE kind = 'transfer' AND date_trunc('quarter', month) = q.at), 0) AS t,
-                     coalesce(sum(amount) FILTER (WHERE kind = 'refund' AND date_trunc('quarter', month) = q.at), 0) AS r,
+        SELECT account, at AS quarter_start, round(d, 6) AS deposits, round(c, 6) AS charges,
+               round(t, 6) AS transfers, round(r, 6) AS refunds,
+               round(d + t + r - c, 6) AS balance
+        FROM (SELECT account, coalesce(sum(amount::numeric) FILTER (WHERE kind = 'deposit' AND date_trunc('quarter', month) = q.at), 0) AS d,
+                     coalesce(sum(amount::numeric) FILTER (WHERE kind = 'charge' AND date_trunc('quarter', month) = q.at), 0) AS c,
+                     coalesce(sum(amount::numeric) FILTER (WHERE kind = 'transfer' AND date_trunc('quarter', month) = q.at), 0) AS t,
+                     coalesce(sum(amount::numeric) FILTER (WHERE kind = 'refund' AND date_trunc('quarter', month) = q.at), 0) AS r,
                      q.at
               FROM bench.agg_rows, (SELECT date_trunc('quarter', %L::date)::date AS at) q
               GROUP BY account, q.at) s

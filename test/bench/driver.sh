@@ -271,7 +271,7 @@ if [ "$MEMORY" = 1 ] && echo memory | grep -Eq -- "$CASES"; then
                 ('tc', 'hpcacct.tc(valid_from, valid_until, amount, ''$ANCHOR''::date)'),
                 ('tmc', 'hpcacct.tmc(valid_from, valid_until, amount, ''$ANCHOR''::date)'),
                 ('window_quota', 'hpcacct.window_quota(month, allowance, amount, ''$ANCHOR''::date)'),
-                ('quarter_balance', 'hpcacct.quarter_balance(kind, month, amount, ''$ANCHOR''::date)'),
+                ('quarter_balance', 'hpcacct.quarter_balance(kind, month, amount::numeric, ''$ANCHOR''::date)'),
                 ('decayed_usage', 'hpcacct.decayed_usage(ts, amount, ''$ANCHOR''::timestamptz, ''7 days'')'),
                 ('sum()', 'sum(amount)'), ('sum() x2', 'sum(allowance), sum(amount)')) AS a(name, call)" |
         while IFS='|' read -r name call; do

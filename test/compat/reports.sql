@@ -5,7 +5,10 @@ SET search_path = public, hpcacct;
 SELECT account, kind, unit, count(*) AS entries, sum(amount) AS total FROM ledger GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 SELECT cluster, count(*) AS jobs, sum((alloctres -> 'cpu')) AS cores FROM job GROUP BY 1 ORDER BY 1;
 SELECT account, pool, month, round(sum(amount), 6) FROM charge_by_month GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
-SELECT * FROM quarter_balances ORDER BY account, quarter;
+-- amounts to the ledger's 6 decimals (0.3 printed its float8 sums without them)
+SELECT account, account_kind, quarter, deposits::numeric(20, 6), charges::numeric(20, 6), transfers::numeric(20, 6),
+       refunds::numeric(20, 6), balance::numeric(20, 6), state
+FROM quarter_balances ORDER BY account, quarter;
 SELECT * FROM quarter_log ORDER BY quarter, account, action, target_quarter;
 SELECT account, machine, run_date, run, outcome, retracted FROM regulation_log ORDER BY 1, 2, 3, 4;
 SELECT a.name, (theoretical_year(a.name, 'turing', 2024)).* FROM account a

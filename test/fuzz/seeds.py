@@ -163,25 +163,31 @@ def main():
     write("window_quota_state_fuzz", "bad_rows",
           empty_wq + empty_wq + struct.pack("=i", m) + struct.pack("=bdd", 0, -1, float("nan")))
 
-    # bank::State: rows, at_quarter, at_set, then (sum, compensation) x 4
+    # bank::State: rows, at_quarter, at_set, then deposits, charges, transfers, refunds in
+    # micro-units; rows of [kind][entry month - at][micro-units]
     def bank_state(rows, quarter, sums):
-        return struct.pack("=qii8d", rows, quarter, 1 if rows else 0, *sums)
+        return struct.pack("=qii4q", rows, quarter, 1 if rows else 0, *sums)
 
     q = 2013 * 4 + 1
-    b1 = bank_state(4, q, [10000, 0, 2500, 0, -500, 0, 100, 0])
-    b2 = bank_state(1, q, [0, 0, 300, 0, 0, 0, 0, 0])
-    brows = b"".join(struct.pack("=Bbd", k, off, x) for k, off, x in
-                     [(0, 0, 10000), (1, 1, 2500.5), (2, -1, -500), (3, 2, 100), (1, 3, 99), (1, 0, float("nan"))])
+    b1 = bank_state(4, q, [10000 * 10 ** 6, 2500 * 10 ** 6, -500 * 10 ** 6, 100 * 10 ** 6])
+    b2 = bank_state(1, q, [0, 300 * 10 ** 6, 0, 0])
+    brows = b"".join(struct.pack("=Bbq", k, off, x) for k, off, x in
+                     [(0, 0, 10000 * 10 ** 6), (1, 1, 2500500000), (2, -1, -500 * 10 ** 6), (3, 2, 100 * 10 ** 6),
+                      (1, 3, 99 * 10 ** 6), (1, 0, 1)])
     write("bank_state_fuzz", "hlrn", b1 + b2 + struct.pack("=i", (2013 * 12 + 3)) + brows)
-    write("bank_state_fuzz", "empty", b"\0" * 160 + struct.pack("=i", 0))
-    # found by fuzzing: merged row counts overflowed; huge amounts gave an infinite balance or
-    # a non-finite state; quarter_of_month overflowed near INT_MIN
-    bbig = bank_state(2 ** 62, q, [1, 0, 0, 0, 0, 0, 0, 0])
+    write("bank_state_fuzz", "empty", b"\0" * 96 + struct.pack("=i", 0))
+    # found by fuzzing (float states, kept in the new layout): merged row counts overflowed;
+    # huge amounts overflowed; quarter_of_month overflowed near INT_MIN
+    bbig = bank_state(2 ** 62, q, [1, 0, 0, 0])
     write("bank_state_fuzz", "regression_rows", bbig + bbig + struct.pack("=i", 0))
-    huge = b"".join(struct.pack("=Bbd", k, 0, x) for k, x in [(0, 1e303), (0, 1e308), (3, 1e308), (0, 1e308)])
-    write("bank_state_fuzz", "regression_huge", b"\0" * 160 + struct.pack("=i", 2013 * 12) + huge)
+    huge = b"".join(struct.pack("=Bbq", k, 0, x) for k, x in
+                    [(0, 2 ** 62), (0, 2 ** 62), (3, 2 ** 63 - 1), (1, -2 ** 63), (0, 2 ** 62)])
+    write("bank_state_fuzz", "regression_huge", b"\0" * 96 + struct.pack("=i", 2013 * 12) + huge)
+    # found by fuzzing: finish refused a balance that fits when a partial sum did not
+    bpartial = bank_state(3, q, [2 ** 63 - 1, 1, 1, 0])
+    write("bank_state_fuzz", "regression_partial_sum", bpartial + bank_state(0, 0, [0, 0, 0, 0]) + struct.pack("=i", 0))
     write("bank_state_fuzz", "regression_int_min",
-          b"\0" * 160 + struct.pack("=i", -2 ** 31) + struct.pack("=Bbd", 0, 1, 1.0))
+          b"\0" * 96 + struct.pack("=i", -2 ** 31) + struct.pack("=Bbq", 0, 1, 1))
 
     usecs_day = 86400 * 10 ** 6
     at = 1_700_000_000 * 10 ** 6

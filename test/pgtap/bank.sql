@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(22);
+SELECT plan(27);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -28,6 +28,34 @@ SELECT throws_ok($$SELECT hpcacct.quarter_balance('deposit', '2024-01-01', 1, NU
                  'NULL at in the aggregate');
 SELECT throws_ok($$SELECT hpcacct.quarter_balance('bonus', '2024-01-01', 1, '2024-01-01')$$, '22023', NULL,
                  'an unknown entry kind');
+
+-- Exact balances: awkward amounts (tenths that float8 cannot hold, 16 significant digits, a
+-- millionth, a charge split pro rata across a month) give the ledger's own digits, in
+-- balance() and quarter_balances alike.
+INSERT INTO account (name) VALUES ('odd');
+INSERT INTO ledger (account, kind, amount, unit, valid_from, valid_until) VALUES
+    ('odd', 'deposit', 0.1, 'NPL', '2024-10-01', '2024-12-31'),
+    ('odd', 'deposit', 0.2, 'NPL', '2024-10-01', '2024-12-31'),
+    ('odd', 'deposit', 9999999999.999999, 'NPL', '2024-10-01', '2024-12-31'),
+    ('odd', 'transfer', -0.000001, 'NPL', '2024-11-15', '2024-12-31'),
+    ('odd', 'refund', 0.000003, 'NPL', '2024-12-31', '2024-12-31');
+INSERT INTO job VALUES ('c', 'odd1', 'odd', 'u1', 'p', NULL, '2024-10-31 23:59:53+00', '2024-11-01 00:00:06+00',
+                        'cpu=1', 'COMPLETED');
+SELECT is(balance('odd', '2024-11-20')::text,
+          (sum(amount) FILTER (WHERE kind <> 'charge') - round(sum(amount) FILTER (WHERE kind = 'charge'), 6))::text,
+          'balance() is the ledger''s exact sum (10000000000.29639 less the charge)')
+FROM ledger WHERE account = 'odd';
+SELECT is((SELECT balance::text FROM quarter_balances WHERE account = 'odd' AND quarter = '2024-10-01'),
+          balance('odd', '2024-10-01')::text, 'quarter_balances gives the same digits');
+SELECT is((SELECT (quarter_balance(kind, day, amount, '2024-10-01')).charges FROM bank_ledger('2024-10-01', '2025-01-01')
+           WHERE account = 'odd'),
+          (SELECT round(sum(amount), 6) FROM charge_rollup WHERE account = 'odd'),
+          'the charge split over two months counts once, rounded once');
+SELECT throws_ok($$SELECT hpcacct.quarter_balance(k, '2024-01-01', a, '2024-01-01')
+                   FROM (VALUES ('deposit', 9000000000000), ('deposit', 9000000000000)) v(k, a)$$,
+                 '22003', NULL, 'a sum beyond the exact range is an error, not a rounded balance');
+SELECT throws_ok($$SELECT hpcacct.quarter_balance('refund', '2024-01-01', 1e13, '2024-01-01')$$,
+                 '22003', NULL, 'so is an amount beyond it');
 
 -- open_quarter twice is open_quarter once.
 SELECT deposit('proj', '2024-04-01', 1000);
@@ -66,7 +94,7 @@ ANALYZE ledger;
 CREATE TABLE entries AS SELECT * FROM bank_entry;
 ANALYZE entries;
 CREATE TEMP TABLE serial AS
-    SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).* FROM entries GROUP BY account;
+    SELECT account, (quarter_balance(kind, quarter, amount, '2024-05-05')).* FROM entries GROUP BY account;
 SET LOCAL parallel_setup_cost = 0;
 SET LOCAL parallel_tuple_cost = 0;
 SET LOCAL min_parallel_table_scan_size = 0;
@@ -78,21 +106,22 @@ BEGIN
     EXECUTE 'EXPLAIN (FORMAT JSON) ' || query INTO plan;
     RETURN plan;
 END $$;
-SELECT matches(pg_temp.plan_of($$SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).*
+SELECT matches(pg_temp.plan_of($$SELECT account, (quarter_balance(kind, quarter, amount, '2024-05-05')).*
                                   FROM entries GROUP BY account$$),
                '"Partial Mode": "Partial"', 'the plan has a partial aggregate');
-SELECT matches(pg_temp.plan_of($$SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).*
+SELECT matches(pg_temp.plan_of($$SELECT account, (quarter_balance(kind, quarter, amount, '2024-05-05')).*
                                   FROM entries GROUP BY account$$),
                '"Workers Planned": 2', 'run by parallel workers');
 SELECT results_eq(
-    $$SELECT account, (quarter_balance(kind, quarter, amount::float8, '2024-05-05')).* FROM entries
+    $$SELECT account, (quarter_balance(kind, quarter, amount, '2024-05-05')).* FROM entries
       GROUP BY account ORDER BY account$$,
     $$SELECT * FROM serial ORDER BY account$$,
     'parallel and serial quarter balances agree');
 SELECT results_eq(
-    $$SELECT account, balance::numeric FROM serial WHERE account LIKE 'bulk%' ORDER BY account$$,
-    $$SELECT a.name, hpcacct.balance(a.name, '2024-05-05') FROM account a WHERE a.name LIKE 'bulk%' ORDER BY a.name$$,
-    'the aggregate agrees with the exact numeric balance');
+    $$SELECT account, quarter, balance::text FROM quarter_balances WHERE account LIKE 'bulk%' ORDER BY 1, 2$$,
+    $$SELECT q.account, q.quarter, hpcacct.balance(q.account, q.quarter)::text FROM quarter_balances q
+      WHERE q.account LIKE 'bulk%' ORDER BY 1, 2$$,
+    'quarter_balances and balance() give the same digits for every account and quarter');
 
 SELECT * FROM finish();
 ROLLBACK;
