@@ -175,6 +175,32 @@ CREATE FUNCTION @extschema@.visible_account(account text) RETURNS @extschema@.ac
 COMMENT ON FUNCTION @extschema@.visible_account(text) IS
     'The account row if it exists and the caller may see it, else 42704';
 
+-- The first day of the month a statement is for: a month that has begun (in the site's time
+-- zone), given as any day of it. NULL is 22004, infinity 22008, a month to come 22023.
+CREATE FUNCTION @extschema@.statement_month(month date) RETURNS date
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN m;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_month(date) IS
+    'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
+
 -- Everything one account's month page needs. Figures are taken at the end of the month (or
 -- now, for the current month). Sections appear when the account has data of their kind.
 CREATE FUNCTION @extschema@.account_month(account text, month date)
@@ -195,19 +221,9 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         sections jsonb := '{}';
         bank_unit text := @extschema@.setting_value('bank_unit');
     BEGIN
-        IF month IS NULL THEN
-            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT isfinite(month) THEN
-            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        m := date_trunc('month', month)::date;
+        m := @extschema@.statement_month(month);
         m_end := (m + interval '1 month')::date - 1;
         upto := least(m_end, @extschema@.site_today());
-        IF upto < m THEN
-            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
-                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
-        END IF;
         y_start := date_trunc('year', m)::date;
 
         -- the month's charges by resource and submitter
@@ -570,17 +586,7 @@ CREATE FUNCTION @extschema@.statement_accounts(month date)
         tz constant text := @extschema@.site_timezone();
         m date;
     BEGIN
-        IF month IS NULL THEN
-            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT isfinite(month) THEN
-            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        m := date_trunc('month', month)::date;
-        IF m > @extschema@.site_today() THEN
-            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
-                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
-        END IF;
+        m := @extschema@.statement_month(month);
         RETURN QUERY
         SELECT a.name
         FROM @extschema@.account a

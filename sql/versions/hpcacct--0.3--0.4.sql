@@ -5585,6 +5585,13 @@ COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
 -- end of scale (issue 19)
 
+-- ---- statements: the month check written once (issue 18) ------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+-- end of statements' month check
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -8014,19 +8021,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         sections jsonb := '{}';
         bank_unit text := @extschema@.setting_value('bank_unit');
     BEGIN
-        IF month IS NULL THEN
-            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT isfinite(month) THEN
-            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        m := date_trunc('month', month)::date;
+        m := @extschema@.statement_month(month);
         m_end := (m + interval '1 month')::date - 1;
         upto := least(m_end, @extschema@.site_today());
-        IF upto < m THEN
-            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
-                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
-        END IF;
         y_start := date_trunc('year', m)::date;
 
         -- the month's charges by resource and submitter
@@ -8768,17 +8765,7 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
         tz constant text := @extschema@.site_timezone();
         m date;
     BEGIN
-        IF month IS NULL THEN
-            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT isfinite(month) THEN
-            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        m := date_trunc('month', month)::date;
-        IF m > @extschema@.site_today() THEN
-            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
-                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
-        END IF;
+        m := @extschema@.statement_month(month);
         RETURN QUERY
         SELECT a.name
         FROM @extschema@.account a
@@ -9051,6 +9038,29 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
     $$;
 COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
+CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN m;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.statement_month(date) IS
+    'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
