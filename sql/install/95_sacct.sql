@@ -303,7 +303,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;
-        ANALYZE pg_temp.hpcacct_sacct_batch;
+        -- the columns later statements join and filter on (all 30 of them cost more)
+        ANALYZE pg_temp.hpcacct_sacct_batch (job_key, origin, rank, verdict);
         -- Several lines of one run (a file holding two windows, a quarantined line seen again):
         -- the newest staged line counts, then the quarantined one; the others rank 2. Found by
         -- hashing the keys, without sorting every line.
@@ -335,10 +336,10 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                     WHERE c.verdict = 'charge' AND c.rank = 1
                     OFFSET 0) b
               LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit) w;
-        ANALYZE pg_temp.hpcacct_sacct_write;
+        GET DIAGNOSTICS total = ROW_COUNT;
+        ANALYZE pg_temp.hpcacct_sacct_write (seq, job_key, action);
 
         CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;
-        SELECT pg_catalog.count(*) INTO total FROM pg_temp.hpcacct_sacct_write;
         -- Ranges still to write, as pairs lo, hi: the whole set first; a range that fails is
         -- split in halves, and a single row that fails is quarantined.
         IF total > 0 THEN
