@@ -186,6 +186,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         total   bigint;
         state_  text;
         message text;
+        whole   boolean := true;  -- the first attempt (the whole set) is still to come
+        plain   boolean;          -- this attempt inserts new runs by a plain INSERT
     BEGIN
         IF pg_catalog.to_regclass('@extschema@.job') IS NULL THEN
             RAISE EXCEPTION 'there is no job table @extschema@.job to load into'
@@ -248,9 +250,16 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END AS charged_account,
                    -- a rate at the start (one at most: resource_one_rate_at_a_time); joined, not
                    -- looked up per line (a million index probes)
-                   rs.resource_id IS NOT NULL AS rated
+                   rs.resource_id IS NOT NULL AS rated,
+                   -- the account and the membership, joined too (unique keys: one row at most)
+                   a.name IS NOT NULL AS account_known,
+                   ms.account IS NOT NULL AS member
             FROM keyed k
             LEFT JOIN @extschema@.slurm_account_map m ON m.slurm_account = k.account
+            LEFT JOIN @extschema@.account a
+              ON a.name = CASE WHEN m.slurm_account IS NOT NULL THEN m.account ELSE k.account END
+            LEFT JOIN @extschema@.membership ms
+              ON ms.account = a.name AND ms.username = k."user"
             LEFT JOIN @extschema@.resource rs
               ON rs.cluster = k.cluster AND rs.partition = k.partition AND rs.valid @> k.t_start
         )
@@ -283,10 +292,9 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    WHEN @extschema@.tres_problem(r.alloctres) IS NOT NULL
                        THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
                             || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
-                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = r.charged_account)
+                   WHEN NOT r.account_known
                        THEN 'quarantine:42704:unknown account "' || r.charged_account || '"'
-                   WHEN need_member AND NOT EXISTS (SELECT 1 FROM @extschema@.membership ms
-                                                    WHERE ms.account = r.charged_account AND ms.username = r."user")
+                   WHEN need_member AND NOT r.member
                        THEN 'quarantine:HA005:user "' || r."user" || '" is not a member of account "'
                             || r.charged_account || '"'
                    WHEN NOT r.rated
@@ -295,7 +303,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;
-        ANALYZE pg_temp.hpcacct_sacct_batch;
+        -- the columns later statements join and filter on (all 30 of them cost more)
+        ANALYZE pg_temp.hpcacct_sacct_batch (job_key, origin, rank, verdict);
         -- Several lines of one run (a file holding two windows, a quarantined line seen again):
         -- the newest staged line counts, then the quarantined one; the others rank 2. Found by
         -- hashing the keys, without sorting every line.
@@ -327,10 +336,10 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                     WHERE c.verdict = 'charge' AND c.rank = 1
                     OFFSET 0) b
               LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit) w;
-        ANALYZE pg_temp.hpcacct_sacct_write;
+        GET DIAGNOSTICS total = ROW_COUNT;
+        ANALYZE pg_temp.hpcacct_sacct_write (seq, job_key, action);
 
         CREATE TEMP TABLE hpcacct_sacct_failed (seq bigint PRIMARY KEY, sqlstate text, reason text) ON COMMIT DROP;
-        SELECT pg_catalog.count(*) INTO total FROM pg_temp.hpcacct_sacct_write;
         -- Ranges still to write, as pairs lo, hi: the whole set first; a range that fails is
         -- split in halves, and a single row that fails is quarantined.
         IF total > 0 THEN
@@ -341,12 +350,26 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
             hi := pending[2];
             pending := pending[3:];
             BEGIN
+                -- The whole set first: new runs by a plain INSERT (no speculative insertion per
+                -- row), changed ones by the upsert. If that fails (a site trigger, a run another
+                -- session inserted meanwhile), every range of the bisection upserts them all.
+                plain := whole;
+                whole := false;  -- a variable: not undone by the exception
+                IF plain THEN
+                    INSERT INTO @extschema@.job (cluster, jobid, account, "user", partition, submit, start, "end",
+                                                 alloctres, state)
+                    SELECT w.cluster, w.jobid, w.account, w."user", w.partition, w.submit, w.start, w."end",
+                           w.alloctres, w.state
+                    FROM pg_temp.hpcacct_sacct_write w
+                    WHERE w.action = 'inserted';
+                END IF;
                 INSERT INTO @extschema@.job AS j (cluster, jobid, account, "user", partition, submit, start, "end",
                                                   alloctres, state)
                 SELECT w.cluster, w.jobid, w.account, w."user", w.partition, w.submit, w.start, w."end",
                        w.alloctres, w.state
                 FROM pg_temp.hpcacct_sacct_write w
                 WHERE w.seq BETWEEN lo AND hi AND w.action <> 'unchanged'
+                  AND NOT (plain AND w.action = 'inserted')
                 ON CONFLICT (cluster, jobid, submit) DO UPDATE
                     SET account = excluded.account, "user" = excluded."user", partition = excluded.partition,
                         start = excluded.start, "end" = excluded."end", alloctres = excluded.alloctres,
