@@ -48,7 +48,7 @@ double equivalents(const tres::View& request, const tres::View& bundle) {
 
 double whole_nodes(const tres::View& request, const tres::View& node) {
     require_nonempty(node, "node capacity", "Whole nodes of an exclusive node type are counted against its capacity.");
-    double nodes = request.get("node");
+    double nodes = std::ceil(request.get("node") * (1 - kWholeTolerance));  // node=.1 still holds one node
     tres::View::Cursor n = node.cursor();
     while (n.next()) {
         const double ratio = request.get(n.key()) / n.value();

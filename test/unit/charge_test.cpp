@@ -73,6 +73,9 @@ TEST(Charge, ExclusiveRoundsUpToWholeNodes) {
     EXPECT_EQ(whole_nodes(Value("cpu=2,node=3").view(), node.view()), 3);
     EXPECT_EQ(whole_nodes(Value("cpu=48").view(), node.view()), 2);
     EXPECT_EQ(whole_nodes(Value("").view(), node.view()), 0);
+    // a fractional node count is rounded up like every other share of a node (fuzz finding)
+    EXPECT_EQ(whole_nodes(Value("cpu=0,node=.1").view(), node.view()), 1);
+    EXPECT_EQ(whole_nodes(Value("cpu=2,node=2.5").view(), node.view()), 3);
     EXPECT_THROW(whole_nodes(Value("cpu=1").view(), Value("").view()), hpcacct::Error);
 }
 
