@@ -5592,6 +5592,13 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
     AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
 -- end of statements' month check
 
+-- ---- the loader's speed (issue 14 item 7, loader3): sacct_time() in C, one TRES parse per line
+CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
+    AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
+    'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
+-- end of the loader's speed
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -8400,23 +8407,7 @@ CREATE OR REPLACE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '
 COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
     'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
 CREATE OR REPLACE FUNCTION @extschema@.sacct_time(value text, zone text) RETURNS timestamptz
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN CASE
-        WHEN value ~ '^[0-9]{1,11}$' THEN pg_catalog.to_timestamp(value::double precision)
-        WHEN value IS NULL
-             OR value !~ '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-](0[0-9]|1[0-5])(:?[0-5][0-9])?)?$'
-             OR pg_catalog.substr(value, 1, 4) = '0000'
-            THEN NULL
-        WHEN pg_catalog.substr(value, 9, 2)::integer > 28
-             AND pg_catalog.substr(value, 9, 2)::integer >
-                 pg_catalog.date_part('day', pg_catalog.make_date(pg_catalog.substr(value, 1, 4)::integer,
-                                                                  pg_catalog.substr(value, 6, 2)::integer, 1)
-                                              + interval '1 month - 1 day')
-            THEN NULL
-        WHEN pg_catalog.length(value) > 19 THEN value::timestamptz
-        WHEN zone IS NULL THEN NULL
-        ELSE pg_catalog.timezone(zone, value::timestamp)
-    END;
+    AS 'MODULE_PATHNAME', 'hpcacct_sacct_time' LANGUAGE c STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.sacct_time(text, text) IS
     'A sacct time: epoch seconds or ISO with a UTC offset are that instant, ISO without one is read in zone; '
     'NULL if it is not a time (Unknown, None, bad)';
@@ -8490,7 +8481,8 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
             SELECT r.*,
                    @extschema@.sacct_time(r.submit, zone) AS t_submit,
                    @extschema@.sacct_time(r.start, zone) AS t_start,
-                   @extschema@.sacct_time(r."end", zone) AS t_end
+                   @extschema@.sacct_time(r."end", zone) AS t_end,
+                   @extschema@.sacct_tres(r.alloctres) AS alloc  -- NULL: not a tres (tres_problem() says why)
             FROM (SELECT 0 AS origin, NULL::bigint AS quarantine_id, c.lineno, c.line, c.problem, c.cluster, c.jobid, c.jobidraw, c.account,
                          c."user", c.partition, c.submit, c.start, c."end", c.alloctres, c.state, c.elapsedraw,
                          c.reqtres, c.qos, c.nodelist
@@ -8556,7 +8548,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                    WHEN r.alloctres = '' AND r.t_end = r.t_start THEN 'never_started'
                    WHEN r.t_end - r.t_start > max_length
                        THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
-                   WHEN @extschema@.tres_problem(r.alloctres) IS NOT NULL
+                   WHEN r.alloc IS NULL
                        THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
                             || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
                    WHEN NOT r.account_known
@@ -8598,11 +8590,9 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                           WHEN j.state IS DISTINCT FROM b.state THEN 'updated'
                           ELSE 'unchanged'
                      END AS action
-              FROM (SELECT c.*, c.alloctres::@extschema@.tres AS alloc  -- cast once
-                    FROM pg_temp.hpcacct_sacct_batch c
-                    WHERE c.verdict = 'charge' AND c.rank = 1
-                    OFFSET 0) b
-              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit) w;
+              FROM pg_temp.hpcacct_sacct_batch b
+              LEFT JOIN @extschema@.job j ON j.cluster = b.cluster AND j.jobid = b.jobid AND j.submit = b.t_submit
+              WHERE b.verdict = 'charge' AND b.rank = 1) w;
         GET DIAGNOSTICS total = ROW_COUNT;
         ANALYZE pg_temp.hpcacct_sacct_write (seq, job_key, action);
 
@@ -9084,6 +9074,10 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
     $$;
 COMMENT ON FUNCTION @extschema@.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
+CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
+    AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
+    'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
