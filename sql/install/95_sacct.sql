@@ -177,6 +177,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         message text;
         whole   boolean := true;  -- the first attempt (the whole set) is still to come
         plain   boolean;          -- this attempt inserts new runs by a plain INSERT
+        alone   boolean := false; -- the staging table is ours alone: read it, then truncate it
     BEGIN
         IF pg_catalog.to_regclass('@extschema@.job') IS NULL THEN
             RAISE EXCEPTION 'there is no job table @extschema@.job to load into'
@@ -193,6 +194,19 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         -- One load at a time (another waits here; staged lines are claimed by DELETE, so
         -- every committed line is loaded once).
         PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
+        -- When no other session holds the staging table (none is staging or reading lines) it
+        -- is locked until commit, read whole and truncated: deleting every line cost 0.4 s per
+        -- 200 000. Only where each statement sees what is committed (read committed): a
+        -- snapshot taken earlier would miss lines the TRUNCATE removes. Otherwise the lines
+        -- are claimed by DELETE, and another session's uncommitted lines wait for a later load.
+        IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+            BEGIN
+                LOCK TABLE @extschema@.sacct_staging IN ACCESS EXCLUSIVE MODE NOWAIT;
+                alone := true;
+            EXCEPTION WHEN lock_not_available THEN
+                alone := false;
+            END;
+        END IF;
         -- Times without an offset are read in the site's time zone; unset, they are quarantined.
         SELECT s.value INTO zone FROM @extschema@.setting s WHERE s.name = 'timezone';
 
@@ -207,7 +221,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         END IF;
         CREATE TEMP TABLE hpcacct_sacct_batch ON COMMIT DROP AS
         WITH claimed AS (
-            DELETE FROM @extschema@.sacct_staging RETURNING *
+            DELETE FROM @extschema@.sacct_staging WHERE NOT alone RETURNING *
         ), parsed AS (
             SELECT r.*,
                    @extschema@.sacct_time(r.submit, zone) AS t_submit,
@@ -217,7 +231,9 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
             FROM (SELECT 0 AS origin, NULL::bigint AS quarantine_id, c.lineno, c.line, c.problem, c.cluster, c.jobid, c.jobidraw, c.account,
                          c."user", c.partition, c.submit, c.start, c."end", c.alloctres, c.state, c.elapsedraw,
                          c.reqtres, c.qos, c.nodelist
-                  FROM claimed c
+                  FROM (SELECT * FROM claimed
+                        UNION ALL
+                        SELECT * FROM @extschema@.sacct_staging WHERE alone) c
                   UNION ALL
                   SELECT 1, q.quarantine_id, NULL, q.line, q.problem, q.cluster, q.jobid, q.jobidraw, q.account, q."user",
                          q.partition, q.submit, q.start, q."end", q.alloctres, q.state, q.elapsedraw, q.reqtres,
@@ -293,6 +309,9 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;
+        IF alone THEN
+            TRUNCATE @extschema@.sacct_staging;
+        END IF;
         -- the columns later statements join and filter on (all 30 of them cost more)
         ANALYZE pg_temp.hpcacct_sacct_batch (job_key, origin, rank, verdict);
         -- Several lines of one run (a file holding two windows, a quarantined line seen again):

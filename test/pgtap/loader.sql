@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(77);
+SELECT plan(80);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -166,6 +166,11 @@ SELECT is(sacct_time('2024-02-29T00:00:00', 'UTC'), '2024-02-29 00:00+00'::times
 SELECT is(tres_problem('cpu=1,mem=4G'), NULL, 'tres_problem: NULL for a valid TRES');
 SELECT is(left(tres_problem('cpu=x'), 5), '22P02', 'and the SQLSTATE of the error its input raises (malformed)');
 SELECT is(left(tres_problem('cpu=-1'), 5), '22003', 'or (negative)');
+SELECT is(sacct_tres('mem=4G,cpu=1'), 'cpu=1,mem=4G'::tres, 'sacct_tres: the tres of a valid TRES text');
+SELECT is(ARRAY[sacct_tres('cpu=x'), sacct_tres('cpu=-1')], ARRAY[NULL, NULL]::tres[],
+          'and NULL where its input raises (tres_problem() says why)');
+SELECT throws_ok($$SELECT sacct_time('2024-07-01T12:00:00', 'No/Such_Zone')$$, '22023', NULL,
+                 'sacct_time: an unknown zone raises, as timezone() does');
 
 -- A job a site's own trigger refuses is found by bisection and quarantined with its error;
 -- the others in the same load are charged.
