@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(80);
+SELECT plan(82);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -252,6 +252,22 @@ SELECT is((SELECT (accounts_added, users_added, memberships_added)::text FROM sy
 INSERT INTO sacctmgr_staging VALUES ('ldr', 'sproj', 'sam');
 SELECT is((SELECT (accounts_added, users_added, memberships_added)::text FROM sync_slurm_accounts()), '(0,0,0)',
           'a second sync adds nothing');
+
+-- A quarantined run that hpcacct.job meanwhile holds as the line says: resolved as unchanged,
+-- nothing written (runs not to be written are counted, not kept).
+SELECT pg_temp.stage(
+    'ldr|30|ghost|u1|cpu|2024-01-12T08:00:00+00|2024-01-12T08:00:00+00|2024-01-12T09:00:00+00|cpu=1|COMPLETED');
+SELECT pg_temp.load(40);
+INSERT INTO account (name) VALUES ('ghost');
+INSERT INTO job (cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state)
+VALUES ('ldr', '30', 'ghost', 'u1', 'cpu', '2024-01-12 08:00+00', '2024-01-12 08:00+00', '2024-01-12 09:00+00', 'cpu=1',
+        'COMPLETED');
+SELECT pg_temp.ledger_rows() AS before_rows \gset
+SELECT pg_temp.load(41);
+SELECT is((SELECT (inserted, rerated, updated, unchanged)::text FROM outcome WHERE load = 41), '(0,0,0,1)',
+          'a quarantined run hpcacct.job holds as it is: 1 unchanged');
+SELECT is((SELECT resolution || ', ' || (pg_temp.ledger_rows() - :before_rows) FROM sacct_quarantine WHERE jobid = '30'),
+          'unchanged, 0', 'its quarantine row resolved as unchanged, no ledger row written');
 
 SELECT * FROM finish();
 ROLLBACK;
