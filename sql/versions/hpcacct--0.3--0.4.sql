@@ -8545,7 +8545,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
         SELECT r.*,
                CASE
                    WHEN r.problem IS NOT NULL THEN 'quarantine:22P02:' || r.problem
-                   WHEN r.jobid ~ '\.' THEN 'step'
+                   WHEN pg_catalog.strpos(r.jobid, '.') > 0 THEN 'step'
                    WHEN r.ignored THEN 'ignored'
                    WHEN coalesce(r."end", '') IN ('', 'Unknown', 'None') THEN 'unfinished'
                    WHEN coalesce(r.start, '') IN ('', 'Unknown', 'None') THEN 'never_started'
@@ -8681,11 +8681,19 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
         -- Open quarantine rows (all of them are in the batch) whose run this load took
         -- (charged, unchanged or skipped) are resolved; so are those whose key changed (a time
         -- without offset that now parses): they are quarantined again under the new key below.
-        SELECT pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
-               pg_catalog.count(*) FILTER (WHERE b.origin = 1)
-        INTO problems, retried
+        -- (the batch's counts, all in one scan; unchanged is completed below)
+        SELECT pg_catalog.count(*) FILTER (WHERE b.origin = 0),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'unfinished'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'never_started'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'step'),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'ignored'),
+               pg_catalog.count(*) FILTER (WHERE b.rank > 1 AND b.origin = 0),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
+               pg_catalog.count(*) FILTER (WHERE b.origin = 1),
+               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'charge')
+        INTO lines, unfinished, never_started, steps, ignored, duplicates, quarantined, retried, unchanged
         FROM pg_temp.hpcacct_sacct_batch b;
-        problems := problems + (SELECT pg_catalog.count(*) FROM pg_temp.hpcacct_sacct_failed);
+        problems := quarantined + (SELECT pg_catalog.count(*) FROM pg_temp.hpcacct_sacct_failed);
         IF retried > 0 THEN
             WITH done AS (
                 UPDATE @extschema@.sacct_quarantine q
@@ -8740,17 +8748,6 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                     updated_at = excluded.updated_at;
         END IF;
 
-        SELECT pg_catalog.count(*) FILTER (WHERE b.origin = 0),
-               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'unfinished'),
-               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'never_started'),
-               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'step'),
-               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'ignored'),
-               pg_catalog.count(*) FILTER (WHERE b.rank > 1 AND b.origin = 0),
-               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict LIKE 'quarantine:%'),
-               pg_catalog.count(*) FILTER (WHERE b.origin = 1),
-               pg_catalog.count(*) FILTER (WHERE b.rank = 1 AND b.verdict = 'charge')
-        INTO lines, unfinished, never_started, steps, ignored, duplicates, quarantined, retried, unchanged
-        FROM pg_temp.hpcacct_sacct_batch b;
         SELECT pg_catalog.count(*) FILTER (WHERE w.action = 'inserted' AND f.seq IS NULL),
                pg_catalog.count(*) FILTER (WHERE w.action = 'rerated' AND f.seq IS NULL),
                pg_catalog.count(*) FILTER (WHERE w.action = 'updated' AND f.seq IS NULL),
