@@ -188,21 +188,29 @@ while IFS='|' read -r grp db explain; do
                                      FROM hpcacct.job ORDER BY start, jobid) l) TO '$data/loader.sacct'"
         ms_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", (b - a) * 1000 }'; }
         # CPU time besides the wall time (steadier on a shared machine): the client's from
-        # time(1), the backends' as the postmaster's children's time (a backend that exited is
-        # reaped there; autovacuum workers that ran meanwhile are counted too)
+        # time(1); the server's as the CPU time of the postmaster's children, live, exited
+        # (zombies still show theirs) or reaped (the postmaster's cutime) — the round's backend
+        # and whatever background process or autovacuum worker ran meanwhile
         postmaster=$(head -1 "$(value -d $db -c 'SHOW data_directory')/postmaster.pid")
         tick=$(getconf CLK_TCK)
-        reaped() { sleep 0.2; awk -v t="$tick" '{ printf "%.0f", ($16 + $17) * 1000 / t }' "/proc/$postmaster/stat"; }
-        cpu() {  # variant run: the last command's client and backend CPU time, in ms
-            printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$out/client_cpu")" \
-                "$(($(reaped) - backend0))" >>"$out/loader_cpu.tsv"
+        server_cpu() {  # in ms; after the command name, fields 12-13 are utime, stime, 14-15 the reaped children's
+            {
+                sed 's/^.*) //' "/proc/$postmaster/stat" | awk '{ print $12 + $13 + $14 + $15 }'
+                for child in $(pgrep -P "$postmaster"); do
+                    sed 's/^.*) //' "/proc/$child/stat" 2>/dev/null | awk '{ print $12 + $13 }'
+                done
+            } | awk -v t="$tick" '{ s += $1 } END { printf "%.0f", s * 1000 / t }'
         }
-        printf 'variant\trun\tclient_ms\tbackend_ms\n' >"$out/loader_cpu.tsv"
+        cpu() {  # variant run: the last command's client and server CPU time, in ms
+            printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$out/client_cpu")" \
+                "$(($(server_cpu) - backend0))" >>"$out/loader_cpu.tsv"
+        }
+        printf 'variant\trun\tclient_ms\tserver_ms\n' >"$out/loader_cpu.tsv"
         lines=$(value -d $db -c 'SELECT count(*) FROM hpcacct.job')
         for run in $(seq 0 "$RUNS"); do
             warm=$([ "$run" -eq 0 ] && [ "$RUNS" -gt 0 ] && echo t || echo f)
             value -d $db -c "SELECT bench.prepare_ingest('charge_jobs')" -c CHECKPOINT >/dev/null
-            backend0=$(reaped)
+            backend0=$(server_cpu)
             t=$(seconds)
             /usr/bin/time -f '%U %S' -o "$out/client_cpu" psql -X -q -v ON_ERROR_STOP=1 -d $db \
                 -c "COPY hpcacct.job FROM '$data/loader.tsv'"
@@ -212,7 +220,7 @@ while IFS='|' read -r grp db explain; do
                 -c 'CREATE TABLE bench.loader_ref AS SELECT cluster, jobid, amount FROM hpcacct.ledger'
             value -d $db -c "SELECT bench.prepare_ingest('charge_jobs')" -c 'TRUNCATE hpcacct.sacct_quarantine' \
                 -c CHECKPOINT >/dev/null
-            backend0=$(reaped)
+            backend0=$(server_cpu)
             t=$(seconds)
             PGDATABASE=$db /usr/bin/time -f '%U %S' -o "$out/client_cpu" \
                 "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_load.txt"
@@ -220,7 +228,7 @@ while IFS='|' read -r grp db explain; do
             cpu load "$run"
             first_rows=$(value -d $db -c 'SELECT count(*) FROM hpcacct.ledger')
             value -d $db -c CHECKPOINT >/dev/null
-            backend0=$(reaped)
+            backend0=$(server_cpu)
             t=$(seconds)
             PGDATABASE=$db /usr/bin/time -f '%U %S' -o "$out/client_cpu" \
                 "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_reload.txt"
