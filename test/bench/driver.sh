@@ -194,12 +194,15 @@ while IFS='|' read -r grp db explain; do
         postmaster=$(head -1 "$(value -d $db -c 'SHOW data_directory')/postmaster.pid")
         tick=$(getconf CLK_TCK)
         server_cpu() {  # in ms; after the command name, fields 12-13 are utime, stime, 14-15 the reaped children's
-            {
-                sed 's/^.*) //' "/proc/$postmaster/stat" | awk '{ print $12 + $13 + $14 + $15 }'
-                for child in $(pgrep -P "$postmaster"); do
-                    sed 's/^.*) //' "/proc/$child/stat" 2>/dev/null | awk '{ print $12 + $13 }'
-                done
-            } | awk -v t="$tick" '{ s += $1 } END { printf "%.0f", s * 1000 / t }'
+            local before after children
+            while :; do  # again if the postmaster reaped a child meanwhile (its time would be missed)
+                before=$(sed 's/^.*) //' "/proc/$postmaster/stat" | awk '{ print $12 + $13 + $14 + $15 }')
+                children=$(for child in $(pgrep -P "$postmaster"); do sed 's/^.*) //' "/proc/$child/stat" 2>/dev/null; done |
+                           awk '{ s += $12 + $13 } END { print s + 0 }')
+                after=$(sed 's/^.*) //' "/proc/$postmaster/stat" | awk '{ print $12 + $13 + $14 + $15 }')
+                [ "$before" = "$after" ] && break
+            done
+            awk -v t="$tick" -v s="$((after + children))" 'BEGIN { printf "%.0f", s * 1000 / t }'
         }
         cpu() {  # variant run: the last command's client and server CPU time, in ms
             printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$out/client_cpu")" \
