@@ -192,8 +192,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         IF through IS NOT NULL AND NOT pg_catalog.isfinite(through) THEN
             RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        -- One load at a time (another waits here; staged lines are claimed by DELETE, so
-        -- every committed line is loaded once).
+        -- One load at a time (another waits here): every committed line is loaded once.
         PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
         -- When no other session holds the staging table (none is staging or reading lines) it
         -- is locked until commit, read whole and truncated: deleting every line cost 0.4 s per

@@ -8461,8 +8461,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
         IF through IS NOT NULL AND NOT pg_catalog.isfinite(through) THEN
             RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        -- One load at a time (another waits here; staged lines are claimed by DELETE, so
-        -- every committed line is loaded once).
+        -- One load at a time (another waits here): every committed line is loaded once.
         PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
         -- When no other session holds the staging table (none is staging or reading lines) it
         -- is locked until commit, read whole and truncated: deleting every line cost 0.4 s per
@@ -9109,8 +9108,7 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
     'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
-ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
--- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
+-- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
@@ -9125,6 +9123,27 @@ BEGIN
                           '        RETURN NULL;\n'
                           '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
                           @extschema@.consumption_rollup_insert_sql('new_entries')));
+END
+$do$;
+ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
+-- generated from the rollup statements: generate it again
+DO $do$
+DECLARE
+    received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION @extschema@.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '        INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE\n'
+                          '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        DELETE FROM pg_temp.hpcacct_received;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
 END
 $do$;
 -- sites that use the roles get what setup_roles() grants on every object, old and new
