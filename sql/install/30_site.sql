@@ -60,7 +60,7 @@ CREATE FUNCTION @extschema@.setting_value(name text) RETURNS text
 COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting';
 
 -- Only known settings, with values of the right kind.
-CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -106,9 +106,9 @@ CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
 CREATE TRIGGER check_setting BEFORE INSERT OR UPDATE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_setting();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_setting();
 
 CREATE TABLE @extschema@.account (
     name        text PRIMARY KEY CHECK (name <> ''),

@@ -53,7 +53,7 @@ COMMENT ON COLUMN @extschema@.ledger.core_hours IS
 COMMENT ON COLUMN @extschema@.ledger.amount IS
     'Units (see unit); a charge is positive, its reversal negative; rounded to 6 decimals when booked';
 
-CREATE FUNCTION @extschema@.ledger_is_append_only() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.ledger_is_append_only() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -62,11 +62,11 @@ CREATE FUNCTION @extschema@.ledger_is_append_only() RETURNS trigger
             USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
     END
     $$;
-COMMENT ON FUNCTION @extschema@.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
+COMMENT ON FUNCTION hpcacct_internal.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
 CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON @extschema@.ledger
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.ledger_is_append_only();
 CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.ledger_is_append_only();
 
 -- The ledger's foreign keys, checked once per statement. A foreign key checks every new row
 -- with a query of its own (two per charge: about 40 % of the cost of charging). Those two
@@ -76,7 +76,7 @@ CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
 -- foreign keys' triggers on account and resource refuse to delete or rename a row the ledger
 -- names, at any isolation level (a delete that waited for a charging transaction, or whose
 -- snapshot predates it, sees its rows), and pg_dump restores the ledger after them.
-CREATE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.ledger_check_references() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -108,12 +108,12 @@ CREATE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_references() IS
     'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
     'the accounts and resources they name)';
 CREATE TRIGGER ledger_check_references AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_check_references();
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.ledger_check_references();
 -- the foreign keys' own per-row checks of new rows (the ledger's rows are never updated)
 DO $do$
 DECLARE
@@ -132,7 +132,7 @@ $do$;
 -- 'role=column' pairs for a table whose names differ from sacct's. submit is optional: a
 -- table without that column (and no mapping for it) gets NULL, and its jobs are told apart
 -- by cluster and jobid alone.
-CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+CREATE FUNCTION hpcacct_internal.job_columns(job_table regclass, mapping text[]) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -195,7 +195,7 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
         RETURN columns;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
+COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
 
 -- Charges jobs as a statement-level AFTER trigger over the transition tables new_jobs and
 -- old_jobs: one set-based INSERT into the ledger per statement (COPY included).
@@ -222,7 +222,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Attach it with hpcacct.attach_charging(table).';
         END IF;
-        col := @extschema@.job_columns(TG_RELID, TG_ARGV);
+        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
         relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
                            '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
@@ -358,7 +358,7 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
     DECLARE
         args text;
     BEGIN
-        PERFORM @extschema@.job_columns(job_table, mapping);  -- fail now, not at the first insert
+        PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
                        'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
@@ -405,7 +405,7 @@ CREATE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@
         EXECUTE format('COMMENT ON TABLE %s IS %L', created,
                        'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
         PERFORM @extschema@.attach_charging(created);
-        PERFORM @extschema@.protect_table(created);
+        PERFORM hpcacct_internal.protect_table(created);
         RETURN created;
     END
     $$;

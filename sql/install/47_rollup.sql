@@ -409,7 +409,7 @@ COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
 -- trigger on each settings table rebuilds the rollup when the row of the setting named by
 -- its argument is added, changed or removed. (Not dumped: a restore of the ledger rolls its
 -- rows up again, and a restored time zone rebuilds them.)
-CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -428,7 +428,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.rebuild_rollup_trigger() IS
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
     'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
 CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('timezone');
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone');

@@ -30,65 +30,65 @@ COMMENT ON COLUMN @extschema@.machine_setting.month_convention IS
 
 -- ---- The aggregates tmc and tc -------------------------------------------------------
 
-CREATE FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tmc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date, text) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date, text) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tmc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date, text) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date, text) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_finalfn(internal) RETURNS float8
+CREATE FUNCTION hpcacct_internal.theoretical_finalfn(internal) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_finalfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.theoretical_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date) IS
+COMMENT ON FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date) IS
     'Transition function of hpcacct.tmc (half_month convention)';
-COMMENT ON FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date, text) IS
+COMMENT ON FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date, text) IS
     'Transition function of hpcacct.tmc with a month convention';
-COMMENT ON FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date) IS
+COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date) IS
     'Transition function of hpcacct.tc (half_month convention)';
-COMMENT ON FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date, text) IS
+COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date, text) IS
     'Transition function of hpcacct.tc with a month convention';
-COMMENT ON FUNCTION @extschema@.theoretical_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) IS
     'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
-COMMENT ON FUNCTION @extschema@.theoretical_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_finalfn(internal) IS
     'Final function of hpcacct.tmc and hpcacct.tc';
-COMMENT ON FUNCTION @extschema@.theoretical_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_serialfn(internal) IS
     'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
-COMMENT ON FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
     'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
 
 CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date) (
-    SFUNC = @extschema@.tmc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tmc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date, convention text) (
-    SFUNC = @extschema@.tmc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tmc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 CREATE AGGREGATE @extschema@.tc(valid_from date, valid_until date, amount float8, at date) (
-    SFUNC = @extschema@.tc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 CREATE AGGREGATE @extschema@.tc(valid_from date, valid_until date, amount float8, at date, convention text) (
-    SFUNC = @extschema@.tc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.tmc(date, date, float8, date) IS

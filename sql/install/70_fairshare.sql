@@ -57,7 +57,7 @@ COMMENT ON FUNCTION @extschema@.fairshare_setting_value(text) IS
     'Effective value of a fair-share or usage-report setting (NULL for an unknown name)';
 
 -- Only known names, with values of the right kind.
-CREATE FUNCTION @extschema@.check_fairshare_setting() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.check_fairshare_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -95,13 +95,13 @@ CREATE FUNCTION @extschema@.check_fairshare_setting() RETURNS trigger
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_fairshare_setting() IS
+COMMENT ON FUNCTION hpcacct_internal.check_fairshare_setting() IS
     'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
 CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_fairshare_setting();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_fairshare_setting();
 -- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
 CREATE TRIGGER fairshare_setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.fairshare_setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('half_life');
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('half_life');
 
 -- Pools that need settings of their own: the allocation year's first month (1 January at
 -- HLRN and GENCI, 1 April at Compute Canada, 1 July at Fermilab LQCD).
@@ -135,75 +135,75 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_user', '');
 -- aggregate context; see src/pg/fairshare.cpp), so the combine functions are not strict,
 -- and the transition functions are not strict so that a NULL argument is an error (22004)
 -- rather than a row silently left out.
-CREATE FUNCTION @extschema@.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval)
+CREATE FUNCTION hpcacct_internal.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval)
     RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval) IS
     'Transition function of hpcacct.decayed_usage (half-life form): adds one row';
-CREATE FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_combinefn(internal, internal) IS
     'Combine function of hpcacct.decayed_usage (half-life form): merges two partial states';
-CREATE FUNCTION @extschema@.decayed_usage_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.decayed_usage_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_serialfn(internal) IS
     'Serial function of hpcacct.decayed_usage (half-life form): the 48 bytes of a partial state';
-CREATE FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_deserialfn(bytea, internal) IS
     'Deserial function of hpcacct.decayed_usage (half-life form): checks the size and validity of a state';
-CREATE FUNCTION @extschema@.decayed_usage_finalfn(internal) RETURNS float8
+CREATE FUNCTION hpcacct_internal.decayed_usage_finalfn(internal) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_finalfn(internal) IS
     'Final function of hpcacct.decayed_usage (half-life form): the decayed usage, NULL without rows';
 
 CREATE AGGREGATE @extschema@.decayed_usage(ts timestamptz, amount float8, at timestamptz, half_life interval) (
-    SFUNC = @extschema@.decayed_usage_transfn,
+    SFUNC = hpcacct_internal.decayed_usage_transfn,
     STYPE = internal,
     SSPACE = 48,
-    FINALFUNC = @extschema@.decayed_usage_finalfn,
-    COMBINEFUNC = @extschema@.decayed_usage_combinefn,
-    SERIALFUNC = @extschema@.decayed_usage_serialfn,
-    DESERIALFUNC = @extschema@.decayed_usage_deserialfn,
+    FINALFUNC = hpcacct_internal.decayed_usage_finalfn,
+    COMBINEFUNC = hpcacct_internal.decayed_usage_combinefn,
+    SERIALFUNC = hpcacct_internal.decayed_usage_serialfn,
+    DESERIALFUNC = hpcacct_internal.decayed_usage_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.decayed_usage(timestamptz, float8, timestamptz, interval) IS
     'Slurm-style decayed usage at at: sum of amount x 2^(-(at - ts) / half_life); rows after at count 0; '
     'NULL arguments, negative or non-finite amounts, non-positive half-lives or ones with months are errors';
 
-CREATE FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
                                                           float8, integer)
     RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
                                                               float8, integer) IS
     'Transition function of hpcacct.decayed_usage (interval form): adds one row';
-CREATE FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_combinefn(internal, internal) IS
     'Combine function of hpcacct.decayed_usage (interval form): merges two partial states';
-CREATE FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_serialfn(internal) IS
     'Serial function of hpcacct.decayed_usage (interval form): the 64 bytes of a partial state';
-CREATE FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_deserialfn(bytea, internal) IS
     'Deserial function of hpcacct.decayed_usage (interval form): checks the size and validity of a state';
-CREATE FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) RETURNS float8
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_finalfn(internal) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_finalfn(internal) IS
     'Final function of hpcacct.decayed_usage (interval form): the decayed usage, NULL without rows';
 
 CREATE AGGREGATE @extschema@.decayed_usage(ts timestamptz, amount float8, at timestamptz, period interval,
                                            decay float8, depth integer) (
-    SFUNC = @extschema@.decayed_usage_periods_transfn,
+    SFUNC = hpcacct_internal.decayed_usage_periods_transfn,
     STYPE = internal,
     SSPACE = 64,
-    FINALFUNC = @extschema@.decayed_usage_periods_finalfn,
-    COMBINEFUNC = @extschema@.decayed_usage_periods_combinefn,
-    SERIALFUNC = @extschema@.decayed_usage_periods_serialfn,
-    DESERIALFUNC = @extschema@.decayed_usage_periods_deserialfn,
+    FINALFUNC = hpcacct_internal.decayed_usage_periods_finalfn,
+    COMBINEFUNC = hpcacct_internal.decayed_usage_periods_combinefn,
+    SERIALFUNC = hpcacct_internal.decayed_usage_periods_serialfn,
+    DESERIALFUNC = hpcacct_internal.decayed_usage_periods_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.decayed_usage(timestamptz, float8, timestamptz, interval, float8, integer) IS

@@ -82,7 +82,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         reason text;
         message text;
     BEGIN
-        at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',

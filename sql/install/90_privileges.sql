@@ -18,14 +18,14 @@
 
 -- The accounts the session's user is a member of. SECURITY DEFINER so that policies can ask
 -- without membership's own policy recursing.
-CREATE FUNCTION @extschema@.visible_accounts() RETURNS text[]
+CREATE FUNCTION hpcacct_internal.visible_accounts() RETURNS text[]
     LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT coalesce(pg_catalog.array_agg(m.account), '{}')
         FROM @extschema@.membership m WHERE m.username = pg_catalog.session_user()
     $$;
-COMMENT ON FUNCTION @extschema@.visible_accounts() IS
+COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
     'Accounts the session user is a member of: what row-level security lets a portal role see';
 
 -- Whether the current role sees every row: superusers and members of hpcacct_admin or of
@@ -34,7 +34,7 @@ COMMENT ON FUNCTION @extschema@.visible_accounts() IS
 -- PL/pgSQL, which keeps its plan for the session: every query on a protected table calls it
 -- once, and a SQL function would be parsed and planned again each time (for the submit
 -- role, five times per check_submit).
-CREATE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
+CREATE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -46,7 +46,7 @@ CREATE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
                            false);
     END
     $$;
-COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
+COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
     'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
 
 -- The charging trigger books the ledger for whoever inserts jobs (hpcacct_ingest has no
@@ -69,7 +69,7 @@ $$;
 -- writing is governed by the table privileges alone. The functions are called through
 -- scalar subqueries, so that a query evaluates them once, not per row. Tables without such
 -- a column (resources, settings, machines, pools) are reference data and left alone.
-CREATE FUNCTION @extschema@.protect_table(target regclass) RETURNS boolean
+CREATE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -84,11 +84,11 @@ CREATE FUNCTION @extschema@.protect_table(target regclass) RETURNS boolean
         WHERE a.attrelid = target AND a.attnum > 0 AND NOT a.attisdropped;
         visible := CASE
             WHEN target = '@extschema@.account'::regclass
-                THEN 'name = ANY ((SELECT @extschema@.visible_accounts())::text[])'
+                THEN 'name = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
             WHEN has_account AND has_username
-                THEN 'account = ANY ((SELECT @extschema@.visible_accounts())::text[]) OR username = session_user'
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[]) OR username = session_user'
             WHEN has_account
-                THEN 'account = ANY ((SELECT @extschema@.visible_accounts())::text[])'
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
             WHEN has_username
                 THEN 'username = session_user'
         END;
@@ -96,7 +96,7 @@ CREATE FUNCTION @extschema@.protect_table(target regclass) RETURNS boolean
             RETURN false;
         END IF;
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
-        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT @extschema@.sees_all_accounts()) OR %s)',
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()) OR %s)',
                        target, visible);
         EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
         EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
@@ -104,21 +104,21 @@ CREATE FUNCTION @extschema@.protect_table(target regclass) RETURNS boolean
         RETURN true;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.protect_table(regclass) IS
+COMMENT ON FUNCTION hpcacct_internal.protect_table(regclass) IS
     'Row-level security for a table with an account or username column: portal users see their accounts'' rows';
 
-SELECT count(*) FILTER (WHERE @extschema@.protect_table(c.oid)) AS protected_tables
+SELECT count(*) FILTER (WHERE hpcacct_internal.protect_table(c.oid)) AS protected_tables
 FROM pg_catalog.pg_class c
 WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 
 -- hpcacct_submit: the scheduler's submit check (job_submit.lua) and nothing else. It reads
 -- the tables check_submit reads, for every account (sees_all_accounts), and writes nothing.
-CREATE FUNCTION @extschema@.grant_submit_role() RETURNS void
+CREATE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_submit;
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
         GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
                         @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
                         @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.machine_setting
@@ -126,8 +126,8 @@ CREATE FUNCTION @extschema@.grant_submit_role() RETURNS void
         GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
     END
     $$;
-REVOKE EXECUTE ON FUNCTION @extschema@.grant_submit_role() FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.grant_submit_role() IS
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_submit_role() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
     'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
 
 -- Creates the four roles if they do not exist yet and grants them their privileges. Run it
@@ -152,10 +152,10 @@ CREATE PROCEDURE @extschema@.setup_roles()
             END IF;
             EXECUTE pg_catalog.format('COMMENT ON ROLE %I IS %L', r.name, r.description);
         END LOOP;
-        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
-        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin;
         GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
         IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
             GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
@@ -175,7 +175,7 @@ CREATE PROCEDURE @extschema@.setup_roles()
         -- the fair share of every account; it writes nothing and runs no administrative function
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
-        PERFORM @extschema@.grant_submit_role();
+        PERFORM hpcacct_internal.grant_submit_role();
         -- a portal user keeps their own contact row (its policy admits no other)
         GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
             ON @extschema@.contact TO hpcacct_portal;
@@ -217,7 +217,7 @@ CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
                    CASE WHEN sees_all THEN f.share END, f.usage,
                    CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
             FROM @extschema@.fairshare_all(instant) f
-            WHERE sees_all OR f.account = ANY (@extschema@.visible_accounts());
+            WHERE sees_all OR f.account = ANY (hpcacct_internal.visible_accounts());
     END
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
@@ -232,7 +232,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.refund(text, date, numeric, text),
     @extschema@.transfer(text, date, text, date, numeric, text),
     @extschema@.top_up(text, date, numeric),
-    @extschema@.book_allocation(text, text, date, numeric, text),
+    hpcacct_internal.book_allocation(text, text, date, numeric, text),
     @extschema@.add_user(text, date),
     @extschema@.add_member(text, text, text, text),
     @extschema@.remove_member(text, text, text),
@@ -241,7 +241,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.attach_charging(regclass, text[]),
     @extschema@.charge_jobs(),
     @extschema@.create_job_table(text),
-    @extschema@.protect_table(regclass),
+    hpcacct_internal.protect_table(regclass),
     @extschema@.fairshare_all(timestamptz),
     @extschema@.add_quota_period(text, date, date, float8, text, text),
     @extschema@.rebuild_rollup(),

@@ -161,7 +161,7 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
         ), booked AS (
             INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   hpcacct.top_up_note(m.level)   -- the note the procedure books (its once-only key)
+                   hpcacct_internal.top_up_note(m.level)   -- the note the procedure books (its once-only key)
             FROM missing m, cfg
             WHERE m.amount > 0
             RETURNING account, valid_from, amount

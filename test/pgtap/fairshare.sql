@@ -13,21 +13,21 @@ SELECT is_aggregate('hpcacct', 'decayed_usage', ARRAY['timestamp with time zone'
                     'timestamp with time zone', 'interval', 'double precision', 'integer'],
                     'decayed_usage, interval form, is an aggregate');
 SELECT is((SELECT count(*) FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.proname = 'decayed_usage'
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.proname = 'decayed_usage'
              AND p.proparallel = 's' AND a.aggcombinefn <> 0 AND a.aggserialfn <> 0 AND a.aggdeserialfn <> 0
              AND a.aggtranstype = 'internal'::regtype),
           2::bigint, 'both aggregates: PARALLEL SAFE, internal state with combine, serial and deserial functions');
-SELECT isnt_strict('hpcacct', 'decayed_usage_transfn',
+SELECT isnt_strict('hpcacct_internal', 'decayed_usage_transfn',
                    ARRAY['internal', 'timestamp with time zone', 'double precision', 'timestamp with time zone', 'interval'],
                    'the transition function is not strict: NULL arguments reach it and are refused');
-SELECT isnt_strict('hpcacct', 'decayed_usage_periods_transfn',
+SELECT isnt_strict('hpcacct_internal', 'decayed_usage_periods_transfn',
                    ARRAY['internal', 'timestamp with time zone', 'double precision', 'timestamp with time zone', 'interval',
                          'double precision', 'integer'],
                    'the interval-form transition function is not strict either');
 CREATE TEMP VIEW fs_objects AS
     SELECT p.oid, p.proname, p.prokind, p.prolang, p.proparallel, p.provolatile, p.proconfig
     FROM pg_proc p
-    WHERE p.pronamespace = 'hpcacct'::regnamespace
+    WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
       AND (p.proname LIKE 'decayed_usage%' OR p.proname LIKE 'fairshare%' OR p.proname LIKE 'usage_by_%'
            OR p.proname IN ('check_fairshare_setting', 'year_start_month', 'allocation_year',
                             'year_allocations'));

@@ -37,7 +37,7 @@ SELECT is_aggregate('hpcacct', 'tmc', ARRAY['date', 'date', 'double precision', 
 SELECT is_aggregate('hpcacct', 'tc', ARRAY['date', 'date', 'double precision', 'date'], 'tc/4 is an aggregate');
 SELECT is_aggregate('hpcacct', 'tc', ARRAY['date', 'date', 'double precision', 'date', 'text'], 'tc/5 is an aggregate');
 SELECT is((SELECT count(*) FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.proname IN ('tmc', 'tc')
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.proname IN ('tmc', 'tc')
              AND p.proparallel = 's' AND a.aggcombinefn <> 0 AND a.aggserialfn <> 0 AND a.aggdeserialfn <> 0),
           4::bigint, 'all four are PARALLEL SAFE with combine, serialize and deserialize functions');
 

@@ -31,7 +31,7 @@ SELECT throws_ok($$SELECT hpcacct.account_month(NULL, '2024-05-01')$$, '22004', 
 SELECT throws_ok($$SELECT hpcacct.account_month('s_a', 'infinity')$$, '22008', NULL, 'an infinite month');
 SELECT throws_ok($$SELECT hpcacct.account_month('s_a', '2999-01-01')$$, '22023', NULL, 'a month that has not begun');
 SELECT throws_ok($$SELECT hpcacct.my_accounts(NULL)$$, '22004', NULL, 'my_accounts(NULL)');
-SELECT throws_ok($$SELECT hpcacct.svg_chart('t', 'u', '{}', '[]')$$, '22023', NULL, 'a chart without labels');
+SELECT throws_ok($$SELECT hpcacct_internal.svg_chart('t', 'u', '{}', '[]')$$, '22023', NULL, 'a chart without labels');
 
 CREATE TEMP TABLE m AS SELECT account_month('s_a', '2024-05-20') AS d;
 SELECT is((SELECT d -> 'charges' -> 'total' ->> 'NPL' FROM m)::numeric, 56::numeric,
