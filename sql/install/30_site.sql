@@ -127,6 +127,28 @@ CREATE TABLE @extschema@.account (
 COMMENT ON TABLE @extschema@.account IS
     'Accounts (projects) that jobs are charged to: personal, project or special (staff)';
 
+
+CREATE TABLE @extschema@.hpc_user (
+    username        text PRIMARY KEY CHECK (username <> ''),
+    default_account text REFERENCES @extschema@.account,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE @extschema@.hpc_user IS
+    'Users of the bank; default_account NULL means the personal account (named after the user)';
+
+CREATE TABLE @extschema@.membership (
+    account  text NOT NULL REFERENCES @extschema@.account,
+    username text NOT NULL REFERENCES @extschema@.hpc_user,
+    role     text NOT NULL DEFAULT 'member' CHECK (role IN ('admin', 'member')),
+    added_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (account, username)
+);
+CREATE INDEX membership_user ON @extschema@.membership (username);
+COMMENT ON TABLE @extschema@.membership IS
+    'Who may charge an account (member) and manage its members (admin, the project administrator)';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
+
 -- A node type or partition of a cluster and how its jobs are charged. Rates change over
 -- time: a job is charged at the row whose validity contains the job's start.
 CREATE TABLE @extschema@.resource (

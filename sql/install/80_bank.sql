@@ -3,25 +3,6 @@
 -- the quarter-start run and the submit check.
 -- ---------------------------------------------------------------------------------------
 
-CREATE TABLE @extschema@.hpc_user (
-    username        text PRIMARY KEY CHECK (username <> ''),
-    default_account text REFERENCES @extschema@.account,
-    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now()
-);
-COMMENT ON TABLE @extschema@.hpc_user IS
-    'Users of the bank; default_account NULL means the personal account (named after the user)';
-
-CREATE TABLE @extschema@.membership (
-    account  text NOT NULL REFERENCES @extschema@.account,
-    username text NOT NULL REFERENCES @extschema@.hpc_user,
-    role     text NOT NULL DEFAULT 'member' CHECK (role IN ('admin', 'member')),
-    added_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (account, username)
-);
-CREATE INDEX membership_user ON @extschema@.membership (username);
-COMMENT ON TABLE @extschema@.membership IS
-    'Who may charge an account (member) and manage its members (admin, the project administrator)';
-
 -- What each quarter-start run did; its unique key makes the run idempotent.
 CREATE TABLE @extschema@.quarter_log (
     quarter        date NOT NULL,
@@ -62,8 +43,6 @@ CREATE INDEX ledger_bank ON @extschema@.ledger (account, valid_from) WHERE kind 
 CREATE UNIQUE INDEX ledger_top_up_once ON @extschema@.ledger (account, valid_from, note)
     WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %';
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.quarter_log', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pending_job', '');
 
