@@ -110,6 +110,98 @@ COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known set
 CREATE TRIGGER check_setting BEFORE INSERT OR UPDATE ON @extschema@.setting
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_setting();
 
+
+-- ---- Settings ----------------------------------------------------------------------------
+
+-- Every fair-share and report setting with its default. (hpcacct.setting only takes the
+-- names of hpcacct.setting_catalog(); these live in their own table.)
+CREATE FUNCTION @extschema@.fairshare_setting_catalog()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        VALUES ('decay', 'half_life',
+                'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)')
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_setting_catalog() IS
+    'Every fair-share and usage-report setting with its default and meaning';
+
+CREATE TABLE @extschema@.fairshare_setting (
+    name  text PRIMARY KEY,
+    value text NOT NULL
+);
+COMMENT ON TABLE @extschema@.fairshare_setting IS
+    'Fair-share and usage-report settings set by the administrator; unset ones take their default';
+
+CREATE VIEW @extschema@.fairshare_settings AS
+    SELECT c.name, coalesce(s.value, c.default_value) AS value,
+           CASE WHEN s.value IS NULL THEN 'default' ELSE 'site' END AS source,
+           c.description
+    FROM @extschema@.fairshare_setting_catalog() c
+    LEFT JOIN @extschema@.fairshare_setting s USING (name);
+COMMENT ON VIEW @extschema@.fairshare_settings IS
+    'Every fair-share and usage-report setting with its effective value and where it comes from';
+
+CREATE FUNCTION @extschema@.fairshare_setting_value(name text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1); END $$;
+COMMENT ON FUNCTION @extschema@.fairshare_setting_value(text) IS
+    'Effective value of a fair-share or usage-report setting (NULL for an unknown name)';
+
+-- Only known names, with values of the right kind.
+CREATE FUNCTION hpcacct_internal.check_fairshare_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ok   boolean;
+        what text;
+    BEGIN
+        SELECT c.description INTO what FROM @extschema@.fairshare_setting_catalog() c WHERE c.name = NEW.name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown fair-share setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.fairshare_settings for the settings there are.';
+        END IF;
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for fair-share setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value', HINT = what || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_fairshare_setting() IS
+    'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
+CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_fairshare_setting();
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_setting', '');
+
 CREATE TABLE @extschema@.account (
     name        text PRIMARY KEY CHECK (name <> ''),
     kind        text NOT NULL DEFAULT 'project' CHECK (kind IN ('personal', 'project', 'special')),

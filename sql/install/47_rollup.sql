@@ -432,3 +432,8 @@ COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
     'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
 CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone');
+
+-- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
+CREATE TRIGGER fairshare_setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.fairshare_setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('half_life');
+
