@@ -25,7 +25,18 @@ BEGIN ATOMIC
                 'is trusted, as Slurm''s own associations already checked it'),
                ('expiry_warning_days', '14',
                 'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)')) AS v(name, default_value, description);
+                'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               -- fair share and usage reports (rules §5)
+               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'))
+            AS v(name, default_value, description);
 END;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 
@@ -66,6 +77,7 @@ CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
     AS $$
     DECLARE
         max_length interval;
+        ok         boolean;
     BEGIN
         IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
             RAISE EXCEPTION 'unknown setting "%"', NEW.name
@@ -103,74 +115,7 @@ CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
             RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        RETURN NEW;
-    END
-    $$;
-COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
-CREATE TRIGGER check_setting BEFORE INSERT OR UPDATE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_setting();
-
-
--- ---- Settings ----------------------------------------------------------------------------
-
--- Every fair-share and report setting with its default. (hpcacct.setting only takes the
--- names of hpcacct.setting_catalog(); these live in their own table.)
-CREATE FUNCTION @extschema@.fairshare_setting_catalog()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        VALUES ('decay', 'half_life',
-                'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
-               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
-               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
-               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
-               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
-               ('exhausted_factor', '0.01',
-                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
-               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
-               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)')
-    $$;
-COMMENT ON FUNCTION @extschema@.fairshare_setting_catalog() IS
-    'Every fair-share and usage-report setting with its default and meaning';
-
-CREATE TABLE @extschema@.fairshare_setting (
-    name  text PRIMARY KEY,
-    value text NOT NULL
-);
-COMMENT ON TABLE @extschema@.fairshare_setting IS
-    'Fair-share and usage-report settings set by the administrator; unset ones take their default';
-
-CREATE VIEW @extschema@.fairshare_settings AS
-    SELECT c.name, coalesce(s.value, c.default_value) AS value,
-           CASE WHEN s.value IS NULL THEN 'default' ELSE 'site' END AS source,
-           c.description
-    FROM @extschema@.fairshare_setting_catalog() c
-    LEFT JOIN @extschema@.fairshare_setting s USING (name);
-COMMENT ON VIEW @extschema@.fairshare_settings IS
-    'Every fair-share and usage-report setting with its effective value and where it comes from';
-
-CREATE FUNCTION @extschema@.fairshare_setting_value(name text) RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
-    SET search_path = pg_catalog, pg_temp
-    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1); END $$;
-COMMENT ON FUNCTION @extschema@.fairshare_setting_value(text) IS
-    'Effective value of a fair-share or usage-report setting (NULL for an unknown name)';
-
--- Only known names, with values of the right kind.
-CREATE FUNCTION hpcacct_internal.check_fairshare_setting() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        ok   boolean;
-        what text;
-    BEGIN
-        SELECT c.description INTO what FROM @extschema@.fairshare_setting_catalog() c WHERE c.name = NEW.name;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown fair-share setting "%"', NEW.name
-                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.fairshare_settings for the settings there are.';
-        END IF;
+        -- fair share and usage reports
         BEGIN
             ok := CASE NEW.name
                 WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
@@ -185,22 +130,24 @@ CREATE FUNCTION hpcacct_internal.check_fairshare_setting() RETURNS trigger
                 WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
                 WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
                 WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                ELSE true
             END;
         EXCEPTION WHEN data_exception THEN
             ok := false;
         END;
         IF ok IS NOT TRUE THEN
-            RAISE EXCEPTION 'invalid value "%" for fair-share setting %', NEW.value, NEW.name
-                USING ERRCODE = 'invalid_parameter_value', HINT = what || '.';
+            RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
         END IF;
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.check_fairshare_setting() IS
-    'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
-CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
-    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_fairshare_setting();
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_setting', '');
+COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+CREATE TRIGGER check_setting BEFORE INSERT OR UPDATE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_setting();
+
+
 
 CREATE TABLE @extschema@.account (
     name        text PRIMARY KEY CHECK (name <> ''),
@@ -211,7 +158,7 @@ CREATE TABLE @extschema@.account (
     personal_allotment numeric CHECK (personal_allotment > 0),
     deleted_in  date,
     -- which submit rules bind the account (enforcement, issue 15); NULL: derived from what it has
-    policies    text[] CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'genci']
+    policies    text[] CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'regulation']
                               AND pg_catalog.array_position(policies, NULL) IS NULL),
     CONSTRAINT account_allotment_is_personal CHECK (personal_allotment IS NULL OR kind = 'personal'),
     CONSTRAINT account_deleted_only_personal CHECK (deleted_in IS NULL OR kind = 'personal')
@@ -274,7 +221,7 @@ COMMENT ON COLUMN @extschema@.account.personal_allotment IS
     'Credits per quarter for this personal account, when raised on request (at most double the setting)';
 COMMENT ON COLUMN @extschema@.account.deleted_in IS 'Quarter in which a personal account was deleted; it stays deleted';
 COMMENT ON COLUMN @extschema@.account.policies IS
-    'Submit rules that bind the account: bank, window_quota, genci; {} none (staff); NULL derived (account_policies)';
+    'Submit rules that bind the account: bank, window_quota, regulation; {} none (staff); NULL derived (account_policies)';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.account', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource', '');

@@ -125,7 +125,7 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
         SELECT pg_catalog.format($q$
             WITH z AS MATERIALIZED (  -- once per statement
                 SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                       @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
                        pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
@@ -278,7 +278,7 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         ), cfg AS MATERIALIZED (
             SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
                              AS through,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                   @extschema@.setting_value('half_life')::interval AS half_life
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), moved AS (
             DELETE FROM @extschema@.charge_rollup
@@ -414,13 +414,12 @@ CREATE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        setting constant text := TG_ARGV[0];
         changed boolean;
     BEGIN
         changed := CASE TG_OP
-                       WHEN 'INSERT' THEN NEW.name = setting
-                       WHEN 'DELETE' THEN OLD.name = setting
-                       ELSE setting IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
                    END;
         IF changed THEN
             PERFORM @extschema@.rebuild_rollup();
@@ -429,11 +428,7 @@ CREATE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
-    'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
 CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone');
-
--- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
-CREATE TRIGGER fairshare_setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.fairshare_setting
-    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('half_life');
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone', 'half_life');
 

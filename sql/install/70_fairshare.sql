@@ -128,7 +128,7 @@ CREATE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
-                        @extschema@.fairshare_setting_value('year_start_month')::integer)
+                        @extschema@.setting_value('year_start_month')::integer)
     $$;
 COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
     'First month of a pool''s allocation year (hpcacct.pool, else setting year_start_month)';
@@ -263,7 +263,7 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
                      c.elapsed, c.length
             HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
         ) u
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_resource(integer, timestamptz) IS
     'Usage per cluster and partition in each pool''s allocation year (named, or containing at) up to at: '
@@ -308,7 +308,7 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
                         THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
                              / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
         ) p
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_account(integer, timestamptz) IS
     'Allocation and usage per account and pool in the allocation year (named, or containing at) up to at: '
@@ -337,7 +337,7 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
                      c.elapsed, c.length
             HAVING sum(c.amount) <> 0
         ) u
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_submitter(integer, timestamptz) IS
     'Usage per submitter (the job''s user) inside each account and pool in the allocation year up to at: '
@@ -360,7 +360,7 @@ CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at tim
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
             HAVING sum(c.amount) <> 0
         ) m
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_month(integer, timestamptz) IS
     'Usage per calendar month (site time zone) of the allocation year up to at, per pool, resource, account '
@@ -401,12 +401,12 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    ($1 AT TIME ZONE z.tz)::date AS day,
                    z.tz,
                    pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
-                   @extschema@.fairshare_setting_value('decay') AS form,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
-                   @extschema@.fairshare_setting_value('period')::interval AS period,
-                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
-                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
-                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), recent AS MATERIALIZED (
             -- the jobs read from the ledger: those that ended in the month of `at` (half-life;

@@ -233,7 +233,7 @@ CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                                                      'consumption', r.consumption, 'delta', r.delta,
                                                      'used_percent', r.used_percent, 'retracted', r.retracted))))
         FROM new_rows r
-        JOIN @extschema@.machine_setting s ON s.machine = r.machine
+        JOIN @extschema@.regulation_machine s ON s.machine = r.machine
         CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
         WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
            OR (r.run = 'annual_warning' AND r.outcome = 'warning')

@@ -62,9 +62,9 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
-                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.regulation_machine',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.pool', '@extschema@.fairshare_user',
                      '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
@@ -244,7 +244,6 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
-        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP

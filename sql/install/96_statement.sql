@@ -274,7 +274,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                         FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
               GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
-        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 
         -- GENCI: per machine with allocation events this year, the status at the end of the
@@ -303,7 +303,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                                   FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
                ORDER BY s.machine)
         INTO section
-        FROM @extschema@.machine_setting s
+        FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                       WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
@@ -399,7 +399,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                                                             'consumption', round(st.consumption::numeric, 2),
                                                                             'delta', round(st.delta::numeric, 2), 'status', st.status)
                                                          ORDER BY s.machine)
-                                        FROM @extschema@.machine_setting s
+                                        FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                                                       WHERE l.account = a.name AND l.cluster = s.machine

@@ -7985,6 +7985,1421 @@ COMMENT ON FUNCTION hpcacct_internal.visible_account(text) IS
 COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
 
+-- ==== one settings table (issue 18, house) ---------------------------------------------
+-- The fair-share and usage-report settings join hpcacct.setting: one table, one catalog, one
+-- check, one rebuild trigger (on timezone and half_life); their rows move over. 0.3 had no
+-- federation, so no site receives them twice.
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               -- fair share and usage reports (rules §5)
+               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'))
+            AS v(name, default_value, description);
+END;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        max_length interval;
+        ok         boolean;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
+            RAISE EXCEPTION 'unknown setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
+        END IF;
+        IF NEW.name = 'timezone'
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+            RAISE EXCEPTION 'unknown time zone "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'max_job_length' THEN
+            BEGIN
+                max_length := NEW.value::interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                max_length := NULL;
+            END;
+            IF max_length IS NULL OR max_length <= interval '0' OR pg_catalog.date_part('month', max_length) <> 0
+               OR pg_catalog.date_part('year', max_length) <> 0 THEN
+                RAISE EXCEPTION 'max_job_length must be a positive interval in days or hours, not "%"', NEW.value
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'E.g. ''30 days''.';
+            END IF;
+        END IF;
+        IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
+            RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
+        END IF;
+        IF NEW.name = 'personal_allotment'
+           AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
+            RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- fair share and usage reports
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                ELSE true
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        changed boolean;
+    BEGIN
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+INSERT INTO @extschema@.setting (name, value) SELECT f.name, f.value FROM @extschema@.fairshare_setting f;
+DROP TRIGGER setting_rebuilds_rollup ON @extschema@.setting;
+CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone', 'half_life');
+CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
+                               AT TIME ZONE z.tz, z.half_life) AS decayed
+                FROM %s e, z
+                WHERE e.kind = 'charge'
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup
+            RETURNING account, resource_id, boundary, ended, running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT account, resource_id, boundary, sum(ended), sum(running)
+            FROM moved_consumption
+            GROUP BY account, resource_id, boundary
+        ), cfg AS MATERIALIZED (
+            SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
+                             AS through,
+                   @extschema@.setting_value('half_life')::interval AS half_life
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), moved AS (
+            DELETE FROM @extschema@.charge_rollup
+            RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
+        ), groups AS MATERIALIZED (
+            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount,
+                   sum(job_amount) AS job_amount, sum(decayed) AS decayed
+            FROM moved
+            GROUP BY account, resource_id, unit, submitter, month, end_month
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed, folded)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
+                   g.decayed, g.end_month <= cfg.through
+            FROM groups g, cfg
+            RETURNING 1
+        ), old_base AS (
+            DELETE FROM @extschema@.fairshare_base RETURNING 1
+        ), new_base AS (
+            INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
+                   sum(g.decayed * @extschema@.decay_weight(
+                                            (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            cfg.half_life)),
+                   sum(g.job_amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
+        ), old_usage_base AS (
+            DELETE FROM @extschema@.usage_base RETURNING 1
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
+        )
+        SELECT count(*) FROM merged
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
+                        @extschema@.setting_value('year_start_month')::integer)
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, year integer, first_day date, last_day date,
+                   equivalent_hours numeric, usage numeric, usage_years numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
+               round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
+                   sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM (  -- per rate first: one division per rate
+                SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                       y.elapsed, y.length, sum(y.amount) AS usage
+                FROM @extschema@.year_usage($1, $2, false) y
+                GROUP BY y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                         y.elapsed, y.length
+            ) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, year integer, first_day date, last_day date,
+                   allocation numeric, allocation_years numeric, usage numeric, usage_years numeric,
+                   utilization_pct numeric, projected_usage numeric, projected_years numeric,
+                   projected_utilization_pct numeric, overuse numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH used AS (
+            SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, false) c
+            GROUP BY c.pool, c.unit, c.account
+        ), acct AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM @extschema@.year_allocations($1, $2) a
+            FULL JOIN used u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE a.pool IS NOT NULL OR u.usage <> 0  -- an allocation, or usage that was not all reversed
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT r.pool FROM acct r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT r.pool, r.unit, r.account, y.year, y.first_day, y.last_day,
+               round(r.allocation, 6), round(r.allocation / h.hours, 6),
+               round(r.usage, 6), round(r.usage / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(r.usage * 100 / r.allocation, 2) END,
+               round(p.projected, 6), round(p.projected / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(p.projected * 100 / r.allocation, 2) END,
+               round(greatest(r.usage - greatest(r.allocation, 0), 0), 6)
+        FROM acct r
+        JOIN years y ON y.pool = r.pool
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
+                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
+                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+        ) p
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, year integer, first_day date, last_day date,
+                   usage numeric, usage_years numeric, account_pct numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
+               round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
+                   sum(c.amount) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.amount) <> 0
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   year integer, month date, usage numeric, usage_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
+               round(m.usage, 6), round(m.usage / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
+                   sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
+            HAVING sum(c.amount) <> 0
+        ) m
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT $1 AS at,
+                   ($1 AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval). Half-life:
+            -- none when the rollup's sum of that month, decayed to the month's end, can be
+            -- scaled back to `at` (closed_form): no charge of the month ends after `at` (a
+            -- report of now), and the month's end is at most 64 half-lives after `at`
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                   cfg.form = 'half_life'
+                   AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                cfg.half_life) >= 2 ^ -64
+                   -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
+                   -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
+                   AND (SELECT max(l.job_end) FROM @extschema@.ledger l
+                        WHERE l.kind = 'charge' AND l.job_end > $1
+                          AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
+                       AS closed_form
+            FROM cfg
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on; the
+            -- month of `at` (closed form) is scaled back from its end: 1 / 2^(-(end - at) / half_life)
+            SELECT f.first_index,
+                   pg_catalog.array_agg(CASE WHEN m.month < w.at_month
+                                             THEN @extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                           w.at, w.half_life)
+                                             ELSE 1 / @extschema@.decay_weight(w.at, (m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                               w.half_life) END
+                                        ORDER BY m.month) AS factor
+            FROM recent w
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM @extschema@.charge_rollup c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
+                                                          w.at_month - CASE WHEN w.closed_form THEN interval '0'
+                                                                            ELSE interval '1 month' END,
+                                                          interval '1 month') AS m(month)
+            WHERE w.form = 'half_life'
+            GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
+        ), alloc AS (
+            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+        ), jobs AS (
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
+            WHERE l.kind = 'charge' AND NOT w.closed_form
+        ), decayed AS (
+            -- usage: decayed (a sum of floats: never below 0), rounded to float8's 15 significant
+            -- decimal digits (the cast to numeric), so that the closed form's last bits do not
+            -- show where the job-by-job sum is a short decimal; net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0)::numeric::float8 AS usage,
+                   sum(d.net) AS net
+            FROM (
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`
+                -- (and in it, closed form), decayed from the end of the month they ended in to
+                -- `at`; the rows folded into fairshare_base are read from there when it was
+                -- folded before that month
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
+                       sum(c.job_amount)
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
+                JOIN @extschema@.resource r USING (resource_id)
+                WHERE (c.end_month < (SELECT w.at_month FROM recent w)
+                       OR (c.end_month = (SELECT w.at_month FROM recent w) AND (SELECT w.closed_form FROM recent w)))
+                  AND (SELECT w.form FROM recent w) = 'half_life'
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * @extschema@.decay_weight((b.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                                                cfg.at, cfg.half_life)),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
+        ), account_usage AS (
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account := hpcacct_internal.visible_account(account);
+        m date;
+        m_end date;
+        tz text := @extschema@.site_timezone();
+        upto date;
+        y_start date;
+        q date;
+        result jsonb;
+        section jsonb;
+        sections jsonb := '{}';
+        bank_unit text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        m := hpcacct_internal.statement_month(month);
+        m_end := (m + interval '1 month')::date - 1;
+        upto := least(m_end, @extschema@.site_today());
+        y_start := date_trunc('year', m)::date;
+
+        -- the month's charges by resource and submitter
+        SELECT jsonb_build_object(
+                   'by_resource', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                        'unit', r.unit, 'amount', r.amount)
+                                                     ORDER BY r.cluster, r.partition, r.unit)
+                                           FILTER (WHERE r.g = 1), '[]'),
+                   'by_submitter', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                         'unit', r.unit, 'submitter', r.submitter,
+                                                                         'amount', r.amount)
+                                                      ORDER BY r.cluster, r.partition, r.unit, r.submitter)
+                                            FILTER (WHERE r.g = 0), '[]'),
+                   'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
+        INTO section
+        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
+                     GROUPING(c.cluster, c.partition, c.submitter) AS g
+              FROM @extschema@.charge_by_month c
+              WHERE c.account = a.name AND c.month = m
+              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        sections := sections || jsonb_build_object('charges', section);
+
+        -- usage this year by resource, with the projection to the year's end
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
+                   'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   ORDER BY u.pool, u.cluster, u.partition), '[]')
+        INTO section
+        FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     (upto - y.first_day + 1)::numeric AS elapsed
+              FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+              CROSS JOIN LATERAL (
+                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
+                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
+                                         sm.start_month, 1) AS first_day
+                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
+        sections := sections || jsonb_build_object('usage_by_resource', section);
+
+        -- GENCI: per machine with allocation events this year, the status at the end of the
+        -- month (allocation_status) and the days of the year for the chart
+        SELECT jsonb_agg(jsonb_build_object(
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
+                   'delta', st.delta, 'status', st.status,
+                   'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
+                                                               round(dd.consumption, 2)) ORDER BY dd.day)
+                            FROM (SELECT g.day::date AS day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                                                          - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
+                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
+                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+               ORDER BY s.machine)
+        INTO section
+        FROM @extschema@.regulation_machine s
+        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('regulation', section);
+        END IF;
+
+        -- RWTH: the window quota of each month of the period up to this one
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
+                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                            'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
+                         ORDER BY u.month)
+        INTO section
+        FROM @extschema@.quota_period p
+        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
+                                                                         ELSE (g.mon + interval '1 month')::date - 1 END) u
+        WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('window_quota', section);
+        END IF;
+
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        q := @extschema@.quarter_start(m);
+        SELECT jsonb_build_object(
+                   'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto),
+                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
+                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
+                                                            FROM @extschema@.ledger l
+                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
+                                              ORDER BY g.day)
+                            FROM generate_series(q, upto, interval '1 day') g(day)))
+        INTO section
+        FROM (SELECT sum(l.amount) AS amount
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
+        WHERE al.amount IS NOT NULL;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('bank', section);
+        END IF;
+
+        RETURN jsonb_build_object('account', a.name, 'kind', a.kind, 'description', a.description,
+                                  'month', to_char(m, 'YYYY-MM'), 'figures_at', upto, 'time_zone', tz)
+               || sections;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
+-- the federation's received-charges trigger is generated from rollup_insert_sql(): again
+DO $do$
+DECLARE
+    received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '        INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE\n'
+                          '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        DELETE FROM pg_temp.hpcacct_received;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+END
+$do$;
+ALTER EXTENSION hpcacct DROP VIEW @extschema@.fairshare_settings;
+DROP VIEW @extschema@.fairshare_settings;
+ALTER EXTENSION hpcacct DROP TABLE @extschema@.fairshare_setting;
+DROP TABLE @extschema@.fairshare_setting;
+DROP FUNCTION @extschema@.fairshare_setting_value(text), @extschema@.fairshare_setting_catalog(),
+    hpcacct_internal.check_fairshare_setting();
+
+-- ==== one name per area (issue 18, house) ----------------------------------------------
+-- GENCI's area is called regulation: table machine_setting becomes regulation_machine,
+-- theoretical_year() regulation_year(), the policy genci regulation (account.policies too).
+ALTER TABLE @extschema@.machine_setting RENAME TO regulation_machine;
+ALTER INDEX @extschema@.machine_setting_pkey RENAME TO regulation_machine_pkey;
+DO $do$
+DECLARE
+    c text;
+BEGIN
+    FOR c IN SELECT conname FROM pg_catalog.pg_constraint
+             WHERE conrelid = '@extschema@.regulation_machine'::regclass AND conname LIKE 'machine\_setting\_%' LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE @extschema@.regulation_machine RENAME CONSTRAINT %I TO %I',
+                                  c, 'regulation_machine_' || pg_catalog.substr(c, pg_catalog.length('machine_setting_') + 1));
+    END LOOP;
+END
+$do$;
+ALTER FUNCTION @extschema@.theoretical_year(text, text, integer, text) RENAME TO regulation_year;
+ALTER TABLE @extschema@.account DROP CONSTRAINT account_policies_check;
+UPDATE @extschema@.account SET policies = pg_catalog.array_replace(policies, 'genci', 'regulation')
+WHERE 'genci' = ANY (policies);
+ALTER TABLE @extschema@.account ADD CONSTRAINT account_policies_check
+    CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'regulation']
+           AND pg_catalog.array_position(policies, NULL) IS NULL);
+CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH period AS (
+            SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
+                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                            'half_month') AS convention,
+                   @extschema@.site_timezone() AS tz
+        ), events AS (
+            SELECT coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            CROSS JOIN period p
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= $3 AND l.valid_until >= p.year_start
+        ), used AS (
+            SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before($1, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+                   AS consumption
+            FROM period p
+        )
+        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e CROSS JOIN used u
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine text, year integer, convention text DEFAULT NULL)
+    RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        y_start date;
+        y_end   date;
+        conv    text;
+    BEGIN
+        IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'account, machine and year must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
+            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
+        END IF;
+        IF $3 NOT BETWEEN 1401 AND 9999 THEN
+            RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        y_start := make_date($3, 1, 1);
+        y_end := make_date($3, 12, 31);
+        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                         'half_month');
+        RETURN QUERY
+        WITH events AS (
+            SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
+            FROM @extschema@.ledger l
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= y_end AND l.valid_until >= y_start
+        ), bounds AS (
+            SELECT b.day
+            FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)
+            WHERE b.day BETWEEN y_start AND y_end
+        ), intervals AS (
+            SELECT b.day AS d0, coalesce(lead(b.day) OVER (ORDER BY b.day) - 1, y_end) AS d1
+            FROM bounds b
+        )
+        SELECT i.d0, i.d1,
+               (SELECT coalesce(sum(e.a), 0) FROM events e WHERE e.f <= i.d0),
+               (SELECT coalesce(@extschema@.tmc(e.f, e.u, e.a::float8, i.d0, conv), 0) FROM events e),
+               (SELECT coalesce(@extschema@.tc(e.f, e.u, e.a::float8, i.d1, conv)
+                                - @extschema@.tc(e.f, e.u, e.a::float8, y_start - 1, conv), 0)
+                FROM events e)
+        FROM intervals i
+        ORDER BY i.d0;
+    END
+    $$;
+CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        kind_of_run text;
+        as_of       date;
+        y_start     date;
+        y_end       date;
+        today       date;
+        tz          text;
+        already     bigint;
+        n_ok        integer := 0;
+        n_warning   integer := 0;
+        n_retracted integer := 0;
+        n_exonerated integer := 0;
+    BEGIN
+        IF d IS NULL THEN
+            RAISE EXCEPTION 'regulation date must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(d) THEN
+            RAISE EXCEPTION 'regulation date must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        today := @extschema@.site_today();
+        IF d > today THEN
+            RAISE EXCEPTION 'regulation date % is in the future', d
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', today),
+                      HINT = 'Consumption up to the end of that day is not known yet.';
+        END IF;
+
+        kind_of_run := @extschema@.regulation_run(d);
+        IF kind_of_run IS NULL THEN
+            RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
+                USING HINT = 'Monthly regulation runs on the 15th, annual regulation on 1 May (warning) and 1 June (retraction).';
+            RETURN;
+        END IF;
+
+        -- Serializes regulation runs (readers are not blocked): a second run of the same
+        -- date waits for the first to commit and then finds its rows in the log.
+        LOCK TABLE @extschema@.regulation_log IN SHARE ROW EXCLUSIVE MODE;
+
+        y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
+        y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
+        as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
+        tz := @extschema@.site_timezone();
+        SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+
+        -- Every account's allocation_status(account, machine, as_of) at once: the events in one
+        -- pass over the allocations, consumption as consumption_before() computes it, summed
+        -- exactly (numeric): a charge wholly inside the period counts its amount, a charge
+        -- across one of its ends its share before the end minus its share before the start.
+        -- A monthly run's period runs from 1 January to the 16th, both boundaries of the
+        -- consumption rollup, which holds those very terms: it reads the rollup. An annual
+        -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
+        WITH events AS (
+            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+                   s.annual_retraction_percent,
+                   coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+              AND l.valid_from <= as_of AND l.valid_until >= y_start
+            GROUP BY l.account, l.cluster, s.machine
+        ), bounds AS (
+            SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
+        ), per_resource AS (
+            SELECT l.account, l.resource_id,
+                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
+                            ELSE l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b2)
+                                 - CASE WHEN l.job_start < b.b1
+                                        THEN l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b1)
+                                        ELSE 0 END
+                       END) AS amount
+            FROM @extschema@.ledger l, bounds b
+            WHERE kind_of_run <> 'monthly' AND l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            GROUP BY l.account, l.resource_id
+            UNION ALL
+            -- consumption before 16th minus consumption before 1 January: the amounts of the
+            -- jobs ended by a boundary in between (the 16th included), the shares before the
+            -- 16th of the jobs running across it, minus those before 1 January
+            SELECT c.account, c.resource_id,
+                   sum(CASE WHEN c.boundary = y_start THEN -c.running
+                            WHEN c.boundary = as_of + 1 THEN c.ended + c.running
+                            ELSE c.ended END)
+            FROM @extschema@.consumption_rollup c
+            WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
+            GROUP BY c.account, c.resource_id
+        ), used AS (
+            SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
+            FROM per_resource p
+            JOIN @extschema@.resource r USING (resource_id)
+            GROUP BY 1, 2
+        ), figures AS (
+            SELECT e.*, coalesce(u.amount, 0)::float8 AS consumption
+            FROM events e
+            LEFT JOIN used u ON u.account = e.account AND u.machine = e.machine
+            WHERE (e.granted >= e.monthly_threshold) = (kind_of_run = 'monthly')
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                              WHERE g.account = e.account AND g.machine = e.machine
+                                AND g.run_date = d AND g.run = kind_of_run)
+        ), annual AS (
+            SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
+                             THEN 100 * f.consumption / f.alloc::float8 END AS used
+            FROM figures f
+        ), outcome AS MATERIALIZED (
+            SELECT a.*, x.result,
+                   CASE WHEN x.result <> 'retraction' THEN 0
+                        WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
+                        ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
+                                                     a.alloc - a.consumption::numeric)), 6)
+                   END::numeric(20, 6) AS hours
+            FROM annual a
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN kind_of_run = 'monthly' THEN @extschema@.regulation_status(a.consumption, a.tc, a.tmc)
+                    WHEN a.used < a.annual_warning_percent THEN
+                        CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                                          WHERE x.account = a.account AND x.machine = a.machine
+                                            AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
+                             WHEN kind_of_run = 'annual_warning' THEN 'warning'
+                             ELSE 'retraction' END
+                    ELSE 'ok'
+                END AS result
+            ) x
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            SELECT o.account, 'retraction', -o.hours,
+                   (SELECT l.unit
+                    FROM @extschema@.ledger l
+                    WHERE l.account = o.account AND l.cluster = o.machine
+                      AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                    ORDER BY l.valid_from DESC, l.entry_id DESC
+                    LIMIT 1),
+                   o.machine, d, y_end,
+                   format('hpcacct.regulate(%s): %s regulation', d,
+                          CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
+            FROM outcome o
+            WHERE o.hours > 0
+            ORDER BY o.machine, o.account
+            RETURNING entry_id, account, cluster
+        ), logged AS (
+            -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
+            -- REPEATABLE READ), the unique key makes it fail rather than book twice.
+            INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
+                                                    granted, consumption, tc, tmc, delta, used_percent,
+                                                    retracted, entry_id)
+            SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
+                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours, b.entry_id
+            FROM outcome o
+            LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
+            ORDER BY o.machine, o.account
+            RETURNING outcome
+        )
+        SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
+               count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
+        INTO n_ok, n_warning, n_retracted, n_exonerated
+        FROM logged g;
+
+        RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
+            d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_regulation boolean;
+        has_bank boolean;
+    BEGIN
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        pol text[];
+        bank record;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
+            IF bank.state = 'expired' THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF bank.state = 'inactive' THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, bank.next_allocation))::@extschema@.submit_decision;
+            ELSIF bank.balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'regulation' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
+                WHEN 'regulation_warning' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
+                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
+                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric))
+                WHEN 'regulation_retraction' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
+                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
+                    'valid until 31 December: the allocation goes from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
+                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                WHEN 'annual_warning' THEN pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
+                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
+                    'up to %s %% of the annual allocation may be retracted after May.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, s.annual_retraction_percent)
+                ELSE pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
+                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
+                    'from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
+                                 hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.regulation_machine s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.regulation_machine',
+                     '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
+                     '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.slurm_account_map']::text[]::regclass[]
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account := hpcacct_internal.visible_account(account);
+        m date;
+        m_end date;
+        tz text := @extschema@.site_timezone();
+        upto date;
+        y_start date;
+        q date;
+        result jsonb;
+        section jsonb;
+        sections jsonb := '{}';
+        bank_unit text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        m := hpcacct_internal.statement_month(month);
+        m_end := (m + interval '1 month')::date - 1;
+        upto := least(m_end, @extschema@.site_today());
+        y_start := date_trunc('year', m)::date;
+
+        -- the month's charges by resource and submitter
+        SELECT jsonb_build_object(
+                   'by_resource', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                        'unit', r.unit, 'amount', r.amount)
+                                                     ORDER BY r.cluster, r.partition, r.unit)
+                                           FILTER (WHERE r.g = 1), '[]'),
+                   'by_submitter', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                         'unit', r.unit, 'submitter', r.submitter,
+                                                                         'amount', r.amount)
+                                                      ORDER BY r.cluster, r.partition, r.unit, r.submitter)
+                                            FILTER (WHERE r.g = 0), '[]'),
+                   'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
+        INTO section
+        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
+                     GROUPING(c.cluster, c.partition, c.submitter) AS g
+              FROM @extschema@.charge_by_month c
+              WHERE c.account = a.name AND c.month = m
+              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        sections := sections || jsonb_build_object('charges', section);
+
+        -- usage this year by resource, with the projection to the year's end
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
+                   'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   ORDER BY u.pool, u.cluster, u.partition), '[]')
+        INTO section
+        FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     (upto - y.first_day + 1)::numeric AS elapsed
+              FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+              CROSS JOIN LATERAL (
+                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
+                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
+                                         sm.start_month, 1) AS first_day
+                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
+        sections := sections || jsonb_build_object('usage_by_resource', section);
+
+        -- GENCI: per machine with allocation events this year, the status at the end of the
+        -- month (allocation_status) and the days of the year for the chart
+        SELECT jsonb_agg(jsonb_build_object(
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
+                   'delta', st.delta, 'status', st.status,
+                   'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
+                                                               round(dd.consumption, 2)) ORDER BY dd.day)
+                            FROM (SELECT g.day::date AS day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                                                          - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
+                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
+                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+               ORDER BY s.machine)
+        INTO section
+        FROM @extschema@.regulation_machine s
+        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('regulation', section);
+        END IF;
+
+        -- RWTH: the window quota of each month of the period up to this one
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
+                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                            'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
+                         ORDER BY u.month)
+        INTO section
+        FROM @extschema@.quota_period p
+        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
+                                                                         ELSE (g.mon + interval '1 month')::date - 1 END) u
+        WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('window_quota', section);
+        END IF;
+
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        q := @extschema@.quarter_start(m);
+        SELECT jsonb_build_object(
+                   'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto),
+                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
+                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
+                                                            FROM @extschema@.ledger l
+                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
+                                              ORDER BY g.day)
+                            FROM generate_series(q, upto, interval '1 day') g(day)))
+        INTO section
+        FROM (SELECT sum(l.amount) AS amount
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
+        WHERE al.amount IS NOT NULL;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('bank', section);
+        END IF;
+
+        RETURN jsonb_build_object('account', a.name, 'kind', a.kind, 'description', a.description,
+                                  'month', to_char(m, 'YYYY-MM'), 'figures_at', upto, 'time_zone', tz)
+               || sections;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today())
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        bank_unit text := @extschema@.setting_value('bank_unit');
+        result jsonb;
+    BEGIN
+        IF at IS NULL THEN
+            RAISE EXCEPTION 'a date is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
+        INTO result
+        FROM (SELECT a.name,
+                     jsonb_strip_nulls(jsonb_build_object(
+                         'account', a.name, 'kind', a.kind, 'description', a.description,
+                         'role', (SELECT m.role FROM @extschema@.membership m WHERE m.account = a.name AND m.username = session_user),
+                         'bank', CASE WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
+                                      THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
+                                                              'balance', @extschema@.balance(a.name, at), 'unit', bank_unit,
+                                                              'quarter', @extschema@.quarter_start(at)) END,
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
+                                                             'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                                             'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                                             'unit', u.unit)
+                                   FROM @extschema@.window_quota_usage(a.name, at) u
+                                   WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
+                         'regulation', (SELECT jsonb_agg(jsonb_build_object('machine', s.machine, 'alloc', st.alloc,
+                                                                            'tmc', round(st.tmc::numeric, 2), 'tc', round(st.tc::numeric, 2),
+                                                                            'consumption', round(st.consumption::numeric, 2),
+                                                                            'delta', round(st.delta::numeric, 2), 'status', st.status)
+                                                         ORDER BY s.machine)
+                                        FROM @extschema@.regulation_machine s
+                                        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
+                                        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                      WHERE l.account = a.name AND l.cluster = s.machine
+                                                        AND l.kind IN ('grant', 'supplement', 'retraction')
+                                                        AND l.valid_from <= at
+                                                        AND l.valid_until >= date_trunc('year', at)::date)),
+                         'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
+                                        FROM (SELECT c.unit, round(sum(c.amount), 6) AS amount
+                                              FROM @extschema@.charge_by_month c
+                                              WHERE c.account = a.name AND c.month = date_trunc('month', at)::date
+                                              GROUP BY c.unit) t))) AS item
+              FROM @extschema@.account a
+              WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
+        RETURN result;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+COMMENT ON COLUMN @extschema@.account.policies IS
+    'Submit rules that bind the account: bank, window_quota, regulation; {} none (staff); NULL derived (account_policies)';
+COMMENT ON TABLE @extschema@.regulation_machine IS
+    'GENCI regulation settings per machine (ledger cluster): monthly threshold, annual percentages, month convention';
+COMMENT ON COLUMN @extschema@.regulation_machine.monthly_threshold IS
+    'An account whose grants and supplements for the year on the machine reach this many hours is regulated monthly, otherwise annually';
+COMMENT ON COLUMN @extschema@.regulation_machine.annual_warning_percent IS
+    'Annual regulation: accounts that used less than this percentage of their allocation are warned (1 May) and lose hours (1 June)';
+COMMENT ON COLUMN @extschema@.regulation_machine.annual_retraction_percent IS
+    'Annual regulation: percentage of the allocation retracted on 1 June from an under-consuming account that is not exonerated';
+COMMENT ON COLUMN @extschema@.regulation_machine.month_convention IS
+    'How validity windows are measured in months: half_month (the GENCI document) or day (exact fractions)';
+COMMENT ON FUNCTION @extschema@.regulation_year(text, text, integer, text) IS
+    'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -8147,7 +9562,7 @@ CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS te
         SELECT pg_catalog.format($q$
             WITH z AS MATERIALIZED (  -- once per statement
                 SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                       @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
                        pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
@@ -8198,7 +9613,7 @@ CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         ), cfg AS MATERIALIZED (
             SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
                              AS through,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                   @extschema@.setting_value('half_life')::interval AS half_life
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), moved AS (
             DELETE FROM @extschema@.charge_rollup
@@ -8253,12 +9668,12 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                    ($1 AT TIME ZONE z.tz)::date AS day,
                    z.tz,
                    pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
-                   @extschema@.fairshare_setting_value('decay') AS form,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
-                   @extschema@.fairshare_setting_value('period')::interval AS period,
-                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
-                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
-                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), recent AS MATERIALIZED (
             -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
@@ -8951,7 +10366,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
     DECLARE
         a record;
         has_quota boolean;
-        has_genci boolean;
+        has_regulation boolean;
         has_bank boolean;
     BEGIN
         SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
@@ -8963,9 +10378,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
             RETURN '{}'::text[];
         END IF;
         has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
-        has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
                              WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
-        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
             has_bank := true;
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -8974,12 +10389,12 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
-                                             CASE WHEN has_genci THEN 'genci' END], NULL);
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
-    'genci with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
 CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
@@ -9037,7 +10452,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             END IF;
         END IF;
 
-        IF 'genci' = ANY (pol) THEN
+        IF 'regulation' = ANY (pol) THEN
             SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
             INTO machines, open_machines
             FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
@@ -9124,9 +10539,9 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS reg
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
-                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.regulation_machine',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.pool', '@extschema@.fairshare_user',
                      '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
@@ -9200,7 +10615,6 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
         END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
-        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
@@ -9741,7 +11155,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                         FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
               GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
-        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 
         -- GENCI: per machine with allocation events this year, the status at the end of the
@@ -9770,7 +11184,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                                   FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
                ORDER BY s.machine)
         INTO section
-        FROM @extschema@.machine_setting s
+        FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                       WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
@@ -9864,7 +11278,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                                                             'consumption', round(st.consumption::numeric, 2),
                                                                             'delta', round(st.delta::numeric, 2), 'status', st.status)
                                                          ORDER BY s.machine)
-                                        FROM @extschema@.machine_setting s
+                                        FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                                                       WHERE l.account = a.name AND l.cluster = s.machine
@@ -10568,7 +11982,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
                             0) AS tc
             FROM @extschema@.ledger l
-            JOIN @extschema@.machine_setting s ON s.machine = l.cluster
+            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
             WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
               AND l.valid_from <= as_of AND l.valid_until >= y_start
             GROUP BY l.account, l.cluster, s.machine
@@ -10739,6 +12153,222 @@ CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter 
     $$;
 COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) IS
     'Moves allocation from one account and quarter to another (staff); two ledger rows';
+CREATE OR REPLACE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
+                        @extschema@.setting_value('year_start_month')::integer)
+    $$;
+COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
+    'First month of a pool''s allocation year (hpcacct.pool, else setting year_start_month)';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, year integer, first_day date, last_day date,
+                   equivalent_hours numeric, usage numeric, usage_years numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
+               round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
+                   sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM (  -- per rate first: one division per rate
+                SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                       y.elapsed, y.length, sum(y.amount) AS usage
+                FROM @extschema@.year_usage($1, $2, false) y
+                GROUP BY y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                         y.elapsed, y.length
+            ) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_resource(integer, timestamptz) IS
+    'Usage per cluster and partition in each pool''s allocation year (named, or containing at) up to at: '
+    'equivalent-hours (unweighted), usage in the unit and in unit-years, projection for the current year';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, year integer, first_day date, last_day date,
+                   allocation numeric, allocation_years numeric, usage numeric, usage_years numeric,
+                   utilization_pct numeric, projected_usage numeric, projected_years numeric,
+                   projected_utilization_pct numeric, overuse numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH used AS (
+            SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, false) c
+            GROUP BY c.pool, c.unit, c.account
+        ), acct AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM @extschema@.year_allocations($1, $2) a
+            FULL JOIN used u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE a.pool IS NOT NULL OR u.usage <> 0  -- an allocation, or usage that was not all reversed
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT r.pool FROM acct r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT r.pool, r.unit, r.account, y.year, y.first_day, y.last_day,
+               round(r.allocation, 6), round(r.allocation / h.hours, 6),
+               round(r.usage, 6), round(r.usage / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(r.usage * 100 / r.allocation, 2) END,
+               round(p.projected, 6), round(p.projected / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(p.projected * 100 / r.allocation, 2) END,
+               round(greatest(r.usage - greatest(r.allocation, 0), 0), 6)
+        FROM acct r
+        JOIN years y ON y.pool = r.pool
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
+                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
+                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+        ) p
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_account(integer, timestamptz) IS
+    'Allocation and usage per account and pool in the allocation year (named, or containing at) up to at: '
+    'unit and unit-years, utilization %, projection and projected utilization for the current year, overuse';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, year integer, first_day date, last_day date,
+                   usage numeric, usage_years numeric, account_pct numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
+               round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
+                   sum(c.amount) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.amount) <> 0
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_submitter(integer, timestamptz) IS
+    'Usage per submitter (the job''s user) inside each account and pool in the allocation year up to at: '
+    'unit, unit-years, share of the account''s usage, projection for the current year';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   year integer, month date, usage numeric, usage_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
+               round(m.usage, 6), round(m.usage / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
+                   sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
+            HAVING sum(c.amount) <> 0
+        ) m
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_month(integer, timestamptz) IS
+    'Usage per calendar month (site time zone) of the allocation year up to at, per pool, resource, account '
+    'and submitter, pro rata by wall-clock time';
+CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH period AS (
+            SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
+                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                            'half_month') AS convention,
+                   @extschema@.site_timezone() AS tz
+        ), events AS (
+            SELECT coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            CROSS JOIN period p
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= $3 AND l.valid_until >= p.year_start
+        ), used AS (
+            SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before($1, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+                   AS consumption
+            FROM period p
+        )
+        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e CROSS JOIN used u
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
+    'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone), delta and monthly status of an account on a machine, from 1 January of the date''s year';
+CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine text, year integer, convention text DEFAULT NULL)
+    RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        y_start date;
+        y_end   date;
+        conv    text;
+    BEGIN
+        IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'account, machine and year must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
+            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
+        END IF;
+        IF $3 NOT BETWEEN 1401 AND 9999 THEN
+            RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        y_start := make_date($3, 1, 1);
+        y_end := make_date($3, 12, 31);
+        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                         'half_month');
+        RETURN QUERY
+        WITH events AS (
+            SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
+            FROM @extschema@.ledger l
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= y_end AND l.valid_until >= y_start
+        ), bounds AS (
+            SELECT b.day
+            FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)
+            WHERE b.day BETWEEN y_start AND y_end
+        ), intervals AS (
+            SELECT b.day AS d0, coalesce(lead(b.day) OVER (ORDER BY b.day) - 1, y_end) AS d1
+            FROM bounds b
+        )
+        SELECT i.d0, i.d1,
+               (SELECT coalesce(sum(e.a), 0) FROM events e WHERE e.f <= i.d0),
+               (SELECT coalesce(@extschema@.tmc(e.f, e.u, e.a::float8, i.d0, conv), 0) FROM events e),
+               (SELECT coalesce(@extschema@.tc(e.f, e.u, e.a::float8, i.d1, conv)
+                                - @extschema@.tc(e.f, e.u, e.a::float8, y_start - 1, conv), 0)
+                FROM events e)
+        FROM intervals i
+        ORDER BY i.d0;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.regulation_year(text, text, integer, text) IS
+    'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

@@ -37,9 +37,6 @@ WITH objects AS (
     UNION ALL
     SELECT 9, 'setting', s.name, s.description || coalesce(' (default ' || s.default_value || ')', '')
     FROM hpcacct.setting_catalog() s
-    UNION ALL
-    SELECT 10, 'fair-share setting', s.name, s.description || coalesce(' (default ' || s.default_value || ')', '')
-    FROM hpcacct.fairshare_setting_catalog() s
 )
 SELECT format('| `%s` | %s | %s |', replace(object, '|', '\|'), kind,
               coalesce(replace(regexp_replace(description, '\s+', ' ', 'g'), '|', '\|'), '(no description)'))

@@ -34,7 +34,7 @@ SELECT deposit('priv_a', '2024-01-01', 1000), deposit('priv_b', '2024-01-01', 10
 INSERT INTO job VALUES
     ('privc', 'a1', 'priv_a', 'hp_alice', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-01 05:00+00', 'cpu=4', 'COMPLETED'),
     ('privc', 'b1', 'priv_b', 'hp_bob', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-01 05:00+00', 'cpu=8', 'COMPLETED');
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('privc', 100);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('privc', 100);
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
 VALUES ('priv_a', 'grant', 12000, 'NPL', 'privc', '2024-01-01', '2024-12-31'),
        ('priv_b', 'grant', 12000, 'NPL', 'privc', '2024-01-01', '2024-12-31');
