@@ -77,3 +77,4 @@ CREATE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
     $$;
 COMMENT ON FUNCTION hpcacct_internal.protect_table(regclass) IS
     'Row-level security for a table with an account or username column: portal users see their accounts'' rows';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.protect_table(regclass) FROM PUBLIC;

@@ -347,6 +347,9 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
     $fn$;
 COMMENT ON FUNCTION @extschema@.charge_jobs() IS
     'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+-- not for PUBLIC: it writes the ledger with the owner's rights, so whoever may attach it to a
+-- table of their own could book or reverse charges of any account
+REVOKE EXECUTE ON FUNCTION @extschema@.charge_jobs() FROM PUBLIC;
 
 -- Attaches charging to a job table: three statement triggers (transition tables allow one
 -- event per trigger). `mapping` names columns whose names differ from sacct's.
@@ -371,6 +374,7 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
     'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+REVOKE EXECUTE ON FUNCTION @extschema@.attach_charging(regclass, text[]) FROM PUBLIC;
 
 -- Creates the table of finished jobs, one row per run, with sacct's fields as columns
 -- ("user" and "end" are SQL keywords and need quotes), and attaches charging. A run is
@@ -411,6 +415,7 @@ CREATE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@
     $$;
 COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
     'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
+REVOKE EXECUTE ON FUNCTION @extschema@.create_job_table(text) FROM PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_entry_id_seq', '');

@@ -256,6 +256,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
+REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
 
 -- Merges the delta rows into one row per group and folds the months up to the one before
 -- the current into fairshare_base (decayed sums) and usage_base (amounts without the
@@ -322,6 +323,7 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
     'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
+REVOKE EXECUTE ON FUNCTION @extschema@.compact_rollup() FROM PUBLIC;
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the

@@ -437,6 +437,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
     $$;
 COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
+REVOKE EXECUTE ON PROCEDURE @extschema@.regulate(date) FROM PUBLIC;
 
 -- Per account, machine and month: the figures at the month's regulation day (the 15th),
 -- recomputed from the ledger as it is now -- except the retraction that day's run booked,

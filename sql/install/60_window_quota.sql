@@ -120,6 +120,7 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
     $$;
 COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+REVOKE EXECUTE ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) FROM PUBLIC;
 
 -- The sliding-window quota of one account in the month containing `at`, with r_wlm_usage's
 -- figures, as of that month: consumption of later months is not counted (for the current

@@ -587,3 +587,4 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+REVOKE EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) FROM PUBLIC;

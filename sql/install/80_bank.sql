@@ -310,6 +310,7 @@ CREATE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarte
     $$;
 COMMENT ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) IS
     'Books a bank entry valid for the quarter containing a day (internal helper)';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
     RETURNS bigint
@@ -324,6 +325,7 @@ CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, 
     $$;
 COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
     'Deposits credits into an account for the quarter containing a day; returns the ledger entry';
+REVOKE EXECUTE ON FUNCTION @extschema@.deposit(text, date, numeric, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
     RETURNS bigint
@@ -338,6 +340,7 @@ CREATE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, n
     $$;
 COMMENT ON FUNCTION @extschema@.refund(text, date, numeric, text) IS
     'Gives credits back to an account in the quarter containing a day (e.g. for a failed job)';
+REVOKE EXECUTE ON FUNCTION @extschema@.refund(text, date, numeric, text) FROM PUBLIC;
 
 -- Staff move allocation between quarters and between accounts: two ledger rows.
 CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_account text, to_quarter date,
@@ -359,6 +362,7 @@ CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_ac
     $$;
 COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) IS
     'Moves allocation from one account and quarter to another (staff); two ledger rows';
+REVOKE EXECUTE ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) FROM PUBLIC;
 
 -- Tops an account up to `target` in a quarter: deposits only what is missing, never twice.
 -- The note of a top-up deposit: the level it tops up to, the key that books it once.
@@ -396,6 +400,7 @@ CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) R
     $$;
 COMMENT ON FUNCTION @extschema@.top_up(text, date, numeric) IS
     'Deposits what an account lacks to reach a target in a quarter; returns the amount deposited';
+REVOKE EXECUTE ON FUNCTION @extschema@.top_up(text, date, numeric) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -450,6 +455,7 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     $$;
 COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
     'Creates a user with a personal account holding the allotment for this and the next two quarters';
+REVOKE EXECUTE ON FUNCTION @extschema@.add_user(text, date) FROM PUBLIC;
 
 CREATE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -523,6 +529,7 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
 COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
     'Grants a user access to an account as member or admin; a portal user must administer the account, '
     'staff may name the administrator in by_user (NULL: staff acting directly)';
+REVOKE EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
     RETURNS void
@@ -550,6 +557,7 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
 COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
     'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
     'a portal user must administer the account';
+REVOKE EXECUTE ON FUNCTION @extschema@.remove_member(text, text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
     LANGUAGE plpgsql
@@ -572,6 +580,7 @@ CREATE FUNCTION @extschema@.set_default_project(username text, account text) RET
     $$;
 COMMENT ON FUNCTION @extschema@.set_default_project(text, text) IS
     'Sets the project a user''s jobs are charged to when they name none (NULL: the personal account)';
+REVOKE EXECUTE ON FUNCTION @extschema@.set_default_project(text, text) FROM PUBLIC;
 
 -- ---- the quarter-start run -----------------------------------------------------------
 
@@ -683,3 +692,4 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
     $$;
 COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
     'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
+REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date) FROM PUBLIC;

@@ -224,6 +224,7 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
 COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
     'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
     'returns the changes (releases with reason NULL)';
+REVOKE EXECUTE ON FUNCTION @extschema@.recheck_queued(date) FROM PUBLIC;
 
 -- ---- the association state Slurm should have ------------------------------------------
 

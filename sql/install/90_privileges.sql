@@ -74,27 +74,3 @@ COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
     'Fair-share table per pool, account and user (see fairshare_all); at NULL means now. Administrators and auditors '
     'see every row at any instant; others their accounts'' rows, now only, without share and norm_usage';
 
--- Administrative functions: not for PUBLIC (setup_roles grants them to hpcacct_admin).
--- charge_jobs() among them: it writes the ledger with the owner's rights, so whoever may
--- attach it to a table of their own could book or reverse charges of any account.
-REVOKE EXECUTE ON FUNCTION
-    @extschema@.deposit(text, date, numeric, text),
-    @extschema@.refund(text, date, numeric, text),
-    @extschema@.transfer(text, date, text, date, numeric, text),
-    @extschema@.top_up(text, date, numeric),
-    hpcacct_internal.book_allocation(text, text, date, numeric, text),
-    @extschema@.add_user(text, date),
-    @extschema@.add_member(text, text, text, text),
-    @extschema@.remove_member(text, text, text),
-    @extschema@.set_default_project(text, text),
-    @extschema@.recheck_queued(date),
-    @extschema@.attach_charging(regclass, text[]),
-    @extschema@.charge_jobs(),
-    @extschema@.create_job_table(text),
-    hpcacct_internal.protect_table(regclass),
-    @extschema@.fairshare_all(timestamptz),
-    @extschema@.add_quota_period(text, date, date, float8, text, text),
-    @extschema@.rebuild_rollup(),
-    @extschema@.compact_rollup()
-    FROM PUBLIC;
-REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;
