@@ -312,7 +312,8 @@ COMMENT ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, 
     'Books a bank entry valid for the quarter containing a day (internal helper)';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+-- A deposit or a refund: a positive amount credited to an existing account.
+CREATE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter date, amount numeric, note text)
     RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -320,24 +321,21 @@ CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, 
     BEGIN
         PERFORM hpcacct_internal.require_bank_account(account);
         PERFORM hpcacct_internal.require_amount(amount);
-        RETURN hpcacct_internal.book_allocation(account, 'deposit', quarter, amount, note);
+        RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
     END
     $$;
+COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
+    'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
     'Deposits credits into an account for the quarter containing a day; returns the ledger entry';
 REVOKE EXECUTE ON FUNCTION @extschema@.deposit(text, date, numeric, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
-    RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
-        PERFORM hpcacct_internal.require_amount(amount);
-        RETURN hpcacct_internal.book_allocation(account, 'refund', quarter, amount, note);
-    END
-    $$;
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.refund(text, date, numeric, text) IS
     'Gives credits back to an account in the quarter containing a day (e.g. for a failed job)';
 REVOKE EXECUTE ON FUNCTION @extschema@.refund(text, date, numeric, text) FROM PUBLIC;

@@ -9400,6 +9400,27 @@ COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
     'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
 
+-- ==== fewer duplicates (issue 18, house) -----------------------------------------------
+-- deposit() and refund() share hpcacct_internal.book_credit().
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
+    'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
+CREATE OR REPLACE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
+CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) FROM PUBLIC;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12109,29 +12130,11 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
     'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
 CREATE OR REPLACE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
-    RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
-        PERFORM hpcacct_internal.require_amount(amount);
-        RETURN hpcacct_internal.book_allocation(account, 'deposit', quarter, amount, note);
-    END
-    $$;
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
     'Deposits credits into an account for the quarter containing a day; returns the ledger entry';
 CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
-    RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
-        PERFORM hpcacct_internal.require_amount(amount);
-        RETURN hpcacct_internal.book_allocation(account, 'refund', quarter, amount, note);
-    END
-    $$;
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.refund(text, date, numeric, text) IS
     'Gives credits back to an account in the quarter containing a day (e.g. for a failed job)';
 CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_account text, to_quarter date,
