@@ -12108,6 +12108,188 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
     $$;
 COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        max_length interval;
+        ok         boolean;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
+            RAISE EXCEPTION 'unknown setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
+        END IF;
+        IF NEW.name = 'timezone'
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+            RAISE EXCEPTION 'unknown time zone "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'max_job_length' THEN
+            BEGIN
+                max_length := NEW.value::interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                max_length := NULL;
+            END;
+            IF max_length IS NULL OR max_length <= interval '0' OR pg_catalog.date_part('month', max_length) <> 0
+               OR pg_catalog.date_part('year', max_length) <> 0 THEN
+                RAISE EXCEPTION 'max_job_length must be a positive interval in days or hours, not "%"', NEW.value
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'E.g. ''30 days''.';
+            END IF;
+        END IF;
+        IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
+            RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
+        END IF;
+        IF NEW.name = 'personal_allotment'
+           AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
+            RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- fair share and usage reports
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                ELSE true
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_is_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION 'hpcacct.ledger is append-only: % is not allowed', lower(TG_OP)
+            USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        accounts  text[];
+        resources bigint[];
+        missing   text;
+    BEGIN
+        SELECT pg_catalog.array_agg(DISTINCT p.account), pg_catalog.array_agg(DISTINCT p.resource_id)
+                   FILTER (WHERE p.resource_id IS NOT NULL)
+        INTO accounts, resources
+        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) p;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.account a WHERE a.name = ANY (accounts)
+                                              FOR KEY SHARE) l) < pg_catalog.cardinality(accounts) THEN
+            SELECT n INTO missing FROM pg_catalog.unnest(accounts) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: account "%" does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_account_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = ANY (resources)
+                                              FOR KEY SHARE) l) < coalesce(pg_catalog.cardinality(resources), 0) THEN
+            SELECT n::text INTO missing FROM pg_catalog.unnest(resources) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: resource % does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_resource_id_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres',
+                                         'submit'];
+        submit_mapped boolean := false;
+        columns text[] := roles;
+        pair    text;
+        role    text;
+        column_name text;
+        column_type oid;
+        position integer;
+    BEGIN
+        FOREACH pair IN ARRAY coalesce(mapping, '{}') LOOP
+            role := split_part(pair, '=', 1);
+            column_name := substr(pair, length(role) + 2);
+            position := array_position(roles, role);
+            IF strpos(pair, '=') = 0 OR position IS NULL OR column_name = '' THEN
+                RAISE EXCEPTION 'invalid job column mapping "%"', pair
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
+            END IF;
+            columns[position] := column_name;
+            submit_mapped := submit_mapped OR role = 'submit';
+        END LOOP;
+        FOR position IN 1 .. array_length(roles, 1) LOOP
+            SELECT a.atttypid INTO column_type
+            FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND AND roles[position] = 'submit' AND NOT submit_mapped THEN
+                columns[position] := 'NULL';
+                CONTINUE;
+            END IF;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
+                    USING ERRCODE = 'undefined_column',
+                          HINT = format('Name it in the trigger arguments, e.g. ''%s=my_column''.', roles[position]);
+            END IF;
+            -- Charging casts these columns while it runs as the extension's owner: a type
+            -- with a cast or output function of its own would run its author's code with
+            -- those rights. Only built-in types (and tres) are read, checked at every firing.
+            IF NOT column_type = ANY (CASE
+                    WHEN roles[position] IN ('start', 'end', 'submit')
+                        THEN ARRAY['timestamptz', 'timestamp']::regtype[]
+                    WHEN roles[position] = 'alloctres'
+                        THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
+                    ELSE ARRAY['text', 'varchar', 'bpchar', 'name', 'int2', 'int4', 'int8', 'numeric']::regtype[]
+                END) THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) has type %, which charging does not read',
+                                columns[position], job_table, roles[position], column_type::regtype
+                    USING ERRCODE = 'datatype_mismatch',
+                          DETAIL = 'Charging runs with the extension owner''s rights and reads only built-in types: '
+                                   'text or integers for names and ids, timestamptz or timestamp for times, '
+                                   'tres or text for alloctres.',
+                          HINT = 'Change the column to one of these types.';
+            END IF;
+            columns[position] := quote_ident(columns[position]);
+        END LOOP;
+        RETURN columns;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
 CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping text[] DEFAULT '{}')
     RETURNS void
     LANGUAGE plpgsql
@@ -12129,6 +12311,219 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
     'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+CREATE OR REPLACE FUNCTION hpcacct_internal.day_or_today(day date, caller text) RETURNS date
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF day IS NULL THEN
+            RETURN @extschema@.site_today();
+        END IF;
+        IF NOT pg_catalog.isfinite(day) THEN
+            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        RETURN day;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.day_or_today(date, text) IS
+    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_account(account text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        END IF;
+        RETURN account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_account(text, text) IS
+    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        changed boolean;
+    BEGIN
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
+CREATE OR REPLACE FUNCTION hpcacct_internal.last_charged_start(resource_id bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT max(j.job_start)
+        FROM (SELECT l.job_start
+              FROM @extschema@.ledger l
+              WHERE l.kind = 'charge' AND l.resource_id = last_charged_start.resource_id
+              GROUP BY l.cluster, l.jobid, l.job_start
+              HAVING sum(l.amount) <> 0) j
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.last_charged_start(bigint) IS
+    'Latest start of the jobs a resource row still charges (NULL: none)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        other record;
+        charged boolean;
+        last_start timestamptz;
+    BEGIN
+        IF TG_OP IN ('UPDATE', 'DELETE') THEN
+            charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            IF charged THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs and cannot be deleted',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = format('The ledger''s charges name it. To stop charging at it, close it: UPDATE hpcacct.resource '
+                                        'SET valid = tstzrange(lower(valid), <end>) WHERE resource_id = %s.',
+                                        OLD.resource_id);
+            END IF;
+            RETURN OLD;
+        END IF;
+
+        IF TG_OP = 'UPDATE' AND charged THEN
+            -- (tres compared in canonical text: its operators are not on this search_path)
+            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
+                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
+               IS DISTINCT FROM
+               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
+                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'HA006',
+                          DETAIL = 'Its rate, bundle, node, unit, pool, exclusive flag and the start of its validity '
+                                   'are what the ledger''s charges were computed from.',
+                          HINT = format('For jobs from a date on, re-rate them: SELECT hpcacct.rerate(%s, <new rate>, <from>) '
+                                        '(closes this row, adds the new one, books reversals and new charges). For future '
+                                        'jobs only, close this row at <from> and insert a new one from <from>.',
+                                        OLD.resource_id);
+            END IF;
+            last_start := hpcacct_internal.last_charged_start(OLD.resource_id);
+            IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
+                RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
+                                OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
+                    USING ERRCODE = 'HA006',
+                          HINT = format('Close it after %s, or re-rate the jobs from <from> on: '
+                                        'SELECT hpcacct.rerate(%s, <new rate>, <from>).', last_start, OLD.resource_id);
+            END IF;
+        END IF;
+
+        -- Two rates for one cluster and partition at the same time (the exclusion constraint
+        -- would refuse it too, without saying what to do).
+        SELECT r.resource_id, r.valid INTO other
+        FROM @extschema@.resource r
+        WHERE r.cluster = NEW.cluster AND r.partition = NEW.partition AND r.valid && NEW.valid
+          AND r.resource_id IS DISTINCT FROM NEW.resource_id
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a rate for %/% over % overlaps resource % (valid %)',
+                            NEW.cluster, NEW.partition, NEW.valid, other.resource_id, other.valid
+                USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'resource_one_rate_at_a_time',
+                      HINT = format('One rate at a time: close resource %s where the new rate starts '
+                                    '(UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), <start>) WHERE resource_id = %s), '
+                                    'then insert the new row valid from <start>; to re-rate jobs already charged, '
+                                    'use hpcacct.rerate().', other.resource_id, other.resource_id);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_resource_change() IS
+    'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
+                USING ERRCODE = 'foreign_key_violation',
+                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
+                             'allocating to it (without an allocation for the current quarter check_submit refuses '
+                             'it as account_expired) and remove its members with hpcacct.remove_member().';
+        END IF;
+        RETURN OLD;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
+    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
+            RAISE EXCEPTION 'account "%" has been deleted', account
+                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        entry bigint;
+    BEGIN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
+        RETURNING entry_id INTO entry;
+        RETURN entry;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) IS
+    'Books a bank entry valid for the quarter containing a day (internal helper)';
 CREATE OR REPLACE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
     RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
@@ -12156,6 +12551,523 @@ CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter 
     $$;
 COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) IS
     'Moves allocation from one account and quarter to another (staff); two ledger rows';
+CREATE OR REPLACE FUNCTION hpcacct_internal.top_up_note(target numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
+COMMENT ON FUNCTION hpcacct_internal.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_personal_allotment() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.personal_allotment > 2 * @extschema@.setting_value('personal_allotment')::numeric THEN
+            RAISE EXCEPTION 'personal allotment % exceeds double the default (%)',
+                            NEW.personal_allotment, @extschema@.setting_value('personal_allotment')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF by_user IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_admin.account AND m.username = by_user AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', by_user, account
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_admin(text, text) IS
+    'Raises unless by_user administers the account (NULL: staff acting directly)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM hpcacct_internal.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.visible_accounts() RETURNS text[]
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce(pg_catalog.array_agg(m.account), '{}')
+        FROM @extschema@.membership m WHERE m.username = pg_catalog.session_user()
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
+    'Accounts the session user is a member of: what row-level security lets a portal role see';
+CREATE OR REPLACE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
+                           false);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
+CREATE OR REPLACE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        has_account boolean;
+        has_username boolean;
+        visible text;
+    BEGIN
+        SELECT bool_or(a.attname = 'account'), bool_or(a.attname = 'username')
+        INTO has_account, has_username
+        FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = target AND a.attnum > 0 AND NOT a.attisdropped;
+        visible := CASE
+            WHEN target = '@extschema@.account'::regclass
+                THEN 'name = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
+            WHEN has_account AND has_username
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[]) OR username = session_user'
+            WHEN has_account
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
+            WHEN has_username
+                THEN 'username = session_user'
+        END;
+        IF visible IS NULL THEN
+            RETURN false;
+        END IF;
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()) OR %s)',
+                       target, visible);
+        EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', target);
+        RETURN true;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.protect_table(regclass) IS
+    'Row-level security for a table with an account or username column: portal users see their accounts'' rows';
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
+    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        first boolean;
+    BEGIN
+        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
+        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
+            RETURN NEW;
+        END IF;
+        first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
+        IF first THEN
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+            IF pg_catalog.to_regclass('pg_temp.hpcacct_received') IS NULL THEN
+                CREATE TEMPORARY TABLE hpcacct_received (
+                    entry                @extschema@.ledger NOT NULL,
+                    first_in_transaction boolean NOT NULL
+                );
+                CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
+                    DEFERRABLE INITIALLY DEFERRED
+                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION hpcacct_internal.roll_up_received();
+                -- written in replica sessions only: fire there
+                ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
+            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
+                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
+            END IF;
+        END IF;
+        INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.note_replicated_charge() IS
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
+    'back until commit';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_refuse_local_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
+            USING ERRCODE = 'HA013',
+                  HINT = 'Make the change in the central database; it reaches every site by replication.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_write() IS
+    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_slot_exists(slot text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+           END;
+COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
+                WHEN 'regulation_warning' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
+                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
+                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric))
+                WHEN 'regulation_retraction' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
+                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
+                    'valid until 31 December: the allocation goes from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
+                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                WHEN 'annual_warning' THEN pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
+                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
+                    'up to %s %% of the annual allocation may be retracted after May.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, s.annual_retraction_percent)
+                ELSE pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
+                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
+                    'from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
+                                 hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.regulation_machine s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.notify_regulation() IS
+    'Trigger: a regulation warning or retraction logged by regulate() writes its message to the project managers';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
+            'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+            'body', CASE r.action
+                WHEN 'expired' THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
+                    'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
+                    'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
+                    'with it the files of the login. Join an active project or ask your consultant for an\n'
+                    'allocation to keep it.\n', r.account, r.account, r.quarter,
+                    (r.quarter + interval '3 months')::date)
+                ELSE pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
+                    'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
+                    'deleted.\n', r.account, r.account, r.quarter)
+            END,
+            'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
+        FROM new_rows r
+        -- an account that expired the quarter before is deleted by the same run: one notice, the deletion
+        WHERE r.action = 'deleted'
+           OR (r.action = 'expired'
+               AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
+                               WHERE p.account = r.account AND p.action = 'expired'
+                                 AND p.quarter = (r.quarter - interval '3 months')::date));
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.notify_quarter() IS
+    'Trigger: an expiry or deletion logged by open_quarter() writes its message to the account''s owner';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
+                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+            -- NULL when the job names an account that does not exist
+            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
+            'also', pg_catalog.jsonb_build_array(n.username),
+            'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
+                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
+            'body', CASE WHEN n.held THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
+                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
+                    'project administrator for an allocation.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
+                 ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
+            END,
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+        FROM new_rows n
+        JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
+        WHERE n.held IS DISTINCT FROM o.held;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.notify_hold() IS
+    'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
+CREATE OR REPLACE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        NEW.updated_at := pg_catalog.statement_timestamp();
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
+CREATE OR REPLACE FUNCTION hpcacct_internal.html_escape(s text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+                   s, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
+CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[], series jsonb,
+                                      width integer DEFAULT 760, height integer DEFAULT 300)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        n integer := coalesce(pg_catalog.array_length(labels, 1), 0);
+        left_x constant float8 := 78;
+        top_y constant float8 := 34;
+        plot_w float8 := width - left_x - 16;
+        plot_h float8 := height - top_y - 58;
+        lo float8;
+        hi float8;
+        step float8;
+        mag float8;
+        svg text;
+        s jsonb;
+        k integer := 0;
+        bars integer;
+        bar_i integer := 0;
+        pts text;
+        i integer;
+        v float8;
+        tick float8;
+        legend_x float8 := left_x;
+    BEGIN
+        IF n = 0 OR series IS NULL OR pg_catalog.jsonb_typeof(series) <> 'array' THEN
+            RAISE EXCEPTION 'svg_chart needs labels and an array of series' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT least(0, min(x)), max(x) INTO lo, hi
+        FROM (SELECT (e.value #>> '{}')::float8 AS x
+              FROM pg_catalog.jsonb_array_elements(series) ser,
+                   LATERAL pg_catalog.jsonb_array_elements(coalesce(ser.value -> 'values', '[]') || coalesce(ser.value -> 'lower', '[]')
+                                                           || coalesce(ser.value -> 'upper', '[]')) e
+              WHERE pg_catalog.jsonb_typeof(e.value) = 'number') t;
+        IF hi IS NULL OR hi <= lo THEN
+            hi := lo + 1;
+        END IF;
+        -- a round step: 1, 2 or 5 times a power of ten, about five of them
+        mag := power(10, floor(log((hi - lo) / 5)));
+        step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
+                     WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        lo := floor(lo / step) * step;
+        hi := ceil(hi / step) * step;
+        svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
+                      'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
+            || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
+            || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
+                      left_x, hpcacct_internal.html_escape(title))
+            || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
+                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
+        -- grid and y labels
+        tick := lo;
+        WHILE tick <= hi + step / 2 LOOP
+            svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
+                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
+                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 hpcacct_internal.notify_number(tick::numeric));
+            tick := tick + step;
+        END LOOP;
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
+        -- x labels
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN coalesce(labels[i], '') = '';
+            svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 hpcacct_internal.html_escape(labels[i]));
+        END LOOP;
+        SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
+        FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
+            k := k + 1;
+            IF s ->> 'kind' = 'bar' THEN
+                svg := svg || format('<g class="series" data-series="%s" fill="%s">', hpcacct_internal.html_escape(s ->> 'name'),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')));
+                FOR i IN 1 .. n LOOP
+                    v := (s -> 'values' ->> (i - 1))::float8;
+                    CONTINUE WHEN v IS NULL;
+                    svg := svg || format('<rect x="%s" y="%s" width="%s" height="%s"/>',
+                        round((left_x + (i - 1) * plot_w / n + plot_w / n * (0.15 + 0.7 * bar_i / bars))::numeric, 1),
+                        round((top_y + plot_h - (greatest(v, 0) - lo) / (hi - lo) * plot_h)::numeric, 1),
+                        round((plot_w / n * 0.7 / bars)::numeric, 1),
+                        round((abs(v) / (hi - lo) * plot_h)::numeric, 1));
+                END LOOP;
+                svg := svg || '</g>';
+                bar_i := bar_i + 1;
+            ELSIF s ->> 'kind' = 'band' THEN
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'upper' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                       || ' ' ||
+                       string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'lower' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j DESC)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#2ca02c')));
+            ELSE
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                     CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
+            END IF;
+            -- legend
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+                                 hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                 CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                                 height - 10, hpcacct_internal.html_escape(s ->> 'name'));
+            legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
+        END LOOP;
+        RETURN svg || '</svg>';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
+    'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
+CREATE OR REPLACE FUNCTION hpcacct_internal.visible_account(account text) RETURNS @extschema@.account
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account;
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        RETURN a;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.visible_account(text) IS
+    'The account row if it exists and the caller may see it, else 42704';
+CREATE OR REPLACE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN m;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
+    'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
 CREATE OR REPLACE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -12287,6 +13199,9 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT N
 COMMENT ON FUNCTION @extschema@.usage_by_month(integer, timestamptz) IS
     'Usage per calendar month (site time zone) of the allocation year up to at, per pool, resource, account '
     'and submitter, pro rata by wall-clock time';
+COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS
+    'Deferred trigger of pg_temp.hpcacct_received: inserts the charges held in the transaction into the ledger and '
+    'rolls them up, once';
 CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
     RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
                    consumption float8, delta float8, status text)
@@ -12372,8 +13287,20 @@ CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine tex
     $$;
 COMMENT ON FUNCTION @extschema@.regulation_year(text, text, integer, text) IS
     'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
-ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
--- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
+    'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
+-- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
@@ -12388,6 +13315,27 @@ BEGIN
                           '        RETURN NULL;\n'
                           '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
                           @extschema@.consumption_rollup_insert_sql('new_entries')));
+END
+$do$;
+ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
+-- generated from the rollup statements: generate it again
+DO $do$
+DECLARE
+    received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '        INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE\n'
+                          '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        DELETE FROM pg_temp.hpcacct_received;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
 END
 $do$;
 -- sites that use the roles get what setup_roles() grants on every object, old and new
