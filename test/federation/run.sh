@@ -228,6 +228,17 @@ for site in alpha beta; do
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a deposit at the centre lets $site accept 'shared' again ($ms ms)"
 done
 
+# ---- a retraction booked at the centre reaches both sites' checks ----
+q centre "INSERT INTO ledger (account, kind, amount, unit, valid_from, valid_until, note)
+          VALUES ('shared', 'retraction', -40, 'NPL', '2026-10-01', '2026-12-31', 'federation test')" >/dev/null
+for site in alpha beta; do
+    ms=$(wait_for "$site" "$refused" "negative_balance")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a retraction at the centre makes $site refuse 'shared' ($ms ms)"
+done
+q centre "SELECT deposit('shared', '2026-10-01', 40)" >/dev/null
+for site in alpha beta; do wait_for "$site" "$refused" "" >/dev/null; done
+is "$(q alpha "$refused")/$(q beta "$refused")" "/" "a deposit of as much lets both sites accept 'shared' again"
+
 # ---- a site stopped while the other charges, then restarted ----
 wait_for centre "$pending" "1/from:- 1/to:0 2/from:- 2/to:0" >/dev/null
 beta_had=$(q beta "SELECT count(*) FROM ledger")
