@@ -37,7 +37,9 @@ COMMENT ON TABLE @extschema@.federation_site IS
 -- roll_up_received) and replicated back to the sender in the link's reverse direction: the
 -- centre's reports go to the site they are about (origin = that site), a site's to the centre.
 -- So a sender counts the rows it has sent that are not yet received without asking the other
--- end (federation_status.rows_pending). Not dumped: the next received row writes it again.
+-- end (federation_status.rows_pending). At most one report a second per receiver and origin
+-- (federation_report_due): each costs the sender an applied transaction, as much CPU as its
+-- walsender spends on a one-job transaction. Not dumped: the next received row writes it again.
 CREATE TABLE @extschema@.federation_received (
     receiver      integer NOT NULL CHECK (receiver BETWEEN 0 AND 32767),
     origin        integer NOT NULL CHECK (origin BETWEEN 0 AND 32767),
@@ -88,6 +90,21 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
 
+-- Whether a receiver reports the rows of an origin it received now: when it has not reported
+-- them in the last second, or did in this transaction (a later row of it moves the report on).
+-- Read without locking the report row (an ON CONFLICT ... WHERE would lock it, in the WAL).
+CREATE FUNCTION @extschema@.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
+
 -- The rollups of replicated charges. Logical replication applies rows one by one with
 -- session_replication_role = replica, which fires neither the statement trigger
 -- ledger_roll_up nor any ordinary trigger. So a BEFORE row trigger enabled for replica
@@ -122,6 +139,7 @@ CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
             INSERT INTO @extschema@.federation_received AS p (receiver, origin, last_entry_id, received_at)
             SELECT n.site, @extschema@.federation_origin(NEW.entry_id), NEW.entry_id, pg_catalog.now()
             FROM @extschema@.federation_node n
+            WHERE @extschema@.federation_report_due(n.site, @extschema@.federation_origin(NEW.entry_id))
             ON CONFLICT (receiver, origin) DO UPDATE
                 SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), received_at = excluded.received_at;
             RETURN NEW;
@@ -176,6 +194,7 @@ BEGIN
                           '               pg_catalog.now()\n'
                           '        FROM pg_temp.hpcacct_received r, @extschema@.federation_node n\n'
                           '        GROUP BY 1, 2\n'
+                          '        HAVING @extschema@.federation_report_due(n.site, @extschema@.federation_origin((r.entry).entry_id))\n'
                           '        ON CONFLICT (receiver, origin) DO UPDATE\n'
                           '            SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id),\n'
                           '                received_at = excluded.received_at;\n'
@@ -534,12 +553,12 @@ COMMENT ON PROCEDURE @extschema@.federation_subscribe(integer, text) IS
 -- whether rows come in ('from', a subscription here) or go out ('to', a slot the other end
 -- reads), whether the link is connected, the last ledger row here that the other end booked
 -- (incoming links), and for outgoing links the replay lag the sender measures, the WAL the
--- receiver has not confirmed, and rows_pending: the ledger rows this database holds that the
--- link carries and the receiver has not reported received (federation_received, replicated
--- back), as of the receiver's last report (receiver_reported_at). Counted per origin above
--- the last id reported: exact when each origin's rows commit in id order (one loader per
--- site); rows of concurrent transactions committed out of that order are counted only while
--- the receiver has no higher id. An incoming link's rows pending are counted at its sender.
+-- receiver has not confirmed, and rows_pending: 0 when the receiver has confirmed all the WAL
+-- written here, else the ledger rows this database holds that the link carries above the last
+-- id per origin the receiver reported (federation_received, replicated back; at most a second
+-- old while rows stream, receiver_reported_at). Exact when each origin's rows commit in id order
+-- (one loader per site); rows of concurrent transactions committed out of that order are not
+-- counted while the receiver holds a higher id. An incoming link's are counted at its sender.
 CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
     WITH links AS (
         SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
@@ -573,7 +592,12 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
            CASE WHEN k.direction = 'to'
                 THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
                       FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
-           pending.rows AS rows_pending, pending.reported_at AS receiver_reported_at
+           CASE WHEN k.direction = 'to' AND EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_replication_slots r
+                    WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
+                THEN 0  -- the receiver confirmed all the WAL written here
+                ELSE pending.rows END AS rows_pending,
+           pending.reported_at AS receiver_reported_at
     FROM ends k
     LEFT JOIN LATERAL (
         SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,

@@ -5608,6 +5608,17 @@ CREATE TABLE @extschema@.federation_received (
 COMMENT ON TABLE @extschema@.federation_received IS
     'Per federation database and origin site: the last ledger row that database received from that origin '
     '(written where received, replicated back to the sender)';
+CREATE OR REPLACE FUNCTION @extschema@.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
 -- Whether publication `pub` of this database includes table `tab`.
 CREATE OR REPLACE FUNCTION @extschema@.federation_publishes(pub text, tab regclass) RETURNS boolean
     LANGUAGE sql STABLE STRICT
@@ -5637,6 +5648,7 @@ BEGIN
                           '               pg_catalog.now()\n'
                           '        FROM pg_temp.hpcacct_received r, @extschema@.federation_node n\n'
                           '        GROUP BY 1, 2\n'
+                          '        HAVING @extschema@.federation_report_due(n.site, @extschema@.federation_origin((r.entry).entry_id))\n'
                           '        ON CONFLICT (receiver, origin) DO UPDATE\n'
                           '            SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id),\n'
                           '                received_at = excluded.received_at;\n'
@@ -5679,7 +5691,12 @@ CREATE OR REPLACE VIEW @extschema@.federation_status WITH (security_invoker = tr
            CASE WHEN k.direction = 'to'
                 THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
                       FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
-           pending.rows AS rows_pending, pending.reported_at AS receiver_reported_at
+           CASE WHEN k.direction = 'to' AND EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_replication_slots r
+                    WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
+                THEN 0  -- the receiver confirmed all the WAL written here
+                ELSE pending.rows END AS rows_pending,
+           pending.reported_at AS receiver_reported_at
     FROM ends k
     LEFT JOIN LATERAL (
         SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,
@@ -7240,6 +7257,7 @@ CREATE OR REPLACE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
             INSERT INTO @extschema@.federation_received AS p (receiver, origin, last_entry_id, received_at)
             SELECT n.site, @extschema@.federation_origin(NEW.entry_id), NEW.entry_id, pg_catalog.now()
             FROM @extschema@.federation_node n
+            WHERE @extschema@.federation_report_due(n.site, @extschema@.federation_origin(NEW.entry_id))
             ON CONFLICT (receiver, origin) DO UPDATE
                 SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), received_at = excluded.received_at;
             RETURN NEW;
@@ -9243,6 +9261,17 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
     $$;
 COMMENT ON FUNCTION @extschema@.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
+CREATE OR REPLACE FUNCTION @extschema@.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION @extschema@.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
 CREATE OR REPLACE FUNCTION @extschema@.federation_publishes(pub text, tab regclass) RETURNS boolean
     LANGUAGE sql STABLE STRICT
     SET search_path = pg_catalog, pg_temp

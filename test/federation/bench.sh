@@ -94,6 +94,22 @@ alpha_pids() {
     q alpha "SELECT coalesce((SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_s2c_1'), 0),
                     coalesce((SELECT pid FROM pg_stat_subscription WHERE subname = 'hpcacct_fed_c2s_1' AND relid IS NULL), 0)" | tr '|' ' '
 }
+# CPU_DETAIL=1: after each row, the CPU time (ms) of each of alpha's and solo's processes in
+# the window, by process title ("reaped": backends that exited)
+cpu_snapshot() {  # cpu_snapshot NODE: "pid ticks title" per process
+    local pm; pm=$(head -1 "$(nodedir "$1")/data/postmaster.pid")
+    awk '{print $12 + $13 + $14 + $15}' <<<"$(sed 's/^.*) //' "/proc/$pm/stat")" | sed "s/^/reaped /;s/$/ reaped/"
+    ps -o pid=,args= --ppid "$pm" | while read -r pid title; do
+        [ -r "/proc/$pid/stat" ] && echo "$pid $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}') $title"
+    done
+}
+cpu_detail() {  # cpu_detail BEFORE AFTER: per title, the ms used in between
+    [ "${CPU_DETAIL:-0}" = 1 ] || return 0
+    awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { t[$1] = $2; next }
+        { title = $3; for (i = 4; i <= NF; i++) title = title " " $i; d = $2 - ($1 in t ? t[$1] : 0);
+          if (d > 0) u[title] += d }
+        END { for (k in u) printf "#   %6d ms  %s\n", u[k] * 1000 / hz, k }' "$1" "$2" | sort -k2 -nr
+}
 rate() { awk -v n="$1" -v ms="$2" 'BEGIN { printf "%.0f", n * 1000 / ms }'; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -113,12 +129,17 @@ for round in $(seq 1 "$ROUNDS"); do
     next=$((next + n))
     row "$statements x $BATCH jobs (round $round)" "$n" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0)) $((w1 - w0)) $((p1 - p0))
   done
+    cpu_snapshot solo >"$base/s0"
     c0=$(cluster_cpu solo); off=$(load_singles solo $next); c1=$(cluster_cpu solo)
+    cpu_snapshot solo >"$base/s1"
     read -r ws ap <<<"$(alpha_pids)"; w0=$(proc_cpu "$ws"); p0=$(proc_cpu "$ap")
+    cpu_snapshot alpha >"$base/a0"
     a0=$(cluster_cpu alpha); on=$(load_singles alpha $next); read -r lc lb <<<"$(arrival)"; a1=$(cluster_cpu alpha)
+    cpu_snapshot alpha >"$base/a1"
     w1=$(proc_cpu "$ws"); p1=$(proc_cpu "$ap")
     next=$((next + SINGLES))
     row "one job per statement (round $round)" "$SINGLES" "$off" "$on" "$lc" "$lb" $((c1 - c0)) $((a1 - a0)) $((w1 - w0)) $((p1 - p0))
+    [ "${CPU_DETAIL:-0}" = 1 ] && { echo "# solo:"; cpu_detail "$base/s0" "$base/s1"; echo "# alpha:"; cpu_detail "$base/a0" "$base/a1"; }
 done
 echo "off cpu / on cpu: CPU time of the site's whole cluster for the load (for alpha until the centre and beta have it);"
 echo "walsender, apply: of it, alpha's walsender (sending its charges to the centre) and apply worker (receiving the centre's rows)"

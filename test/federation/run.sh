@@ -229,18 +229,34 @@ for site in alpha beta; do
 done
 
 # ---- a retraction booked at the centre reaches both sites' checks ----
-q centre "INSERT INTO ledger (account, kind, amount, unit, valid_from, valid_until, note)
-          VALUES ('shared', 'retraction', -40, 'NPL', '2026-10-01', '2026-12-31', 'federation test')" >/dev/null
+# p1 holds GENCI grants on both machines (its check follows them): retracting what is left of
+# both makes it allocation_exhausted at each site; supplements of as much open it again
+p1_check="SELECT coalesce((check_submit('u1', 'p1', '2026-11-20')).reason, 'ok')"
+is "$(q alpha "$p1_check")/$(q beta "$p1_check")" "ok/ok" "p1 may submit at both sites before the retraction"
+left="SELECT m.c, s.alloc FROM (VALUES ('alpha'), ('beta')) m(c), LATERAL allocation_status('p1', m.c, '2026-11-20') s"
+q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+          SELECT 'p1', 'retraction', -x.alloc, 'NPL', x.c, '2026-01-01', '2026-12-31', 'federation test' FROM ($left) x" >/dev/null
 for site in alpha beta; do
-    ms=$(wait_for "$site" "$refused" "negative_balance")
-    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a retraction at the centre makes $site refuse 'shared' ($ms ms)"
+    ms=$(wait_for "$site" "$p1_check" "allocation_exhausted")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a retraction at the centre makes $site refuse p1 as allocation_exhausted ($ms ms)"
 done
-q centre "SELECT deposit('shared', '2026-10-01', 40)" >/dev/null
-for site in alpha beta; do wait_for "$site" "$refused" "" >/dev/null; done
-is "$(q alpha "$refused")/$(q beta "$refused")" "/" "a deposit of as much lets both sites accept 'shared' again"
+q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+          SELECT 'p1', 'supplement', -l.amount, 'NPL', l.cluster, '2026-01-01', '2026-12-31', 'federation test'
+          FROM ledger l WHERE l.account = 'p1' AND l.kind = 'retraction' AND l.note = 'federation test'" >/dev/null
+for site in alpha beta; do wait_for "$site" "$p1_check" "ok" >/dev/null; done
+is "$(q alpha "$p1_check")/$(q beta "$p1_check")" "ok/ok" "supplements of as much let both sites accept p1 again"
 
 # ---- a site stopped while the other charges, then restarted ----
-wait_for centre "$pending" "1/from:- 1/to:0 2/from:- 2/to:0" >/dev/null
+# A receiver reports at most once a second: rows received less than a second after its last
+# report are reported with the next ones. So that the count below is exact, a row of each
+# origin a second later, and a wait until beta has reported them.
+sleep 1.1
+q alpha "$(shared_job alpha fresh-1 0.001)" >/dev/null
+q centre "SELECT deposit('shared', '2026-10-01', 0.001)" >/dev/null
+reported_all="SELECT count(*) FROM federation_received p
+              WHERE p.last_entry_id = (SELECT max(l.entry_id) FROM ledger l WHERE federation_origin(l.entry_id) = p.origin)"
+ms=$(wait_for centre "$reported_all AND p.receiver = 2 AND p.origin IN (0, 1)" 2)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the centre has beta's reports of the last rows of both origins it receives ($ms ms)"
 beta_had=$(q beta "SELECT count(*) FROM ledger")
 stop_node beta
 q alpha "$(jobs_sql alpha $((JOBS + 1)) $((JOBS + 500)))" >/dev/null
@@ -261,7 +277,12 @@ is "$(q beta "SELECT count(*) - count(DISTINCT (cluster, jobid, amount)) FROM le
    "beta holds no charge twice"
 
 # ---- the centre stopped while both sites charge and check ----
-for site in alpha beta; do wait_for "$site" "$pending" "0/from:- 0/to:0" >/dev/null; done
+sleep 1.1
+q alpha "$(shared_job alpha fresh-2 0.001)" >/dev/null
+q beta "$(shared_job beta fresh-3 0.001)" >/dev/null
+ms=$(wait_for alpha "$reported_all AND p.receiver = 0 AND p.origin = 1" 1)
+ms2=$(wait_for beta "$reported_all AND p.receiver = 0 AND p.origin = 2" 1)
+ok $([ "$ms" -ge 0 ] && [ "$ms2" -ge 0 ] && echo 0 || echo 1) "both sites have the centre's report of their last row ($ms, $ms2 ms)"
 stop_node centre
 q alpha "$(jobs_sql alpha $((JOBS + 501)) $((JOBS + 800)))" >/dev/null
 q beta "$(jobs_sql beta $((JOBS + 1)) $((JOBS + 300)))" >/dev/null
