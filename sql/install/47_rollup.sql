@@ -125,7 +125,7 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
         SELECT pg_catalog.format($q$
             WITH z AS MATERIALIZED (  -- once per statement
                 SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                       @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
                        pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
@@ -256,6 +256,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
+REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
 
 -- Merges the delta rows into one row per group and folds the months up to the one before
 -- the current into fairshare_base (decayed sums) and usage_base (amounts without the
@@ -278,7 +279,7 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
         ), cfg AS MATERIALIZED (
             SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
                              AS through,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                   @extschema@.setting_value('half_life')::interval AS half_life
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), moved AS (
             DELETE FROM @extschema@.charge_rollup
@@ -322,6 +323,7 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
     'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
+REVOKE EXECUTE ON FUNCTION @extschema@.compact_rollup() FROM PUBLIC;
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
@@ -409,18 +411,17 @@ COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
 -- trigger on each settings table rebuilds the rollup when the row of the setting named by
 -- its argument is added, changed or removed. (Not dumped: a restore of the ledger rolls its
 -- rows up again, and a restored time zone rebuilds them.)
-CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        setting constant text := TG_ARGV[0];
         changed boolean;
     BEGIN
         changed := CASE TG_OP
-                       WHEN 'INSERT' THEN NEW.name = setting
-                       WHEN 'DELETE' THEN OLD.name = setting
-                       ELSE setting IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
                    END;
         IF changed THEN
             PERFORM @extschema@.rebuild_rollup();
@@ -428,7 +429,8 @@ CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.rebuild_rollup_trigger() IS
-    'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
 CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('timezone');
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone', 'half_life');
+
