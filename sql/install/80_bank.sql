@@ -252,24 +252,20 @@ COMMENT ON VIEW @extschema@.quarter_balances IS
 
 -- ---- deposits, transfers, refunds ----------------------------------------------------
 
-CREATE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+CREATE FUNCTION hpcacct_internal.require_bank_account(account text, caller text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, caller);
         IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
             RAISE EXCEPTION 'account "%" has been deleted', account
                 USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text, text) IS
+    'An account argument of a bank operation: require_account(), and not deleted (HA002)';
 
 CREATE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -319,7 +315,7 @@ CREATE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter da
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, kind);
         PERFORM hpcacct_internal.require_amount(amount);
         RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
     END
@@ -348,8 +344,8 @@ CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_ac
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(from_account);
-        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_bank_account(from_account, 'transfer');
+        PERFORM hpcacct_internal.require_bank_account(to_account, 'transfer');
         PERFORM hpcacct_internal.require_amount(amount);
         IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
             RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
@@ -515,7 +511,7 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;

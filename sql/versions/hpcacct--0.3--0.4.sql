@@ -9437,6 +9437,12 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETUR
 CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
 
+-- ==== one rule for an account argument (issue 18, house) ---------------------------------
+-- The bank operations and the statements check an account argument with require_account()
+-- (22004, 42704 with its hint); require_bank_account() takes the caller's name for the
+-- message. Its new form, and visible_account(), are defined below (final definitions).
+DROP FUNCTION hpcacct_internal.require_bank_account(text);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10106,7 +10112,7 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
@@ -12294,24 +12300,20 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigg
     $$;
 COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
     'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
-CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text, caller text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, caller);
         IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
             RAISE EXCEPTION 'account "%" has been deleted', account
                 USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text, text) IS
+    'An account argument of a bank operation: require_account(), and not deleted (HA002)';
 CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
@@ -12365,8 +12367,8 @@ CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter 
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(from_account);
-        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_bank_account(from_account, 'transfer');
+        PERFORM hpcacct_internal.require_bank_account(to_account, 'transfer');
         PERFORM hpcacct_internal.require_amount(amount);
         IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
             RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
@@ -12859,13 +12861,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.visible_account(account text) RETURN
     DECLARE
         a @extschema@.account;
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, 'account_month');
         SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
         RETURN a;
     END
     $$;
@@ -13119,7 +13116,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text,
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, kind);
         PERFORM hpcacct_internal.require_amount(amount);
         RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
     END
