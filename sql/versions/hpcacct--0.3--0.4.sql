@@ -9436,6 +9436,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETUR
     LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
 CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
+-- rebuild_rollup() runs the builders by name
+CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
 
 -- ==== one rule for an account argument (issue 18, house) ---------------------------------
 -- The bank operations and the statements check an account argument with require_account()
@@ -13354,6 +13357,28 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source
     $$;
 COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        rows_added bigint;
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
+        DELETE FROM @extschema@.fairshare_base;
+        DELETE FROM @extschema@.usage_base;
+        DELETE FROM @extschema@.charge_rollup;
+        EXECUTE hpcacct_internal.rollup_insert_sql('@extschema@.ledger');
+        GET DIAGNOSTICS rows_added = ROW_COUNT;
+        DELETE FROM @extschema@.consumption_rollup;
+        EXECUTE hpcacct_internal.consumption_rollup_insert_sql('@extschema@.ledger');
+        RETURN rows_added;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
+    'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
+    'or half-life changes); returns the rows of charge_rollup';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
