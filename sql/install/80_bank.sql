@@ -58,7 +58,7 @@ COMMENT ON FUNCTION @extschema@.quarter_start(date) IS 'First day of the calenda
 -- The bank's unit, as setting_value('bank_unit') gives it, without reading pg_settings (the
 -- settings view does, for the time zone's default): the submit check reads it at every
 -- submission. PL/pgSQL keeps its plan for the session.
-CREATE FUNCTION @extschema@.bank_unit() RETURNS text
+CREATE FUNCTION hpcacct_internal.bank_unit() RETURNS text
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -67,7 +67,7 @@ CREATE FUNCTION @extschema@.bank_unit() RETURNS text
                         (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
     END
     $$;
-COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+COMMENT ON FUNCTION hpcacct_internal.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 
 CREATE TYPE @extschema@.bank_balance AS (
     quarter_start date,
@@ -156,12 +156,12 @@ CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
 BEGIN ATOMIC
         SELECT l.account, l.kind, l.valid_from, l.amount
         FROM @extschema@.ledger l
-        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
+        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT hpcacct_internal.bank_unit())
           AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
         UNION ALL
         SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
         FROM @extschema@.charge_rollup c
-        WHERE c.unit = (SELECT @extschema@.bank_unit())
+        WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
         GROUP BY c.account, @extschema@.quarter_start(c.month);
 END;
@@ -199,7 +199,7 @@ BEGIN ATOMIC
         FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
               FROM @extschema@.ledger l
               WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                AND l.unit = (SELECT @extschema@.bank_unit())
+                AND l.unit = (SELECT hpcacct_internal.bank_unit())
                 AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
               GROUP BY 1
               HAVING sum(l.amount) > 0) s) q

@@ -9422,10 +9422,11 @@ CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) FROM PUBLIC;
 
 -- ==== the last internal functions out of \df hpcacct.* (issue 18, house) ---------------
--- The charging trigger (attach_charging() attaches it), the ledger's rollup trigger and the
--- two statements' builders move to hpcacct_internal. Triggers refer to their function by oid:
--- the ledger's and every site job table's keep working. The functions are defined again
--- below (final definitions) as sql/install has them; these placeholders only name them.
+-- The charging trigger (attach_charging() attaches it), the ledger's rollup trigger, the
+-- two statements' builders and bank_unit() move to hpcacct_internal. Triggers refer to their
+-- function by oid: the ledger's and every site job table's keep working. The functions are
+-- defined again below (final definitions) as sql/install has them; these placeholders only
+-- name them.
 ALTER FUNCTION @extschema@.charge_jobs() SET SCHEMA hpcacct_internal;
 ALTER FUNCTION @extschema@.roll_up_charges() SET SCHEMA hpcacct_internal;
 ALTER FUNCTION @extschema@.rollup_insert_sql(text) SET SCHEMA hpcacct_internal;
@@ -9436,6 +9437,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETUR
     LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
 CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
+-- The setting bank_unit read cheaply is a building block of the bank and the submit check.
+ALTER FUNCTION @extschema@.bank_unit() SET SCHEMA hpcacct_internal;
+CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
+    LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
 -- rebuild_rollup() runs the builders by name
 CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
     LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
@@ -10205,16 +10210,6 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
     'their privileges';
-CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -10241,7 +10236,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
                                 WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                  AND l.unit = @extschema@.bank_unit());
+                                  AND l.unit = hpcacct_internal.bank_unit());
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
@@ -10292,7 +10287,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
                 RETURN ROW(false, account, 'negative_balance',
                            format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
                                   'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -13357,6 +13352,16 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source
     $$;
 COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp

@@ -49,7 +49,7 @@ SELECT is_empty($$WITH implementation AS (
                 'schema hpcacct has no type, operator, aggregate or trigger support function but tres_get');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                   WHERE p.pronamespace = 'hpcacct'::regnamespace
-                    AND p.proname ~ '^(require_|book_allocation$|(consumption_)?rollup_insert_sql$|day_or_today$|protect_table$|visible_account|sees_all_accounts$)'$$,
+                    AND p.proname ~ '^(require_|book_allocation$|bank_unit$|(consumption_)?rollup_insert_sql$|day_or_today$|protect_table$|visible_account|sees_all_accounts$)'$$,
                 'the argument checks and bookkeeping helpers are not in schema hpcacct');
 SELECT ok(NOT has_schema_privilege('public', 'hpcacct_internal', 'USAGE')
           AND (SELECT count(*) FROM pg_proc WHERE pronamespace = 'hpcacct_internal'::regnamespace) > 50,
