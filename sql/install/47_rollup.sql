@@ -127,14 +127,16 @@ CREATE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
                 SELECT @extschema@.site_timezone() AS tz,
                        @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
                        e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
-                               AT TIME ZONE z.tz, z.half_life) AS decayed
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
             )
             INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
                                                    job_amount, decayed)
@@ -171,15 +173,18 @@ CREATE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETU
             WITH z AS MATERIALIZED (
                 SELECT @extschema@.site_timezone() AS tz
             ), entries AS (
-                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
                        -- ended by: the first boundary at or after the end (a job of zero length:
                        -- after its start, where it counts)
                        @extschema@.regulation_boundary_after(
-                           CASE WHEN e.job_end > e.job_start THEN (e.job_end AT TIME ZONE z.tz) - interval '1 microsecond'
-                                ELSE e.job_start AT TIME ZONE z.tz END) AS ended_by,
-                       @extschema@.regulation_boundary_after(e.job_start AT TIME ZONE z.tz) AS first_after_start
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
             )
             INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
             SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)

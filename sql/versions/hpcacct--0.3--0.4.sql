@@ -9421,6 +9421,100 @@ CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount
     RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) FROM PUBLIC;
 
+-- ---- ingestion: the rollups convert each job's times once per row (issue 19 item 4) -----
+CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
+    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
+            )
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(
+                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
+                    interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+    'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+-- (roll_up_charges and federation's roll_up_received are generated again at the end)
+-- end of ingestion rollups
+
 -- ==== the last internal functions out of \df hpcacct.* (issue 18, house) ---------------
 -- The charging trigger (attach_charging() attaches it), the ledger's rollup trigger, the
 -- two statements' builders and bank_unit() move to hpcacct_internal. Triggers refer to their
@@ -13276,14 +13370,16 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETUR
                 SELECT @extschema@.site_timezone() AS tz,
                        @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
                        e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
-                               AT TIME ZONE z.tz, z.half_life) AS decayed
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
             )
             INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
                                                    job_amount, decayed)
@@ -13317,15 +13413,18 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source
             WITH z AS MATERIALIZED (
                 SELECT @extschema@.site_timezone() AS tz
             ), entries AS (
-                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
                        -- ended by: the first boundary at or after the end (a job of zero length:
                        -- after its start, where it counts)
                        @extschema@.regulation_boundary_after(
-                           CASE WHEN e.job_end > e.job_start THEN (e.job_end AT TIME ZONE z.tz) - interval '1 microsecond'
-                                ELSE e.job_start AT TIME ZONE z.tz END) AS ended_by,
-                       @extschema@.regulation_boundary_after(e.job_start AT TIME ZONE z.tz) AS first_after_start
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
             )
             INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
             SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
