@@ -118,7 +118,7 @@ COMMENT ON FUNCTION @extschema@.regulation_boundary_after(timestamp) IS
 -- ledger's columns), as one INSERT statement's text: the trigger runs it over its
 -- transition table, rebuild_rollup() over the whole ledger. A job inside one month (almost
 -- all) takes the short branch without splitting.
-CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+CREATE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -160,12 +160,12 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
             GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
             $q$, source)
     $$;
-COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
+COMMENT ON FUNCTION hpcacct_internal.rollup_insert_sql(text) IS
     'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 
 -- The same for the consumption rollup. A job that crosses no boundary (almost all) gives
 -- one row; one that runs across boundaries also a share before each of them.
-CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+CREATE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -209,7 +209,7 @@ CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS t
             GROUP BY s.account, s.resource_id, s.boundary
             $q$, source)
     $$;
-COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
 
 -- The trigger runs those statements as static SQL, so that PL/pgSQL keeps their plans: a
@@ -218,7 +218,7 @@ COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE FUNCTION @extschema@.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'CREATE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
                           '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
@@ -227,15 +227,15 @@ BEGIN
                           '%s;\n'
                           '%s;\n'
                           '        RETURN NULL;\n'
-                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
-                          @extschema@.consumption_rollup_insert_sql('new_entries')));
+                          '    END\n    ', hpcacct_internal.rollup_insert_sql('new_entries'),
+                          hpcacct_internal.consumption_rollup_insert_sql('new_entries')));
 END
 $do$;
-COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
+COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
     'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
 CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.roll_up_charges();
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.roll_up_charges();
 
 -- Recomputes the rollup from the ledger: after a change of the site's time zone or the
 -- fair-share half-life, which its months and decay depend on.
@@ -251,10 +251,10 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         DELETE FROM @extschema@.fairshare_base;
         DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
-        EXECUTE @extschema@.rollup_insert_sql('@extschema@.ledger');
+        EXECUTE hpcacct_internal.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
         DELETE FROM @extschema@.consumption_rollup;
-        EXECUTE @extschema@.consumption_rollup_insert_sql('@extschema@.ledger');
+        EXECUTE hpcacct_internal.consumption_rollup_insert_sql('@extschema@.ledger');
         RETURN rows_added;
     END
     $$;

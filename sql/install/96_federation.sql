@@ -201,7 +201,7 @@ BEGIN
                           '        DELETE FROM pg_temp.hpcacct_received;\n'
                           '        RETURN NULL;\n'
                           '    END\n    ',
-                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+                          hpcacct_internal.rollup_insert_sql(received), hpcacct_internal.consumption_rollup_insert_sql(received)));
 END
 $do$;
 COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS

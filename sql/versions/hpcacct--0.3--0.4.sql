@@ -9626,205 +9626,45 @@ COMMENT ON COLUMN @extschema@.federation_status.receiver_reported_at IS
     'When the receiver of an outgoing link last reported rows received';
 -- end of federation: rows pending
 
+-- ==== the last internal functions out of \df hpcacct.* (issue 18, house) ---------------
+-- The charging trigger (attach_charging() attaches it), the ledger's rollup trigger, the
+-- two statements' builders and bank_unit() move to hpcacct_internal. Triggers refer to their
+-- function by oid: the ledger's and every site job table's keep working. The functions are
+-- defined again below (final definitions) as sql/install has them; these placeholders only
+-- name them.
+ALTER FUNCTION @extschema@.charge_jobs() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.roll_up_charges() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.rollup_insert_sql(text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.consumption_rollup_insert_sql(text) SET SCHEMA hpcacct_internal;
+CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
+CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
+-- The setting bank_unit read cheaply is a building block of the bank and the submit check.
+ALTER FUNCTION @extschema@.bank_unit() SET SCHEMA hpcacct_internal;
+CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
+    LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
+-- rebuild_rollup() runs the builders by name
+CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
+
+-- ==== one rule for an account argument (issue 18, house) ---------------------------------
+-- The bank operations and the statements check an account argument with require_account()
+-- (22004, 42704 with its hint); require_bank_account() takes the caller's name for the
+-- message. Its new form, and visible_account(), are defined below (final definitions).
+DROP FUNCTION hpcacct_internal.require_bank_account(text);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
 -- update ends where a fresh install of 0.4 starts.
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
-CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $fn$
-    DECLARE
-        col      text[];
-        relevant text;
-        changed_old text;
-        changed_new text;
-        problem  record;
-        unknown_accounts bigint;
-        charged  bigint;
-        jobs     bigint;
-        max_length  interval;
-        need_member boolean;
-    BEGIN
-        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
-            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Attach it with hpcacct.attach_charging(table).';
-        END IF;
-        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
-        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
-                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
-                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
-                           VARIADIC col);
-        IF TG_OP = 'UPDATE' THEN
-            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
-            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
-        ELSIF TG_OP = 'DELETE' THEN
-            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
-        ELSE
-            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
-        END IF;
-
-        IF changed_old IS NOT NULL THEN
-            EXECUTE format($q$
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                job_submit, submitter, job_start, job_end, note, core_hours)
-                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
-                FROM @extschema@.ledger l
-                WHERE l.kind = 'charge'
-                  AND EXISTS (SELECT 1 FROM %s o
-                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
-                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
-                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
-                         l.job_end
-                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
-                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
-        END IF;
-
-        IF changed_new IS NOT NULL THEN
-            max_length := @extschema@.setting_value('max_job_length')::interval;
-            need_member := @extschema@.setting_value('require_membership')::boolean;
-            -- Charge every job that can be charged; only when some cannot, find out why. (The
-            -- accounts are checked first, once each: joined per job, the planner, blind to the
-            -- transition table's size, would scan the accounts once per job.)
-            EXECUTE format($q$
-                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
-                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
-                $q$, changed_new) INTO unknown_accounts;
-            IF unknown_accounts = 0 THEN
-                EXECUTE format($q$
-                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    job_submit, submitter, job_start, job_end, core_hours)
-                    SELECT j.account, 'charge',
-                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
-                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
-                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
-                           j.job_end,
-                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
-                    FROM %s j
-                    JOIN @extschema@.resource r
-                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
-                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
-                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
-                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
-                                             WHERE m.account = j.account AND m.username = j.submitter))
-                    $q$, changed_new) USING max_length, need_member;
-                GET DIAGNOSTICS charged = ROW_COUNT;
-                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
-            END IF;
-            IF unknown_accounts > 0 OR charged <> jobs THEN
-                EXECUTE format($q$
-                    SELECT * FROM (
-                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
-                               CASE
-                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
-                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
-                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
-                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
-                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
-                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
-                                       THEN 'unknown_account'
-                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                                                           WHERE m.account = j.account AND m.username = j.submitter)
-                                       THEN 'not_member'
-                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
-                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
-                                                      AND r.valid @> j.job_start)
-                                       THEN 'unknown_resource'
-                               END AS problem
-                        FROM %s j) checked
-                    WHERE problem IS NOT NULL
-                    LIMIT 1
-                    $q$, changed_new) INTO problem USING max_length, need_member;
-
-                IF problem.problem = 'missing' THEN
-                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
-                        USING ERRCODE = 'null_value_not_allowed';
-                ELSIF problem.problem = 'no_times' THEN
-                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
-                        USING ERRCODE = 'null_value_not_allowed',
-                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
-                ELSIF problem.problem = 'end_before_start' THEN
-                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
-                        USING ERRCODE = 'invalid_parameter_value';
-                ELSIF problem.problem = 'too_long' THEN
-                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
-                                    problem.jobid, max_length
-                        USING ERRCODE = 'HA004',
-                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
-                ELSIF problem.problem = 'not_member' THEN
-                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
-                                    problem.account, problem.cluster, problem.jobid
-                        USING ERRCODE = 'HA005',
-                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
-                ELSIF problem.problem = 'unknown_account' THEN
-                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
-                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
-                ELSIF problem.problem = 'unknown_resource' THEN
-                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
-                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
-                        USING ERRCODE = 'undefined_object',
-                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
-                END IF;
-                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
-                    USING ERRCODE = 'internal_error';
-            END IF;
-        END IF;
-        RETURN NULL;
-    END
-    $fn$;
-COMMENT ON FUNCTION @extschema@.charge_jobs() IS
-    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
 CREATE OR REPLACE FUNCTION @extschema@.decay_weight(ts timestamptz, at timestamptz, half_life interval) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decay_weight' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.decay_weight(timestamptz, timestamptz, interval) IS
     'Half-life decay weight 2^(-(at - ts) / half_life); 0 for ts after at and for ages past float8''s range';
-CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT pg_catalog.format($q$
-            WITH z AS MATERIALIZED (  -- once per statement
-                SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.setting_value('half_life')::interval AS half_life
-            ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
-                       e.first_month, e.last_month,
-                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
-                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
-                      FROM %s e, z
-                      WHERE e.kind = 'charge'
-                      OFFSET 0) e  -- each month once per row, not once per use
-            )
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed)
-            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
-                   sum(s.job_amount), sum(s.decayed)
-            FROM (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
-                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
-                FROM entries e
-                WHERE e.first_month = e.last_month
-                UNION ALL
-                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
-                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
-                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
-                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
-                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
-                FROM entries e
-                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
-                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
-            ) s
-            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
-            $q$, source)
-    $$;
-COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
-    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
@@ -10082,8 +9922,6 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
-COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
-    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
 CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
@@ -10487,7 +10325,7 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
@@ -10577,16 +10415,6 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
     'their privileges';
-CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -10613,7 +10441,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
                                 WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                  AND l.unit = @extschema@.bank_unit());
+                                  AND l.unit = hpcacct_internal.bank_unit());
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
@@ -10664,7 +10492,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
                 RETURN ROW(false, account, 'negative_balance',
                            format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
                                   'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -12536,12 +12364,12 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
         EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
                        'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
         EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
@@ -12703,24 +12531,20 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigg
     $$;
 COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
     'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
-CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text, caller text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, caller);
         IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
             RAISE EXCEPTION 'account "%" has been deleted', account
                 USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text, text) IS
+    'An account argument of a bank operation: require_account(), and not deleted (HA002)';
 CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
@@ -12774,8 +12598,8 @@ CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter 
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(from_account);
-        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_bank_account(from_account, 'transfer');
+        PERFORM hpcacct_internal.require_bank_account(to_account, 'transfer');
         PERFORM hpcacct_internal.require_amount(amount);
         IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
             RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
@@ -13278,13 +13102,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.visible_account(account text) RETURN
     DECLARE
         a @extschema@.account;
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, 'account_month');
         SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
         RETURN a;
     END
     $$;
@@ -13538,14 +13357,224 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text,
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, kind);
         PERFORM hpcacct_internal.require_amount(amount);
         RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
     'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
-CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+                       WHERE p.pubname = pub AND r.prrelid = tab)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
+    'Whether the publication of that name includes the table';
+CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    DECLARE
+        col      text[];
+        relevant text;
+        changed_old text;
+        changed_new text;
+        problem  record;
+        unknown_accounts bigint;
+        charged  bigint;
+        jobs     bigint;
+        max_length  interval;
+        need_member boolean;
+    BEGIN
+        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
+            RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
+        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
+                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
+                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
+                           VARIADIC col);
+        IF TG_OP = 'UPDATE' THEN
+            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
+            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
+        ELSIF TG_OP = 'DELETE' THEN
+            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
+        ELSE
+            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+
+        IF changed_old IS NOT NULL THEN
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                job_submit, submitter, job_start, job_end, note, core_hours)
+                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge'
+                  AND EXISTS (SELECT 1 FROM %s o
+                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                         l.job_end
+                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
+                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+        END IF;
+
+        IF changed_new IS NOT NULL THEN
+            max_length := @extschema@.setting_value('max_job_length')::interval;
+            need_member := @extschema@.setting_value('require_membership')::boolean;
+            -- Charge every job that can be charged; only when some cannot, find out why. (The
+            -- accounts are checked first, once each: joined per job, the planner, blind to the
+            -- transition table's size, would scan the accounts once per job.)
+            EXECUTE format($q$
+                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
+                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                $q$, changed_new) INTO unknown_accounts;
+            IF unknown_accounts = 0 THEN
+                EXECUTE format($q$
+                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                    job_submit, submitter, job_start, job_end, core_hours)
+                    SELECT j.account, 'charge',
+                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
+                           j.job_end,
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
+                    FROM %s j
+                    JOIN @extschema@.resource r
+                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
+                                             WHERE m.account = j.account AND m.username = j.submitter))
+                    $q$, changed_new) USING max_length, need_member;
+                GET DIAGNOSTICS charged = ROW_COUNT;
+                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
+            END IF;
+            IF unknown_accounts > 0 OR charged <> jobs THEN
+                EXECUTE format($q$
+                    SELECT * FROM (
+                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
+                               CASE
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                       THEN 'unknown_account'
+                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                                                           WHERE m.account = j.account AND m.username = j.submitter)
+                                       THEN 'not_member'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                      AND r.valid @> j.job_start)
+                                       THEN 'unknown_resource'
+                               END AS problem
+                        FROM %s j) checked
+                    WHERE problem IS NOT NULL
+                    LIMIT 1
+                    $q$, changed_new) INTO problem USING max_length, need_member;
+
+                IF problem.problem = 'missing' THEN
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'no_times' THEN
+                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed',
+                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'end_before_start' THEN
+                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'too_long' THEN
+                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
+                                    problem.jobid, max_length
+                        USING ERRCODE = 'HA004',
+                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
+                ELSIF problem.problem = 'not_member' THEN
+                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
+                                    problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'HA005',
+                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
+                ELSIF problem.problem = 'unknown_account' THEN
+                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+                ELSIF problem.problem = 'unknown_resource' THEN
+                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object',
+                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                END IF;
+                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
+                    USING ERRCODE = 'internal_error';
+            END IF;
+        END IF;
+        RETURN NULL;
+    END
+    $fn$;
+COMMENT ON FUNCTION hpcacct_internal.charge_jobs() IS
+    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rollup_insert_sql(text) IS
+    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -13589,33 +13618,45 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text
             GROUP BY s.account, s.resource_id, s.boundary
             $q$, source)
     $$;
-COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
-CREATE OR REPLACE FUNCTION hpcacct_internal.federation_report_due(receiver integer, origin integer) RETURNS boolean
-    LANGUAGE sql STABLE STRICT
+CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
-                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
-                             AND p.received_at > pg_catalog.now() - interval '1 second'
-                             AND p.received_at < pg_catalog.now())
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_report_due(integer, integer) IS
-    'Whether this database reports now the rows of an origin it received (at most one report a second)';
-CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RETURNS boolean
-    LANGUAGE sql STABLE STRICT
+COMMENT ON FUNCTION hpcacct_internal.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
-                       WHERE p.pubname = pub AND r.prrelid = tab)
+    DECLARE
+        rows_added bigint;
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
+        DELETE FROM @extschema@.fairshare_base;
+        DELETE FROM @extschema@.usage_base;
+        DELETE FROM @extschema@.charge_rollup;
+        EXECUTE hpcacct_internal.rollup_insert_sql('@extschema@.ledger');
+        GET DIAGNOSTICS rows_added = ROW_COUNT;
+        DELETE FROM @extschema@.consumption_rollup;
+        EXECUTE hpcacct_internal.consumption_rollup_insert_sql('@extschema@.ledger');
+        RETURN rows_added;
+    END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
-    'Whether the publication of that name includes the table';
+COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
+    'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
+    'or half-life changes); returns the rows of charge_rollup';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE FUNCTION @extschema@.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
                           '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
@@ -13624,11 +13665,11 @@ BEGIN
                           '%s;\n'
                           '%s;\n'
                           '        RETURN NULL;\n'
-                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
-                          @extschema@.consumption_rollup_insert_sql('new_entries')));
+                          '    END\n    ', hpcacct_internal.rollup_insert_sql('new_entries'),
+                          hpcacct_internal.consumption_rollup_insert_sql('new_entries')));
 END
 $do$;
-ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
+ALTER FUNCTION hpcacct_internal.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
 -- generated from the rollup statements: generate it again
 DO $do$
 DECLARE
@@ -13655,7 +13696,7 @@ BEGIN
                           '        DELETE FROM pg_temp.hpcacct_received;\n'
                           '        RETURN NULL;\n'
                           '    END\n    ',
-                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+                          hpcacct_internal.rollup_insert_sql(received), hpcacct_internal.consumption_rollup_insert_sql(received)));
 END
 $do$;
 -- sites that use the roles get what setup_roles() grants on every object, old and new
