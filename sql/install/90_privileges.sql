@@ -245,6 +245,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.fairshare_all(timestamptz),
     @extschema@.add_quota_period(text, date, date, float8, text, text),
     @extschema@.rebuild_rollup(),
-    @extschema@.compact_rollup()
+    @extschema@.compact_rollup(),
+    @extschema@.fold_rollup(date)
     FROM PUBLIC;
 REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date), @extschema@.regulate(date) FROM PUBLIC;

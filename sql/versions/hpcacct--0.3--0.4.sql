@@ -5592,6 +5592,31 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
     AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
 -- end of statements' month check
 
+-- ---- incremental compaction (issue 19, scale2) ------------------------------------------
+-- compact_rollup() merges only the rows not folded and adds to the bases: one row per group
+-- in the folded rows and the bases (as 0.3's compaction left them), the consumption rollup's
+-- merged rows apart from its deltas (existing rows count as deltas until the next compaction).
+ALTER TABLE @extschema@.consumption_rollup ADD COLUMN merged boolean NOT NULL DEFAULT false;
+CREATE INDEX consumption_rollup_unmerged ON @extschema@.consumption_rollup (boundary) WHERE NOT merged;
+CREATE UNIQUE INDEX consumption_rollup_merged ON @extschema@.consumption_rollup (account, resource_id, boundary)
+    WHERE merged;
+COMMENT ON COLUMN @extschema@.consumption_rollup.merged IS
+    'One row per account, resource and boundary, which compact_rollup() adds the delta rows to (new rows are not)';
+CREATE UNIQUE INDEX charge_rollup_folded ON @extschema@.charge_rollup
+    (account, resource_id, unit, submitter, month, end_month) NULLS NOT DISTINCT WHERE folded;
+CREATE UNIQUE INDEX fairshare_base_group ON @extschema@.fairshare_base (account, resource_id, unit, submitter)
+    NULLS NOT DISTINCT;
+CREATE UNIQUE INDEX usage_base_group ON @extschema@.usage_base (account, resource_id, unit, month);
+COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
+    'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base: one row per group, which '
+    'compact_rollup() adds late rows to (new rows are not folded)';
+CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
+-- end of incremental compaction
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -5903,63 +5928,11 @@ COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
 CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
-        WITH moved_consumption AS (
-            DELETE FROM @extschema@.consumption_rollup
-            RETURNING account, resource_id, boundary, ended, running
-        ), merged_consumption AS (
-            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
-            SELECT account, resource_id, boundary, sum(ended), sum(running)
-            FROM moved_consumption
-            GROUP BY account, resource_id, boundary
-        ), cfg AS MATERIALIZED (
-            SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
-                             AS through,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life
-            FROM (SELECT @extschema@.site_timezone() AS tz) z
-        ), moved AS (
-            DELETE FROM @extschema@.charge_rollup
-            RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
-        ), groups AS MATERIALIZED (
-            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount,
-                   sum(job_amount) AS job_amount, sum(decayed) AS decayed
-            FROM moved
-            GROUP BY account, resource_id, unit, submitter, month, end_month
-        ), merged AS (
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed, folded)
-            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
-                   g.decayed, g.end_month <= cfg.through
-            FROM groups g, cfg
-            RETURNING 1
-        ), old_base AS (
-            DELETE FROM @extschema@.fairshare_base RETURNING 1
-        ), new_base AS (
-            INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
-            SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
-                   sum(g.decayed * @extschema@.decay_weight(
-                                            (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
-                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
-                                            cfg.half_life)),
-                   sum(g.job_amount)
-            FROM groups g, cfg
-            WHERE g.end_month <= cfg.through
-            GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
-        ), old_usage_base AS (
-            DELETE FROM @extschema@.usage_base RETURNING 1
-        ), new_usage_base AS (
-            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
-            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
-            FROM groups g, cfg
-            WHERE g.end_month <= cfg.through
-            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
-        )
-        SELECT count(*) FROM merged
-    $$;
+    RETURN @extschema@.fold_rollup((pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())
+                                    - interval '1 month')::date);
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
-    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
-    'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
+    'Merges the new rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
+    'the months before the current into fairshare_base and usage_base; returns the charge rollup rows it merged';
 CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
@@ -9084,6 +9057,95 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
     $$;
 COMMENT ON FUNCTION @extschema@.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
+CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        half_life constant interval := @extschema@.fairshare_setting_value('half_life')::interval;
+        base_through date;
+        rows_merged bigint;
+    BEGIN
+        IF through_month IS NULL THEN
+            RAISE EXCEPTION 'the month to fold up to must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF through_month <> pg_catalog.date_trunc('month', through_month)
+           OR through_month >= pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE tz) THEN
+            RAISE EXCEPTION 'cannot fold up to %: not the first day of a month before the current one', through_month
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        SELECT greatest((SELECT max(b.through) FROM @extschema@.fairshare_base b),
+                        (SELECT max(b.through) FROM @extschema@.usage_base b))
+            INTO base_through;
+        through_month := greatest(through_month, base_through);
+        IF base_through < through_month THEN
+            UPDATE @extschema@.fairshare_base b
+            SET decayed = b.decayed * @extschema@.decay_weight(
+                              (base_through + interval '1 month')::timestamp AT TIME ZONE tz,
+                              (through_month + interval '1 month')::timestamp AT TIME ZONE tz, half_life),
+                through = through_month;
+            UPDATE @extschema@.usage_base b SET through = through_month;
+        END IF;
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup c WHERE NOT c.merged
+            RETURNING c.account, c.resource_id, c.boundary, c.ended, c.running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup AS c (account, resource_id, boundary, ended, running, merged)
+            SELECT m.account, m.resource_id, m.boundary, sum(m.ended), sum(m.running), true
+            FROM moved_consumption m
+            GROUP BY m.account, m.resource_id, m.boundary
+            ON CONFLICT (account, resource_id, boundary) WHERE merged
+            DO UPDATE SET ended = c.ended + excluded.ended, running = c.running + excluded.running
+        ), moved AS (
+            DELETE FROM @extschema@.charge_rollup c WHERE NOT c.folded
+            RETURNING c.account, c.resource_id, c.unit, c.submitter, c.month, c.end_month, c.amount, c.job_amount,
+                      c.decayed
+        ), groups AS MATERIALIZED (
+            SELECT m.account, m.resource_id, m.unit, m.submitter, m.month, m.end_month, sum(m.amount) AS amount,
+                   sum(m.job_amount) AS job_amount, sum(m.decayed) AS decayed
+            FROM moved m
+            GROUP BY m.account, m.resource_id, m.unit, m.submitter, m.month, m.end_month
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup AS c (account, resource_id, unit, submitter, month, end_month, amount,
+                                                        job_amount, decayed, folded)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
+                   g.decayed, g.end_month <= through_month
+            FROM groups g
+            ON CONFLICT (account, resource_id, unit, submitter, month, end_month) WHERE folded
+            DO UPDATE SET amount = c.amount + excluded.amount, job_amount = c.job_amount + excluded.job_amount,
+                          decayed = c.decayed + excluded.decayed
+            RETURNING 1
+        ), new_base AS (
+            INSERT INTO @extschema@.fairshare_base AS b (account, resource_id, unit, submitter, through, decayed,
+                                                         job_amount)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, through_month,
+                   sum(g.decayed * @extschema@.decay_weight(
+                                       (g.end_month + interval '1 month')::timestamp AT TIME ZONE tz,
+                                       (through_month + interval '1 month')::timestamp AT TIME ZONE tz, half_life)),
+                   sum(g.job_amount)
+            FROM groups g
+            WHERE g.end_month <= through_month
+            GROUP BY g.account, g.resource_id, g.unit, g.submitter
+            ON CONFLICT (account, resource_id, unit, submitter)
+            DO UPDATE SET decayed = b.decayed + excluded.decayed, job_amount = b.job_amount + excluded.job_amount
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base AS b (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, through_month, sum(g.amount)
+            FROM groups g
+            WHERE g.end_month <= through_month
+            GROUP BY g.account, g.resource_id, g.unit, g.month
+            ON CONFLICT (account, resource_id, unit, month)
+            DO UPDATE SET amount = b.amount + excluded.amount
+        )
+        SELECT count(*) INTO rows_merged FROM merged;
+        RETURN rows_merged;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
+    'Merges the new rows of the charge and consumption rollups and folds the months up to through_month into '
+    'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$
