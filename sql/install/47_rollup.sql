@@ -86,7 +86,8 @@ COMMENT ON TABLE @extschema@.usage_base IS
     'The folded rows of charge_rollup per account, resource, unit and month counted in (their amounts); '
     'written by compact_rollup(), emptied by rebuild_rollup()';
 COMMENT ON COLUMN @extschema@.usage_base.through IS
-    'First day of the last month folded in (site time zone): the jobs in it ended before the next month';
+    'First day of the last month folded in (site time zone) when the row was last added to: the jobs in it ended '
+    'before the next month; the latest is the whole base''s';
 
 -- The consumption rollup, for GENCI's regulation report: consumption before an instant
 -- (consumption_before()) at the instants the report needs, 1 January and the 16th of each
@@ -276,7 +277,8 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
 -- a late row of a folded month to that month's folded row; the groups that ended by the end
 -- of through_month are folded, i.e. added to fairshare_base (decayed to that month's end)
 -- and usage_base. When through_month advances, fairshare_base is first decayed by the time
--- between the two months' ends. Work in proportion to the rows not folded, not to the
+-- between the two months' ends (its rows are few: one per user and resource); usage_base's
+-- rows keep the month of the fold that last added to them (its readers take the latest). Work in proportion to the rows not folded, not to the
 -- rollup. The same sums as folding everything at once, numerics exactly, decayed sums up to
 -- float8's rounding. The base never moves back: an earlier through_month folds up to the
 -- base's month. Internal: compact_rollup() folds up to the month before the current.
@@ -309,7 +311,6 @@ CREATE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
                               (base_through + interval '1 month')::timestamp AT TIME ZONE tz,
                               (through_month + interval '1 month')::timestamp AT TIME ZONE tz, half_life),
                 through = through_month;
-            UPDATE @extschema@.usage_base b SET through = through_month;
         END IF;
         WITH moved_consumption AS (
             DELETE FROM @extschema@.consumption_rollup c WHERE NOT c.merged
@@ -360,7 +361,7 @@ CREATE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
             WHERE g.end_month <= through_month
             GROUP BY g.account, g.resource_id, g.unit, g.month
             ON CONFLICT (account, resource_id, unit, month)
-            DO UPDATE SET amount = b.amount + excluded.amount
+            DO UPDATE SET amount = b.amount + excluded.amount, through = excluded.through
         )
         SELECT count(*) INTO rows_merged FROM merged;
         RETURN rows_merged;
@@ -400,7 +401,7 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
                    NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
                                WHERE l.kind = 'charge' AND l.job_end > $1
                                  AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete,
-                   -- one compaction wrote the base: the latest month folded is every row's
+                   -- the base serves when all it holds ended before the month of `at`: its latest month folded
                    NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
                        AS from_base
             FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month

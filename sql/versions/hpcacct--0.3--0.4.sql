@@ -5610,11 +5610,21 @@ CREATE UNIQUE INDEX usage_base_group ON @extschema@.usage_base (account, resourc
 COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
     'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base: one row per group, which '
     'compact_rollup() adds late rows to (new rows are not folded)';
+COMMENT ON COLUMN @extschema@.usage_base.through IS
+    'First day of the last month folded in (site time zone) when the row was last added to: the jobs in it ended '
+    'before the next month; the latest is the whole base''s';
 CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
 REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
+CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date,
+                                                       per_submitter boolean)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::date, NULL::numeric WHERE false $$;
+    -- defined below (final definitions): usage_base's rows keep their own month folded
 -- end of incremental compaction
 
 -- ==== final definitions ---------------------------------------------------------------
@@ -5994,7 +6004,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
-            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            -- (compaction decays every row to the latest month folded when that month advances)
             SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
             FROM cfg
         ), alloc AS (
@@ -9095,7 +9105,6 @@ CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS b
                               (base_through + interval '1 month')::timestamp AT TIME ZONE tz,
                               (through_month + interval '1 month')::timestamp AT TIME ZONE tz, half_life),
                 through = through_month;
-            UPDATE @extschema@.usage_base b SET through = through_month;
         END IF;
         WITH moved_consumption AS (
             DELETE FROM @extschema@.consumption_rollup c WHERE NOT c.merged
@@ -9146,7 +9155,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS b
             WHERE g.end_month <= through_month
             GROUP BY g.account, g.resource_id, g.unit, g.month
             ON CONFLICT (account, resource_id, unit, month)
-            DO UPDATE SET amount = b.amount + excluded.amount
+            DO UPDATE SET amount = b.amount + excluded.amount, through = excluded.through
         )
         SELECT count(*) INTO rows_merged FROM merged;
         RETURN rows_merged;
@@ -9155,6 +9164,54 @@ CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS b
 COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
     'Merges the new rows of the charge and consumption rollups and folds the months up to through_month into '
     'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
+CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, t.at_month,
+                   NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.job_end > $1
+                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete,
+                   -- the base serves when all it holds ended before the month of `at`: its latest month folded
+                   NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
+                       AS from_base
+            FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
+                  FROM (SELECT @extschema@.site_timezone() AS tz) s) t
+        )
+        SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
+        FROM @extschema@.usage_base b, z
+        WHERE z.from_base AND b.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE NOT z.from_base
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        -- the same rows as above, but only those not folded: a branch of its own, so that the
+        -- planner can read them through the partial index charge_rollup_unfolded
+        SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE z.from_base AND NOT r.folded
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT l.account, l.resource_id, l.unit, CASE WHEN $4 THEN l.submitter END, m.month::date,
+               l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz)
+        FROM @extschema@.ledger l, z
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+                                                      z.at_month, interval '1 month') AS m(month)
+        WHERE NOT z.month_complete
+          AND l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
+          AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
+          AND m.month BETWEEN $2 AND $3
+    $$;
+COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
+    'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
 -- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
 DO $do$

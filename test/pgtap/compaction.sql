@@ -36,7 +36,10 @@ CREATE FUNCTION pg_temp.snapshot(label text) RETURNS bigint LANGUAGE sql AS $$
            decayed
     FROM fairshare_base
     UNION ALL
-    SELECT $1, 'usage_base', concat_ws('|', account, resource_id, unit, month, through), ARRAY[amount], NULL
+    SELECT $1, 'usage_base', concat_ws('|', account, resource_id, unit, month), ARRAY[amount], NULL
+    FROM usage_base
+    UNION ALL  -- its rows keep the month of the fold that last added to them; the latest is the base's
+    SELECT $1, 'usage_base through', 'latest', ARRAY[extract(epoch FROM max(through))], NULL
     FROM usage_base
     UNION ALL
     SELECT $1, 'consumption_rollup', concat_ws('|', account, resource_id, boundary, merged), ARRAY[ended, running], NULL
