@@ -4,8 +4,9 @@
 -- A statement trigger on the ledger appends the rollup rows of every statement's charges
 -- in the same transaction, so the rollup is always the ledger's sum; reports read
 -- thousands of rollup rows instead of millions of ledger rows. Rows are deltas (one per
--- group and statement, never updated, so concurrent loaders do not lock each other);
--- compact_rollup() merges them, rebuild_rollup() recomputes everything from the ledger.
+-- group and statement; a loader never updates a row, so concurrent loaders do not lock each
+-- other); compact_rollup() merges them into one row per group (and adds a late delta of a
+-- folded month to its row), rebuild_rollup() recomputes everything from the ledger.
 -- ---------------------------------------------------------------------------------------
 
 -- The weight 2^(-(at - ts) / half_life) of usage dated ts at the instant at (0 when ts is after
