@@ -391,10 +391,12 @@ COMMENT ON FUNCTION @extschema@.compact_rollup() IS
 -- of that month ends after `at` (a report of today, as portals ask), the rollup's rows of
 -- that month are exactly those jobs and the ledger is not read. Without per_submitter
 -- (submitter NULL), the months folded into usage_base are read from there when they all
--- ended before the month of `at`, and only the rollup rows not folded. Not grouped.
+-- ended before the month of `at`, and only the rollup rows not folded. Not grouped. Its rows
+-- are estimated at 100 000 (a year of a site's rollup), not the default 1 000: the reports
+-- that read it then hash rather than sort (twice their CPU time with the default).
 CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 100000
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH z AS MATERIALIZED (

@@ -5625,6 +5625,26 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
     SET search_path = pg_catalog, pg_temp
     AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::date, NULL::numeric WHERE false $$;
     -- defined below (final definitions): usage_base's rows keep their own month folded
+-- year_usage: a SQL-standard body, which the reports inline (not in the final block)
+CREATE OR REPLACE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_submitter boolean)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   rate float8, month date, amount numeric, year integer, first_day date, last_day date,
+                   elapsed interval, length interval, state text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
+               y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
+        FROM @extschema@.charges_ended_by($2, (SELECT pg_catalog.min(first_day) FROM years),
+                                          (SELECT pg_catalog.max(last_day) FROM years), $3) c
+        JOIN @extschema@.resource r USING (resource_id)
+        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+        WHERE c.month BETWEEN y.first_day AND y.last_day;
+    END;
 -- end of incremental compaction
 
 -- ==== final definitions ---------------------------------------------------------------
@@ -9166,7 +9186,7 @@ COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
     'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
 CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 100000
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH z AS MATERIALIZED (
