@@ -77,11 +77,11 @@ $(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/cor
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
 
-$(NOTIFY_BIN): src/bin/hpcacct-notify.cpp
+$(NOTIFY_BIN): src/bin/hpcacct-notify.cpp src/bin/pq.hpp
 	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
 	    -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
-$(REPORT_BIN): src/bin/hpcacct-report.cpp
+$(REPORT_BIN): src/bin/hpcacct-report.cpp src/bin/pq.hpp
 	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
 	    -L$(shell $(PG_CONFIG) --libdir) -lpq
 

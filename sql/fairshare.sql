@@ -83,18 +83,20 @@ FROM (VALUES (0::float8, 0.5::float8), (0.5, 0.5), (1, 0.5), (0.25, 0.5), (0.3, 
 SELECT pg_temp.error_of($$SELECT fairshare_factor(-0.1, 0.5)$$), pg_temp.error_of($$SELECT fairshare_factor(0.1, 'NaN')$$);
 
 -- ---- settings ----
-SELECT name, value, source FROM fairshare_settings ORDER BY name;
+SELECT name, value, source FROM settings
+WHERE name IN ('decay', 'half_life', 'period', 'period_decay', 'depth', 'exhausted_factor', 'year_start_month', 'hours_per_year')
+ORDER BY name;
 SELECT pg_temp.error_of(statement) FROM (VALUES
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('colour', 'blue')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('decay', 'exponential')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('half_life', '1 month')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('half_life', 'a week')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('period', '-5 days')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('period_decay', '1.2')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('depth', '0')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('exhausted_factor', 'NaN')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('year_start_month', '13')$$),
-    ($$INSERT INTO hpcacct.fairshare_setting VALUES ('hours_per_year', 'Infinity')$$)
+    ($$INSERT INTO hpcacct.setting VALUES ('colour', 'blue')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('decay', 'exponential')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('half_life', '1 month')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('half_life', 'a week')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('period', '-5 days')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('period_decay', '1.2')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('depth', '0')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('exhausted_factor', 'NaN')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('year_start_month', '13')$$),
+    ($$INSERT INTO hpcacct.setting VALUES ('hours_per_year', 'Infinity')$$)
 ) AS t(statement);
 
 -- ---- allocation years ----
@@ -181,15 +183,15 @@ FROM fairshare('2024-03-15 00:00+00') WHERE pool = 'gpu' ORDER BY account, submi
 
 -- The same with Maui periods of 5 days decaying by 0.5: 7 days before is period 1 (× 0.5),
 -- 14 days before period 2 (× 0.25): the same figures.
-INSERT INTO fairshare_setting VALUES ('decay', 'interval'), ('period_decay', '0.5');
+INSERT INTO setting VALUES ('decay', 'interval'), ('period_decay', '0.5');
 SELECT account, submitter, usage, round(factor::numeric, 6) AS factor
 FROM fairshare('2024-03-15 00:00+00') WHERE pool = 'gpu' ORDER BY account, submitter NULLS FIRST;
 -- With depth 2, hadron's job (period 2) no longer counts: its usage is 0, factor 1;
 -- lattice now has 600 of 900, nuclear 300 of 900.
-INSERT INTO fairshare_setting VALUES ('depth', '2');
+INSERT INTO setting VALUES ('depth', '2');
 SELECT account, submitter, usage, round(norm_usage::numeric, 6) AS norm_usage, round(factor::numeric, 6) AS factor
 FROM fairshare('2024-03-15 00:00+00') WHERE pool = 'gpu' ORDER BY account, submitter NULLS FIRST;
-DELETE FROM fairshare_setting;
+DELETE FROM setting WHERE name IN ('decay', 'period_decay', 'depth');
 
 -- A day earlier nuclear's job had not ended: it does not count yet, and nuclear is not
 -- exhausted; lattice's job ended 6 days before: 1200 × 2^(−6/7).

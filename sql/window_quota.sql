@@ -91,7 +91,7 @@ SELECT pg_temp.try($$SELECT window_quota('2012-01-01', 1, 1, '-infinity')$$) AS 
 SELECT pg_temp.try($$SELECT window_quota(month, 1, 1, month)
                      FROM unnest('{2012-01-01,2012-02-01}'::date[]) AS month$$) AS two_different_at;
 -- The support functions take `internal`: SQL cannot call them outside the aggregate.
-SELECT pg_temp.try($$SELECT window_quota_transfn(NULL::internal, '2012-01-01', 1, 1, '2012-01-01')$$) AS transfn_alone;
+SELECT pg_temp.try($$SELECT hpcacct_internal.window_quota_transfn(NULL::internal, '2012-01-01', 1, 1, '2012-01-01')$$) AS transfn_alone;
 
 -- ===== Through the tables: allowances, charges, the r_wlm_usage figures =====
 -- The site time zone decides months; this test sets it and restores it at the end.

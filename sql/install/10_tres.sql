@@ -4,24 +4,24 @@
 
 CREATE TYPE @extschema@.tres;
 
-CREATE FUNCTION @extschema@.tres_in(cstring) RETURNS @extschema@.tres
+CREATE FUNCTION hpcacct_internal.tres_in(cstring) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_in' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_in(cstring) IS 'Text input of tres: Slurm TRES syntax, validated';
-CREATE FUNCTION @extschema@.tres_out(@extschema@.tres) RETURNS cstring
+COMMENT ON FUNCTION hpcacct_internal.tres_in(cstring) IS 'Text input of tres: Slurm TRES syntax, validated';
+CREATE FUNCTION hpcacct_internal.tres_out(@extschema@.tres) RETURNS cstring
     AS 'MODULE_PATHNAME', 'hpcacct_tres_out' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_out(@extschema@.tres) IS 'Canonical text of a tres: keys sorted, memory in the largest whole unit';
-CREATE FUNCTION @extschema@.tres_recv(internal) RETURNS @extschema@.tres
+COMMENT ON FUNCTION hpcacct_internal.tres_out(@extschema@.tres) IS 'Canonical text of a tres: keys sorted, memory in the largest whole unit';
+CREATE FUNCTION hpcacct_internal.tres_recv(internal) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_recv' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_recv(internal) IS 'Binary input of tres, validated as text input is';
-CREATE FUNCTION @extschema@.tres_send(@extschema@.tres) RETURNS bytea
+COMMENT ON FUNCTION hpcacct_internal.tres_recv(internal) IS 'Binary input of tres, validated as text input is';
+CREATE FUNCTION hpcacct_internal.tres_send(@extschema@.tres) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_tres_send' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_send(@extschema@.tres) IS 'Binary output of tres: count, then key and float8 value per component';
+COMMENT ON FUNCTION hpcacct_internal.tres_send(@extschema@.tres) IS 'Binary output of tres: count, then key and float8 value per component';
 
 CREATE TYPE @extschema@.tres (
-    INPUT = @extschema@.tres_in,
-    OUTPUT = @extschema@.tres_out,
-    RECEIVE = @extschema@.tres_recv,
-    SEND = @extschema@.tres_send,
+    INPUT = hpcacct_internal.tres_in,
+    OUTPUT = hpcacct_internal.tres_out,
+    RECEIVE = hpcacct_internal.tres_recv,
+    SEND = hpcacct_internal.tres_send,
     INTERNALLENGTH = VARIABLE,
     STORAGE = extended
 );
@@ -36,97 +36,97 @@ CREATE OPERATOR @extschema@.-> (
     LEFTARG = @extschema@.tres, RIGHTARG = text, FUNCTION = @extschema@.tres_get
 );
 
-CREATE FUNCTION @extschema@.tres_add(@extschema@.tres, @extschema@.tres) RETURNS @extschema@.tres
+CREATE FUNCTION hpcacct_internal.tres_add(@extschema@.tres, @extschema@.tres) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_add' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_add(@extschema@.tres, @extschema@.tres) IS
+COMMENT ON FUNCTION hpcacct_internal.tres_add(@extschema@.tres, @extschema@.tres) IS
     'Component-wise sum of two resource vectors';
 CREATE OPERATOR @extschema@.+ (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_add,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_add,
     COMMUTATOR = OPERATOR(@extschema@.+)
 );
 
-CREATE FUNCTION @extschema@.tres_mul(@extschema@.tres, float8) RETURNS @extschema@.tres
+CREATE FUNCTION hpcacct_internal.tres_mul(@extschema@.tres, float8) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_mul' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tres_mul(float8, @extschema@.tres) RETURNS @extschema@.tres
+CREATE FUNCTION hpcacct_internal.tres_mul(float8, @extschema@.tres) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_tres_mul_left' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_mul(@extschema@.tres, float8) IS
+COMMENT ON FUNCTION hpcacct_internal.tres_mul(@extschema@.tres, float8) IS
     'Resource vector scaled by a finite, non-negative number';
-COMMENT ON FUNCTION @extschema@.tres_mul(float8, @extschema@.tres) IS
+COMMENT ON FUNCTION hpcacct_internal.tres_mul(float8, @extschema@.tres) IS
     'Resource vector scaled by a finite, non-negative number';
 CREATE OPERATOR @extschema@.* (
-    LEFTARG = @extschema@.tres, RIGHTARG = float8, FUNCTION = @extschema@.tres_mul,
+    LEFTARG = @extschema@.tres, RIGHTARG = float8, FUNCTION = hpcacct_internal.tres_mul,
     COMMUTATOR = OPERATOR(@extschema@.*)
 );
 CREATE OPERATOR @extschema@.* (
-    LEFTARG = float8, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_mul,
+    LEFTARG = float8, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_mul,
     COMMUTATOR = OPERATOR(@extschema@.*)
 );
 
 CREATE AGGREGATE @extschema@.sum(@extschema@.tres) (
-    SFUNC = @extschema@.tres_add,
+    SFUNC = hpcacct_internal.tres_add,
     STYPE = @extschema@.tres,
-    COMBINEFUNC = @extschema@.tres_add,
+    COMBINEFUNC = hpcacct_internal.tres_add,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.sum(@extschema@.tres) IS 'Component-wise sum of resource vectors';
 
 -- Equality is on the canonical form; the order (by key, then value) exists so that
 -- tres values can be sorted, indexed with btree and used in GROUP BY or DISTINCT.
-CREATE FUNCTION @extschema@.tres_eq(@extschema@.tres, @extschema@.tres) RETURNS boolean
+CREATE FUNCTION hpcacct_internal.tres_eq(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_eq' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
-COMMENT ON FUNCTION @extschema@.tres_eq(@extschema@.tres, @extschema@.tres) IS 'Equality of canonical resource vectors (operator =)';
-CREATE FUNCTION @extschema@.tres_ne(@extschema@.tres, @extschema@.tres) RETURNS boolean
+COMMENT ON FUNCTION hpcacct_internal.tres_eq(@extschema@.tres, @extschema@.tres) IS 'Equality of canonical resource vectors (operator =)';
+CREATE FUNCTION hpcacct_internal.tres_ne(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_ne' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
-COMMENT ON FUNCTION @extschema@.tres_ne(@extschema@.tres, @extschema@.tres) IS 'Inequality of canonical resource vectors (operator <>)';
-CREATE FUNCTION @extschema@.tres_lt(@extschema@.tres, @extschema@.tres) RETURNS boolean
+COMMENT ON FUNCTION hpcacct_internal.tres_ne(@extschema@.tres, @extschema@.tres) IS 'Inequality of canonical resource vectors (operator <>)';
+CREATE FUNCTION hpcacct_internal.tres_lt(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_lt' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_lt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <)';
-CREATE FUNCTION @extschema@.tres_le(@extschema@.tres, @extschema@.tres) RETURNS boolean
+COMMENT ON FUNCTION hpcacct_internal.tres_lt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <)';
+CREATE FUNCTION hpcacct_internal.tres_le(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_le' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_le(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <=)';
-CREATE FUNCTION @extschema@.tres_gt(@extschema@.tres, @extschema@.tres) RETURNS boolean
+COMMENT ON FUNCTION hpcacct_internal.tres_le(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <=)';
+CREATE FUNCTION hpcacct_internal.tres_gt(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_gt' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_gt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >)';
-CREATE FUNCTION @extschema@.tres_ge(@extschema@.tres, @extschema@.tres) RETURNS boolean
+COMMENT ON FUNCTION hpcacct_internal.tres_gt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >)';
+CREATE FUNCTION hpcacct_internal.tres_ge(@extschema@.tres, @extschema@.tres) RETURNS boolean
     AS 'MODULE_PATHNAME', 'hpcacct_tres_ge' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_ge(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >=)';
-CREATE FUNCTION @extschema@.tres_cmp(@extschema@.tres, @extschema@.tres) RETURNS integer
+COMMENT ON FUNCTION hpcacct_internal.tres_ge(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >=)';
+CREATE FUNCTION hpcacct_internal.tres_cmp(@extschema@.tres, @extschema@.tres) RETURNS integer
     AS 'MODULE_PATHNAME', 'hpcacct_tres_cmp' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_cmp(@extschema@.tres, @extschema@.tres) IS 'Btree support: -1, 0 or 1 by key, then value';
-CREATE FUNCTION @extschema@.tres_hash(@extschema@.tres) RETURNS integer
+COMMENT ON FUNCTION hpcacct_internal.tres_cmp(@extschema@.tres, @extschema@.tres) IS 'Btree support: -1, 0 or 1 by key, then value';
+CREATE FUNCTION hpcacct_internal.tres_hash(@extschema@.tres) RETURNS integer
     AS 'MODULE_PATHNAME', 'hpcacct_tres_hash' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_hash(@extschema@.tres) IS 'Hash support: hash of the canonical form';
-CREATE FUNCTION @extschema@.tres_hash_extended(@extschema@.tres, bigint) RETURNS bigint
+COMMENT ON FUNCTION hpcacct_internal.tres_hash(@extschema@.tres) IS 'Hash support: hash of the canonical form';
+CREATE FUNCTION hpcacct_internal.tres_hash_extended(@extschema@.tres, bigint) RETURNS bigint
     AS 'MODULE_PATHNAME', 'hpcacct_tres_hash_extended' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tres_hash_extended(@extschema@.tres, bigint) IS 'Hash support: seeded 64-bit hash of the canonical form';
+COMMENT ON FUNCTION hpcacct_internal.tres_hash_extended(@extschema@.tres, bigint) IS 'Hash support: seeded 64-bit hash of the canonical form';
 
 CREATE OPERATOR @extschema@.= (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_eq,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_eq,
     COMMUTATOR = OPERATOR(@extschema@.=), NEGATOR = OPERATOR(@extschema@.<>),
     RESTRICT = pg_catalog.eqsel, JOIN = pg_catalog.eqjoinsel, HASHES, MERGES
 );
 CREATE OPERATOR @extschema@.<> (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_ne,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_ne,
     COMMUTATOR = OPERATOR(@extschema@.<>), NEGATOR = OPERATOR(@extschema@.=),
     RESTRICT = pg_catalog.neqsel, JOIN = pg_catalog.neqjoinsel
 );
 CREATE OPERATOR @extschema@.< (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_lt,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_lt,
     COMMUTATOR = OPERATOR(@extschema@.>), NEGATOR = OPERATOR(@extschema@.>=),
     RESTRICT = pg_catalog.scalarltsel, JOIN = pg_catalog.scalarltjoinsel
 );
 CREATE OPERATOR @extschema@.<= (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_le,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_le,
     COMMUTATOR = OPERATOR(@extschema@.>=), NEGATOR = OPERATOR(@extschema@.>),
     RESTRICT = pg_catalog.scalarlesel, JOIN = pg_catalog.scalarlejoinsel
 );
 CREATE OPERATOR @extschema@.> (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_gt,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_gt,
     COMMUTATOR = OPERATOR(@extschema@.<), NEGATOR = OPERATOR(@extschema@.<=),
     RESTRICT = pg_catalog.scalargtsel, JOIN = pg_catalog.scalargtjoinsel
 );
 CREATE OPERATOR @extschema@.>= (
-    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = @extschema@.tres_ge,
+    LEFTARG = @extschema@.tres, RIGHTARG = @extschema@.tres, FUNCTION = hpcacct_internal.tres_ge,
     COMMUTATOR = OPERATOR(@extschema@.<=), NEGATOR = OPERATOR(@extschema@.<),
     RESTRICT = pg_catalog.scalargesel, JOIN = pg_catalog.scalargejoinsel
 );
@@ -137,9 +137,9 @@ CREATE OPERATOR CLASS @extschema@.tres_ops DEFAULT FOR TYPE @extschema@.tres USI
     OPERATOR 3 @extschema@.=,
     OPERATOR 4 @extschema@.>=,
     OPERATOR 5 @extschema@.>,
-    FUNCTION 1 @extschema@.tres_cmp(@extschema@.tres, @extschema@.tres);
+    FUNCTION 1 hpcacct_internal.tres_cmp(@extschema@.tres, @extschema@.tres);
 
 CREATE OPERATOR CLASS @extschema@.tres_hash_ops DEFAULT FOR TYPE @extschema@.tres USING hash AS
     OPERATOR 1 @extschema@.=,
-    FUNCTION 1 @extschema@.tres_hash(@extschema@.tres),
-    FUNCTION 2 @extschema@.tres_hash_extended(@extschema@.tres, bigint);
+    FUNCTION 1 hpcacct_internal.tres_hash(@extschema@.tres),
+    FUNCTION 2 hpcacct_internal.tres_hash_extended(@extschema@.tres, bigint);

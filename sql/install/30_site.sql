@@ -25,7 +25,18 @@ BEGIN ATOMIC
                 'is trusted, as Slurm''s own associations already checked it'),
                ('expiry_warning_days', '14',
                 'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)')) AS v(name, default_value, description);
+                'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               -- fair share and usage reports (rules §5)
+               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'))
+            AS v(name, default_value, description);
 END;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 
@@ -60,12 +71,13 @@ CREATE FUNCTION @extschema@.setting_value(name text) RETURNS text
 COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting';
 
 -- Only known settings, with values of the right kind.
-CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
         max_length interval;
+        ok         boolean;
     BEGIN
         IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
             RAISE EXCEPTION 'unknown setting "%"', NEW.name
@@ -103,12 +115,39 @@ CREATE FUNCTION @extschema@.check_setting() RETURNS trigger
             RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        -- fair share and usage reports
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                ELSE true
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
+        END IF;
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
 CREATE TRIGGER check_setting BEFORE INSERT OR UPDATE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_setting();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_setting();
+
+
 
 CREATE TABLE @extschema@.account (
     name        text PRIMARY KEY CHECK (name <> ''),
@@ -119,13 +158,35 @@ CREATE TABLE @extschema@.account (
     personal_allotment numeric CHECK (personal_allotment > 0),
     deleted_in  date,
     -- which submit rules bind the account (enforcement, issue 15); NULL: derived from what it has
-    policies    text[] CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'genci']
+    policies    text[] CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'regulation']
                               AND pg_catalog.array_position(policies, NULL) IS NULL),
     CONSTRAINT account_allotment_is_personal CHECK (personal_allotment IS NULL OR kind = 'personal'),
     CONSTRAINT account_deleted_only_personal CHECK (deleted_in IS NULL OR kind = 'personal')
 );
 COMMENT ON TABLE @extschema@.account IS
     'Accounts (projects) that jobs are charged to: personal, project or special (staff)';
+
+
+CREATE TABLE @extschema@.hpc_user (
+    username        text PRIMARY KEY CHECK (username <> ''),
+    default_account text REFERENCES @extschema@.account,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE @extschema@.hpc_user IS
+    'Users of the bank; default_account NULL means the personal account (named after the user)';
+
+CREATE TABLE @extschema@.membership (
+    account  text NOT NULL REFERENCES @extschema@.account,
+    username text NOT NULL REFERENCES @extschema@.hpc_user,
+    role     text NOT NULL DEFAULT 'member' CHECK (role IN ('admin', 'member')),
+    added_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (account, username)
+);
+CREATE INDEX membership_user ON @extschema@.membership (username);
+COMMENT ON TABLE @extschema@.membership IS
+    'Who may charge an account (member) and manage its members (admin, the project administrator)';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
 
 -- A node type or partition of a cluster and how its jobs are charged. Rates change over
 -- time: a job is charged at the row whose validity contains the job's start.
@@ -160,7 +221,7 @@ COMMENT ON COLUMN @extschema@.account.personal_allotment IS
     'Credits per quarter for this personal account, when raised on request (at most double the setting)';
 COMMENT ON COLUMN @extschema@.account.deleted_in IS 'Quarter in which a personal account was deleted; it stays deleted';
 COMMENT ON COLUMN @extschema@.account.policies IS
-    'Submit rules that bind the account: bank, window_quota, genci; {} none (staff); NULL derived (account_policies)';
+    'Submit rules that bind the account: bank, window_quota, regulation; {} none (staff); NULL derived (account_policies)';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.account', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource', '');

@@ -53,7 +53,7 @@ COMMENT ON COLUMN @extschema@.ledger.core_hours IS
 COMMENT ON COLUMN @extschema@.ledger.amount IS
     'Units (see unit); a charge is positive, its reversal negative; rounded to 6 decimals when booked';
 
-CREATE FUNCTION @extschema@.ledger_is_append_only() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.ledger_is_append_only() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -62,11 +62,11 @@ CREATE FUNCTION @extschema@.ledger_is_append_only() RETURNS trigger
             USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
     END
     $$;
-COMMENT ON FUNCTION @extschema@.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
+COMMENT ON FUNCTION hpcacct_internal.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
 CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON @extschema@.ledger
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.ledger_is_append_only();
 CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_is_append_only();
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.ledger_is_append_only();
 
 -- The ledger's foreign keys, checked once per statement. A foreign key checks every new row
 -- with a query of its own (two per charge: about 40 % of the cost of charging). Those two
@@ -76,7 +76,7 @@ CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON @extschema@.ledger
 -- foreign keys' triggers on account and resource refuse to delete or rename a row the ledger
 -- names, at any isolation level (a delete that waited for a charging transaction, or whose
 -- snapshot predates it, sees its rows), and pg_dump restores the ledger after them.
-CREATE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.ledger_check_references() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -108,12 +108,12 @@ CREATE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_references() IS
     'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
     'the accounts and resources they name)';
 CREATE TRIGGER ledger_check_references AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.ledger_check_references();
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.ledger_check_references();
 -- the foreign keys' own per-row checks of new rows (the ledger's rows are never updated)
 DO $do$
 DECLARE
@@ -132,7 +132,7 @@ $do$;
 -- 'role=column' pairs for a table whose names differ from sacct's. submit is optional: a
 -- table without that column (and no mapping for it) gets NULL, and its jobs are told apart
 -- by cluster and jobid alone.
-CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+CREATE FUNCTION hpcacct_internal.job_columns(job_table regclass, mapping text[]) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -195,7 +195,7 @@ CREATE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETU
         RETURN columns;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
+COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
 
 -- Charges jobs as a statement-level AFTER trigger over the transition tables new_jobs and
 -- old_jobs: one set-based INSERT into the ledger per statement (COPY included).
@@ -222,7 +222,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Attach it with hpcacct.attach_charging(table).';
         END IF;
-        col := @extschema@.job_columns(TG_RELID, TG_ARGV);
+        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
         relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
                            '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
@@ -347,6 +347,9 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
     $fn$;
 COMMENT ON FUNCTION @extschema@.charge_jobs() IS
     'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+-- not for PUBLIC: it writes the ledger with the owner's rights, so whoever may attach it to a
+-- table of their own could book or reverse charges of any account
+REVOKE EXECUTE ON FUNCTION @extschema@.charge_jobs() FROM PUBLIC;
 
 -- Attaches charging to a job table: three statement triggers (transition tables allow one
 -- event per trigger). `mapping` names columns whose names differ from sacct's.
@@ -358,7 +361,7 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
     DECLARE
         args text;
     BEGIN
-        PERFORM @extschema@.job_columns(job_table, mapping);  -- fail now, not at the first insert
+        PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
                        'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
@@ -371,6 +374,7 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
     'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+REVOKE EXECUTE ON FUNCTION @extschema@.attach_charging(regclass, text[]) FROM PUBLIC;
 
 -- Creates the table of finished jobs, one row per run, with sacct's fields as columns
 -- ("user" and "end" are SQL keywords and need quotes), and attaches charging. A run is
@@ -405,12 +409,13 @@ CREATE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@
         EXECUTE format('COMMENT ON TABLE %s IS %L', created,
                        'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
         PERFORM @extschema@.attach_charging(created);
-        PERFORM @extschema@.protect_table(created);
+        PERFORM hpcacct_internal.protect_table(created);
         RETURN created;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
     'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
+REVOKE EXECUTE ON FUNCTION @extschema@.create_job_table(text) FROM PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.ledger_entry_id_seq', '');

@@ -17,7 +17,7 @@ COMMENT ON FUNCTION @extschema@.site_today() IS 'Today in the site''s time zone'
 
 -- The day a function with a day argument means: a NULL day is today in the site's time zone
 -- (the argument's documented default); an infinite one is 22008.
-CREATE FUNCTION @extschema@.day_or_today(day date, caller text) RETURNS date
+CREATE FUNCTION hpcacct_internal.day_or_today(day date, caller text) RETURNS date
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -31,13 +31,13 @@ CREATE FUNCTION @extschema@.day_or_today(day date, caller text) RETURNS date
         RETURN day;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.day_or_today(date, text) IS
+COMMENT ON FUNCTION hpcacct_internal.day_or_today(date, text) IS
     'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
 
 -- An account argument of a report: NULL is 22004; an account that does not exist, or that
 -- row-level security hides from the caller, is 42704 — the same error for both, so that a
 -- portal user learns nothing of accounts that are not theirs — never an empty answer or 0.
-CREATE FUNCTION @extschema@.require_account(account text, caller text) RETURNS text
+CREATE FUNCTION hpcacct_internal.require_account(account text, caller text) RETURNS text
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -53,7 +53,7 @@ CREATE FUNCTION @extschema@.require_account(account text, caller text) RETURNS t
         RETURN account;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.require_account(text, text) IS
+COMMENT ON FUNCTION hpcacct_internal.require_account(text, text) IS
     'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
 
 -- Fraction of [job_start, job_end) that lies in [period_start, period_end). A job of zero

@@ -140,16 +140,18 @@ CREATE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
         SELECT pg_catalog.format($q$
             WITH z AS MATERIALIZED (  -- once per statement
                 SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                       @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
                        e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
-                               AT TIME ZONE z.tz, z.half_life) AS decayed
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
             )
             INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
                                                    job_amount, decayed)
@@ -186,15 +188,18 @@ CREATE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS t
             WITH z AS MATERIALIZED (
                 SELECT @extschema@.site_timezone() AS tz
             ), entries AS (
-                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
                        -- ended by: the first boundary at or after the end (a job of zero length:
                        -- after its start, where it counts)
                        @extschema@.regulation_boundary_after(
-                           CASE WHEN e.job_end > e.job_start THEN (e.job_end AT TIME ZONE z.tz) - interval '1 microsecond'
-                                ELSE e.job_start AT TIME ZONE z.tz END) AS ended_by,
-                       @extschema@.regulation_boundary_after(e.job_start AT TIME ZONE z.tz) AS first_after_start
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
             )
             INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
             SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
@@ -271,6 +276,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
+REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
 
 -- Folds the rollups' new rows, up to the month through_month: merges the consumption
 -- rollup's delta rows into its merged rows, and the charge rollup's rows not folded (the
@@ -289,7 +295,7 @@ CREATE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
     AS $$
     DECLARE
         tz constant text := @extschema@.site_timezone();
-        half_life constant interval := @extschema@.fairshare_setting_value('half_life')::interval;
+        half_life constant interval := @extschema@.setting_value('half_life')::interval;
         base_through date;
         rows_merged bigint;
     BEGIN
@@ -371,6 +377,7 @@ CREATE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
 COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
     'Merges the new rows of the charge and consumption rollups and folds the months up to through_month into '
     'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
+REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
 
 -- Merges the delta rows and folds the months up to the one before the current (the site's
 -- time zone). Exact (sums of the same numerics) and idempotent; safe next to loaders (it
@@ -384,6 +391,7 @@ CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the new rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
     'the months before the current into fairshare_base and usage_base; returns the charge rollup rows it merged';
+REVOKE EXECUTE ON FUNCTION @extschema@.compact_rollup() FROM PUBLIC;
 
 -- Charges of the jobs that ended by `at`, per account, resource, submitter and month counted
 -- in, for the months from_month to to_month: the rollup for the jobs that ended before the
@@ -473,18 +481,17 @@ COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
 -- trigger on each settings table rebuilds the rollup when the row of the setting named by
 -- its argument is added, changed or removed. (Not dumped: a restore of the ledger rolls its
 -- rows up again, and a restored time zone rebuilds them.)
-CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        setting constant text := TG_ARGV[0];
         changed boolean;
     BEGIN
         changed := CASE TG_OP
-                       WHEN 'INSERT' THEN NEW.name = setting
-                       WHEN 'DELETE' THEN OLD.name = setting
-                       ELSE setting IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
                    END;
         IF changed THEN
             PERFORM @extschema@.rebuild_rollup();
@@ -492,7 +499,8 @@ CREATE FUNCTION @extschema@.rebuild_rollup_trigger() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.rebuild_rollup_trigger() IS
-    'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
 CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('timezone');
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone', 'half_life');
+

@@ -11,7 +11,7 @@
 
 -- The latest start of the jobs a resource row still charges (whose charges on it do not net
 -- to zero: a job of zero length costs nothing at any rate); NULL when there is none.
-CREATE FUNCTION @extschema@.last_charged_start(resource_id bigint) RETURNS timestamptz
+CREATE FUNCTION hpcacct_internal.last_charged_start(resource_id bigint) RETURNS timestamptz
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -22,13 +22,13 @@ CREATE FUNCTION @extschema@.last_charged_start(resource_id bigint) RETURNS times
               GROUP BY l.cluster, l.jobid, l.job_start
               HAVING sum(l.amount) <> 0) j
     $$;
-COMMENT ON FUNCTION @extschema@.last_charged_start(bigint) IS
+COMMENT ON FUNCTION hpcacct_internal.last_charged_start(bigint) IS
     'Latest start of the jobs a resource row still charges (NULL: none)';
 
 -- BEFORE INSERT, UPDATE or DELETE of a resource row: the overlap of two rates and the
 -- deletion of a charged row get an error with a hint (the exclusion constraint and the
 -- ledger's foreign key stay the guarantees); a charged row may only be closed.
-CREATE FUNCTION @extschema@.check_resource_change() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -70,7 +70,7 @@ CREATE FUNCTION @extschema@.check_resource_change() RETURNS trigger
                                         'jobs only, close this row at <from> and insert a new one from <from>.',
                                         OLD.resource_id);
             END IF;
-            last_start := @extschema@.last_charged_start(OLD.resource_id);
+            last_start := hpcacct_internal.last_charged_start(OLD.resource_id);
             IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
                 RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
                                 OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
@@ -99,14 +99,14 @@ CREATE FUNCTION @extschema@.check_resource_change() RETURNS trigger
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_resource_change() IS
+COMMENT ON FUNCTION hpcacct_internal.check_resource_change() IS
     'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
 CREATE TRIGGER check_resource_change BEFORE INSERT OR UPDATE OR DELETE ON @extschema@.resource
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_resource_change();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_resource_change();
 
 -- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only); this
 -- gives the hint, the ledger's foreign key is the guarantee.
-CREATE FUNCTION @extschema@.check_account_delete() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -121,10 +121,10 @@ CREATE FUNCTION @extschema@.check_account_delete() RETURNS trigger
         RETURN OLD;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_account_delete() IS
+COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
     'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
 CREATE TRIGGER check_account_delete BEFORE DELETE ON @extschema@.account
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_account_delete();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_account_delete();
 
 -- Every re-rating: who, when, which rows, from when, and what it moved.
 CREATE TABLE @extschema@.rerate_log (

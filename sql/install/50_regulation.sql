@@ -9,7 +9,7 @@
 -- ---------------------------------------------------------------------------------------
 
 -- Regulation settings per machine. Machines without a row are not regulated.
-CREATE TABLE @extschema@.machine_setting (
+CREATE TABLE @extschema@.regulation_machine (
     machine                   text PRIMARY KEY CHECK (machine <> ''),
     monthly_threshold         numeric NOT NULL CHECK (monthly_threshold >= 0 AND monthly_threshold < 'Infinity'),
     annual_warning_percent    numeric NOT NULL DEFAULT 30 CHECK (annual_warning_percent BETWEEN 0 AND 100),
@@ -17,78 +17,78 @@ CREATE TABLE @extschema@.machine_setting (
     month_convention          text NOT NULL DEFAULT 'half_month' CHECK (month_convention IN ('half_month', 'day')),
     description               text
 );
-COMMENT ON TABLE @extschema@.machine_setting IS
+COMMENT ON TABLE @extschema@.regulation_machine IS
     'GENCI regulation settings per machine (ledger cluster): monthly threshold, annual percentages, month convention';
-COMMENT ON COLUMN @extschema@.machine_setting.monthly_threshold IS
+COMMENT ON COLUMN @extschema@.regulation_machine.monthly_threshold IS
     'An account whose grants and supplements for the year on the machine reach this many hours is regulated monthly, otherwise annually';
-COMMENT ON COLUMN @extschema@.machine_setting.annual_warning_percent IS
+COMMENT ON COLUMN @extschema@.regulation_machine.annual_warning_percent IS
     'Annual regulation: accounts that used less than this percentage of their allocation are warned (1 May) and lose hours (1 June)';
-COMMENT ON COLUMN @extschema@.machine_setting.annual_retraction_percent IS
+COMMENT ON COLUMN @extschema@.regulation_machine.annual_retraction_percent IS
     'Annual regulation: percentage of the allocation retracted on 1 June from an under-consuming account that is not exonerated';
-COMMENT ON COLUMN @extschema@.machine_setting.month_convention IS
+COMMENT ON COLUMN @extschema@.regulation_machine.month_convention IS
     'How validity windows are measured in months: half_month (the GENCI document) or day (exact fractions)';
 
 -- ---- The aggregates tmc and tc -------------------------------------------------------
 
-CREATE FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tmc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date, text) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date, text) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tmc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date, text) RETURNS internal
+CREATE FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date, text) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_tc_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_finalfn(internal) RETURNS float8
+CREATE FUNCTION hpcacct_internal.theoretical_finalfn(internal) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_finalfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.theoretical_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date) IS
+COMMENT ON FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date) IS
     'Transition function of hpcacct.tmc (half_month convention)';
-COMMENT ON FUNCTION @extschema@.tmc_transfn(internal, date, date, float8, date, text) IS
+COMMENT ON FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date, text) IS
     'Transition function of hpcacct.tmc with a month convention';
-COMMENT ON FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date) IS
+COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date) IS
     'Transition function of hpcacct.tc (half_month convention)';
-COMMENT ON FUNCTION @extschema@.tc_transfn(internal, date, date, float8, date, text) IS
+COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date, text) IS
     'Transition function of hpcacct.tc with a month convention';
-COMMENT ON FUNCTION @extschema@.theoretical_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) IS
     'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
-COMMENT ON FUNCTION @extschema@.theoretical_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_finalfn(internal) IS
     'Final function of hpcacct.tmc and hpcacct.tc';
-COMMENT ON FUNCTION @extschema@.theoretical_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_serialfn(internal) IS
     'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
-COMMENT ON FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
     'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
 
 CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date) (
-    SFUNC = @extschema@.tmc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tmc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date, convention text) (
-    SFUNC = @extschema@.tmc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tmc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 CREATE AGGREGATE @extschema@.tc(valid_from date, valid_until date, amount float8, at date) (
-    SFUNC = @extschema@.tc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 CREATE AGGREGATE @extschema@.tc(valid_from date, valid_until date, amount float8, at date, convention text) (
-    SFUNC = @extschema@.tc_transfn, STYPE = internal, SSPACE = 16,
-    FINALFUNC = @extschema@.theoretical_finalfn,
-    COMBINEFUNC = @extschema@.theoretical_combinefn,
-    SERIALFUNC = @extschema@.theoretical_serialfn, DESERIALFUNC = @extschema@.theoretical_deserialfn,
+    SFUNC = hpcacct_internal.tc_transfn, STYPE = internal, SSPACE = 16,
+    FINALFUNC = hpcacct_internal.theoretical_finalfn,
+    COMBINEFUNC = hpcacct_internal.theoretical_combinefn,
+    SERIALFUNC = hpcacct_internal.theoretical_serialfn, DESERIALFUNC = hpcacct_internal.theoretical_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.tmc(date, date, float8, date) IS
@@ -118,7 +118,7 @@ CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at dat
     AS $$
         WITH period AS (
             SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
-                   coalesce((SELECT s.month_convention FROM @extschema@.machine_setting s WHERE s.machine = $2),
+                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
                             'half_month') AS convention,
                    @extschema@.site_timezone() AS tz
         ), events AS (
@@ -147,7 +147,7 @@ COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
 
 -- The document's table: one row per interval of the year on which Alloc and TMC are
 -- constant, with TC at the interval's last day.
-CREATE FUNCTION @extschema@.theoretical_year(account text, machine text, year integer, convention text DEFAULT NULL)
+CREATE FUNCTION @extschema@.regulation_year(account text, machine text, year integer, convention text DEFAULT NULL)
     RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -170,7 +170,7 @@ CREATE FUNCTION @extschema@.theoretical_year(account text, machine text, year in
         END IF;
         y_start := make_date($3, 1, 1);
         y_end := make_date($3, 12, 31);
-        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.machine_setting s WHERE s.machine = $2),
+        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
                          'half_month');
         RETURN QUERY
         WITH events AS (
@@ -196,7 +196,7 @@ CREATE FUNCTION @extschema@.theoretical_year(account text, machine text, year in
         ORDER BY i.d0;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.theoretical_year(text, text, integer, text) IS
+COMMENT ON FUNCTION @extschema@.regulation_year(text, text, integer, text) IS
     'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
 
 -- ---- Regulation ------------------------------------------------------------------------
@@ -204,7 +204,7 @@ COMMENT ON FUNCTION @extschema@.theoretical_year(text, text, integer, text) IS
 -- Accounts exonerated from the annual regulation of a year, entered by an administrator.
 CREATE TABLE @extschema@.exoneration (
     account  text NOT NULL REFERENCES @extschema@.account,
-    machine  text NOT NULL REFERENCES @extschema@.machine_setting,
+    machine  text NOT NULL REFERENCES @extschema@.regulation_machine,
     year     integer NOT NULL CHECK (year BETWEEN 1401 AND 9999),
     reason   text NOT NULL CHECK (reason IN ('justification', 'second_half_start')),
     received date NOT NULL,
@@ -223,7 +223,7 @@ CREATE TABLE @extschema@.regulation_log (
     run_date     date NOT NULL,
     run          text NOT NULL CHECK (run IN ('monthly', 'annual_warning', 'annual_retraction')),
     account      text NOT NULL REFERENCES @extschema@.account,
-    machine      text NOT NULL REFERENCES @extschema@.machine_setting,
+    machine      text NOT NULL REFERENCES @extschema@.regulation_machine,
     figures_at   date NOT NULL,
     outcome      text NOT NULL CHECK (outcome IN ('ok', 'warning', 'retraction', 'exonerated')),
     alloc        numeric NOT NULL,
@@ -332,7 +332,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
                             0) AS tc
             FROM @extschema@.ledger l
-            JOIN @extschema@.machine_setting s ON s.machine = l.cluster
+            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
             WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
               AND l.valid_from <= as_of AND l.valid_until >= y_start
             GROUP BY l.account, l.cluster, s.machine
@@ -446,6 +446,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
     $$;
 COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
+REVOKE EXECUTE ON PROCEDURE @extschema@.regulate(date) FROM PUBLIC;
 
 -- Per account, machine and month: the figures at the month's regulation day (the 15th),
 -- recomputed from the ledger as it is now -- except the retraction that day's run booked,
@@ -466,7 +467,7 @@ CREATE VIEW @extschema@.regulation_report AS
                s.monthly_threshold, s.month_convention
         FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
               FROM events e GROUP BY e.account, e.machine) a
-        JOIN @extschema@.machine_setting s ON s.machine = a.machine
+        JOIN @extschema@.regulation_machine s ON s.machine = a.machine
         CROSS JOIN cfg
         CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
                                                       pg_catalog.date_trunc('month', a.last_day::timestamp),
@@ -513,7 +514,7 @@ CREATE VIEW @extschema@.regulation_report AS
                             ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
               FROM @extschema@.consumption_rollup c
               JOIN @extschema@.resource r USING (resource_id)
-              JOIN @extschema@.machine_setting s ON s.machine = coalesce(r.pool, r.cluster)
+              JOIN @extschema@.regulation_machine s ON s.machine = coalesce(r.pool, r.cluster)
               CROSS JOIN bounds b) c
         WHERE c.j <= (SELECT b.count FROM bounds b)
         GROUP BY 1, 2, 3
@@ -541,7 +542,7 @@ CREATE VIEW @extschema@.regulation_report AS
 COMMENT ON VIEW @extschema@.regulation_report IS
     'Per account, machine and month up to today: Alloc, TMC, TC, consumption, delta and monthly status at the 15th (NULL under annual regulation), and the outcome the monthly run logged';
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.machine_setting', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.regulation_machine', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.exoneration', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.regulation_log', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.regulation_log_log_id_seq', '');

@@ -19,35 +19,35 @@ COMMENT ON TYPE @extschema@.quota IS
 -- State in the aggregate context; see src/pg/window_quota.cpp for why), so the combine
 -- function must not be strict, and the transition function is not strict so that a NULL
 -- argument is an error (22004) rather than a month silently left out.
-CREATE FUNCTION @extschema@.window_quota_transfn(internal, date, float8, float8, date) RETURNS internal
+CREATE FUNCTION hpcacct_internal.window_quota_transfn(internal, date, float8, float8, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_window_quota_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.window_quota_transfn(internal, date, float8, float8, date) IS
+COMMENT ON FUNCTION hpcacct_internal.window_quota_transfn(internal, date, float8, float8, date) IS
     'Transition function of hpcacct.window_quota: adds one month row to the state';
-CREATE FUNCTION @extschema@.window_quota_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.window_quota_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_window_quota_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.window_quota_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.window_quota_combinefn(internal, internal) IS
     'Combine function of hpcacct.window_quota: merges two partial states';
-CREATE FUNCTION @extschema@.window_quota_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.window_quota_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_window_quota_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.window_quota_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.window_quota_serialfn(internal) IS
     'Serial function of hpcacct.window_quota: the 88 bytes of a partial state';
-CREATE FUNCTION @extschema@.window_quota_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.window_quota_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_window_quota_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.window_quota_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.window_quota_deserialfn(bytea, internal) IS
     'Deserial function of hpcacct.window_quota: checks the size and the validity of a partial state';
-CREATE FUNCTION @extschema@.window_quota_finalfn(internal) RETURNS @extschema@.quota
+CREATE FUNCTION hpcacct_internal.window_quota_finalfn(internal) RETURNS @extschema@.quota
     AS 'MODULE_PATHNAME', 'hpcacct_window_quota_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.window_quota_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.window_quota_finalfn(internal) IS
     'Final function of hpcacct.window_quota: the quota of month at, NULL without rows';
 
 CREATE AGGREGATE @extschema@.window_quota(month date, allowance float8, consumed float8, at date) (
-    SFUNC = @extschema@.window_quota_transfn,
+    SFUNC = hpcacct_internal.window_quota_transfn,
     STYPE = internal,
     SSPACE = 88,
-    FINALFUNC = @extschema@.window_quota_finalfn,
-    COMBINEFUNC = @extschema@.window_quota_combinefn,
-    SERIALFUNC = @extschema@.window_quota_serialfn,
-    DESERIALFUNC = @extschema@.window_quota_deserialfn,
+    FINALFUNC = hpcacct_internal.window_quota_finalfn,
+    COMBINEFUNC = hpcacct_internal.window_quota_combinefn,
+    SERIALFUNC = hpcacct_internal.window_quota_serialfn,
+    DESERIALFUNC = hpcacct_internal.window_quota_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.window_quota(date, float8, float8, date) IS
@@ -120,6 +120,7 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
     $$;
 COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+REVOKE EXECUTE ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) FROM PUBLIC;
 
 -- The sliding-window quota of one account in the month containing `at`, with r_wlm_usage's
 -- figures, as of that month: consumption of later months is not counted (for the current
@@ -138,9 +139,9 @@ CREATE FUNCTION @extschema@.window_quota_usage(
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT @extschema@.require_account($1, 'window_quota_usage'), @extschema@.day_or_today($2, 'window_quota_usage');
+        SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');
         WITH d AS MATERIALIZED (
-            SELECT @extschema@.day_or_today($2, 'window_quota_usage') AS day
+            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
         ), period AS (
             SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
             FROM @extschema@.quota_period p, d

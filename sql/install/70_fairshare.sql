@@ -10,99 +10,6 @@
 -- reference year is a new row.
 -- ---------------------------------------------------------------------------------------
 
--- ---- Settings ----------------------------------------------------------------------------
-
--- Every fair-share and report setting with its default. (hpcacct.setting only takes the
--- names of hpcacct.setting_catalog(); these live in their own table.)
-CREATE FUNCTION @extschema@.fairshare_setting_catalog()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        VALUES ('decay', 'half_life',
-                'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
-               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
-               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
-               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
-               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
-               ('exhausted_factor', '0.01',
-                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
-               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
-               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)')
-    $$;
-COMMENT ON FUNCTION @extschema@.fairshare_setting_catalog() IS
-    'Every fair-share and usage-report setting with its default and meaning';
-
-CREATE TABLE @extschema@.fairshare_setting (
-    name  text PRIMARY KEY,
-    value text NOT NULL
-);
-COMMENT ON TABLE @extschema@.fairshare_setting IS
-    'Fair-share and usage-report settings set by the administrator; unset ones take their default';
-
-CREATE VIEW @extschema@.fairshare_settings AS
-    SELECT c.name, coalesce(s.value, c.default_value) AS value,
-           CASE WHEN s.value IS NULL THEN 'default' ELSE 'site' END AS source,
-           c.description
-    FROM @extschema@.fairshare_setting_catalog() c
-    LEFT JOIN @extschema@.fairshare_setting s USING (name);
-COMMENT ON VIEW @extschema@.fairshare_settings IS
-    'Every fair-share and usage-report setting with its effective value and where it comes from';
-
-CREATE FUNCTION @extschema@.fairshare_setting_value(name text) RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE  -- plan kept for the session, as setting_value()'s
-    SET search_path = pg_catalog, pg_temp
-    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.fairshare_settings s WHERE s.name = $1); END $$;
-COMMENT ON FUNCTION @extschema@.fairshare_setting_value(text) IS
-    'Effective value of a fair-share or usage-report setting (NULL for an unknown name)';
-
--- Only known names, with values of the right kind.
-CREATE FUNCTION @extschema@.check_fairshare_setting() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        ok   boolean;
-        what text;
-    BEGIN
-        SELECT c.description INTO what FROM @extschema@.fairshare_setting_catalog() c WHERE c.name = NEW.name;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown fair-share setting "%"', NEW.name
-                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.fairshare_settings for the settings there are.';
-        END IF;
-        BEGIN
-            ok := CASE NEW.name
-                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
-                WHEN 'half_life' THEN NEW.value::interval > interval '0'
-                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
-                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
-                WHEN 'period' THEN NEW.value::interval > interval '0'
-                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
-                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
-                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
-                WHEN 'depth' THEN NEW.value::integer >= 1
-                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
-                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
-                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
-            END;
-        EXCEPTION WHEN data_exception THEN
-            ok := false;
-        END;
-        IF ok IS NOT TRUE THEN
-            RAISE EXCEPTION 'invalid value "%" for fair-share setting %', NEW.value, NEW.name
-                USING ERRCODE = 'invalid_parameter_value', HINT = what || '.';
-        END IF;
-        RETURN NEW;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.check_fairshare_setting() IS
-    'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
-CREATE TRIGGER check_fairshare_setting BEFORE INSERT OR UPDATE ON @extschema@.fairshare_setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.check_fairshare_setting();
--- The rollup's decayed sums depend on the half-life: changing it rebuilds them.
-CREATE TRIGGER fairshare_setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.fairshare_setting
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.rebuild_rollup_trigger('half_life');
-
 -- Pools that need settings of their own: the allocation year's first month (1 January at
 -- HLRN and GENCI, 1 April at Compute Canada, 1 July at Fermilab LQCD).
 CREATE TABLE @extschema@.pool (
@@ -125,7 +32,6 @@ CREATE TABLE @extschema@.fairshare_user (
 COMMENT ON TABLE @extschema@.fairshare_user IS
     'Users'' shares inside an account for fairshare() (default 1 each); lists users before their first job too';
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_setting', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pool', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_user', '');
 
@@ -135,75 +41,75 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.fairshare_user', '');
 -- aggregate context; see src/pg/fairshare.cpp), so the combine functions are not strict,
 -- and the transition functions are not strict so that a NULL argument is an error (22004)
 -- rather than a row silently left out.
-CREATE FUNCTION @extschema@.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval)
+CREATE FUNCTION hpcacct_internal.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval)
     RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval) IS
     'Transition function of hpcacct.decayed_usage (half-life form): adds one row';
-CREATE FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_combinefn(internal, internal) IS
     'Combine function of hpcacct.decayed_usage (half-life form): merges two partial states';
-CREATE FUNCTION @extschema@.decayed_usage_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.decayed_usage_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_serialfn(internal) IS
     'Serial function of hpcacct.decayed_usage (half-life form): the 48 bytes of a partial state';
-CREATE FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_deserialfn(bytea, internal) IS
     'Deserial function of hpcacct.decayed_usage (half-life form): checks the size and validity of a state';
-CREATE FUNCTION @extschema@.decayed_usage_finalfn(internal) RETURNS float8
+CREATE FUNCTION hpcacct_internal.decayed_usage_finalfn(internal) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_finalfn(internal) IS
     'Final function of hpcacct.decayed_usage (half-life form): the decayed usage, NULL without rows';
 
 CREATE AGGREGATE @extschema@.decayed_usage(ts timestamptz, amount float8, at timestamptz, half_life interval) (
-    SFUNC = @extschema@.decayed_usage_transfn,
+    SFUNC = hpcacct_internal.decayed_usage_transfn,
     STYPE = internal,
     SSPACE = 48,
-    FINALFUNC = @extschema@.decayed_usage_finalfn,
-    COMBINEFUNC = @extschema@.decayed_usage_combinefn,
-    SERIALFUNC = @extschema@.decayed_usage_serialfn,
-    DESERIALFUNC = @extschema@.decayed_usage_deserialfn,
+    FINALFUNC = hpcacct_internal.decayed_usage_finalfn,
+    COMBINEFUNC = hpcacct_internal.decayed_usage_combinefn,
+    SERIALFUNC = hpcacct_internal.decayed_usage_serialfn,
+    DESERIALFUNC = hpcacct_internal.decayed_usage_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.decayed_usage(timestamptz, float8, timestamptz, interval) IS
     'Slurm-style decayed usage at at: sum of amount x 2^(-(at - ts) / half_life); rows after at count 0; '
     'NULL arguments, negative or non-finite amounts, non-positive half-lives or ones with months are errors';
 
-CREATE FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
                                                           float8, integer)
     RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_transfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
                                                               float8, integer) IS
     'Transition function of hpcacct.decayed_usage (interval form): adds one row';
-CREATE FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_combinefn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_combinefn(internal, internal) IS
     'Combine function of hpcacct.decayed_usage (interval form): merges two partial states';
-CREATE FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_serialfn(internal) IS
     'Serial function of hpcacct.decayed_usage (interval form): the 64 bytes of a partial state';
-CREATE FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_deserialfn(bytea, internal) IS
     'Deserial function of hpcacct.decayed_usage (interval form): checks the size and validity of a state';
-CREATE FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) RETURNS float8
+CREATE FUNCTION hpcacct_internal.decayed_usage_periods_finalfn(internal) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decayed_usage_periods_finalfn' LANGUAGE c IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_finalfn(internal) IS
     'Final function of hpcacct.decayed_usage (interval form): the decayed usage, NULL without rows';
 
 CREATE AGGREGATE @extschema@.decayed_usage(ts timestamptz, amount float8, at timestamptz, period interval,
                                            decay float8, depth integer) (
-    SFUNC = @extschema@.decayed_usage_periods_transfn,
+    SFUNC = hpcacct_internal.decayed_usage_periods_transfn,
     STYPE = internal,
     SSPACE = 64,
-    FINALFUNC = @extschema@.decayed_usage_periods_finalfn,
-    COMBINEFUNC = @extschema@.decayed_usage_periods_combinefn,
-    SERIALFUNC = @extschema@.decayed_usage_periods_serialfn,
-    DESERIALFUNC = @extschema@.decayed_usage_periods_deserialfn,
+    FINALFUNC = hpcacct_internal.decayed_usage_periods_finalfn,
+    COMBINEFUNC = hpcacct_internal.decayed_usage_periods_combinefn,
+    SERIALFUNC = hpcacct_internal.decayed_usage_periods_serialfn,
+    DESERIALFUNC = hpcacct_internal.decayed_usage_periods_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.decayed_usage(timestamptz, float8, timestamptz, interval, float8, integer) IS
@@ -222,7 +128,7 @@ CREATE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
-                        @extschema@.fairshare_setting_value('year_start_month')::integer)
+                        @extschema@.setting_value('year_start_month')::integer)
     $$;
 COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
     'First month of a pool''s allocation year (hpcacct.pool, else setting year_start_month)';
@@ -359,7 +265,7 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
                      c.elapsed, c.length
             HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
         ) u
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_resource(integer, timestamptz) IS
     'Usage per cluster and partition in each pool''s allocation year (named, or containing at) up to at: '
@@ -404,7 +310,7 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
                         THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
                              / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
         ) p
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_account(integer, timestamptz) IS
     'Allocation and usage per account and pool in the allocation year (named, or containing at) up to at: '
@@ -433,7 +339,7 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
                      c.elapsed, c.length
             HAVING sum(c.amount) <> 0
         ) u
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_submitter(integer, timestamptz) IS
     'Usage per submitter (the job''s user) inside each account and pool in the allocation year up to at: '
@@ -456,7 +362,7 @@ CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at tim
             GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
             HAVING sum(c.amount) <> 0
         ) m
-        CROSS JOIN (SELECT (SELECT @extschema@.fairshare_setting_value('hours_per_year'))::numeric AS hours) h
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
 COMMENT ON FUNCTION @extschema@.usage_by_month(integer, timestamptz) IS
     'Usage per calendar month (site time zone) of the allocation year up to at, per pool, resource, account '
@@ -497,12 +403,12 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    ($1 AT TIME ZONE z.tz)::date AS day,
                    z.tz,
                    pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
-                   @extschema@.fairshare_setting_value('decay') AS form,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
-                   @extschema@.fairshare_setting_value('period')::interval AS period,
-                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
-                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
-                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), recent AS MATERIALIZED (
             -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
@@ -683,3 +589,4 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+REVOKE EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) FROM PUBLIC;

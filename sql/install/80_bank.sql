@@ -3,25 +3,6 @@
 -- the quarter-start run and the submit check.
 -- ---------------------------------------------------------------------------------------
 
-CREATE TABLE @extschema@.hpc_user (
-    username        text PRIMARY KEY CHECK (username <> ''),
-    default_account text REFERENCES @extschema@.account,
-    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now()
-);
-COMMENT ON TABLE @extschema@.hpc_user IS
-    'Users of the bank; default_account NULL means the personal account (named after the user)';
-
-CREATE TABLE @extschema@.membership (
-    account  text NOT NULL REFERENCES @extschema@.account,
-    username text NOT NULL REFERENCES @extschema@.hpc_user,
-    role     text NOT NULL DEFAULT 'member' CHECK (role IN ('admin', 'member')),
-    added_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (account, username)
-);
-CREATE INDEX membership_user ON @extschema@.membership (username);
-COMMENT ON TABLE @extschema@.membership IS
-    'Who may charge an account (member) and manage its members (admin, the project administrator)';
-
 -- What each quarter-start run did; its unique key makes the run idempotent.
 CREATE TABLE @extschema@.quarter_log (
     quarter        date NOT NULL,
@@ -62,8 +43,6 @@ CREATE INDEX ledger_bank ON @extschema@.ledger (account, valid_from) WHERE kind 
 CREATE UNIQUE INDEX ledger_top_up_once ON @extschema@.ledger (account, valid_from, note)
     WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %';
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.hpc_user', '');
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.membership', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.quarter_log', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.pending_job', '');
 
@@ -101,38 +80,38 @@ CREATE TYPE @extschema@.bank_balance AS (
 COMMENT ON TYPE @extschema@.bank_balance IS
     'An account''s quarter: deposits, charges, transfers (signed), refunds and balance (exact, 6 decimals)';
 
-CREATE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
+CREATE FUNCTION hpcacct_internal.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.quarter_balance_combinefn(internal, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_combinefn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.quarter_balance_serialfn(internal) RETURNS bytea
+CREATE FUNCTION hpcacct_internal.quarter_balance_serialfn(internal) RETURNS bytea
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_serialfn' LANGUAGE c STRICT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) RETURNS internal
+CREATE FUNCTION hpcacct_internal.quarter_balance_deserialfn(bytea, internal) RETURNS internal
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_deserialfn' LANGUAGE c STRICT PARALLEL SAFE;
-CREATE FUNCTION @extschema@.quarter_balance_finalfn(internal) RETURNS @extschema@.bank_balance
+CREATE FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) RETURNS @extschema@.bank_balance
     AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_finalfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) IS
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_transfn(internal, text, date, numeric, date) IS
     'Support function of the aggregate quarter_balance';
-COMMENT ON FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_combinefn(internal, internal) IS
     'Support function of the aggregate quarter_balance';
-COMMENT ON FUNCTION @extschema@.quarter_balance_serialfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_serialfn(internal) IS
     'Support function of the aggregate quarter_balance';
-COMMENT ON FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) IS
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_deserialfn(bytea, internal) IS
     'Support function of the aggregate quarter_balance';
-COMMENT ON FUNCTION @extschema@.quarter_balance_finalfn(internal) IS
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) IS
     'Support function of the aggregate quarter_balance';
 
 -- Exact: amounts are summed in integer micro-units (the ledger's 6 decimals); an amount with
 -- more decimals is rounded to 6, half away from zero, as it enters; a sum beyond about
 -- 9.2e12 is an error (22003).
 CREATE AGGREGATE @extschema@.quarter_balance(kind text, quarter date, amount numeric, at date) (
-    SFUNC = @extschema@.quarter_balance_transfn,
+    SFUNC = hpcacct_internal.quarter_balance_transfn,
     STYPE = internal,
     SSPACE = 48,
-    FINALFUNC = @extschema@.quarter_balance_finalfn,
-    COMBINEFUNC = @extschema@.quarter_balance_combinefn,
-    SERIALFUNC = @extschema@.quarter_balance_serialfn,
-    DESERIALFUNC = @extschema@.quarter_balance_deserialfn,
+    FINALFUNC = hpcacct_internal.quarter_balance_finalfn,
+    COMBINEFUNC = hpcacct_internal.quarter_balance_combinefn,
+    SERIALFUNC = hpcacct_internal.quarter_balance_serialfn,
+    DESERIALFUNC = hpcacct_internal.quarter_balance_deserialfn,
     PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE @extschema@.quarter_balance(text, date, numeric, date) IS
@@ -233,7 +212,7 @@ COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
 CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (SELECT b.state FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'account_state')) b);
+    RETURN (SELECT b.state FROM @extschema@.bank_state(account, hpcacct_internal.day_or_today(at, 'account_state')) b);
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
     'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
     'later), or deleted, at a day (NULL: today in the site time zone); NULL for an unknown account';
@@ -248,8 +227,8 @@ CREATE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.si
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_account(account, 'balance');
-        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'balance')) b);
+        PERFORM hpcacct_internal.require_account(account, 'balance');
+        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, hpcacct_internal.day_or_today(at, 'balance')) b);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
@@ -273,7 +252,7 @@ COMMENT ON VIEW @extschema@.quarter_balances IS
 
 -- ---- deposits, transfers, refunds ----------------------------------------------------
 
-CREATE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
+CREATE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -290,9 +269,9 @@ CREATE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
         END IF;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
 
-CREATE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
+CREATE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -306,9 +285,9 @@ CREATE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
         END IF;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number';
 
-CREATE FUNCTION @extschema@.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+CREATE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
     RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -329,36 +308,37 @@ CREATE FUNCTION @extschema@.book_allocation(account text, kind text, quarter dat
         RETURN entry;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.book_allocation(text, text, date, numeric, text) IS
+COMMENT ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) IS
     'Books a bank entry valid for the quarter containing a day (internal helper)';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) FROM PUBLIC;
+
+-- A deposit or a refund: a positive amount credited to an existing account.
+CREATE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
+    'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
-    RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM @extschema@.require_bank_account(account);
-        PERFORM @extschema@.require_amount(amount);
-        RETURN @extschema@.book_allocation(account, 'deposit', quarter, amount, note);
-    END
-    $$;
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
     'Deposits credits into an account for the quarter containing a day; returns the ledger entry';
+REVOKE EXECUTE ON FUNCTION @extschema@.deposit(text, date, numeric, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
-    RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM @extschema@.require_bank_account(account);
-        PERFORM @extschema@.require_amount(amount);
-        RETURN @extschema@.book_allocation(account, 'refund', quarter, amount, note);
-    END
-    $$;
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
 COMMENT ON FUNCTION @extschema@.refund(text, date, numeric, text) IS
     'Gives credits back to an account in the quarter containing a day (e.g. for a failed job)';
+REVOKE EXECUTE ON FUNCTION @extschema@.refund(text, date, numeric, text) FROM PUBLIC;
 
 -- Staff move allocation between quarters and between accounts: two ledger rows.
 CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_account text, to_quarter date,
@@ -368,25 +348,26 @@ CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_ac
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_bank_account(from_account);
-        PERFORM @extschema@.require_bank_account(to_account);
-        PERFORM @extschema@.require_amount(amount);
+        PERFORM hpcacct_internal.require_bank_account(from_account);
+        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_amount(amount);
         IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
             RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        PERFORM @extschema@.book_allocation(from_account, 'transfer', from_quarter, -amount, note);
-        PERFORM @extschema@.book_allocation(to_account, 'transfer', to_quarter, amount, note);
+        PERFORM hpcacct_internal.book_allocation(from_account, 'transfer', from_quarter, -amount, note);
+        PERFORM hpcacct_internal.book_allocation(to_account, 'transfer', to_quarter, amount, note);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) IS
     'Moves allocation from one account and quarter to another (staff); two ledger rows';
+REVOKE EXECUTE ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) FROM PUBLIC;
 
 -- Tops an account up to `target` in a quarter: deposits only what is missing, never twice.
 -- The note of a top-up deposit: the level it tops up to, the key that books it once.
-CREATE FUNCTION @extschema@.top_up_note(target numeric) RETURNS text
+CREATE FUNCTION hpcacct_internal.top_up_note(target numeric) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
-COMMENT ON FUNCTION @extschema@.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
+COMMENT ON FUNCTION hpcacct_internal.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
 
 CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) RETURNS numeric
     LANGUAGE plpgsql
@@ -405,7 +386,7 @@ CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) R
         END IF;
         INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
         SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
-               (q + interval '3 months')::date - 1, @extschema@.top_up_note(target)
+               (q + interval '3 months')::date - 1, hpcacct_internal.top_up_note(target)
         FROM @extschema@.ledger l
         WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q AND l.unit = bank_unit
         HAVING target - coalesce(sum(l.amount), 0) > 0
@@ -417,6 +398,7 @@ CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) R
     $$;
 COMMENT ON FUNCTION @extschema@.top_up(text, date, numeric) IS
     'Deposits what an account lacks to reach a target in a quarter; returns the amount deposited';
+REVOKE EXECUTE ON FUNCTION @extschema@.top_up(text, date, numeric) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -428,7 +410,7 @@ CREATE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
 COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS 'Credits per quarter a personal account is topped up to';
 
 -- A personal allotment may be raised on request, up to double the setting.
-CREATE FUNCTION @extschema@.check_personal_allotment() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.check_personal_allotment() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -441,10 +423,10 @@ CREATE FUNCTION @extschema@.check_personal_allotment() RETURNS trigger
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
+COMMENT ON FUNCTION hpcacct_internal.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
 CREATE TRIGGER check_personal_allotment BEFORE INSERT OR UPDATE OF personal_allotment ON @extschema@.account
     FOR EACH ROW WHEN (NEW.personal_allotment IS NOT NULL)
-    EXECUTE FUNCTION @extschema@.check_personal_allotment();
+    EXECUTE FUNCTION hpcacct_internal.check_personal_allotment();
 
 -- ---- users and members ---------------------------------------------------------------
 
@@ -471,8 +453,9 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     $$;
 COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
     'Creates a user with a personal account holding the allotment for this and the next two quarters';
+REVOKE EXECUTE ON FUNCTION @extschema@.add_user(text, date) FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.require_admin(account text, by_user text) RETURNS void
+CREATE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -485,7 +468,7 @@ CREATE FUNCTION @extschema@.require_admin(account text, by_user text) RETURNS vo
         END IF;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.require_admin(text, text) IS
+COMMENT ON FUNCTION hpcacct_internal.require_admin(text, text) IS
     'Raises unless by_user administers the account (NULL: staff acting directly)';
 
 -- Who may change an account's members: staff (superusers and members of hpcacct_admin,
@@ -494,7 +477,7 @@ COMMENT ON FUNCTION @extschema@.require_admin(text, text) IS
 -- the session user must administer the account, and by_user, if given, must be that user.
 -- 42501 otherwise. (The functions that call it run as their owner, so it looks at the
 -- session user, as row-level security does.)
-CREATE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
+CREATE FUNCTION hpcacct_internal.require_member_manager(account text, by_user text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -502,7 +485,7 @@ CREATE FUNCTION @extschema@.require_member_manager(account text, by_user text) R
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                    WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
                       OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
-            PERFORM @extschema@.require_admin(account, by_user);
+            PERFORM hpcacct_internal.require_admin(account, by_user);
             RETURN;
         END IF;
         IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
@@ -519,7 +502,7 @@ CREATE FUNCTION @extschema@.require_member_manager(account text, by_user text) R
         END IF;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
+COMMENT ON FUNCTION hpcacct_internal.require_member_manager(text, text) IS
     'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
 
 -- Project administrators add members and other administrators, from a portal (as
@@ -531,12 +514,12 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_member_manager(account, by_user);
-        PERFORM @extschema@.require_bank_account(account);
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        PERFORM hpcacct_internal.require_bank_account(account);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
-        PERFORM @extschema@.require_admin(account, by_user);
+        PERFORM hpcacct_internal.require_admin(account, by_user);
         INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
         ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
     END
@@ -544,6 +527,7 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
 COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
     'Grants a user access to an account as member or admin; a portal user must administer the account, '
     'staff may name the administrator in by_user (NULL: staff acting directly)';
+REVOKE EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
     RETURNS void
@@ -551,7 +535,7 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_member_manager(account, by_user);
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
@@ -571,6 +555,7 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
 COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
     'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
     'a portal user must administer the account';
+REVOKE EXECUTE ON FUNCTION @extschema@.remove_member(text, text, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
     LANGUAGE plpgsql
@@ -593,6 +578,7 @@ CREATE FUNCTION @extschema@.set_default_project(username text, account text) RET
     $$;
 COMMENT ON FUNCTION @extschema@.set_default_project(text, text) IS
     'Sets the project a user''s jobs are charged to when they name none (NULL: the personal account)';
+REVOKE EXECUTE ON FUNCTION @extschema@.set_default_project(text, text) FROM PUBLIC;
 
 -- ---- the quarter-start run -----------------------------------------------------------
 
@@ -647,7 +633,7 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         ), booked AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   @extschema@.top_up_note(m.level)
+                   hpcacct_internal.top_up_note(m.level)
             FROM missing m, cfg
             WHERE m.amount > 0
             ORDER BY m.name, m.target
@@ -704,3 +690,4 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
     $$;
 COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
     'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
+REVOKE EXECUTE ON PROCEDURE @extschema@.open_quarter(date) FROM PUBLIC;

@@ -6,14 +6,14 @@
 -- account has: account_policies()):
 --   bank          HLRN's quarterly bank: an allocation for this quarter, a balance >= 0;
 --   window_quota  RWTH's sliding window: refused once blocked, low priority past the quota;
---   genci         GENCI/IDRIS allocations: a grant valid today, not used up (retractions count).
+--   regulation    GENCI/IDRIS allocations: a grant valid today, not used up (retractions count).
 -- An account bound by none (HLRN's special accounts for staff) is refused only for what
 -- refuses every account: unknown, deleted, or a user who is not a member.
 -- ---------------------------------------------------------------------------------------
 
 -- The policies that bind an account: its own list when set, otherwise derived:
 --   special accounts: none;
---   window_quota when it has a quota period, genci when it has a grant or supplement;
+--   window_quota when it has a quota period, regulation when it has a grant or supplement;
 --   bank when it has bank entries (deposits, transfers, refunds in the bank unit), when it
 --   is a personal account, or when nothing else binds it (what every account was before).
 CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
@@ -23,7 +23,7 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     DECLARE
         a record;
         has_quota boolean;
-        has_genci boolean;
+        has_regulation boolean;
         has_bank boolean;
     BEGIN
         SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
@@ -35,9 +35,9 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
             RETURN '{}'::text[];
         END IF;
         has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
-        has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
                              WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
-        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
             has_bank := true;
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -46,12 +46,12 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
-                                             CASE WHEN has_genci THEN 'genci' END], NULL);
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
-    'genci with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
 
 -- Result of check_submit and account_verdict: may the job run, on which account, and why not.
 -- reason is NULL when ok, else one word (see check_submit); message says it in words a user
@@ -64,7 +64,7 @@ COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the 
 --   bank:         account_expired (no allocation this quarter or later), account_inactive (none
 --                 this quarter, one later), negative_balance;
 --   window_quota: quota_blocked;
---   genci:        no_allocation (no grant valid today on any machine), allocation_exhausted
+--   regulation:   no_allocation (no grant valid today on any machine), allocation_exhausted
 --                 (every machine's allocation, after retractions, used up this year).
 -- Policies are applied in that order; the first refusal is the reason.
 CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
@@ -82,7 +82,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         reason text;
         message text;
     BEGIN
-        at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
@@ -124,7 +124,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             END IF;
         END IF;
 
-        IF 'genci' = ANY (pol) THEN
+        IF 'regulation' = ANY (pol) THEN
             SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
             INTO machines, open_machines
             FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
@@ -224,6 +224,7 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
 COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
     'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
     'returns the changes (releases with reason NULL)';
+REVOKE EXECUTE ON FUNCTION @extschema@.recheck_queued(date) FROM PUBLIC;
 
 -- ---- the association state Slurm should have ------------------------------------------
 

@@ -33,8 +33,8 @@ COMMENT ON TABLE @extschema@.contact IS
 -- A portal user sees and changes only their own row; administrators see and change every row.
 ALTER TABLE @extschema@.contact ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_contact ON @extschema@.contact
-    USING ((SELECT @extschema@.sees_all_accounts()) OR username = pg_catalog.session_user())
-    WITH CHECK ((SELECT @extschema@.sees_all_accounts()) OR username = pg_catalog.session_user());
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user())
+    WITH CHECK ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user());
 
 -- Who hears about an account: its managers (membership role admin: HLRN's project
 -- administrators, GENCI's project manager, the PI; a personal account's owner) and its
@@ -167,16 +167,16 @@ COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, 
 
 -- Numbers in messages: whole units with a thin grouping, as the documents print them.
 -- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)
-CREATE FUNCTION @extschema@.notify_number(x numeric) RETURNS text
+CREATE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
                 ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
            END;
-COMMENT ON FUNCTION @extschema@.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
+COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
 
 -- ---- GENCI: regulation outcomes ------------------------------------------------------------
 
-CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -195,45 +195,45 @@ CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
                     'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
                     '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
                     'on a later 15th, a TMC of hours will be retracted from the allocation.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric), r.machine,
-                    @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(-r.delta::numeric),
-                    @extschema@.notify_number(r.tmc::numeric))
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric))
                 WHEN 'regulation_retraction' THEN pg_catalog.format(
                     E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
                     'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
                     '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
                     'valid until 31 December: the allocation goes from %s to %s hours.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric), r.machine,
-                    @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(-r.delta::numeric),
-                    @extschema@.notify_number(r.tmc::numeric), @extschema@.notify_number(r.retracted),
-                    r.run_date, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
+                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
                 WHEN 'annual_warning' THEN pg_catalog.format(
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
                     'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
                     'up to %s %% of the annual allocation may be retracted after May.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric),
-                    @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
                     s.annual_warning_percent, s.annual_retraction_percent)
                 ELSE pg_catalog.format(
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
                     'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
                     'from %s to %s hours.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric),
-                    @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
-                    s.annual_warning_percent, @extschema@.notify_number(r.retracted), r.run_date,
-                    @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
             END || E'\n\n'
             || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
                                  '  consumption  %s\n  delta        %s\n  retracted    %s\n',
-                                 r.figures_at, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.tmc::numeric),
-                                 @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(r.consumption::numeric),
-                                 @extschema@.notify_number(r.delta::numeric), @extschema@.notify_number(r.retracted)),
+                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
+                                 hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
             'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
                                                      'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
                                                      'consumption', r.consumption, 'delta', r.delta,
                                                      'used_percent', r.used_percent, 'retracted', r.retracted))))
         FROM new_rows r
-        JOIN @extschema@.machine_setting s ON s.machine = r.machine
+        JOIN @extschema@.regulation_machine s ON s.machine = r.machine
         CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
         WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
            OR (r.run = 'annual_warning' AND r.outcome = 'warning')
@@ -241,14 +241,14 @@ CREATE FUNCTION @extschema@.notify_regulation() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.notify_regulation() IS
+COMMENT ON FUNCTION hpcacct_internal.notify_regulation() IS
     'Trigger: a regulation warning or retraction logged by regulate() writes its message to the project managers';
 CREATE TRIGGER notify_regulation AFTER INSERT ON @extschema@.regulation_log
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.notify_regulation();
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.notify_regulation();
 
 -- ---- HLRN: expiry and deletion of personal accounts (open_quarter) ----------------------
 
-CREATE FUNCTION @extschema@.notify_quarter() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -282,14 +282,14 @@ CREATE FUNCTION @extschema@.notify_quarter() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.notify_quarter() IS
+COMMENT ON FUNCTION hpcacct_internal.notify_quarter() IS
     'Trigger: an expiry or deletion logged by open_quarter() writes its message to the account''s owner';
 CREATE TRIGGER notify_quarter AFTER INSERT ON @extschema@.quarter_log
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.notify_quarter();
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.notify_quarter();
 
 -- ---- HLRN: a queued job held (recheck_queued), or released -----------------------------
 
-CREATE FUNCTION @extschema@.notify_hold() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -318,10 +318,10 @@ CREATE FUNCTION @extschema@.notify_hold() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.notify_hold() IS
+COMMENT ON FUNCTION hpcacct_internal.notify_hold() IS
     'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
 CREATE TRIGGER notify_hold AFTER UPDATE ON @extschema@.pending_job
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.notify_hold();
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.notify_hold();
 
 -- ---- RWTH: sliding-window quota states; HLRN: a balance below a threshold ----------------
 --
@@ -398,11 +398,11 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                       ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
                                   r.period_start, r.period_end,
-                                  @extschema@.notify_number(r.monthly::numeric), r.unit,
-                                  @extschema@.notify_number(r.remaining_prev::numeric),
-                                  @extschema@.notify_number(r.consumed_current::numeric),
-                                  @extschema@.notify_number(r.consumable_pct::numeric),
-                                  @extschema@.notify_number(r.consumable::numeric)),
+                                  hpcacct_internal.notify_number(r.monthly::numeric), r.unit,
+                                  hpcacct_internal.notify_number(r.remaining_prev::numeric),
+                                  hpcacct_internal.notify_number(r.consumed_current::numeric),
+                                  hpcacct_internal.notify_number(r.consumable_pct::numeric),
+                                  hpcacct_internal.notify_number(r.consumable::numeric)),
                 pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
                                               'monthly', r.monthly, 'remaining_prev', r.remaining_prev,
                                               'consumed_current', r.consumed_current,
@@ -439,8 +439,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
-                                  r.account, @extschema@.notify_number(r.balance), bank_unit,
-                                  @extschema@.notify_number(r.alloc), bank_unit, q,
+                                  r.account, hpcacct_internal.notify_number(r.balance), bank_unit,
+                                  hpcacct_internal.notify_number(r.alloc), bank_unit, q,
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -488,8 +488,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                             'project or ask your consultant for an allocation.'
                                        ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
-                                  @extschema@.notify_number(@extschema@.balance(r.account, at)), bank_unit,
-                                  @extschema@.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)), bank_unit,
+                                  hpcacct_internal.notify_number(r.alloc), bank_unit, next_q - 1,
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
@@ -627,14 +627,14 @@ REVOKE EXECUTE ON FUNCTION
 -- Row-level security as for every table naming an account or a user (protect_table): portal
 -- users see their accounts' messages, their own deliveries and their accounts' quota states.
 -- contact has its own policy above (reading and writing one's own row only).
-SELECT @extschema@.protect_table(t)
+SELECT hpcacct_internal.protect_table(t)
 FROM pg_catalog.unnest(ARRAY['@extschema@.outbox', '@extschema@.outbox_recipient',
                              '@extschema@.quota_state_notified']::regclass[]) AS t;
 ALTER VIEW @extschema@.account_recipient SET (security_invoker = true);
 ALTER VIEW @extschema@.outbox_status SET (security_invoker = true);
 
 -- updated_at follows every change of a contact
-CREATE FUNCTION @extschema@.contact_touch() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -643,6 +643,6 @@ CREATE FUNCTION @extschema@.contact_touch() RETURNS trigger
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
+COMMENT ON FUNCTION hpcacct_internal.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
 CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
-    FOR EACH ROW EXECUTE FUNCTION @extschema@.contact_touch();
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_touch();

@@ -519,8 +519,8 @@ COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
     'Adds the accounts, users and memberships of the staged sacctmgr associations that are missing; removes nothing';
 
 -- Portal users see the quarantined lines and the mappings of their own accounts only.
-SELECT @extschema@.protect_table('@extschema@.sacct_quarantine');
-SELECT @extschema@.protect_table('@extschema@.slurm_account_map');
+SELECT hpcacct_internal.protect_table('@extschema@.sacct_quarantine');
+SELECT hpcacct_internal.protect_table('@extschema@.slurm_account_map');
 
 REVOKE EXECUTE ON FUNCTION
     @extschema@.load_sacct(timestamptz, text[]),

@@ -9,20 +9,20 @@
 -- their own accounts only (another account is "unknown", as if it did not exist).
 -- ---------------------------------------------------------------------------------------
 
-CREATE FUNCTION @extschema@.html_escape(s text) RETURNS text
+CREATE FUNCTION hpcacct_internal.html_escape(s text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
                    s, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
     $$;
-COMMENT ON FUNCTION @extschema@.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
+COMMENT ON FUNCTION hpcacct_internal.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
 
 -- An SVG chart over one x axis of labels (an empty label draws no tick). series is a jsonb
 -- array of {"name", "kind": "line" | "dashed" | "bar" | "band", "color", "values": [...]}
 -- (a band has "lower" and "upper" instead of "values"); null values are gaps. Each series is
 -- one element of class "series" with its name in data-series.
-CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], series jsonb,
+CREATE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[], series jsonb,
                                       width integer DEFAULT 760, height integer DEFAULT 300)
     RETURNS text
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -68,12 +68,12 @@ CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], seri
         lo := floor(lo / step) * step;
         hi := ceil(hi / step) * step;
         svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
-                      'role="img" aria-label="%s">', width, height, width, height, @extschema@.html_escape(title))
+                      'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
             || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
             || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
-                      left_x, @extschema@.html_escape(title))
+                      left_x, hpcacct_internal.html_escape(title))
             || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
-                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, @extschema@.html_escape(unit));
+                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
         -- grid and y labels
         tick := lo;
         WHILE tick <= hi + step / 2 LOOP
@@ -82,7 +82,7 @@ CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], seri
                                  left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
                        || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
                                  left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
-                                 @extschema@.notify_number(tick::numeric));
+                                 hpcacct_internal.notify_number(tick::numeric));
             tick := tick + step;
         END LOOP;
         svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
@@ -94,14 +94,14 @@ CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], seri
             CONTINUE WHEN coalesce(labels[i], '') = '';
             svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
                                  round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
-                                 @extschema@.html_escape(labels[i]));
+                                 hpcacct_internal.html_escape(labels[i]));
         END LOOP;
         SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
         FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
             k := k + 1;
             IF s ->> 'kind' = 'bar' THEN
-                svg := svg || format('<g class="series" data-series="%s" fill="%s">', @extschema@.html_escape(s ->> 'name'),
-                                     @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')));
+                svg := svg || format('<g class="series" data-series="%s" fill="%s">', hpcacct_internal.html_escape(s ->> 'name'),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')));
                 FOR i IN 1 .. n LOOP
                     v := (s -> 'values' ->> (i - 1))::float8;
                     CONTINUE WHEN v IS NULL;
@@ -125,8 +125,8 @@ CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], seri
                 FROM generate_series(1, n) j
                 WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
                 svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
-                                     @extschema@.html_escape(s ->> 'name'), coalesce(pts, ''),
-                                     @extschema@.html_escape(coalesce(s ->> 'color', '#2ca02c')));
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#2ca02c')));
             ELSE
                 SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
                                          round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
@@ -135,27 +135,27 @@ CREATE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], seri
                 FROM generate_series(1, n) j
                 WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
                 svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
-                                     @extschema@.html_escape(s ->> 'name'), coalesce(pts, ''),
-                                     @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
                                      CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
             END IF;
             -- legend
             svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
-                                 @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                 hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
                                  CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
                        || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
-                                 height - 10, @extschema@.html_escape(s ->> 'name'));
+                                 height - 10, hpcacct_internal.html_escape(s ->> 'name'));
             legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
         END LOOP;
         RETURN svg || '</svg>';
     END
     $$;
-COMMENT ON FUNCTION @extschema@.svg_chart(text, text, text[], jsonb, integer, integer) IS
+COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
     'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
 
 -- The account an account_month or statement is for, as the caller may see it; 42704 when it
 -- does not exist or row-level security hides it (the same error, so nothing is given away).
-CREATE FUNCTION @extschema@.visible_account(account text) RETURNS @extschema@.account
+CREATE FUNCTION hpcacct_internal.visible_account(account text) RETURNS @extschema@.account
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -172,12 +172,12 @@ CREATE FUNCTION @extschema@.visible_account(account text) RETURNS @extschema@.ac
         RETURN a;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.visible_account(text) IS
+COMMENT ON FUNCTION hpcacct_internal.visible_account(text) IS
     'The account row if it exists and the caller may see it, else 42704';
 
 -- The first day of the month a statement is for: a month that has begun (in the site's time
 -- zone), given as any day of it. NULL is 22004, infinity 22008, a month to come 22023.
-CREATE FUNCTION @extschema@.statement_month(month date) RETURNS date
+CREATE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -198,7 +198,7 @@ CREATE FUNCTION @extschema@.statement_month(month date) RETURNS date
         RETURN m;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.statement_month(date) IS
+COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
 
 -- Everything one account's month page needs. Figures are taken at the end of the month (or
@@ -209,7 +209,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        a @extschema@.account := @extschema@.visible_account(account);
+        a @extschema@.account := hpcacct_internal.visible_account(account);
         m date;
         m_end date;
         tz text := @extschema@.site_timezone();
@@ -221,7 +221,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         sections jsonb := '{}';
         bank_unit text := @extschema@.setting_value('bank_unit');
     BEGIN
-        m := @extschema@.statement_month(month);
+        m := hpcacct_internal.statement_month(month);
         m_end := (m + interval '1 month')::date - 1;
         upto := least(m_end, @extschema@.site_today());
         y_start := date_trunc('year', m)::date;
@@ -274,7 +274,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                         FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
               GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
-        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 
         -- GENCI: per machine with allocation events this year, the status at the end of the
@@ -303,7 +303,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                                   FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
                ORDER BY s.machine)
         INTO section
-        FROM @extschema@.machine_setting s
+        FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                       WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
@@ -399,7 +399,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                                                             'consumption', round(st.consumption::numeric, 2),
                                                                             'delta', round(st.delta::numeric, 2), 'status', st.status)
                                                          ORDER BY s.machine)
-                                        FROM @extschema@.machine_setting s
+                                        FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                                                       WHERE l.account = a.name AND l.cluster = s.machine
@@ -438,17 +438,17 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
         e text;
     BEGIN
         h := '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-             || format('<title>Statement %s %s</title>', @extschema@.html_escape(d ->> 'account'), d ->> 'month')
+             || format('<title>Statement %s %s</title>', hpcacct_internal.html_escape(d ->> 'account'), d ->> 'month')
              || '<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}'
                 'h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}'
                 'table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}'
                 'td.n{text-align:right}.meta{color:#555;font-size:13px}.chart{display:block;margin:8px 0}</style></head><body>'
-             || format('<h1>Statement of account %s &mdash; %s</h1>', @extschema@.html_escape(d ->> 'account'),
+             || format('<h1>Statement of account %s &mdash; %s</h1>', hpcacct_internal.html_escape(d ->> 'account'),
                        to_char((d ->> 'month' || '-01')::date, 'FMMonth YYYY'))
              || format('<p class="meta">%s account%s. Figures at the end of %s (%s).</p>',
-                       @extschema@.html_escape(initcap(d ->> 'kind')),
-                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || @extschema@.html_escape(d ->> 'description') ELSE '' END,
-                       d ->> 'figures_at', @extschema@.html_escape(d ->> 'time_zone'));
+                       hpcacct_internal.html_escape(initcap(d ->> 'kind')),
+                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || hpcacct_internal.html_escape(d ->> 'description') ELSE '' END,
+                       d ->> 'figures_at', hpcacct_internal.html_escape(d ->> 'time_zone'));
 
         -- the month's charges
         h := h || '<h2>Charges this month</h2>';
@@ -456,15 +456,15 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
             h := h || '<p>No charges.</p>';
         ELSE
             SELECT string_agg(format('<tr><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td>%s</td></tr>',
-                                     @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
-                                     @extschema@.html_escape(x ->> 'submitter'),
-                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,990.00'), @extschema@.html_escape(x ->> 'unit')),
+                                     hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
+                                     hpcacct_internal.html_escape(x ->> 'submitter'),
+                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,990.00'), hpcacct_internal.html_escape(x ->> 'unit')),
                               '' ORDER BY ord)
             INTO rows FROM jsonb_array_elements(d -> 'charges' -> 'by_submitter') WITH ORDINALITY t(x, ord);
             h := h || '<table class="charges"><tr><th>cluster</th><th>partition</th><th>submitter</th><th>amount</th><th>unit</th></tr>'
                    || rows;
             SELECT string_agg(format('<tr><th colspan="3">total</th><td class="n">%s</td><td>%s</td></tr>',
-                                     to_char(t.value::numeric, 'FM999,999,999,990.00'), @extschema@.html_escape(t.key)), '' ORDER BY t.key)
+                                     to_char(t.value::numeric, 'FM999,999,999,990.00'), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
             INTO rows FROM jsonb_each_text(d -> 'charges' -> 'total') t;
             h := h || coalesce(rows, '') || '</table>';
         END IF;
@@ -484,14 +484,14 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 3)::numeric ORDER BY ord)))
             INTO labels, series
             FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
-            h := h || format('<h2>Regulation on %s (GENCI)</h2>', @extschema@.html_escape(sec ->> 'machine'))
-                   || @extschema@.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
+            h := h || format('<h2>Regulation on %s (GENCI)</h2>', hpcacct_internal.html_escape(sec ->> 'machine'))
+                   || hpcacct_internal.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
                                             'hours', labels, series)
                    || format('<table class="regulation"><tr><th>Alloc</th><th>TMC</th><th>TC</th><th>consumption</th><th>&Delta;</th><th>status</th></tr>'
                              '<tr><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr></table>',
-                             @extschema@.notify_number((sec ->> 'alloc')::numeric), @extschema@.notify_number((sec ->> 'tmc')::numeric),
-                             @extschema@.notify_number((sec ->> 'tc')::numeric), @extschema@.notify_number((sec ->> 'consumption')::numeric),
-                             @extschema@.notify_number((sec ->> 'delta')::numeric), @extschema@.html_escape(sec ->> 'status'));
+                             hpcacct_internal.notify_number((sec ->> 'alloc')::numeric), hpcacct_internal.notify_number((sec ->> 'tmc')::numeric),
+                             hpcacct_internal.notify_number((sec ->> 'tc')::numeric), hpcacct_internal.notify_number((sec ->> 'consumption')::numeric),
+                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'));
         END LOOP;
 
         -- RWTH: the three-month window per month
@@ -508,16 +508,16 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
             FROM jsonb_array_elements(d -> 'window_quota') WITH ORDINALITY t(x, ord);
             r := d -> 'window_quota' -> -1;
             h := h || '<h2>Core-hour quota (RWTH)</h2>'
-                   || @extschema@.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
+                   || hpcacct_internal.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
                    || format('<table class="quota"><tr><th>Accounting period</th><td>%s to %s</td></tr>'
                              '<tr><th>State</th><td>%s</td></tr><tr><th>Monthly</th><td class="n">%s</td></tr>'
                              '<tr><th>Remaining of previous month</th><td class="n">%s</td></tr>'
                              '<tr><th>Consumed this month</th><td class="n">%s</td></tr>'
                              '<tr><th>Consumable (%%)</th><td class="n">%s</td></tr><tr><th>Consumable</th><td class="n">%s</td></tr></table>',
-                             r ->> 'period_start', r ->> 'period_end', @extschema@.html_escape(r ->> 'state'),
-                             @extschema@.notify_number((r ->> 'monthly')::numeric), @extschema@.notify_number((r ->> 'remaining_prev')::numeric),
-                             @extschema@.notify_number((r ->> 'consumed')::numeric), @extschema@.notify_number((r ->> 'consumable_pct')::numeric),
-                             @extschema@.notify_number((r ->> 'consumable')::numeric));
+                             r ->> 'period_start', r ->> 'period_end', hpcacct_internal.html_escape(r ->> 'state'),
+                             hpcacct_internal.notify_number((r ->> 'monthly')::numeric), hpcacct_internal.notify_number((r ->> 'remaining_prev')::numeric),
+                             hpcacct_internal.notify_number((r ->> 'consumed')::numeric), hpcacct_internal.notify_number((r ->> 'consumable_pct')::numeric),
+                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric));
         END IF;
 
         -- HLRN: the quarter's balance
@@ -532,12 +532,12 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
             INTO labels, series
             FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
             h := h || format('<h2>Quarter starting %s (HLRN bank)</h2>', sec ->> 'quarter')
-                   || @extschema@.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
+                   || hpcacct_internal.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
                    || format('<table class="bank"><tr><th>allocation</th><th>balance</th><th>state</th></tr>'
                              '<tr><td class="n">%s %s</td><td class="n">%s %s</td><td>%s</td></tr></table>',
-                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,990.00'), @extschema@.html_escape(sec ->> 'unit'),
-                             to_char((sec ->> 'balance')::numeric, 'FM999,999,990.00'), @extschema@.html_escape(sec ->> 'unit'),
-                             @extschema@.html_escape(sec ->> 'state'));
+                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             to_char((sec ->> 'balance')::numeric, 'FM999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.html_escape(sec ->> 'state'));
         END IF;
 
         -- usage by resource this allocation year, with the projection
@@ -550,18 +550,18 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
                    string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td>'
                                      '<td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
-                                     @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
+                                     hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
                                      x ->> 'year_start', x ->> 'year_end',
                                      coalesce(to_char((x ->> 'core_years')::numeric, 'FM999,999,990.000'), 'n/a'),
                                      to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage_years')::numeric, 'FM999,999,990.000'),
                                      coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
-                                     @extschema@.html_escape(x ->> 'unit')), '' ORDER BY ord)
+                                     hpcacct_internal.html_escape(x ->> 'unit')), '' ORDER BY ord)
             INTO labels, series, rows
             FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
             h := h || '<h2>Usage by resource this allocation year</h2>'
-                   || @extschema@.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
+                   || hpcacct_internal.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
                    || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>core-years (raw)</th>'
                       '<th>equivalent-hours (unweighted)</th><th>usage to date</th><th>usage in unit-years</th>'
                       '<th>projected</th><th>unit</th></tr>'
@@ -586,7 +586,7 @@ CREATE FUNCTION @extschema@.statement_accounts(month date)
         tz constant text := @extschema@.site_timezone();
         m date;
     BEGIN
-        m := @extschema@.statement_month(month);
+        m := hpcacct_internal.statement_month(month);
         RETURN QUERY
         SELECT a.name
         FROM @extschema@.account a

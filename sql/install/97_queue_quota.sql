@@ -59,8 +59,8 @@ CREATE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAU
         RETURN QUERY
         SELECT u.*
         FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
-              WHERE (SELECT @extschema@.sees_all_accounts())
-                 OR p.account = ANY ((SELECT @extschema@.visible_accounts())::text[])) a
+              WHERE (SELECT hpcacct_internal.sees_all_accounts())
+                 OR p.account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])) a
         CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
         ORDER BY u.account;
     END

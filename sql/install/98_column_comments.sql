@@ -91,10 +91,10 @@ BEGIN
         ('{slurm_association}', 'reason', 'Why the account is not normal; NULL if it is'),
         ('{slurm_association}', 'message', 'The message a user sees at submission'),
         -- settings
-        ('{settings,fairshare_settings}', 'name', 'Setting name'),
-        ('{settings,fairshare_settings}', 'value', 'Effective value'),
-        ('{settings,fairshare_settings}', 'source', 'site (set in the table) or default'),
-        ('{settings,fairshare_settings}', 'description', 'What the setting means'),
+        ('{settings}', 'name', 'Setting name'),
+        ('{settings}', 'value', 'Effective value'),
+        ('{settings}', 'source', 'site (set in the table) or default'),
+        ('{settings}', 'description', 'What the setting means'),
         -- notifications
         ('{account_recipient,outbox_status}', 'username', 'User the message goes to'),
         ('{account_recipient}', 'role', 'The user''s membership role: admin (manager) or member'),

@@ -5592,67 +5592,92 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
     AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
 -- end of statements' month check
 
--- ---- incremental compaction (issue 19, scale2) ------------------------------------------
--- compact_rollup() merges only the rows not folded and adds to the bases: one row per group
--- in the folded rows and the bases (as 0.3's compaction left them), the consumption rollup's
--- merged rows apart from its deltas (existing rows count as deltas until the next compaction).
-ALTER TABLE @extschema@.consumption_rollup ADD COLUMN merged boolean NOT NULL DEFAULT false;
-CREATE INDEX consumption_rollup_unmerged ON @extschema@.consumption_rollup (boundary) WHERE NOT merged;
-CREATE UNIQUE INDEX consumption_rollup_merged ON @extschema@.consumption_rollup (account, resource_id, boundary)
-    WHERE merged;
-COMMENT ON COLUMN @extschema@.consumption_rollup.merged IS
-    'One row per account, resource and boundary, which compact_rollup() adds the delta rows to (new rows are not)';
-CREATE UNIQUE INDEX charge_rollup_folded ON @extschema@.charge_rollup
-    (account, resource_id, unit, submitter, month, end_month) NULLS NOT DISTINCT WHERE folded;
-CREATE UNIQUE INDEX fairshare_base_group ON @extschema@.fairshare_base (account, resource_id, unit, submitter)
-    NULLS NOT DISTINCT;
-CREATE UNIQUE INDEX usage_base_group ON @extschema@.usage_base (account, resource_id, unit, month);
-COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
-    'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base: one row per group, which '
-    'compact_rollup() adds late rows to (new rows are not folded)';
-COMMENT ON COLUMN @extschema@.usage_base.through IS
-    'First day of the last month folded in (site time zone) when the row was last added to: the jobs in it ended '
-    'before the next month; the latest is the whole base''s';
-CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
-REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
-CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date,
-                                                       per_submitter boolean)
-    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::date, NULL::numeric WHERE false $$;
-    -- defined below (final definitions): usage_base's rows keep their own month folded
--- year_usage: a SQL-standard body, which the reports inline (not in the final block)
-CREATE OR REPLACE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_submitter boolean)
-    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
-                   rate float8, month date, amount numeric, year integer, first_day date, last_day date,
-                   elapsed interval, length interval, state text)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    BEGIN ATOMIC
-        WITH years AS MATERIALIZED (
-            SELECT p.pool, y.*
-            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
-            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
-        )
-        SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
-               y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
-        FROM @extschema@.charges_ended_by($2, (SELECT pg_catalog.min(first_day) FROM years),
-                                          (SELECT pg_catalog.max(last_day) FROM years), $3) c
-        JOIN @extschema@.resource r USING (resource_id)
-        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
-        WHERE c.month BETWEEN y.first_day AND y.last_day;
-    END;
--- end of incremental compaction
-
--- ==== final definitions ---------------------------------------------------------------
--- The sections above come from several changes, some to the same functions. Every function
--- and procedure they define is defined here once more, as sql/install has it, so that the
--- update ends where a fresh install of 0.4 starts.
-COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
-CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
+-- ==== internal helpers out of \df hpcacct.* (issue 18, house) ---------------------------
+-- Functions a user never calls move to schema hpcacct_internal (00_header.sql); what calls
+-- them by name is defined again below as sql/install has it.
+CREATE SCHEMA hpcacct_internal;
+COMMENT ON SCHEMA hpcacct_internal IS
+    'hpcacct''s internal functions: trigger, type, operator and aggregate support, argument checks and building blocks';
+ALTER FUNCTION @extschema@.tres_in(cstring) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_out(hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_recv(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_send(hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_add(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_mul(hpcacct.tres, double precision) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_mul(double precision, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_eq(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_ne(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_lt(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_le(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_gt(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_ge(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_cmp(hpcacct.tres, hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_hash(hpcacct.tres) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tres_hash_extended(hpcacct.tres, bigint) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.check_setting() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.ledger_is_append_only() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.ledger_check_references() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.day_or_today(day date, caller text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.require_account(account text, caller text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.rebuild_rollup_trigger() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.last_charged_start(resource_id bigint) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.check_resource_change() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.check_account_delete() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tmc_transfn(internal, date, date, double precision, date) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tmc_transfn(internal, date, date, double precision, date, text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tc_transfn(internal, date, date, double precision, date) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.tc_transfn(internal, date, date, double precision, date, text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.theoretical_combinefn(internal, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.theoretical_finalfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.theoretical_serialfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.window_quota_transfn(internal, date, double precision, double precision, date) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.window_quota_combinefn(internal, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.window_quota_serialfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.window_quota_deserialfn(bytea, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.window_quota_finalfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.check_fairshare_setting() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_transfn(internal, timestamp with time zone, double precision, timestamp with time zone, interval) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_combinefn(internal, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_serialfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_deserialfn(bytea, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_finalfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_periods_transfn(internal, timestamp with time zone, double precision, timestamp with time zone, interval, double precision, integer) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_periods_combinefn(internal, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_periods_serialfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_periods_deserialfn(bytea, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.decayed_usage_periods_finalfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.quarter_balance_combinefn(internal, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.quarter_balance_serialfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.quarter_balance_deserialfn(bytea, internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.quarter_balance_finalfn(internal) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.require_bank_account(account text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.require_amount(amount numeric) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.book_allocation(account text, kind text, quarter date, amount numeric, note text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.top_up_note(target numeric) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.check_personal_allotment() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.require_admin(account text, by_user text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.require_member_manager(account text, by_user text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.visible_accounts() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.sees_all_accounts() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.protect_table(target regclass) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.grant_submit_role() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.note_replicated_charge() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.roll_up_received() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.federation_refuse_local_write() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.federation_slot_exists(slot text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.notify_number(x numeric) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.notify_regulation() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.notify_quarter() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.notify_hold() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.contact_touch() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.html_escape(s text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], series jsonb, width integer, height integer) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.visible_account(account text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.statement_month(month date) SET SCHEMA hpcacct_internal;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -5698,8 +5723,48 @@ CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
         RETURN NEW;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.check_setting() IS 'Trigger: only known settings, with values of the right kind';
-CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_is_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION 'hpcacct.ledger is append-only: % is not allowed', lower(TG_OP)
+            USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        accounts  text[];
+        resources bigint[];
+        missing   text;
+    BEGIN
+        SELECT pg_catalog.array_agg(DISTINCT p.account), pg_catalog.array_agg(DISTINCT p.resource_id)
+                   FILTER (WHERE p.resource_id IS NOT NULL)
+        INTO accounts, resources
+        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) p;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.account a WHERE a.name = ANY (accounts)
+                                              FOR KEY SHARE) l) < pg_catalog.cardinality(accounts) THEN
+            SELECT n INTO missing FROM pg_catalog.unnest(accounts) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: account "%" does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_account_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = ANY (resources)
+                                              FOR KEY SHARE) l) < coalesce(pg_catalog.cardinality(resources), 0) THEN
+            SELECT n::text INTO missing FROM pg_catalog.unnest(resources) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: resource % does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_resource_id_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.job_columns(job_table regclass, mapping text[]) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -5762,7 +5827,6 @@ CREATE OR REPLACE FUNCTION @extschema@.job_columns(job_table regclass, mapping t
         RETURN columns;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
 CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -5784,7 +5848,3755 @@ CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Attach it with hpcacct.attach_charging(table).';
         END IF;
-        col := @extschema@.job_columns(TG_RELID, TG_ARGV);
+        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
+        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
+                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
+                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
+                           VARIADIC col);
+        IF TG_OP = 'UPDATE' THEN
+            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
+            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
+        ELSIF TG_OP = 'DELETE' THEN
+            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
+        ELSE
+            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+
+        IF changed_old IS NOT NULL THEN
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                job_submit, submitter, job_start, job_end, note, core_hours)
+                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge'
+                  AND EXISTS (SELECT 1 FROM %s o
+                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                         l.job_end
+                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
+                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+        END IF;
+
+        IF changed_new IS NOT NULL THEN
+            max_length := @extschema@.setting_value('max_job_length')::interval;
+            need_member := @extschema@.setting_value('require_membership')::boolean;
+            -- Charge every job that can be charged; only when some cannot, find out why. (The
+            -- accounts are checked first, once each: joined per job, the planner, blind to the
+            -- transition table's size, would scan the accounts once per job.)
+            EXECUTE format($q$
+                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
+                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                $q$, changed_new) INTO unknown_accounts;
+            IF unknown_accounts = 0 THEN
+                EXECUTE format($q$
+                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                    job_submit, submitter, job_start, job_end, core_hours)
+                    SELECT j.account, 'charge',
+                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
+                           j.job_end,
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
+                    FROM %s j
+                    JOIN @extschema@.resource r
+                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
+                                             WHERE m.account = j.account AND m.username = j.submitter))
+                    $q$, changed_new) USING max_length, need_member;
+                GET DIAGNOSTICS charged = ROW_COUNT;
+                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
+            END IF;
+            IF unknown_accounts > 0 OR charged <> jobs THEN
+                EXECUTE format($q$
+                    SELECT * FROM (
+                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
+                               CASE
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                       THEN 'unknown_account'
+                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                                                           WHERE m.account = j.account AND m.username = j.submitter)
+                                       THEN 'not_member'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                      AND r.valid @> j.job_start)
+                                       THEN 'unknown_resource'
+                               END AS problem
+                        FROM %s j) checked
+                    WHERE problem IS NOT NULL
+                    LIMIT 1
+                    $q$, changed_new) INTO problem USING max_length, need_member;
+
+                IF problem.problem = 'missing' THEN
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'no_times' THEN
+                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed',
+                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'end_before_start' THEN
+                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'too_long' THEN
+                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
+                                    problem.jobid, max_length
+                        USING ERRCODE = 'HA004',
+                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
+                ELSIF problem.problem = 'not_member' THEN
+                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
+                                    problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'HA005',
+                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
+                ELSIF problem.problem = 'unknown_account' THEN
+                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+                ELSIF problem.problem = 'unknown_resource' THEN
+                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object',
+                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                END IF;
+                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
+                    USING ERRCODE = 'internal_error';
+            END IF;
+        END IF;
+        RETURN NULL;
+    END
+    $fn$;
+CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping text[] DEFAULT '{}')
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        args text;
+    BEGIN
+        PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
+        SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
+                       'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@.job') RETURNS regclass
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        created regclass;
+    BEGIN
+        EXECUTE format($t$
+            CREATE TABLE %s (
+                cluster   text NOT NULL,
+                jobid     text NOT NULL,
+                account   text NOT NULL,
+                "user"    text NOT NULL,
+                partition text NOT NULL,
+                submit    timestamptz,
+                start     timestamptz NOT NULL,
+                "end"     timestamptz NOT NULL,
+                alloctres @extschema@.tres NOT NULL,
+                state     text,
+                UNIQUE NULLS NOT DISTINCT (cluster, jobid, submit)
+            )$t$, job_table);
+        created := job_table::regclass;
+        EXECUTE format('COMMENT ON TABLE %s IS %L', created,
+                       'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
+        PERFORM @extschema@.attach_charging(created);
+        PERFORM hpcacct_internal.protect_table(created);
+        RETURN created;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.day_or_today(day date, caller text) RETURNS date
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF day IS NULL THEN
+            RETURN @extschema@.site_today();
+        END IF;
+        IF NOT pg_catalog.isfinite(day) THEN
+            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        RETURN day;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_account(account text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        END IF;
+        RETURN account;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        setting constant text := TG_ARGV[0];
+        changed boolean;
+    BEGIN
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = setting
+                       WHEN 'DELETE' THEN OLD.name = setting
+                       ELSE setting IN (NEW.name, OLD.name) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.last_charged_start(resource_id bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT max(j.job_start)
+        FROM (SELECT l.job_start
+              FROM @extschema@.ledger l
+              WHERE l.kind = 'charge' AND l.resource_id = last_charged_start.resource_id
+              GROUP BY l.cluster, l.jobid, l.job_start
+              HAVING sum(l.amount) <> 0) j
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        other record;
+        charged boolean;
+        last_start timestamptz;
+    BEGIN
+        IF TG_OP IN ('UPDATE', 'DELETE') THEN
+            charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            IF charged THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs and cannot be deleted',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = format('The ledger''s charges name it. To stop charging at it, close it: UPDATE hpcacct.resource '
+                                        'SET valid = tstzrange(lower(valid), <end>) WHERE resource_id = %s.',
+                                        OLD.resource_id);
+            END IF;
+            RETURN OLD;
+        END IF;
+
+        IF TG_OP = 'UPDATE' AND charged THEN
+            -- (tres compared in canonical text: its operators are not on this search_path)
+            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
+                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
+               IS DISTINCT FROM
+               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
+                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'HA006',
+                          DETAIL = 'Its rate, bundle, node, unit, pool, exclusive flag and the start of its validity '
+                                   'are what the ledger''s charges were computed from.',
+                          HINT = format('For jobs from a date on, re-rate them: SELECT hpcacct.rerate(%s, <new rate>, <from>) '
+                                        '(closes this row, adds the new one, books reversals and new charges). For future '
+                                        'jobs only, close this row at <from> and insert a new one from <from>.',
+                                        OLD.resource_id);
+            END IF;
+            last_start := hpcacct_internal.last_charged_start(OLD.resource_id);
+            IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
+                RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
+                                OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
+                    USING ERRCODE = 'HA006',
+                          HINT = format('Close it after %s, or re-rate the jobs from <from> on: '
+                                        'SELECT hpcacct.rerate(%s, <new rate>, <from>).', last_start, OLD.resource_id);
+            END IF;
+        END IF;
+
+        -- Two rates for one cluster and partition at the same time (the exclusion constraint
+        -- would refuse it too, without saying what to do).
+        SELECT r.resource_id, r.valid INTO other
+        FROM @extschema@.resource r
+        WHERE r.cluster = NEW.cluster AND r.partition = NEW.partition AND r.valid && NEW.valid
+          AND r.resource_id IS DISTINCT FROM NEW.resource_id
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a rate for %/% over % overlaps resource % (valid %)',
+                            NEW.cluster, NEW.partition, NEW.valid, other.resource_id, other.valid
+                USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'resource_one_rate_at_a_time',
+                      HINT = format('One rate at a time: close resource %s where the new rate starts '
+                                    '(UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), <start>) WHERE resource_id = %s), '
+                                    'then insert the new row valid from <start>; to re-rate jobs already charged, '
+                                    'use hpcacct.rerate().', other.resource_id, other.resource_id);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
+                USING ERRCODE = 'foreign_key_violation',
+                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
+                             'allocating to it (without an allocation for the current quarter check_submit refuses '
+                             'it as account_expired) and remove its members with hpcacct.remove_member().';
+        END IF;
+        RETURN OLD;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');
+        WITH d AS MATERIALIZED (
+            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
+            FROM @extschema@.quota_period p, d
+            WHERE p.account = $1
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
+            LIMIT 1
+        ), consumed AS (
+            SELECT c.month, sum(c.amount) AS amount
+            FROM period p
+            JOIN @extschema@.charge_rollup c
+              ON c.account = $1 AND c.unit = p.unit
+             AND c.month >= p.period_start AND c.month <= p.period_end
+             AND c.month <= p.day
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
+            GROUP BY c.month
+        )
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
+               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
+               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
+        FROM period p
+        CROSS JOIN LATERAL (
+            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, p.day) AS q
+            FROM (SELECT g.month::date AS month
+                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
+                                                  interval '1 month') AS g(month)) m
+            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
+            LEFT JOIN consumed c ON c.month = m.month
+        ) w
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_fairshare_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ok   boolean;
+        what text;
+    BEGIN
+        SELECT c.description INTO what FROM @extschema@.fairshare_setting_catalog() c WHERE c.name = NEW.name;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown fair-share setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.fairshare_settings for the settings there are.';
+        END IF;
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for fair-share setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value', HINT = what || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (SELECT b.state FROM @extschema@.bank_state(account, hpcacct_internal.day_or_today(at, 'account_state')) b);
+CREATE OR REPLACE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_account(account, 'balance');
+        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, hpcacct_internal.day_or_today(at, 'balance')) b);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
+            RAISE EXCEPTION 'account "%" has been deleted', account
+                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
+        END IF;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        entry bigint;
+    BEGIN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
+        RETURNING entry_id INTO entry;
+        RETURN entry;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, 'deposit', quarter, amount, note);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, 'refund', quarter, amount, note);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_account text, to_quarter date,
+                                     amount numeric, note text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(from_account);
+        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
+            RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        PERFORM hpcacct_internal.book_allocation(from_account, 'transfer', from_quarter, -amount, note);
+        PERFORM hpcacct_internal.book_allocation(to_account, 'transfer', to_quarter, amount, note);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.top_up_note(target numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
+CREATE OR REPLACE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) RETURNS numeric
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        bank_unit constant text := @extschema@.setting_value('bank_unit');
+        booked numeric;
+    BEGIN
+        IF quarter IS NULL OR target IS NULL THEN
+            RAISE EXCEPTION 'top_up needs a quarter and a target' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
+               (q + interval '3 months')::date - 1, hpcacct_internal.top_up_note(target)
+        FROM @extschema@.ledger l
+        WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q AND l.unit = bank_unit
+        HAVING target - coalesce(sum(l.amount), 0) > 0
+        ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+        DO NOTHING
+        RETURNING amount INTO booked;
+        RETURN coalesce(booked, 0);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_personal_allotment() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.personal_allotment > 2 * @extschema@.setting_value('personal_allotment')::numeric THEN
+            RAISE EXCEPTION 'personal allotment % exceeds double the default (%)',
+                            NEW.personal_allotment, @extschema@.setting_value('personal_allotment')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF by_user IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_admin.account AND m.username = by_user AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', by_user, account
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM hpcacct_internal.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        PERFORM hpcacct_internal.require_bank_account(account);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+        PERFORM hpcacct_internal.require_admin(account, by_user);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
+        ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
+                         AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+        DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
+        UPDATE @extschema@.hpc_user u SET default_account = NULL
+        WHERE u.username = remove_member.username AND u.default_account = remove_member.account;
+    END
+    $$;
+CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        this_quarter constant date := @extschema@.quarter_start(q);
+        previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+    BEGIN
+        IF q IS NULL THEN
+            RAISE EXCEPTION 'open_quarter needs a date' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT isfinite(q) THEN
+            RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one run at a time
+        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+
+        -- top_up() of the personal accounts of members of projects active in this quarter
+        -- (an allocation for q, not only for a later quarter), for this and the two following
+        -- quarters, in one statement
+        WITH cfg AS MATERIALIZED (
+            SELECT @extschema@.setting_value('bank_unit') AS unit
+        ), active AS (
+            SELECT p.name
+            FROM @extschema@.account p
+            CROSS JOIN LATERAL @extschema@.bank_state(p.name, this_quarter) b
+            WHERE p.kind = 'project' AND b.state = 'active'
+        ), missing AS MATERIALIZED (
+            SELECT a.name, t.target, lv.level,
+                   lv.level - coalesce((SELECT sum(l.amount) FROM @extschema@.ledger l
+                                        WHERE l.account = a.name AND l.kind = 'deposit' AND l.valid_from = t.target
+                                          AND l.unit = cfg.unit), 0) AS amount
+            FROM @extschema@.account a
+            CROSS JOIN LATERAL (SELECT coalesce(a.personal_allotment,
+                                                (SELECT @extschema@.setting_value('personal_allotment')::numeric))
+                                           AS level) lv
+            CROSS JOIN cfg
+            CROSS JOIN LATERAL (SELECT (this_quarter + i * interval '3 months')::date AS target
+                                FROM pg_catalog.generate_series(0, 2) AS i) t
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.membership m JOIN active p ON p.name = m.account
+                          WHERE m.username = a.name)
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+            SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
+                   hpcacct_internal.top_up_note(m.level)
+            FROM missing m, cfg
+            WHERE m.amount > 0
+            ORDER BY m.name, m.target
+            ON CONFLICT (account, valid_from, note) WHERE kind = 'deposit' AND note LIKE 'personal allotment up to %'
+            DO NOTHING
+            RETURNING account, valid_from, amount
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, amount)
+        SELECT this_quarter, b.account, 'top_up', b.valid_from, b.amount
+        FROM booked b
+        ORDER BY b.account, b.valid_from
+        ON CONFLICT ON CONSTRAINT quarter_log_once
+        DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
+
+        -- expire personal accounts without an allocation for this quarter
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, a.name, 'expired', this_quarter
+        FROM @extschema@.account a
+        CROSS JOIN LATERAL @extschema@.bank_state(a.name, this_quarter) b
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state <> 'active'
+        ON CONFLICT DO NOTHING;
+
+        -- delete those that expired in the previous quarter as well
+        WITH deleted AS (
+            UPDATE @extschema@.account a SET deleted_in = this_quarter
+            WHERE a.kind = 'personal' AND a.deleted_in IS NULL
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = this_quarter)
+              AND EXISTS (SELECT 1 FROM @extschema@.quarter_log g
+                          WHERE g.account = a.name AND g.action = 'expired' AND g.quarter = previous_quarter)
+            RETURNING a.name
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
+        SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
+        ON CONFLICT DO NOTHING;
+
+        -- default projects that point to expired or deleted accounts fall back to the personal one
+        WITH stale AS (
+            SELECT u.username, u.default_account
+            FROM @extschema@.hpc_user u
+            CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
+            WHERE u.default_account IS NOT NULL AND b.state IN ('expired', 'deleted')
+            FOR UPDATE OF u
+        ), reset AS (
+            UPDATE @extschema@.hpc_user u SET default_account = NULL
+            FROM stale s
+            WHERE u.username = s.username
+            RETURNING s.username, s.default_account AS old_default
+        )
+        INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter, username)
+        SELECT this_quarter, r.old_default, 'default_reset', this_quarter, r.username FROM reset r
+        ON CONFLICT DO NOTHING;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        pol text[];
+        bank record;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
+            IF bank.state = 'expired' THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF bank.state = 'inactive' THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, bank.next_allocation))::@extschema@.submit_decision;
+            ELSIF bank.balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'genci' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.visible_accounts() RETURNS text[]
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce(pg_catalog.array_agg(m.account), '{}')
+        FROM @extschema@.membership m WHERE m.username = pg_catalog.session_user()
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
+                           false);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        has_account boolean;
+        has_username boolean;
+        visible text;
+    BEGIN
+        SELECT bool_or(a.attname = 'account'), bool_or(a.attname = 'username')
+        INTO has_account, has_username
+        FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = target AND a.attnum > 0 AND NOT a.attisdropped;
+        visible := CASE
+            WHEN target = '@extschema@.account'::regclass
+                THEN 'name = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
+            WHEN has_account AND has_username
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[]) OR username = session_user'
+            WHEN has_account
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
+            WHEN has_username
+                THEN 'username = session_user'
+        END;
+        IF visible IS NULL THEN
+            RETURN false;
+        END IF;
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()) OR %s)',
+                       target, visible);
+        EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', target);
+        RETURN true;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.machine_setting
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        r record;
+    BEGIN
+        FOR r IN SELECT * FROM (VALUES
+            ('hpcacct_admin', 'hpcacct: administers the site: every table, function and procedure of the extension'),
+            ('hpcacct_ingest', 'hpcacct: the loader: inserts jobs, COPYs into sacct_staging and runs load_sacct()'),
+            ('hpcacct_portal', 'hpcacct: a portal user: reads their own accounts'' rows; a project administrator '
+                               'also manages the members of their projects'),
+            ('hpcacct_auditor', 'hpcacct: reads every account''s rows and figures and changes nothing'),
+            ('hpcacct_submit', 'hpcacct: the Slurm submit check: runs check_submit() for any user and account')
+        ) AS v(name, description) LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.rolname = r.name) THEN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.name);
+            END IF;
+            EXECUTE pg_catalog.format('COMMENT ON ROLE %I IS %L', r.name, r.description);
+        END LOOP;
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin;
+        GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
+        IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
+            GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
+        END IF;
+        -- the sacct loader (95_sacct.sql): COPY into the staging table, then load_sacct()
+        GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
+        GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
+                                  @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
+        -- staged lines are every account's, and not behind row-level security (COPY refuses it)
+        REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
+        -- project administrators manage their projects' members from a portal (the functions
+        -- check that the session user administers the account)
+        GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
+                                  @extschema@.remove_member(text, text, text) TO hpcacct_portal;
+        -- the auditor reads every table (row-level security lets it see every account) and
+        -- the fair share of every account; it writes nothing and runs no administrative function
+        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
+        GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
+        PERFORM hpcacct_internal.grant_submit_role();
+        -- a portal user keeps their own contact row (its policy admits no other)
+        GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
+            ON @extschema@.contact TO hpcacct_portal;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        instant constant timestamptz := coalesce(fairshare.at, pg_catalog.now());
+        sees_all constant boolean := EXISTS (
+            SELECT 1 FROM pg_catalog.pg_roles r
+            WHERE (r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
+                   AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+               OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
+    BEGIN
+        IF NOT sees_all AND instant <> pg_catalog.now() THEN
+            RAISE EXCEPTION 'fairshare() at % is for administrators: others see the present only', instant
+                USING ERRCODE = 'insufficient_privilege', HINT = 'Call hpcacct.fairshare() without an argument.';
+        END IF;
+        RETURN QUERY
+            SELECT f.pool, f.unit, f.account, f.submitter, f.allocation,
+                   CASE WHEN sees_all THEN f.share END, f.usage,
+                   CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
+            FROM @extschema@.fairshare_all(instant) f
+            WHERE sees_all OR f.account = ANY (hpcacct_internal.visible_accounts());
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        first boolean;
+    BEGIN
+        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
+        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
+            RETURN NEW;
+        END IF;
+        first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
+        IF first THEN
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+            IF pg_catalog.to_regclass('pg_temp.hpcacct_received') IS NULL THEN
+                CREATE TEMPORARY TABLE hpcacct_received (
+                    entry                @extschema@.ledger NOT NULL,
+                    first_in_transaction boolean NOT NULL
+                );
+                CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
+                    DEFERRABLE INITIALLY DEFERRED
+                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION hpcacct_internal.roll_up_received();
+                -- written in replica sessions only: fire there
+                ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
+            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
+                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
+            END IF;
+        END IF;
+        INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_refuse_local_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
+            USING ERRCODE = 'HA013',
+                  HINT = 'Make the change in the central database; it reaches every site by replication.';
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        node   @extschema@.federation_node;
+        ids    constant int8range := @extschema@.federation_id_range(site);
+        seq    constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        stray  bigint;
+        filled boolean;
+        tab    regclass;
+    BEGIN
+        IF site IS NULL OR role IS NULL THEN
+            RAISE EXCEPTION 'site and role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF role NOT IN ('centre', 'site') OR (role = 'centre') <> (site = 0) OR site NOT BETWEEN 0 AND 32767 THEN
+            RAISE EXCEPTION 'invalid federation site % for role %', site, role
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The centre is site 0; cluster sites are numbered 1 to 32767.';
+        END IF;
+        SELECT * INTO node FROM @extschema@.federation_node;
+        IF FOUND AND (node.site <> site OR node.role <> role) THEN
+            RAISE EXCEPTION 'this database is already federation % %, not % %', node.role, node.site, role, site
+                USING ERRCODE = 'HA010', HINT = 'A database has one place in a federation.';
+        END IF;
+        IF NOT FOUND THEN
+            -- ids booked before: they must lie in the range, or they would collide with another site's
+            SELECT count(*) INTO stray FROM @extschema@.ledger l WHERE NOT ids @> l.entry_id;
+            IF stray > 0 THEN
+                RAISE EXCEPTION 'the ledger holds % entries outside site %''s id range %', stray, site, ids
+                    USING ERRCODE = 'HA011',
+                          HINT = CASE WHEN role = 'centre' THEN 'An existing database can become the centre only.'
+                                      ELSE 'A site joins with an empty ledger.' END;
+            END IF;
+            IF role = 'site' THEN
+                -- reference data comes from the centre; rows of its own would conflict with the copy
+                FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                    EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s)', tab) INTO filled;
+                    IF filled THEN
+                        RAISE EXCEPTION 'a joining site must not hold reference data: % has rows', tab
+                            USING ERRCODE = 'HA012',
+                                  HINT = 'Accounts, users, resources and settings are written at the centre; '
+                                         'join with the extension freshly created.';
+                    END IF;
+                END LOOP;
+            END IF;
+            INSERT INTO @extschema@.federation_node (site, role) VALUES (site, role);
+        END IF;
+
+        -- the ledger's ids: this site's range only (a sequence never wraps: it stops at the end)
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l
+                   WHERE l.entry_id >= pg_catalog.lower(ids) AND l.entry_id < pg_catalog.upper(ids)) THEN
+            EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START WITH %s', seq,
+                                      pg_catalog.lower(ids), pg_catalog.upper(ids) - 1, pg_catalog.lower(ids));
+        ELSE
+            EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s START WITH %s RESTART WITH %s', seq,
+                                      pg_catalog.lower(ids), pg_catalog.upper(ids) - 1, pg_catalog.lower(ids),
+                                      pg_catalog.lower(ids));
+        END IF;
+
+        -- triggers that must fire for rows received: the rollups of replicated charges, and a
+        -- rebuild of the rollups when the time zone or half-life they depend on changes
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
+            CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
+                FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
+        END IF;
+        ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
+        ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
+        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
+        -- at a site, the reference tables are written by replication only
+        IF role = 'site' THEN
+            FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
+                IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                               WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
+                    EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE '
+                                              'ON %s FOR EACH ROW EXECUTE FUNCTION '
+                                              'hpcacct_internal.federation_refuse_local_write()', tab);
+                END IF;
+            END LOOP;
+        END IF;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_slot_exists(slot text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
+CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids    int8range;
+        pub    text;
+        known  @extschema@.federation_site;
+        tables text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR name IS NULL THEN
+            RAISE EXCEPTION 'site and name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF site NOT BETWEEN 1 AND 32767 OR name !~ '^[a-z0-9_]{1,40}$' THEN
+            RAISE EXCEPTION 'invalid site % "%"', site, name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Sites are numbered 1 to 32767 and named with 1 to 40 of a-z, 0-9 and _.';
+        END IF;
+        PERFORM @extschema@.federation_prepare(0, 'centre');
+        SELECT * INTO known FROM @extschema@.federation_site s WHERE s.site = federation_publish.site OR s.name = federation_publish.name;
+        IF FOUND AND (known.site <> federation_publish.site OR known.name <> federation_publish.name) THEN
+            RAISE EXCEPTION 'site % "%" conflicts with site % "%"', site, name, known.site, known.name
+                USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.federation_site (site, name) VALUES (site, name) ON CONFLICT DO NOTHING;
+
+        SELECT pg_catalog.string_agg(t::text, ', ') INTO tables
+        FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = 'hpcacct_fed_reference') THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION hpcacct_fed_reference FOR TABLE %s '
+                                      'WITH (publish = ''insert, update, delete'')', tables);
+        ELSE
+            EXECUTE pg_catalog.format('ALTER PUBLICATION hpcacct_fed_reference SET TABLE %s', tables);
+        END IF;
+
+        ids := @extschema@.federation_id_range(site);
+        pub := 'hpcacct_fed_c2s_' || site;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
+                                      'WHERE (entry_id < %s OR entry_id >= %s) WITH (publish = ''insert'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids  int8range;
+        pub  text;
+        sub  text;
+        missing text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR centre_conninfo IS NULL THEN
+            RAISE EXCEPTION 'site and centre_conninfo must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        pub := 'hpcacct_fed_s2c_' || site;
+        sub := 'hpcacct_fed_c2s_' || site;
+        IF site NOT BETWEEN 1 AND 32767 THEN
+            RAISE EXCEPTION 'invalid site %', site
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Sites are numbered 1 to 32767; the centre is 0.';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+            -- joined before: the checks of an empty site no longer apply
+            PERFORM @extschema@.federation_prepare(site, 'site');
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            -- reference tables a later version added reach the site only after a refresh,
+            -- which PostgreSQL does not allow inside a procedure: say so
+            SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
+            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                              WHERE s.subname = sub AND r.srrelid = t);
+            IF missing IS NOT NULL THEN
+                RAISE WARNING 'this site does not receive %', missing
+                    USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
+                                                   'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
+            RETURN;
+        END IF;
+        PERFORM @extschema@.federation_prepare(site, 'site');
+        ids := @extschema@.federation_id_range(site);
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
+                                      'WHERE (entry_id >= %s AND entry_id < %s) WITH (publish = ''insert'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- the centre made the slot for this subscription in federation_publish()
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
+                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
+                                  sub, centre_conninfo, sub, sub);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+           END;
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
+                WHEN 'regulation_warning' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
+                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
+                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric))
+                WHEN 'regulation_retraction' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
+                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
+                    'valid until 31 December: the allocation goes from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
+                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                WHEN 'annual_warning' THEN pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
+                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
+                    'up to %s %% of the annual allocation may be retracted after May.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, s.annual_retraction_percent)
+                ELSE pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
+                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
+                    'from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
+                                 hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.machine_setting s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
+            'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+            'body', CASE r.action
+                WHEN 'expired' THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
+                    'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
+                    'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
+                    'with it the files of the login. Join an active project or ask your consultant for an\n'
+                    'allocation to keep it.\n', r.account, r.account, r.quarter,
+                    (r.quarter + interval '3 months')::date)
+                ELSE pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
+                    'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
+                    'deleted.\n', r.account, r.account, r.quarter)
+            END,
+            'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
+        FROM new_rows r
+        -- an account that expired the quarter before is deleted by the same run: one notice, the deletion
+        WHERE r.action = 'deleted'
+           OR (r.action = 'expired'
+               AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
+                               WHERE p.account = r.account AND p.action = 'expired'
+                                 AND p.quarter = (r.quarter - interval '3 months')::date));
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
+                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+            -- NULL when the job names an account that does not exist
+            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
+            'also', pg_catalog.jsonb_build_array(n.username),
+            'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
+                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
+            'body', CASE WHEN n.held THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
+                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
+                    'project administrator for an allocation.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
+                 ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
+            END,
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+        FROM new_rows n
+        JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
+        WHERE n.held IS DISTINCT FROM o.held;
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        r record;
+        q date;
+        written integer := 0;
+        id bigint;
+        bank_unit text;
+        next_q date;
+        warn_days integer;
+    BEGIN
+        IF at IS NULL THEN
+            RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT pg_catalog.isfinite(at) THEN
+            RAISE EXCEPTION 'notify_scan needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        -- one scan at a time: a second one waits and then finds the states notified
+        LOCK TABLE @extschema@.quota_state_notified IN SHARE ROW EXCLUSIVE MODE;
+
+        -- quota states: entry into low_priority and blocked, and back
+        FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state
+                 FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p) a
+                 CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+                 LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
+                 WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
+                 ORDER BY u.account LOOP
+            id := @extschema@.outbox_add(
+                'quota_state', pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state), r.account,
+                pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), at),
+                pg_catalog.format(E'Dear members of %s,\n\nthe core-hour quota of %s is now in state "%s" (before: "%s").\n%s\n\n'
+                                  'Accounting period:            %s to %s\n'
+                                  'Monthly allowance:            %s %s\n'
+                                  'Remaining of previous month:  %s\n'
+                                  'Consumed this month:          %s\n'
+                                  'Consumable (%%):               %s\n'
+                                  'Consumable:                   %s\n',
+                                  r.account, r.account, r.state, r.old_state,
+                                  CASE r.state
+                                      WHEN 'low_priority' THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
+                                      WHEN 'blocked' THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
+                                      ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
+                                  END,
+                                  r.period_start, r.period_end,
+                                  hpcacct_internal.notify_number(r.monthly::numeric), r.unit,
+                                  hpcacct_internal.notify_number(r.remaining_prev::numeric),
+                                  hpcacct_internal.notify_number(r.consumed_current::numeric),
+                                  hpcacct_internal.notify_number(r.consumable_pct::numeric),
+                                  hpcacct_internal.notify_number(r.consumable::numeric)),
+                pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
+                                              'monthly', r.monthly, 'remaining_prev', r.remaining_prev,
+                                              'consumed_current', r.consumed_current,
+                                              'consumable_pct', r.consumable_pct, 'consumable', r.consumable,
+                                              'unit', r.unit),
+                true);
+            written := written + (id IS NOT NULL)::integer;
+            INSERT INTO @extschema@.quota_state_notified AS n (account, state, since)
+            VALUES (r.account, r.state, at)
+            ON CONFLICT (account) DO UPDATE
+                SET state = EXCLUDED.state, since = EXCLUDED.since, notified_at = pg_catalog.statement_timestamp();
+        END LOOP;
+
+        -- balances below a threshold, once per account, quarter and threshold
+        q := @extschema@.quarter_start(at);
+        bank_unit := @extschema@.setting_value('bank_unit');
+        FOR r IN WITH alloc AS (
+                     SELECT l.account, sum(l.amount) AS amount
+                     FROM @extschema@.ledger l
+                     WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                       AND l.valid_from >= q AND l.valid_from < q + interval '3 months'
+                     GROUP BY l.account
+                     HAVING sum(l.amount) > 0
+                 )
+                 SELECT a.account, a.amount AS alloc, b.balance, t.percent
+                 FROM alloc a
+                 CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
+                 JOIN @extschema@.balance_threshold t
+                   ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
+                 ORDER BY a.account, t.percent LOOP
+            id := @extschema@.outbox_add(
+                'balance_low', pg_catalog.concat_ws('/', r.account, q, r.percent), r.account,
+                pg_catalog.format('[hpcacct] %s: %s', r.account,
+                                  CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
+                                       ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
+                pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
+                                  r.account, hpcacct_internal.notify_number(r.balance), bank_unit,
+                                  hpcacct_internal.notify_number(r.alloc), bank_unit, q,
+                                  pg_catalog.round(100 * r.balance / r.alloc, 1),
+                                  CASE WHEN r.percent = 0
+                                       THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
+                                       ELSE pg_catalog.format('That is below the threshold of %s %%.', r.percent) END),
+                pg_catalog.jsonb_build_object('quarter', q, 'balance', r.balance, 'allocation', r.alloc,
+                                              'threshold_percent', r.percent, 'unit', bank_unit));
+            written := written + (id IS NOT NULL)::integer;
+        END LOOP;
+
+        -- bank accounts active this quarter with no allocation for the next one, within
+        -- expiry_warning_days (at most a quarter) of its start: once per account and expiry day
+        next_q := (q + interval '3 months')::date;
+        warn_days := @extschema@.setting_value('expiry_warning_days')::integer;
+        FOR r IN WITH allocated AS (
+                     SELECT l.account, @extschema@.quarter_start(l.valid_from) AS quarter, sum(l.amount) AS amount
+                     FROM @extschema@.ledger l
+                     WHERE l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit AND l.valid_from >= q
+                     GROUP BY 1, 2
+                     HAVING sum(l.amount) > 0
+                 )
+                 SELECT a.name AS account, a.kind, now_q.amount AS alloc,
+                        (SELECT min(later.quarter) FROM allocated later
+                         WHERE later.account = a.name AND later.quarter > next_q) AS later_quarter
+                 FROM allocated now_q
+                 JOIN @extschema@.account a ON a.name = now_q.account
+                 WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
+                   AND a.deleted_in IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
+                 ORDER BY a.name LOOP
+            id := @extschema@.outbox_add(
+                'account_expiry', pg_catalog.concat_ws('/', r.account, next_q), r.account,
+                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, next_q,
+                                  CASE WHEN r.later_quarter IS NULL THEN 'it expires' ELSE 'jobs will be refused' END),
+                pg_catalog.format(E'Dear members of %s,\n\naccount %s holds an allocation for the quarter ending %s but none for the\n'
+                                  'quarter starting %s (%s days from %s). %s\n\n'
+                                  'Balance now:        %s %s of %s %s\n'
+                                  'Allocation ends:    %s\n%s',
+                                  r.account, r.account, next_q - 1, next_q, next_q - at, at,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
+                                                              'are refused and queued jobs are held.', r.later_quarter)
+                                       WHEN r.kind = 'personal'
+                                       THEN E'On that day the personal account expires: no batch jobs can be submitted\n'
+                                            'with it, and one still expired a quarter later is deleted. Join an active\n'
+                                            'project or ask your consultant for an allocation.'
+                                       ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
+                                            'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
+                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)), bank_unit,
+                                  hpcacct_internal.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  CASE WHEN r.later_quarter IS NOT NULL
+                                       THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
+                pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
+                                              'no_allocation_from', next_q, 'days_left', next_q - at,
+                                              'next_allocation', r.later_quarter, 'allocation', r.alloc,
+                                              'balance', @extschema@.balance(r.account, at), 'unit', bank_unit),
+                true);
+            written := written + (id IS NOT NULL)::integer;
+        END LOOP;
+        RETURN written;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        NEW.updated_at := pg_catalog.statement_timestamp();
+        RETURN NEW;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.html_escape(s text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+                   s, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[], series jsonb,
+                                      width integer DEFAULT 760, height integer DEFAULT 300)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        n integer := coalesce(pg_catalog.array_length(labels, 1), 0);
+        left_x constant float8 := 78;
+        top_y constant float8 := 34;
+        plot_w float8 := width - left_x - 16;
+        plot_h float8 := height - top_y - 58;
+        lo float8;
+        hi float8;
+        step float8;
+        mag float8;
+        svg text;
+        s jsonb;
+        k integer := 0;
+        bars integer;
+        bar_i integer := 0;
+        pts text;
+        i integer;
+        v float8;
+        tick float8;
+        legend_x float8 := left_x;
+    BEGIN
+        IF n = 0 OR series IS NULL OR pg_catalog.jsonb_typeof(series) <> 'array' THEN
+            RAISE EXCEPTION 'svg_chart needs labels and an array of series' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT least(0, min(x)), max(x) INTO lo, hi
+        FROM (SELECT (e.value #>> '{}')::float8 AS x
+              FROM pg_catalog.jsonb_array_elements(series) ser,
+                   LATERAL pg_catalog.jsonb_array_elements(coalesce(ser.value -> 'values', '[]') || coalesce(ser.value -> 'lower', '[]')
+                                                           || coalesce(ser.value -> 'upper', '[]')) e
+              WHERE pg_catalog.jsonb_typeof(e.value) = 'number') t;
+        IF hi IS NULL OR hi <= lo THEN
+            hi := lo + 1;
+        END IF;
+        -- a round step: 1, 2 or 5 times a power of ten, about five of them
+        mag := power(10, floor(log((hi - lo) / 5)));
+        step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
+                     WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        lo := floor(lo / step) * step;
+        hi := ceil(hi / step) * step;
+        svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
+                      'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
+            || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
+            || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
+                      left_x, hpcacct_internal.html_escape(title))
+            || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
+                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
+        -- grid and y labels
+        tick := lo;
+        WHILE tick <= hi + step / 2 LOOP
+            svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
+                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
+                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 hpcacct_internal.notify_number(tick::numeric));
+            tick := tick + step;
+        END LOOP;
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
+        -- x labels
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN coalesce(labels[i], '') = '';
+            svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 hpcacct_internal.html_escape(labels[i]));
+        END LOOP;
+        SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
+        FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
+            k := k + 1;
+            IF s ->> 'kind' = 'bar' THEN
+                svg := svg || format('<g class="series" data-series="%s" fill="%s">', hpcacct_internal.html_escape(s ->> 'name'),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')));
+                FOR i IN 1 .. n LOOP
+                    v := (s -> 'values' ->> (i - 1))::float8;
+                    CONTINUE WHEN v IS NULL;
+                    svg := svg || format('<rect x="%s" y="%s" width="%s" height="%s"/>',
+                        round((left_x + (i - 1) * plot_w / n + plot_w / n * (0.15 + 0.7 * bar_i / bars))::numeric, 1),
+                        round((top_y + plot_h - (greatest(v, 0) - lo) / (hi - lo) * plot_h)::numeric, 1),
+                        round((plot_w / n * 0.7 / bars)::numeric, 1),
+                        round((abs(v) / (hi - lo) * plot_h)::numeric, 1));
+                END LOOP;
+                svg := svg || '</g>';
+                bar_i := bar_i + 1;
+            ELSIF s ->> 'kind' = 'band' THEN
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'upper' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                       || ' ' ||
+                       string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'lower' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j DESC)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#2ca02c')));
+            ELSE
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                     CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
+            END IF;
+            -- legend
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+                                 hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                 CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                                 height - 10, hpcacct_internal.html_escape(s ->> 'name'));
+            legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
+        END LOOP;
+        RETURN svg || '</svg>';
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.visible_account(account text) RETURNS @extschema@.account
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account;
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        RETURN a;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        m date;
+    BEGIN
+        IF month IS NULL THEN
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(month) THEN
+            RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        m := date_trunc('month', month)::date;
+        IF m > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
+        RETURN m;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account := hpcacct_internal.visible_account(account);
+        m date;
+        m_end date;
+        tz text := @extschema@.site_timezone();
+        upto date;
+        y_start date;
+        q date;
+        result jsonb;
+        section jsonb;
+        sections jsonb := '{}';
+        bank_unit text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        m := hpcacct_internal.statement_month(month);
+        m_end := (m + interval '1 month')::date - 1;
+        upto := least(m_end, @extschema@.site_today());
+        y_start := date_trunc('year', m)::date;
+
+        -- the month's charges by resource and submitter
+        SELECT jsonb_build_object(
+                   'by_resource', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                        'unit', r.unit, 'amount', r.amount)
+                                                     ORDER BY r.cluster, r.partition, r.unit)
+                                           FILTER (WHERE r.g = 1), '[]'),
+                   'by_submitter', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                         'unit', r.unit, 'submitter', r.submitter,
+                                                                         'amount', r.amount)
+                                                      ORDER BY r.cluster, r.partition, r.unit, r.submitter)
+                                            FILTER (WHERE r.g = 0), '[]'),
+                   'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
+        INTO section
+        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
+                     GROUPING(c.cluster, c.partition, c.submitter) AS g
+              FROM @extschema@.charge_by_month c
+              WHERE c.account = a.name AND c.month = m
+              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        sections := sections || jsonb_build_object('charges', section);
+
+        -- usage this year by resource, with the projection to the year's end
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
+                   'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   ORDER BY u.pool, u.cluster, u.partition), '[]')
+        INTO section
+        FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     (upto - y.first_day + 1)::numeric AS elapsed
+              FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+              CROSS JOIN LATERAL (
+                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
+                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
+                                         sm.start_month, 1) AS first_day
+                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
+        sections := sections || jsonb_build_object('usage_by_resource', section);
+
+        -- GENCI: per machine with allocation events this year, the status at the end of the
+        -- month (allocation_status) and the days of the year for the chart
+        SELECT jsonb_agg(jsonb_build_object(
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
+                   'delta', st.delta, 'status', st.status,
+                   'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
+                                                               round(dd.consumption, 2)) ORDER BY dd.day)
+                            FROM (SELECT g.day::date AS day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                                                          - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
+                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
+                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+               ORDER BY s.machine)
+        INTO section
+        FROM @extschema@.machine_setting s
+        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('regulation', section);
+        END IF;
+
+        -- RWTH: the window quota of each month of the period up to this one
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
+                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                            'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
+                         ORDER BY u.month)
+        INTO section
+        FROM @extschema@.quota_period p
+        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
+                                                                         ELSE (g.mon + interval '1 month')::date - 1 END) u
+        WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('window_quota', section);
+        END IF;
+
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        q := @extschema@.quarter_start(m);
+        SELECT jsonb_build_object(
+                   'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto),
+                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
+                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
+                                                            FROM @extschema@.ledger l
+                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
+                                              ORDER BY g.day)
+                            FROM generate_series(q, upto, interval '1 day') g(day)))
+        INTO section
+        FROM (SELECT sum(l.amount) AS amount
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
+        WHERE al.amount IS NOT NULL;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('bank', section);
+        END IF;
+
+        RETURN jsonb_build_object('account', a.name, 'kind', a.kind, 'description', a.description,
+                                  'month', to_char(m, 'YYYY-MM'), 'figures_at', upto, 'time_zone', tz)
+               || sections;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
+    RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        d jsonb := @extschema@.account_month(account, month);
+        h text;
+        sec jsonb;
+        r jsonb;
+        labels text[];
+        series jsonb;
+        rows text;
+        e text;
+    BEGIN
+        h := '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+             || format('<title>Statement %s %s</title>', hpcacct_internal.html_escape(d ->> 'account'), d ->> 'month')
+             || '<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}'
+                'h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}'
+                'table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}'
+                'td.n{text-align:right}.meta{color:#555;font-size:13px}.chart{display:block;margin:8px 0}</style></head><body>'
+             || format('<h1>Statement of account %s &mdash; %s</h1>', hpcacct_internal.html_escape(d ->> 'account'),
+                       to_char((d ->> 'month' || '-01')::date, 'FMMonth YYYY'))
+             || format('<p class="meta">%s account%s. Figures at the end of %s (%s).</p>',
+                       hpcacct_internal.html_escape(initcap(d ->> 'kind')),
+                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || hpcacct_internal.html_escape(d ->> 'description') ELSE '' END,
+                       d ->> 'figures_at', hpcacct_internal.html_escape(d ->> 'time_zone'));
+
+        -- the month's charges
+        h := h || '<h2>Charges this month</h2>';
+        IF jsonb_array_length(d -> 'charges' -> 'by_submitter') = 0 THEN
+            h := h || '<p>No charges.</p>';
+        ELSE
+            SELECT string_agg(format('<tr><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td>%s</td></tr>',
+                                     hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
+                                     hpcacct_internal.html_escape(x ->> 'submitter'),
+                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,990.00'), hpcacct_internal.html_escape(x ->> 'unit')),
+                              '' ORDER BY ord)
+            INTO rows FROM jsonb_array_elements(d -> 'charges' -> 'by_submitter') WITH ORDINALITY t(x, ord);
+            h := h || '<table class="charges"><tr><th>cluster</th><th>partition</th><th>submitter</th><th>amount</th><th>unit</th></tr>'
+                   || rows;
+            SELECT string_agg(format('<tr><th colspan="3">total</th><td class="n">%s</td><td>%s</td></tr>',
+                                     to_char(t.value::numeric, 'FM999,999,999,990.00'), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
+            INTO rows FROM jsonb_each_text(d -> 'charges' -> 'total') t;
+            h := h || coalesce(rows, '') || '</table>';
+        END IF;
+
+        -- GENCI: consumption against TC(d) with the TMC bands, per machine
+        FOR sec IN SELECT x FROM jsonb_array_elements(coalesce(d -> 'regulation', '[]')) x LOOP
+            SELECT array_agg(CASE WHEN EXTRACT(day FROM (x ->> 0)::date) = 1 THEN to_char((x ->> 0)::date, 'Mon') ELSE '' END ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'TC ± TMC', 'kind', 'band', 'color', '#2ca02c',
+                                          'lower', jsonb_agg((x ->> 1)::numeric - (x ->> 2)::numeric ORDER BY ord),
+                                          'upper', jsonb_agg((x ->> 1)::numeric + (x ->> 2)::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'TC − 2·TMC (retraction)', 'kind', 'dashed', 'color', '#d62728',
+                                          'values', jsonb_agg((x ->> 1)::numeric - 2 * (x ->> 2)::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'TC(d)', 'kind', 'line', 'color', '#555555',
+                                          'values', jsonb_agg((x ->> 1)::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'consumption', 'kind', 'line', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 3)::numeric ORDER BY ord)))
+            INTO labels, series
+            FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
+            h := h || format('<h2>Regulation on %s (GENCI)</h2>', hpcacct_internal.html_escape(sec ->> 'machine'))
+                   || hpcacct_internal.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
+                                            'hours', labels, series)
+                   || format('<table class="regulation"><tr><th>Alloc</th><th>TMC</th><th>TC</th><th>consumption</th><th>&Delta;</th><th>status</th></tr>'
+                             '<tr><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr></table>',
+                             hpcacct_internal.notify_number((sec ->> 'alloc')::numeric), hpcacct_internal.notify_number((sec ->> 'tmc')::numeric),
+                             hpcacct_internal.notify_number((sec ->> 'tc')::numeric), hpcacct_internal.notify_number((sec ->> 'consumption')::numeric),
+                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'));
+        END LOOP;
+
+        -- RWTH: the three-month window per month
+        IF d ? 'window_quota' THEN
+            SELECT array_agg(to_char((x ->> 'month')::date, 'Mon YY') ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'consumed', 'kind', 'bar', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 'consumed')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'monthly allowance', 'kind', 'dashed', 'color', '#555555',
+                                          'values', jsonb_agg((x ->> 'monthly')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'consumable (3-month window)', 'kind', 'line', 'color', '#ff7f0e',
+                                          'values', jsonb_agg((x ->> 'consumable')::numeric ORDER BY ord)))
+            INTO labels, series
+            FROM jsonb_array_elements(d -> 'window_quota') WITH ORDINALITY t(x, ord);
+            r := d -> 'window_quota' -> -1;
+            h := h || '<h2>Core-hour quota (RWTH)</h2>'
+                   || hpcacct_internal.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
+                   || format('<table class="quota"><tr><th>Accounting period</th><td>%s to %s</td></tr>'
+                             '<tr><th>State</th><td>%s</td></tr><tr><th>Monthly</th><td class="n">%s</td></tr>'
+                             '<tr><th>Remaining of previous month</th><td class="n">%s</td></tr>'
+                             '<tr><th>Consumed this month</th><td class="n">%s</td></tr>'
+                             '<tr><th>Consumable (%%)</th><td class="n">%s</td></tr><tr><th>Consumable</th><td class="n">%s</td></tr></table>',
+                             r ->> 'period_start', r ->> 'period_end', hpcacct_internal.html_escape(r ->> 'state'),
+                             hpcacct_internal.notify_number((r ->> 'monthly')::numeric), hpcacct_internal.notify_number((r ->> 'remaining_prev')::numeric),
+                             hpcacct_internal.notify_number((r ->> 'consumed')::numeric), hpcacct_internal.notify_number((r ->> 'consumable_pct')::numeric),
+                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric));
+        END IF;
+
+        -- HLRN: the quarter's balance
+        IF d ? 'bank' THEN
+            sec := d -> 'bank';
+            SELECT array_agg(CASE WHEN EXTRACT(day FROM (x ->> 0)::date) IN (1, 15) THEN to_char((x ->> 0)::date, 'DD Mon') ELSE '' END ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'allocation', 'kind', 'dashed', 'color', '#555555',
+                                          'values', jsonb_agg((sec ->> 'allocation')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'balance', 'kind', 'line', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 1)::numeric ORDER BY ord)))
+            INTO labels, series
+            FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
+            h := h || format('<h2>Quarter starting %s (HLRN bank)</h2>', sec ->> 'quarter')
+                   || hpcacct_internal.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
+                   || format('<table class="bank"><tr><th>allocation</th><th>balance</th><th>state</th></tr>'
+                             '<tr><td class="n">%s %s</td><td class="n">%s %s</td><td>%s</td></tr></table>',
+                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             to_char((sec ->> 'balance')::numeric, 'FM999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.html_escape(sec ->> 'state'));
+        END IF;
+
+        -- usage by resource this allocation year, with the projection
+        IF jsonb_array_length(d -> 'usage_by_resource') > 0 THEN
+            SELECT array_agg((x ->> 'cluster') || '/' || (x ->> 'partition') ORDER BY ord),
+                   jsonb_build_array(
+                       jsonb_build_object('name', 'usage to date', 'kind', 'bar', 'color', '#1f77b4',
+                                          'values', jsonb_agg((x ->> 'usage')::numeric ORDER BY ord)),
+                       jsonb_build_object('name', 'projected for the year', 'kind', 'bar', 'color', '#aec7e8',
+                                          'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
+                   string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td>'
+                                     '<td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
+                                     hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
+                                     x ->> 'year_start', x ->> 'year_end',
+                                     coalesce(to_char((x ->> 'core_years')::numeric, 'FM999,999,990.000'), 'n/a'),
+                                     to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
+                                     to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
+                                     to_char((x ->> 'usage_years')::numeric, 'FM999,999,990.000'),
+                                     coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
+                                     hpcacct_internal.html_escape(x ->> 'unit')), '' ORDER BY ord)
+            INTO labels, series, rows
+            FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
+            h := h || '<h2>Usage by resource this allocation year</h2>'
+                   || hpcacct_internal.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
+                   || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>core-years (raw)</th>'
+                      '<th>equivalent-hours (unweighted)</th><th>usage to date</th><th>usage in unit-years</th>'
+                      '<th>projected</th><th>unit</th></tr>'
+                   || rows || '</table>';
+        END IF;
+        RETURN h || '</body></html>';
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
+    RETURNS SETOF text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        m date;
+    BEGIN
+        m := hpcacct_internal.statement_month(month);
+        RETURN QUERY
+        SELECT a.name
+        FROM @extschema@.account a
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind = 'charge'
+                        AND l.job_start < (m + interval '1 month')::timestamp AT TIME ZONE tz
+                        AND l.job_end >= m::timestamp AT TIME ZONE tz)
+           OR EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.kind <> 'charge'
+                        AND l.valid_from < (m + interval '1 month')::date AND l.valid_until >= m)
+           OR EXISTS (SELECT 1 FROM @extschema@.quota_period p
+                      WHERE p.account = a.name AND p.period_start < (m + interval '1 month')::date AND p.period_end >= m)
+        ORDER BY a.name;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAULT NULL)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF project IS NOT NULL THEN
+            RETURN QUERY SELECT * FROM @extschema@.window_quota_usage(project, at);
+            RETURN;
+        END IF;
+        RETURN QUERY
+        SELECT u.*
+        FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+              WHERE (SELECT hpcacct_internal.sees_all_accounts())
+                 OR p.account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])) a
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+        ORDER BY u.account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.tres_in(cstring) IS 'Text input of tres: Slurm TRES syntax, validated';
+COMMENT ON FUNCTION hpcacct_internal.tres_out(@extschema@.tres) IS 'Canonical text of a tres: keys sorted, memory in the largest whole unit';
+COMMENT ON FUNCTION hpcacct_internal.tres_recv(internal) IS 'Binary input of tres, validated as text input is';
+COMMENT ON FUNCTION hpcacct_internal.tres_send(@extschema@.tres) IS 'Binary output of tres: count, then key and float8 value per component';
+COMMENT ON FUNCTION hpcacct_internal.tres_add(@extschema@.tres, @extschema@.tres) IS
+    'Component-wise sum of two resource vectors';
+COMMENT ON FUNCTION hpcacct_internal.tres_mul(@extschema@.tres, float8) IS
+    'Resource vector scaled by a finite, non-negative number';
+COMMENT ON FUNCTION hpcacct_internal.tres_mul(float8, @extschema@.tres) IS
+    'Resource vector scaled by a finite, non-negative number';
+COMMENT ON FUNCTION hpcacct_internal.tres_eq(@extschema@.tres, @extschema@.tres) IS 'Equality of canonical resource vectors (operator =)';
+COMMENT ON FUNCTION hpcacct_internal.tres_ne(@extschema@.tres, @extschema@.tres) IS 'Inequality of canonical resource vectors (operator <>)';
+COMMENT ON FUNCTION hpcacct_internal.tres_lt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <)';
+COMMENT ON FUNCTION hpcacct_internal.tres_le(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator <=)';
+COMMENT ON FUNCTION hpcacct_internal.tres_gt(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >)';
+COMMENT ON FUNCTION hpcacct_internal.tres_ge(@extschema@.tres, @extschema@.tres) IS 'Order of resource vectors by key, then value (operator >=)';
+COMMENT ON FUNCTION hpcacct_internal.tres_cmp(@extschema@.tres, @extschema@.tres) IS 'Btree support: -1, 0 or 1 by key, then value';
+COMMENT ON FUNCTION hpcacct_internal.tres_hash(@extschema@.tres) IS 'Hash support: hash of the canonical form';
+COMMENT ON FUNCTION hpcacct_internal.tres_hash_extended(@extschema@.tres, bigint) IS 'Hash support: seeded 64-bit hash of the canonical form';
+COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+COMMENT ON FUNCTION hpcacct_internal.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
+COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
+COMMENT ON FUNCTION hpcacct_internal.day_or_today(date, text) IS
+    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
+COMMENT ON FUNCTION hpcacct_internal.require_account(text, text) IS
+    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of a settings table: rebuilds the charge rollup when the setting named by its argument changes';
+COMMENT ON FUNCTION hpcacct_internal.last_charged_start(bigint) IS
+    'Latest start of the jobs a resource row still charges (NULL: none)';
+COMMENT ON FUNCTION hpcacct_internal.check_resource_change() IS
+    'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
+COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
+    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
+COMMENT ON FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date) IS
+    'Transition function of hpcacct.tmc (half_month convention)';
+COMMENT ON FUNCTION hpcacct_internal.tmc_transfn(internal, date, date, float8, date, text) IS
+    'Transition function of hpcacct.tmc with a month convention';
+COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date) IS
+    'Transition function of hpcacct.tc (half_month convention)';
+COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date, text) IS
+    'Transition function of hpcacct.tc with a month convention';
+COMMENT ON FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) IS
+    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
+COMMENT ON FUNCTION hpcacct_internal.theoretical_finalfn(internal) IS
+    'Final function of hpcacct.tmc and hpcacct.tc';
+COMMENT ON FUNCTION hpcacct_internal.theoretical_serialfn(internal) IS
+    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
+COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
+    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
+COMMENT ON FUNCTION hpcacct_internal.window_quota_transfn(internal, date, float8, float8, date) IS
+    'Transition function of hpcacct.window_quota: adds one month row to the state';
+COMMENT ON FUNCTION hpcacct_internal.window_quota_combinefn(internal, internal) IS
+    'Combine function of hpcacct.window_quota: merges two partial states';
+COMMENT ON FUNCTION hpcacct_internal.window_quota_serialfn(internal) IS
+    'Serial function of hpcacct.window_quota: the 88 bytes of a partial state';
+COMMENT ON FUNCTION hpcacct_internal.window_quota_deserialfn(bytea, internal) IS
+    'Deserial function of hpcacct.window_quota: checks the size and the validity of a partial state';
+COMMENT ON FUNCTION hpcacct_internal.window_quota_finalfn(internal) IS
+    'Final function of hpcacct.window_quota: the quota of month at, NULL without rows';
+COMMENT ON FUNCTION hpcacct_internal.check_fairshare_setting() IS
+    'Trigger of hpcacct.fairshare_setting: refuses unknown names (42704) and malformed values (22023)';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_transfn(internal, timestamptz, float8, timestamptz, interval) IS
+    'Transition function of hpcacct.decayed_usage (half-life form): adds one row';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_combinefn(internal, internal) IS
+    'Combine function of hpcacct.decayed_usage (half-life form): merges two partial states';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_serialfn(internal) IS
+    'Serial function of hpcacct.decayed_usage (half-life form): the 48 bytes of a partial state';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_deserialfn(bytea, internal) IS
+    'Deserial function of hpcacct.decayed_usage (half-life form): checks the size and validity of a state';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_finalfn(internal) IS
+    'Final function of hpcacct.decayed_usage (half-life form): the decayed usage, NULL without rows';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_transfn(internal, timestamptz, float8, timestamptz, interval,
+                                                              float8, integer) IS
+    'Transition function of hpcacct.decayed_usage (interval form): adds one row';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_combinefn(internal, internal) IS
+    'Combine function of hpcacct.decayed_usage (interval form): merges two partial states';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_serialfn(internal) IS
+    'Serial function of hpcacct.decayed_usage (interval form): the 64 bytes of a partial state';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_deserialfn(bytea, internal) IS
+    'Deserial function of hpcacct.decayed_usage (interval form): checks the size and validity of a state';
+COMMENT ON FUNCTION hpcacct_internal.decayed_usage_periods_finalfn(internal) IS
+    'Final function of hpcacct.decayed_usage (interval form): the decayed usage, NULL without rows';
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_transfn(internal, text, date, numeric, date) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_combinefn(internal, internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_serialfn(internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_deserialfn(bytea, internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) IS
+    'Support function of the aggregate quarter_balance';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+COMMENT ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) IS
+    'Books a bank entry valid for the quarter containing a day (internal helper)';
+COMMENT ON FUNCTION hpcacct_internal.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
+COMMENT ON FUNCTION hpcacct_internal.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
+COMMENT ON FUNCTION hpcacct_internal.require_admin(text, text) IS
+    'Raises unless by_user administers the account (NULL: staff acting directly)';
+COMMENT ON FUNCTION hpcacct_internal.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
+    'Accounts the session user is a member of: what row-level security lets a portal role see';
+COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
+COMMENT ON FUNCTION hpcacct_internal.protect_table(regclass) IS
+    'Row-level security for a table with an account or username column: portal users see their accounts'' rows';
+COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
+    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
+COMMENT ON FUNCTION hpcacct_internal.note_replicated_charge() IS
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
+    'back until commit';
+COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS
+    'Deferred trigger of pg_temp.hpcacct_received: inserts the charges held in the transaction into the ledger and '
+    'rolls them up, once';
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_write() IS
+    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
+COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
+COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
+COMMENT ON FUNCTION hpcacct_internal.notify_regulation() IS
+    'Trigger: a regulation warning or retraction logged by regulate() writes its message to the project managers';
+COMMENT ON FUNCTION hpcacct_internal.notify_quarter() IS
+    'Trigger: an expiry or deletion logged by open_quarter() writes its message to the account''s owner';
+COMMENT ON FUNCTION hpcacct_internal.notify_hold() IS
+    'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
+COMMENT ON FUNCTION hpcacct_internal.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
+COMMENT ON FUNCTION hpcacct_internal.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
+COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
+    'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
+COMMENT ON FUNCTION hpcacct_internal.visible_account(text) IS
+    'The account row if it exists and the caller may see it, else 42704';
+COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
+    'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
+
+-- ==== one settings table (issue 18, house) ---------------------------------------------
+-- The fair-share and usage-report settings join hpcacct.setting: one table, one catalog, one
+-- check, one rebuild trigger (on timezone and half_life); their rows move over. 0.3 had no
+-- federation, so no site receives them twice.
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               -- fair share and usage reports (rules §5)
+               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'))
+            AS v(name, default_value, description);
+END;
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        max_length interval;
+        ok         boolean;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
+            RAISE EXCEPTION 'unknown setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
+        END IF;
+        IF NEW.name = 'timezone'
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+            RAISE EXCEPTION 'unknown time zone "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'max_job_length' THEN
+            BEGIN
+                max_length := NEW.value::interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                max_length := NULL;
+            END;
+            IF max_length IS NULL OR max_length <= interval '0' OR pg_catalog.date_part('month', max_length) <> 0
+               OR pg_catalog.date_part('year', max_length) <> 0 THEN
+                RAISE EXCEPTION 'max_job_length must be a positive interval in days or hours, not "%"', NEW.value
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'E.g. ''30 days''.';
+            END IF;
+        END IF;
+        IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
+            RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
+        END IF;
+        IF NEW.name = 'personal_allotment'
+           AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
+            RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- fair share and usage reports
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                ELSE true
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        changed boolean;
+    BEGIN
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+INSERT INTO @extschema@.setting (name, value) SELECT f.name, f.value FROM @extschema@.fairshare_setting f;
+DROP TRIGGER setting_rebuilds_rollup ON @extschema@.setting;
+CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone', 'half_life');
+CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
+                               AT TIME ZONE z.tz, z.half_life) AS decayed
+                FROM %s e, z
+                WHERE e.kind = 'charge'
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
+    LANGUAGE sql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup
+            RETURNING account, resource_id, boundary, ended, running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT account, resource_id, boundary, sum(ended), sum(running)
+            FROM moved_consumption
+            GROUP BY account, resource_id, boundary
+        ), cfg AS MATERIALIZED (
+            SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
+                             AS through,
+                   @extschema@.setting_value('half_life')::interval AS half_life
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), moved AS (
+            DELETE FROM @extschema@.charge_rollup
+            RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
+        ), groups AS MATERIALIZED (
+            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount,
+                   sum(job_amount) AS job_amount, sum(decayed) AS decayed
+            FROM moved
+            GROUP BY account, resource_id, unit, submitter, month, end_month
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed, folded)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
+                   g.decayed, g.end_month <= cfg.through
+            FROM groups g, cfg
+            RETURNING 1
+        ), old_base AS (
+            DELETE FROM @extschema@.fairshare_base RETURNING 1
+        ), new_base AS (
+            INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
+                   sum(g.decayed * @extschema@.decay_weight(
+                                            (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                            cfg.half_life)),
+                   sum(g.job_amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
+        ), old_usage_base AS (
+            DELETE FROM @extschema@.usage_base RETURNING 1
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
+            FROM groups g, cfg
+            WHERE g.end_month <= cfg.through
+            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
+        )
+        SELECT count(*) FROM merged
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
+                        @extschema@.setting_value('year_start_month')::integer)
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, year integer, first_day date, last_day date,
+                   equivalent_hours numeric, usage numeric, usage_years numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
+               round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
+                   sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM (  -- per rate first: one division per rate
+                SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                       y.elapsed, y.length, sum(y.amount) AS usage
+                FROM @extschema@.year_usage($1, $2, false) y
+                GROUP BY y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                         y.elapsed, y.length
+            ) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, year integer, first_day date, last_day date,
+                   allocation numeric, allocation_years numeric, usage numeric, usage_years numeric,
+                   utilization_pct numeric, projected_usage numeric, projected_years numeric,
+                   projected_utilization_pct numeric, overuse numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH used AS (
+            SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, false) c
+            GROUP BY c.pool, c.unit, c.account
+        ), acct AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM @extschema@.year_allocations($1, $2) a
+            FULL JOIN used u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE a.pool IS NOT NULL OR u.usage <> 0  -- an allocation, or usage that was not all reversed
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT r.pool FROM acct r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT r.pool, r.unit, r.account, y.year, y.first_day, y.last_day,
+               round(r.allocation, 6), round(r.allocation / h.hours, 6),
+               round(r.usage, 6), round(r.usage / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(r.usage * 100 / r.allocation, 2) END,
+               round(p.projected, 6), round(p.projected / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(p.projected * 100 / r.allocation, 2) END,
+               round(greatest(r.usage - greatest(r.allocation, 0), 0), 6)
+        FROM acct r
+        JOIN years y ON y.pool = r.pool
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
+                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
+                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+        ) p
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, year integer, first_day date, last_day date,
+                   usage numeric, usage_years numeric, account_pct numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
+               round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
+                   sum(c.amount) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.amount) <> 0
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   year integer, month date, usage numeric, usage_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
+               round(m.usage, 6), round(m.usage / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
+                   sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
+            HAVING sum(c.amount) <> 0
+        ) m
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT $1 AS at,
+                   ($1 AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval). Half-life:
+            -- none when the rollup's sum of that month, decayed to the month's end, can be
+            -- scaled back to `at` (closed_form): no charge of the month ends after `at` (a
+            -- report of now), and the month's end is at most 64 half-lives after `at`
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                   cfg.form = 'half_life'
+                   AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                cfg.half_life) >= 2 ^ -64
+                   -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
+                   -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
+                   AND (SELECT max(l.job_end) FROM @extschema@.ledger l
+                        WHERE l.kind = 'charge' AND l.job_end > $1
+                          AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
+                       AS closed_form
+            FROM cfg
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on; the
+            -- month of `at` (closed form) is scaled back from its end: 1 / 2^(-(end - at) / half_life)
+            SELECT f.first_index,
+                   pg_catalog.array_agg(CASE WHEN m.month < w.at_month
+                                             THEN @extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                           w.at, w.half_life)
+                                             ELSE 1 / @extschema@.decay_weight(w.at, (m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                               w.half_life) END
+                                        ORDER BY m.month) AS factor
+            FROM recent w
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM @extschema@.charge_rollup c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
+                                                          w.at_month - CASE WHEN w.closed_form THEN interval '0'
+                                                                            ELSE interval '1 month' END,
+                                                          interval '1 month') AS m(month)
+            WHERE w.form = 'half_life'
+            GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
+        ), alloc AS (
+            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.cluster IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+        ), jobs AS (
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
+            WHERE l.kind = 'charge' AND NOT w.closed_form
+        ), decayed AS (
+            -- usage: decayed (a sum of floats: never below 0), rounded to float8's 15 significant
+            -- decimal digits (the cast to numeric), so that the closed form's last bits do not
+            -- show where the job-by-job sum is a short decimal; net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0)::numeric::float8 AS usage,
+                   sum(d.net) AS net
+            FROM (
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`
+                -- (and in it, closed form), decayed from the end of the month they ended in to
+                -- `at`; the rows folded into fairshare_base are read from there when it was
+                -- folded before that month
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
+                       sum(c.job_amount)
+                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
+                JOIN @extschema@.resource r USING (resource_id)
+                WHERE (c.end_month < (SELECT w.at_month FROM recent w)
+                       OR (c.end_month = (SELECT w.at_month FROM recent w) AND (SELECT w.closed_form FROM recent w)))
+                  AND (SELECT w.form FROM recent w) = 'half_life'
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * @extschema@.decay_weight((b.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                                                cfg.at, cfg.half_life)),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
+        ), account_usage AS (
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account := hpcacct_internal.visible_account(account);
+        m date;
+        m_end date;
+        tz text := @extschema@.site_timezone();
+        upto date;
+        y_start date;
+        q date;
+        result jsonb;
+        section jsonb;
+        sections jsonb := '{}';
+        bank_unit text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        m := hpcacct_internal.statement_month(month);
+        m_end := (m + interval '1 month')::date - 1;
+        upto := least(m_end, @extschema@.site_today());
+        y_start := date_trunc('year', m)::date;
+
+        -- the month's charges by resource and submitter
+        SELECT jsonb_build_object(
+                   'by_resource', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                        'unit', r.unit, 'amount', r.amount)
+                                                     ORDER BY r.cluster, r.partition, r.unit)
+                                           FILTER (WHERE r.g = 1), '[]'),
+                   'by_submitter', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                         'unit', r.unit, 'submitter', r.submitter,
+                                                                         'amount', r.amount)
+                                                      ORDER BY r.cluster, r.partition, r.unit, r.submitter)
+                                            FILTER (WHERE r.g = 0), '[]'),
+                   'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
+        INTO section
+        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
+                     GROUPING(c.cluster, c.partition, c.submitter) AS g
+              FROM @extschema@.charge_by_month c
+              WHERE c.account = a.name AND c.month = m
+              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        sections := sections || jsonb_build_object('charges', section);
+
+        -- usage this year by resource, with the projection to the year's end
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
+                   'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   ORDER BY u.pool, u.cluster, u.partition), '[]')
+        INTO section
+        FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     (upto - y.first_day + 1)::numeric AS elapsed
+              FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+              CROSS JOIN LATERAL (
+                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
+                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
+                                         sm.start_month, 1) AS first_day
+                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
+        sections := sections || jsonb_build_object('usage_by_resource', section);
+
+        -- GENCI: per machine with allocation events this year, the status at the end of the
+        -- month (allocation_status) and the days of the year for the chart
+        SELECT jsonb_agg(jsonb_build_object(
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
+                   'delta', st.delta, 'status', st.status,
+                   'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
+                                                               round(dd.consumption, 2)) ORDER BY dd.day)
+                            FROM (SELECT g.day::date AS day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                                                          - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
+                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
+                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+               ORDER BY s.machine)
+        INTO section
+        FROM @extschema@.regulation_machine s
+        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('regulation', section);
+        END IF;
+
+        -- RWTH: the window quota of each month of the period up to this one
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
+                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                            'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
+                         ORDER BY u.month)
+        INTO section
+        FROM @extschema@.quota_period p
+        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
+                                                                         ELSE (g.mon + interval '1 month')::date - 1 END) u
+        WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('window_quota', section);
+        END IF;
+
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        q := @extschema@.quarter_start(m);
+        SELECT jsonb_build_object(
+                   'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto),
+                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
+                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
+                                                            FROM @extschema@.ledger l
+                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
+                                              ORDER BY g.day)
+                            FROM generate_series(q, upto, interval '1 day') g(day)))
+        INTO section
+        FROM (SELECT sum(l.amount) AS amount
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
+        WHERE al.amount IS NOT NULL;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('bank', section);
+        END IF;
+
+        RETURN jsonb_build_object('account', a.name, 'kind', a.kind, 'description', a.description,
+                                  'month', to_char(m, 'YYYY-MM'), 'figures_at', upto, 'time_zone', tz)
+               || sections;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
+-- the federation's received-charges trigger is generated from rollup_insert_sql(): again
+DO $do$
+DECLARE
+    received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '        INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE\n'
+                          '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        DELETE FROM pg_temp.hpcacct_received;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+END
+$do$;
+ALTER EXTENSION hpcacct DROP VIEW @extschema@.fairshare_settings;
+DROP VIEW @extschema@.fairshare_settings;
+ALTER EXTENSION hpcacct DROP TABLE @extschema@.fairshare_setting;
+DROP TABLE @extschema@.fairshare_setting;
+DROP FUNCTION @extschema@.fairshare_setting_value(text), @extschema@.fairshare_setting_catalog(),
+    hpcacct_internal.check_fairshare_setting();
+
+-- ==== one name per area (issue 18, house) ----------------------------------------------
+-- GENCI's area is called regulation: table machine_setting becomes regulation_machine,
+-- theoretical_year() regulation_year(), the policy genci regulation (account.policies too).
+ALTER TABLE @extschema@.machine_setting RENAME TO regulation_machine;
+ALTER INDEX @extschema@.machine_setting_pkey RENAME TO regulation_machine_pkey;
+DO $do$
+DECLARE
+    c text;
+BEGIN
+    FOR c IN SELECT conname FROM pg_catalog.pg_constraint
+             WHERE conrelid = '@extschema@.regulation_machine'::regclass AND conname LIKE 'machine\_setting\_%' LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE @extschema@.regulation_machine RENAME CONSTRAINT %I TO %I',
+                                  c, 'regulation_machine_' || pg_catalog.substr(c, pg_catalog.length('machine_setting_') + 1));
+    END LOOP;
+END
+$do$;
+ALTER FUNCTION @extschema@.theoretical_year(text, text, integer, text) RENAME TO regulation_year;
+ALTER TABLE @extschema@.account DROP CONSTRAINT account_policies_check;
+UPDATE @extschema@.account SET policies = pg_catalog.array_replace(policies, 'genci', 'regulation')
+WHERE 'genci' = ANY (policies);
+ALTER TABLE @extschema@.account ADD CONSTRAINT account_policies_check
+    CHECK (policies OPERATOR(pg_catalog.<@) ARRAY['bank', 'window_quota', 'regulation']
+           AND pg_catalog.array_position(policies, NULL) IS NULL);
+CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH period AS (
+            SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
+                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                            'half_month') AS convention,
+                   @extschema@.site_timezone() AS tz
+        ), events AS (
+            SELECT coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            CROSS JOIN period p
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= $3 AND l.valid_until >= p.year_start
+        ), used AS (
+            SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before($1, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+                   AS consumption
+            FROM period p
+        )
+        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e CROSS JOIN used u
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine text, year integer, convention text DEFAULT NULL)
+    RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        y_start date;
+        y_end   date;
+        conv    text;
+    BEGIN
+        IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'account, machine and year must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
+            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
+        END IF;
+        IF $3 NOT BETWEEN 1401 AND 9999 THEN
+            RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        y_start := make_date($3, 1, 1);
+        y_end := make_date($3, 12, 31);
+        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                         'half_month');
+        RETURN QUERY
+        WITH events AS (
+            SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
+            FROM @extschema@.ledger l
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= y_end AND l.valid_until >= y_start
+        ), bounds AS (
+            SELECT b.day
+            FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)
+            WHERE b.day BETWEEN y_start AND y_end
+        ), intervals AS (
+            SELECT b.day AS d0, coalesce(lead(b.day) OVER (ORDER BY b.day) - 1, y_end) AS d1
+            FROM bounds b
+        )
+        SELECT i.d0, i.d1,
+               (SELECT coalesce(sum(e.a), 0) FROM events e WHERE e.f <= i.d0),
+               (SELECT coalesce(@extschema@.tmc(e.f, e.u, e.a::float8, i.d0, conv), 0) FROM events e),
+               (SELECT coalesce(@extschema@.tc(e.f, e.u, e.a::float8, i.d1, conv)
+                                - @extschema@.tc(e.f, e.u, e.a::float8, y_start - 1, conv), 0)
+                FROM events e)
+        FROM intervals i
+        ORDER BY i.d0;
+    END
+    $$;
+CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        kind_of_run text;
+        as_of       date;
+        y_start     date;
+        y_end       date;
+        today       date;
+        tz          text;
+        already     bigint;
+        n_ok        integer := 0;
+        n_warning   integer := 0;
+        n_retracted integer := 0;
+        n_exonerated integer := 0;
+    BEGIN
+        IF d IS NULL THEN
+            RAISE EXCEPTION 'regulation date must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(d) THEN
+            RAISE EXCEPTION 'regulation date must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        today := @extschema@.site_today();
+        IF d > today THEN
+            RAISE EXCEPTION 'regulation date % is in the future', d
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', today),
+                      HINT = 'Consumption up to the end of that day is not known yet.';
+        END IF;
+
+        kind_of_run := @extschema@.regulation_run(d);
+        IF kind_of_run IS NULL THEN
+            RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
+                USING HINT = 'Monthly regulation runs on the 15th, annual regulation on 1 May (warning) and 1 June (retraction).';
+            RETURN;
+        END IF;
+
+        -- Serializes regulation runs (readers are not blocked): a second run of the same
+        -- date waits for the first to commit and then finds its rows in the log.
+        LOCK TABLE @extschema@.regulation_log IN SHARE ROW EXCLUSIVE MODE;
+
+        y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
+        y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
+        as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
+        tz := @extschema@.site_timezone();
+        SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+
+        -- Every account's allocation_status(account, machine, as_of) at once: the events in one
+        -- pass over the allocations, consumption as consumption_before() computes it, summed
+        -- exactly (numeric): a charge wholly inside the period counts its amount, a charge
+        -- across one of its ends its share before the end minus its share before the start.
+        -- A monthly run's period runs from 1 January to the 16th, both boundaries of the
+        -- consumption rollup, which holds those very terms: it reads the rollup. An annual
+        -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
+        WITH events AS (
+            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+                   s.annual_retraction_percent,
+                   coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+              AND l.valid_from <= as_of AND l.valid_until >= y_start
+            GROUP BY l.account, l.cluster, s.machine
+        ), bounds AS (
+            SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
+        ), per_resource AS (
+            SELECT l.account, l.resource_id,
+                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
+                            ELSE l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b2)
+                                 - CASE WHEN l.job_start < b.b1
+                                        THEN l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b1)
+                                        ELSE 0 END
+                       END) AS amount
+            FROM @extschema@.ledger l, bounds b
+            WHERE kind_of_run <> 'monthly' AND l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
+            GROUP BY l.account, l.resource_id
+            UNION ALL
+            -- consumption before 16th minus consumption before 1 January: the amounts of the
+            -- jobs ended by a boundary in between (the 16th included), the shares before the
+            -- 16th of the jobs running across it, minus those before 1 January
+            SELECT c.account, c.resource_id,
+                   sum(CASE WHEN c.boundary = y_start THEN -c.running
+                            WHEN c.boundary = as_of + 1 THEN c.ended + c.running
+                            ELSE c.ended END)
+            FROM @extschema@.consumption_rollup c
+            WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
+            GROUP BY c.account, c.resource_id
+        ), used AS (
+            SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
+            FROM per_resource p
+            JOIN @extschema@.resource r USING (resource_id)
+            GROUP BY 1, 2
+        ), figures AS (
+            SELECT e.*, coalesce(u.amount, 0)::float8 AS consumption
+            FROM events e
+            LEFT JOIN used u ON u.account = e.account AND u.machine = e.machine
+            WHERE (e.granted >= e.monthly_threshold) = (kind_of_run = 'monthly')
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                              WHERE g.account = e.account AND g.machine = e.machine
+                                AND g.run_date = d AND g.run = kind_of_run)
+        ), annual AS (
+            SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
+                             THEN 100 * f.consumption / f.alloc::float8 END AS used
+            FROM figures f
+        ), outcome AS MATERIALIZED (
+            SELECT a.*, x.result,
+                   CASE WHEN x.result <> 'retraction' THEN 0
+                        WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
+                        ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
+                                                     a.alloc - a.consumption::numeric)), 6)
+                   END::numeric(20, 6) AS hours
+            FROM annual a
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN kind_of_run = 'monthly' THEN @extschema@.regulation_status(a.consumption, a.tc, a.tmc)
+                    WHEN a.used < a.annual_warning_percent THEN
+                        CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                                          WHERE x.account = a.account AND x.machine = a.machine
+                                            AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
+                             WHEN kind_of_run = 'annual_warning' THEN 'warning'
+                             ELSE 'retraction' END
+                    ELSE 'ok'
+                END AS result
+            ) x
+        ), booked AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            SELECT o.account, 'retraction', -o.hours,
+                   (SELECT l.unit
+                    FROM @extschema@.ledger l
+                    WHERE l.account = o.account AND l.cluster = o.machine
+                      AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                    ORDER BY l.valid_from DESC, l.entry_id DESC
+                    LIMIT 1),
+                   o.machine, d, y_end,
+                   format('hpcacct.regulate(%s): %s regulation', d,
+                          CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
+            FROM outcome o
+            WHERE o.hours > 0
+            ORDER BY o.machine, o.account
+            RETURNING entry_id, account, cluster
+        ), logged AS (
+            -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
+            -- REPEATABLE READ), the unique key makes it fail rather than book twice.
+            INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
+                                                    granted, consumption, tc, tmc, delta, used_percent,
+                                                    retracted, entry_id)
+            SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
+                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours, b.entry_id
+            FROM outcome o
+            LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
+            ORDER BY o.machine, o.account
+            RETURNING outcome
+        )
+        SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
+               count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
+        INTO n_ok, n_warning, n_retracted, n_exonerated
+        FROM logged g;
+
+        RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
+            d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_regulation boolean;
+        has_bank boolean;
+    BEGIN
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = @extschema@.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        pol text[];
+        bank record;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
+            IF bank.state = 'expired' THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF bank.state = 'inactive' THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, bank.next_allocation))::@extschema@.submit_decision;
+            ELSIF bank.balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'regulation' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
+                WHEN 'regulation_warning' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
+                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
+                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric))
+                WHEN 'regulation_retraction' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
+                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
+                    'valid until 31 December: the allocation goes from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
+                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                WHEN 'annual_warning' THEN pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
+                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
+                    'up to %s %% of the annual allocation may be retracted after May.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, s.annual_retraction_percent)
+                ELSE pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
+                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
+                    'from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
+                                 hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.regulation_machine s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
+        RETURN NULL;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.regulation_machine',
+                     '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
+                     '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.slurm_account_map']::text[]::regclass[]
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account := hpcacct_internal.visible_account(account);
+        m date;
+        m_end date;
+        tz text := @extschema@.site_timezone();
+        upto date;
+        y_start date;
+        q date;
+        result jsonb;
+        section jsonb;
+        sections jsonb := '{}';
+        bank_unit text := @extschema@.setting_value('bank_unit');
+    BEGIN
+        m := hpcacct_internal.statement_month(month);
+        m_end := (m + interval '1 month')::date - 1;
+        upto := least(m_end, @extschema@.site_today());
+        y_start := date_trunc('year', m)::date;
+
+        -- the month's charges by resource and submitter
+        SELECT jsonb_build_object(
+                   'by_resource', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                        'unit', r.unit, 'amount', r.amount)
+                                                     ORDER BY r.cluster, r.partition, r.unit)
+                                           FILTER (WHERE r.g = 1), '[]'),
+                   'by_submitter', coalesce(jsonb_agg(jsonb_build_object('cluster', r.cluster, 'partition', r.partition,
+                                                                         'unit', r.unit, 'submitter', r.submitter,
+                                                                         'amount', r.amount)
+                                                      ORDER BY r.cluster, r.partition, r.unit, r.submitter)
+                                            FILTER (WHERE r.g = 0), '[]'),
+                   'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
+        INTO section
+        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
+                     GROUPING(c.cluster, c.partition, c.submitter) AS g
+              FROM @extschema@.charge_by_month c
+              WHERE c.account = a.name AND c.month = m
+              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        sections := sections || jsonb_build_object('charges', section);
+
+        -- usage this year by resource, with the projection to the year's end
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'pool', u.pool, 'cluster', u.cluster, 'partition', u.partition, 'unit', u.unit,
+                   'year_start', u.first_day, 'year_end', u.last_day, 'usage', round(u.usage, 6),
+                   'equivalent_hours', round(u.hours, 6),
+                   'usage_years', round(u.usage / h.hours, 6),
+                   'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   ORDER BY u.pool, u.cluster, u.partition), '[]')
+        INTO section
+        FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
+                     sum(c.amount) AS usage, sum(c.amount / nullif(r.rate, 0)::numeric) AS hours,
+                     -- raw core-hours, unless charges whose cores are unknown (booked before 0.4,
+                     -- of jobs no longer in the job table) still count
+                     CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
+                          THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
+                     (y.last_day - y.first_day + 1)::numeric AS year_days,
+                     (upto - y.first_day + 1)::numeric AS elapsed
+              FROM @extschema@.charge_by_month c
+              JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
+              JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+              CROSS JOIN LATERAL (
+                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
+                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
+                                         sm.start_month, 1) AS first_day
+                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
+        sections := sections || jsonb_build_object('usage_by_resource', section);
+
+        -- GENCI: per machine with allocation events this year, the status at the end of the
+        -- month (allocation_status) and the days of the year for the chart
+        SELECT jsonb_agg(jsonb_build_object(
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
+                   'delta', st.delta, 'status', st.status,
+                   'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
+                                                               round(dd.consumption, 2)) ORDER BY dd.day)
+                            FROM (SELECT g.day::date AS day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                                                          - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
+                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
+                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+               ORDER BY s.machine)
+        INTO section
+        FROM @extschema@.regulation_machine s
+        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
+        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('regulation', section);
+        END IF;
+
+        -- RWTH: the window quota of each month of the period up to this one
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
+                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                            'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
+                         ORDER BY u.month)
+        INTO section
+        FROM @extschema@.quota_period p
+        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
+                                                                         ELSE (g.mon + interval '1 month')::date - 1 END) u
+        WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('window_quota', section);
+        END IF;
+
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        q := @extschema@.quarter_start(m);
+        SELECT jsonb_build_object(
+                   'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto),
+                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
+                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
+                                                            FROM @extschema@.ledger l
+                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
+                                              ORDER BY g.day)
+                            FROM generate_series(q, upto, interval '1 day') g(day)))
+        INTO section
+        FROM (SELECT sum(l.amount) AS amount
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
+                AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
+        WHERE al.amount IS NOT NULL;
+        IF section IS NOT NULL THEN
+            sections := sections || jsonb_build_object('bank', section);
+        END IF;
+
+        RETURN jsonb_build_object('account', a.name, 'kind', a.kind, 'description', a.description,
+                                  'month', to_char(m, 'YYYY-MM'), 'figures_at', upto, 'time_zone', tz)
+               || sections;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today())
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        bank_unit text := @extschema@.setting_value('bank_unit');
+        result jsonb;
+    BEGIN
+        IF at IS NULL THEN
+            RAISE EXCEPTION 'a date is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
+        INTO result
+        FROM (SELECT a.name,
+                     jsonb_strip_nulls(jsonb_build_object(
+                         'account', a.name, 'kind', a.kind, 'description', a.description,
+                         'role', (SELECT m.role FROM @extschema@.membership m WHERE m.account = a.name AND m.username = session_user),
+                         'bank', CASE WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
+                                      THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
+                                                              'balance', @extschema@.balance(a.name, at), 'unit', bank_unit,
+                                                              'quarter', @extschema@.quarter_start(at)) END,
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
+                                                             'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                                             'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                                             'unit', u.unit)
+                                   FROM @extschema@.window_quota_usage(a.name, at) u
+                                   WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
+                         'regulation', (SELECT jsonb_agg(jsonb_build_object('machine', s.machine, 'alloc', st.alloc,
+                                                                            'tmc', round(st.tmc::numeric, 2), 'tc', round(st.tc::numeric, 2),
+                                                                            'consumption', round(st.consumption::numeric, 2),
+                                                                            'delta', round(st.delta::numeric, 2), 'status', st.status)
+                                                         ORDER BY s.machine)
+                                        FROM @extschema@.regulation_machine s
+                                        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
+                                        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                      WHERE l.account = a.name AND l.cluster = s.machine
+                                                        AND l.kind IN ('grant', 'supplement', 'retraction')
+                                                        AND l.valid_from <= at
+                                                        AND l.valid_until >= date_trunc('year', at)::date)),
+                         'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
+                                        FROM (SELECT c.unit, round(sum(c.amount), 6) AS amount
+                                              FROM @extschema@.charge_by_month c
+                                              WHERE c.account = a.name AND c.month = date_trunc('month', at)::date
+                                              GROUP BY c.unit) t))) AS item
+              FROM @extschema@.account a
+              WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
+        RETURN result;
+    END
+    $$;
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+COMMENT ON COLUMN @extschema@.account.policies IS
+    'Submit rules that bind the account: bank, window_quota, regulation; {} none (staff); NULL derived (account_policies)';
+COMMENT ON TABLE @extschema@.regulation_machine IS
+    'GENCI regulation settings per machine (ledger cluster): monthly threshold, annual percentages, month convention';
+COMMENT ON COLUMN @extschema@.regulation_machine.monthly_threshold IS
+    'An account whose grants and supplements for the year on the machine reach this many hours is regulated monthly, otherwise annually';
+COMMENT ON COLUMN @extschema@.regulation_machine.annual_warning_percent IS
+    'Annual regulation: accounts that used less than this percentage of their allocation are warned (1 May) and lose hours (1 June)';
+COMMENT ON COLUMN @extschema@.regulation_machine.annual_retraction_percent IS
+    'Annual regulation: percentage of the allocation retracted on 1 June from an under-consuming account that is not exonerated';
+COMMENT ON COLUMN @extschema@.regulation_machine.month_convention IS
+    'How validity windows are measured in months: half_month (the GENCI document) or day (exact fractions)';
+COMMENT ON FUNCTION @extschema@.regulation_year(text, text, integer, text) IS
+    'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+
+-- ==== fewer duplicates (issue 18, house) -----------------------------------------------
+-- deposit() and refund() share hpcacct_internal.book_credit().
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
+    'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
+CREATE OR REPLACE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
+CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) FROM PUBLIC;
+
+-- ---- ingestion: the rollups convert each job's times once per row (issue 19 item 4) -----
+CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
+    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
+            )
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(
+                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
+                    interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+    'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+-- (roll_up_charges and federation's roll_up_received are generated again at the end)
+-- end of ingestion rollups
+
+-- ---- incremental compaction (issue 19, scale2) ------------------------------------------
+-- compact_rollup() merges only the rows not folded and adds to the bases: one row per group
+-- in the folded rows and the bases (as 0.3's compaction left them), the consumption rollup's
+-- merged rows apart from its deltas (existing rows count as deltas until the next compaction).
+ALTER TABLE @extschema@.consumption_rollup ADD COLUMN merged boolean NOT NULL DEFAULT false;
+CREATE INDEX consumption_rollup_unmerged ON @extschema@.consumption_rollup (boundary) WHERE NOT merged;
+CREATE UNIQUE INDEX consumption_rollup_merged ON @extschema@.consumption_rollup (account, resource_id, boundary)
+    WHERE merged;
+COMMENT ON COLUMN @extschema@.consumption_rollup.merged IS
+    'One row per account, resource and boundary, which compact_rollup() adds the delta rows to (new rows are not)';
+CREATE UNIQUE INDEX charge_rollup_folded ON @extschema@.charge_rollup
+    (account, resource_id, unit, submitter, month, end_month) NULLS NOT DISTINCT WHERE folded;
+CREATE UNIQUE INDEX fairshare_base_group ON @extschema@.fairshare_base (account, resource_id, unit, submitter)
+    NULLS NOT DISTINCT;
+CREATE UNIQUE INDEX usage_base_group ON @extschema@.usage_base (account, resource_id, unit, month);
+COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
+    'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base: one row per group, which '
+    'compact_rollup() adds late rows to (new rows are not folded)';
+COMMENT ON COLUMN @extschema@.usage_base.through IS
+    'First day of the last month folded in (site time zone) when the row was last added to: the jobs in it ended '
+    'before the next month; the latest is the whole base''s';
+CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
+CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date,
+                                                       per_submitter boolean)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::date, NULL::numeric WHERE false $$;
+    -- defined below (final definitions): usage_base's rows keep their own month folded
+-- year_usage: a SQL-standard body, which the reports inline (not in the final block)
+CREATE OR REPLACE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_submitter boolean)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   rate float8, month date, amount numeric, year integer, first_day date, last_day date,
+                   elapsed interval, length interval, state text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
+               y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
+        FROM @extschema@.charges_ended_by($2, (SELECT pg_catalog.min(first_day) FROM years),
+                                          (SELECT pg_catalog.max(last_day) FROM years), $3) c
+        JOIN @extschema@.resource r USING (resource_id)
+        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+        WHERE c.month BETWEEN y.first_day AND y.last_day;
+    END;
+-- end of incremental compaction
+
+-- ==== final definitions ---------------------------------------------------------------
+-- The sections above come from several changes, some to the same functions. Every function
+-- and procedure they define is defined here once more, as sql/install has it, so that the
+-- update ends where a fresh install of 0.4 starts.
+COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
+CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    DECLARE
+        col      text[];
+        relevant text;
+        changed_old text;
+        changed_new text;
+        problem  record;
+        unknown_accounts bigint;
+        charged  bigint;
+        jobs     bigint;
+        max_length  interval;
+        need_member boolean;
+    BEGIN
+        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
+            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
         relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
                            '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
@@ -5920,16 +9732,18 @@ CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS te
         SELECT pg_catalog.format($q$
             WITH z AS MATERIALIZED (  -- once per statement
                 SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.fairshare_setting_value('half_life')::interval AS half_life
+                       @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                       pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                       pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month,
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
                        e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) + interval '1 month')
-                               AT TIME ZONE z.tz, z.half_life) AS decayed
-                FROM %s e, z
-                WHERE e.kind = 'charge'
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
             )
             INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
                                                    job_amount, decayed)
@@ -5974,12 +9788,12 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                    ($1 AT TIME ZONE z.tz)::date AS day,
                    z.tz,
                    pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
-                   @extschema@.fairshare_setting_value('decay') AS form,
-                   @extschema@.fairshare_setting_value('half_life')::interval AS half_life,
-                   @extschema@.fairshare_setting_value('period')::interval AS period,
-                   @extschema@.fairshare_setting_value('period_decay')::float8 AS decay,
-                   @extschema@.fairshare_setting_value('depth')::integer AS depth,
-                   @extschema@.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
             FROM (SELECT @extschema@.site_timezone() AS tz) z
         ), recent AS MATERIALIZED (
             -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
@@ -6185,16 +9999,12 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catal
                    CASE WHEN sees_all THEN f.share END, f.usage,
                    CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
             FROM @extschema@.fairshare_all(instant) f
-            WHERE sees_all OR f.account = ANY (@extschema@.visible_accounts());
+            WHERE sees_all OR f.account = ANY (hpcacct_internal.visible_accounts());
     END
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
     'Fair-share table per pool, account and user (see fairshare_all); at NULL means now. Administrators and auditors '
     'see every row at any instant; others their accounts'' rows, now only, without share and norm_usage';
-CREATE OR REPLACE FUNCTION @extschema@.top_up_note(target numeric) RETURNS text
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
-COMMENT ON FUNCTION @extschema@.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
 CREATE OR REPLACE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) RETURNS numeric
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -6212,7 +10022,7 @@ CREATE OR REPLACE FUNCTION @extschema@.top_up(account text, quarter date, target
         END IF;
         INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
         SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
-               (q + interval '3 months')::date - 1, @extschema@.top_up_note(target)
+               (q + interval '3 months')::date - 1, hpcacct_internal.top_up_note(target)
         FROM @extschema@.ledger l
         WHERE l.account = top_up.account AND l.kind = 'deposit' AND l.valid_from = q AND l.unit = bank_unit
         HAVING target - coalesce(sum(l.amount), 0) > 0
@@ -6268,7 +10078,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         ), booked AS (
             INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   @extschema@.top_up_note(m.level)
+                   hpcacct_internal.top_up_note(m.level)
             FROM missing m, cfg
             WHERE m.amount > 0
             ORDER BY m.name, m.target
@@ -6325,48 +10135,14 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
     $$;
 COMMENT ON PROCEDURE @extschema@.open_quarter(date) IS
     'Quarter start (HLRN): top up personal accounts, expire and delete them, reset default projects; idempotent';
-CREATE OR REPLACE FUNCTION @extschema@.require_account(account text, caller text) RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
-            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
-                USING ERRCODE = 'undefined_object',
-                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
-        END IF;
-        RETURN account;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.require_account(text, text) IS
-    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
-CREATE OR REPLACE FUNCTION @extschema@.day_or_today(day date, caller text) RETURNS date
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF day IS NULL THEN
-            RETURN @extschema@.site_today();
-        END IF;
-        IF NOT pg_catalog.isfinite(day) THEN
-            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        RETURN day;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.day_or_today(date, text) IS
-    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
 CREATE OR REPLACE FUNCTION @extschema@.balance(account text, at date DEFAULT @extschema@.site_today())
     RETURNS numeric
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_account(account, 'balance');
-        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'balance')) b);
+        PERFORM hpcacct_internal.require_account(account, 'balance');
+        RETURN (SELECT b.balance FROM @extschema@.bank_state(account, hpcacct_internal.day_or_today(at, 'balance')) b);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.balance(text, date) IS
@@ -6375,66 +10151,10 @@ COMMENT ON FUNCTION @extschema@.balance(text, date) IS
 CREATE OR REPLACE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (SELECT b.state FROM @extschema@.bank_state(account, @extschema@.day_or_today(at, 'account_state')) b);
+    RETURN (SELECT b.state FROM @extschema@.bank_state(account, hpcacct_internal.day_or_today(at, 'account_state')) b);
 COMMENT ON FUNCTION @extschema@.account_state(text, date) IS
     'active (an allocation this quarter), inactive (none this quarter, one later), expired (none this quarter or '
     'later), or deleted, at a day (NULL: today in the site time zone); NULL for an unknown account';
-CREATE OR REPLACE FUNCTION @extschema@.require_bank_account(account text) RETURNS void
-    LANGUAGE plpgsql STABLE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
-        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
-            RAISE EXCEPTION 'account "%" has been deleted', account
-                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
-        END IF;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
-CREATE OR REPLACE FUNCTION @extschema@.require_amount(amount numeric) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF amount IS NULL THEN
-            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF amount = 'NaN' OR amount <= 0 THEN
-            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
-                USING ERRCODE = 'numeric_value_out_of_range';
-        END IF;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.require_amount(numeric) IS 'Raises unless the amount is a positive number';
-CREATE OR REPLACE FUNCTION @extschema@.book_allocation(account text, kind text, quarter date, amount numeric, note text)
-    RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        q constant date := @extschema@.quarter_start(quarter);
-        entry bigint;
-    BEGIN
-        IF quarter IS NULL THEN
-            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT isfinite(quarter) THEN
-            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
-        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
-        RETURNING entry_id INTO entry;
-        RETURN entry;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.book_allocation(text, text, date, numeric, text) IS
-    'Books a bank entry valid for the quarter containing a day (internal helper)';
 CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
                                          at date DEFAULT @extschema@.site_today())
     RETURNS @extschema@.submit_decision
@@ -6483,9 +10203,9 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT @extschema@.require_account($1, 'window_quota_usage'), @extschema@.day_or_today($2, 'window_quota_usage');
+        SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');
         WITH d AS MATERIALIZED (
-            SELECT @extschema@.day_or_today($2, 'window_quota_usage') AS day
+            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
         ), period AS (
             SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
             FROM @extschema@.quota_period p, d
@@ -6558,109 +10278,6 @@ CREATE OR REPLACE FUNCTION @extschema@.year_allocations(for_year integer, at tim
 COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
     'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
     'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
-CREATE OR REPLACE FUNCTION @extschema@.last_charged_start(resource_id bigint) RETURNS timestamptz
-    LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT max(j.job_start)
-        FROM (SELECT l.job_start
-              FROM @extschema@.ledger l
-              WHERE l.kind = 'charge' AND l.resource_id = last_charged_start.resource_id
-              GROUP BY l.cluster, l.jobid, l.job_start
-              HAVING sum(l.amount) <> 0) j
-    $$;
-COMMENT ON FUNCTION @extschema@.last_charged_start(bigint) IS
-    'Latest start of the jobs a resource row still charges (NULL: none)';
-CREATE OR REPLACE FUNCTION @extschema@.check_resource_change() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        other record;
-        charged boolean;
-        last_start timestamptz;
-    BEGIN
-        IF TG_OP IN ('UPDATE', 'DELETE') THEN
-            charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
-                               WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
-        END IF;
-        IF TG_OP = 'DELETE' THEN
-            IF charged THEN
-                RAISE EXCEPTION 'resource % (%/%) has charged jobs and cannot be deleted',
-                                OLD.resource_id, OLD.cluster, OLD.partition
-                    USING ERRCODE = 'foreign_key_violation',
-                          HINT = format('The ledger''s charges name it. To stop charging at it, close it: UPDATE hpcacct.resource '
-                                        'SET valid = tstzrange(lower(valid), <end>) WHERE resource_id = %s.',
-                                        OLD.resource_id);
-            END IF;
-            RETURN OLD;
-        END IF;
-
-        IF TG_OP = 'UPDATE' AND charged THEN
-            -- (tres compared in canonical text: its operators are not on this search_path)
-            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
-                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
-               IS DISTINCT FROM
-               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
-                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
-                RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
-                                OLD.resource_id, OLD.cluster, OLD.partition
-                    USING ERRCODE = 'HA006',
-                          DETAIL = 'Its rate, bundle, node, unit, pool, exclusive flag and the start of its validity '
-                                   'are what the ledger''s charges were computed from.',
-                          HINT = format('For jobs from a date on, re-rate them: SELECT hpcacct.rerate(%s, <new rate>, <from>) '
-                                        '(closes this row, adds the new one, books reversals and new charges). For future '
-                                        'jobs only, close this row at <from> and insert a new one from <from>.',
-                                        OLD.resource_id);
-            END IF;
-            last_start := @extschema@.last_charged_start(OLD.resource_id);
-            IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
-                RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
-                                OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
-                    USING ERRCODE = 'HA006',
-                          HINT = format('Close it after %s, or re-rate the jobs from <from> on: '
-                                        'SELECT hpcacct.rerate(%s, <new rate>, <from>).', last_start, OLD.resource_id);
-            END IF;
-        END IF;
-
-        -- Two rates for one cluster and partition at the same time (the exclusion constraint
-        -- would refuse it too, without saying what to do).
-        SELECT r.resource_id, r.valid INTO other
-        FROM @extschema@.resource r
-        WHERE r.cluster = NEW.cluster AND r.partition = NEW.partition AND r.valid && NEW.valid
-          AND r.resource_id IS DISTINCT FROM NEW.resource_id
-        LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'a rate for %/% over % overlaps resource % (valid %)',
-                            NEW.cluster, NEW.partition, NEW.valid, other.resource_id, other.valid
-                USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'resource_one_rate_at_a_time',
-                      HINT = format('One rate at a time: close resource %s where the new rate starts '
-                                    '(UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), <start>) WHERE resource_id = %s), '
-                                    'then insert the new row valid from <start>; to re-rate jobs already charged, '
-                                    'use hpcacct.rerate().', other.resource_id, other.resource_id);
-        END IF;
-        RETURN NEW;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.check_resource_change() IS
-    'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
-CREATE OR REPLACE FUNCTION @extschema@.check_account_delete() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
-            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
-                USING ERRCODE = 'foreign_key_violation',
-                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
-                             'allocating to it (without an allocation for the current quarter check_submit refuses '
-                             'it as account_expired) and remove its members with hpcacct.remove_member().';
-        END IF;
-        RETURN OLD;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.check_account_delete() IS
-    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
 CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effective_from timestamptz,
                                    note text DEFAULT NULL)
     RETURNS bigint
@@ -6754,33 +10371,6 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
 COMMENT ON FUNCTION @extschema@.rerate(bigint, float8, timestamptz, text) IS
     'Re-rates the jobs a resource row charged from an instant on: closes the row, adds one with the new rate, '
     'books reversals and new charges; logged in rerate_log; returns the new row''s id';
-CREATE OR REPLACE FUNCTION @extschema@.require_member_manager(account text, by_user text) RETURNS void
-    LANGUAGE plpgsql STABLE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
-                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
-            PERFORM @extschema@.require_admin(account, by_user);
-            RETURN;
-        END IF;
-        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
-            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
-                USING ERRCODE = 'insufficient_privilege';
-        END IF;
-        IF account IS NULL OR NOT EXISTS (
-            SELECT 1 FROM @extschema@.membership m
-            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
-              AND m.role = 'admin') THEN
-            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
-                USING ERRCODE = 'insufficient_privilege',
-                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
-        END IF;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.require_member_manager(text, text) IS
-    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
 CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
                                        by_user text DEFAULT NULL)
     RETURNS void
@@ -6788,12 +10378,12 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_member_manager(account, by_user);
-        PERFORM @extschema@.require_bank_account(account);
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        PERFORM hpcacct_internal.require_bank_account(account);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
-        PERFORM @extschema@.require_admin(account, by_user);
+        PERFORM hpcacct_internal.require_admin(account, by_user);
         INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
         ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
     END
@@ -6807,7 +10397,7 @@ CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM @extschema@.require_member_manager(account, by_user);
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
@@ -6827,20 +10417,6 @@ CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text
 COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
     'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
     'a portal user must administer the account';
-CREATE OR REPLACE FUNCTION @extschema@.sees_all_accounts() RETURNS boolean
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
-                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
-               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
-                           false);
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.sees_all_accounts() IS
-    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
 CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -6861,10 +10437,10 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
             END IF;
             EXECUTE pg_catalog.format('COMMENT ON ROLE %I IS %L', r.name, r.description);
         END LOOP;
-        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
-        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO hpcacct_admin;
+        GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin;
         GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
         IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
             GRANT INSERT ON @extschema@.job TO hpcacct_ingest;
@@ -6884,7 +10460,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         -- the fair share of every account; it writes nothing and runs no administrative function
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
-        PERFORM @extschema@.grant_submit_role();
+        PERFORM hpcacct_internal.grant_submit_role();
         -- a portal user keeps their own contact row (its policy admits no other)
         GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
             ON @extschema@.contact TO hpcacct_portal;
@@ -6910,7 +10486,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
     DECLARE
         a record;
         has_quota boolean;
-        has_genci boolean;
+        has_regulation boolean;
         has_bank boolean;
     BEGIN
         SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
@@ -6922,9 +10498,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
             RETURN '{}'::text[];
         END IF;
         has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
-        has_genci := EXISTS (SELECT 1 FROM @extschema@.ledger l
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
                              WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
-        IF a.kind = 'personal' OR NOT (has_quota OR has_genci) THEN
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
             has_bank := true;
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -6933,12 +10509,12 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
-                                             CASE WHEN has_genci THEN 'genci' END], NULL);
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
-    'genci with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
 CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
@@ -6954,7 +10530,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         reason text;
         message text;
     BEGIN
-        at := @extschema@.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
@@ -6996,7 +10572,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             END IF;
         END IF;
 
-        IF 'genci' = ANY (pol) THEN
+        IF 'regulation' = ANY (pol) THEN
             SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
             INTO machines, open_machines
             FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
@@ -7067,21 +10643,6 @@ CREATE OR REPLACE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extsc
 COMMENT ON FUNCTION @extschema@.slurm_associations(date) IS
     'The state each account''s Slurm association should have at a day: blocked (no submission), low_priority '
     '(a low QOS), normal; with the reason and message of a block';
-CREATE OR REPLACE FUNCTION @extschema@.grant_submit_role() RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        GRANT USAGE ON SCHEMA @extschema@ TO hpcacct_submit;
-        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
-                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
-                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.machine_setting
-            TO hpcacct_submit;
-        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.grant_submit_role() IS
-    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
 CREATE OR REPLACE FUNCTION @extschema@.federation_id_range(site integer) RETURNS int8range
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
@@ -7098,63 +10659,13 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS reg
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
-                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.regulation_machine',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.pool', '@extschema@.fairshare_user',
                      '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
-CREATE OR REPLACE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        first boolean;
-    BEGIN
-        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
-        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
-            RETURN NEW;
-        END IF;
-        first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
-        IF first THEN
-            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
-            IF pg_catalog.to_regclass('pg_temp.hpcacct_received') IS NULL THEN
-                CREATE TEMPORARY TABLE hpcacct_received (
-                    entry                @extschema@.ledger NOT NULL,
-                    first_in_transaction boolean NOT NULL
-                );
-                CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
-                    DEFERRABLE INITIALLY DEFERRED
-                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION @extschema@.roll_up_received();
-                -- written in replica sessions only: fire there
-                ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
-            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
-                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
-            END IF;
-        END IF;
-        INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
-    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
-    'back until commit';
-COMMENT ON FUNCTION @extschema@.roll_up_received() IS
-    'Deferred trigger of pg_temp.hpcacct_received: inserts the charges held in the transaction into the ledger and '
-    'rolls them up, once';
-CREATE OR REPLACE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
-            USING ERRCODE = 'HA013',
-                  HINT = 'Make the change in the central database; it reaches every site by replication.';
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
-    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
 CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -7220,11 +10731,10 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                        WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
             CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
-                FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
+                FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
         END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
-        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
@@ -7232,7 +10742,7 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
                                WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
                     EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE '
                                               'ON %s FOR EACH ROW EXECUTE FUNCTION '
-                                              '@extschema@.federation_refuse_local_write()', tab);
+                                              'hpcacct_internal.federation_refuse_local_write()', tab);
                 END IF;
             END LOOP;
         END IF;
@@ -7241,11 +10751,6 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
 COMMENT ON FUNCTION @extschema@.federation_prepare(integer, text) IS
     'Makes this database the federation centre (0) or a site: records it, narrows the ledger ids to its range, '
     'enables the triggers replicated rows need; idempotent';
-CREATE OR REPLACE FUNCTION @extschema@.federation_slot_exists(slot text) RETURNS boolean
-    LANGUAGE sql STABLE STRICT
-    SET search_path = pg_catalog, pg_temp
-    AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
-COMMENT ON FUNCTION @extschema@.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
 CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name text)
     LANGUAGE plpgsql
     AS $$
@@ -7290,7 +10795,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name te
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT @extschema@.federation_slot_exists(pub) THEN
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
             PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
         END IF;
         COMMIT;
@@ -7348,7 +10853,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT @extschema@.federation_slot_exists(pub) THEN
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
             PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
         END IF;
         COMMIT;
@@ -7459,146 +10964,6 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text,
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
     'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY hpcacct_outbox';
-CREATE OR REPLACE FUNCTION @extschema@.notify_number(x numeric) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN CASE WHEN x IS NULL THEN 'n/a'
-                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
-           END;
-COMMENT ON FUNCTION @extschema@.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
-CREATE OR REPLACE FUNCTION @extschema@.notify_regulation() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
-            'account', r.account,
-            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
-                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
-                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
-                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
-                                                      ELSE 'annual retraction' END, r.run_date),
-            'body', E'Dear project manager,\n\n' || CASE x.topic
-                WHEN 'regulation_warning' THEN pg_catalog.format(
-                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
-                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
-                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
-                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric), r.machine,
-                    @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(-r.delta::numeric),
-                    @extschema@.notify_number(r.tmc::numeric))
-                WHEN 'regulation_retraction' THEN pg_catalog.format(
-                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
-                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
-                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
-                    'valid until 31 December: the allocation goes from %s to %s hours.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric), r.machine,
-                    @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(-r.delta::numeric),
-                    @extschema@.notify_number(r.tmc::numeric), @extschema@.notify_number(r.retracted),
-                    r.run_date, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
-                WHEN 'annual_warning' THEN pg_catalog.format(
-                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
-                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
-                    'up to %s %% of the annual allocation may be retracted after May.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric),
-                    @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
-                    s.annual_warning_percent, s.annual_retraction_percent)
-                ELSE pg_catalog.format(
-                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
-                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
-                    'from %s to %s hours.',
-                    r.figures_at, r.account, @extschema@.notify_number(r.consumption::numeric),
-                    @extschema@.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
-                    s.annual_warning_percent, @extschema@.notify_number(r.retracted), r.run_date,
-                    @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.alloc - r.retracted))
-            END || E'\n\n'
-            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
-                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
-                                 r.figures_at, @extschema@.notify_number(r.alloc), @extschema@.notify_number(r.tmc::numeric),
-                                 @extschema@.notify_number(r.tc::numeric), @extschema@.notify_number(r.consumption::numeric),
-                                 @extschema@.notify_number(r.delta::numeric), @extschema@.notify_number(r.retracted)),
-            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
-                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
-                                                     'consumption', r.consumption, 'delta', r.delta,
-                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
-        FROM new_rows r
-        JOIN @extschema@.machine_setting s ON s.machine = r.machine
-        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
-        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
-           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
-           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.notify_regulation() IS
-    'Trigger: a regulation warning or retraction logged by regulate() writes its message to the project managers';
-CREATE OR REPLACE FUNCTION @extschema@.notify_quarter() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
-            'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
-            'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
-                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
-            'body', CASE r.action
-                WHEN 'expired' THEN pg_catalog.format(
-                    E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
-                    'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
-                    'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
-                    'with it the files of the login. Join an active project or ask your consultant for an\n'
-                    'allocation to keep it.\n', r.account, r.account, r.quarter,
-                    (r.quarter + interval '3 months')::date)
-                ELSE pg_catalog.format(
-                    E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
-                    'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
-                    'deleted.\n', r.account, r.account, r.quarter)
-            END,
-            'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
-        FROM new_rows r
-        -- an account that expired the quarter before is deleted by the same run: one notice, the deletion
-        WHERE r.action = 'deleted'
-           OR (r.action = 'expired'
-               AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
-                               WHERE p.account = r.account AND p.action = 'expired'
-                                 AND p.quarter = (r.quarter - interval '3 months')::date));
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.notify_quarter() IS
-    'Trigger: an expiry or deletion logged by open_quarter() writes its message to the account''s owner';
-CREATE OR REPLACE FUNCTION @extschema@.notify_hold() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
-            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
-                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
-            -- NULL when the job names an account that does not exist
-            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
-            'also', pg_catalog.jsonb_build_array(n.username),
-            'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
-                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
-            'body', CASE WHEN n.held THEN pg_catalog.format(
-                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
-                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
-                    'project administrator for an allocation.\n',
-                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
-                 ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
-                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
-            END,
-            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
-        FROM new_rows n
-        JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
-        WHERE n.held IS DISTINCT FROM o.held;
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.notify_hold() IS
-    'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
 CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -7645,11 +11010,11 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                       ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
                                   r.period_start, r.period_end,
-                                  @extschema@.notify_number(r.monthly::numeric), r.unit,
-                                  @extschema@.notify_number(r.remaining_prev::numeric),
-                                  @extschema@.notify_number(r.consumed_current::numeric),
-                                  @extschema@.notify_number(r.consumable_pct::numeric),
-                                  @extschema@.notify_number(r.consumable::numeric)),
+                                  hpcacct_internal.notify_number(r.monthly::numeric), r.unit,
+                                  hpcacct_internal.notify_number(r.remaining_prev::numeric),
+                                  hpcacct_internal.notify_number(r.consumed_current::numeric),
+                                  hpcacct_internal.notify_number(r.consumable_pct::numeric),
+                                  hpcacct_internal.notify_number(r.consumable::numeric)),
                 pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
                                               'monthly', r.monthly, 'remaining_prev', r.remaining_prev,
                                               'consumed_current', r.consumed_current,
@@ -7686,8 +11051,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
-                                  r.account, @extschema@.notify_number(r.balance), bank_unit,
-                                  @extschema@.notify_number(r.alloc), bank_unit, q,
+                                  r.account, hpcacct_internal.notify_number(r.balance), bank_unit,
+                                  hpcacct_internal.notify_number(r.alloc), bank_unit, q,
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -7735,8 +11100,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                             'project or ask your consultant for an allocation.'
                                        ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
-                                  @extschema@.notify_number(@extschema@.balance(r.account, at)), bank_unit,
-                                  @extschema@.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)), bank_unit,
+                                  hpcacct_internal.notify_number(r.alloc), bank_unit, next_q - 1,
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
@@ -7839,180 +11204,13 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_result(worker text, recipient bigi
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval, interval) IS
     'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain)';
-CREATE OR REPLACE FUNCTION @extschema@.contact_touch() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        NEW.updated_at := pg_catalog.statement_timestamp();
-        RETURN NEW;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
-CREATE OR REPLACE FUNCTION @extschema@.html_escape(s text) RETURNS text
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-                   s, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
-    $$;
-COMMENT ON FUNCTION @extschema@.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
-CREATE OR REPLACE FUNCTION @extschema@.svg_chart(title text, unit text, labels text[], series jsonb,
-                                      width integer DEFAULT 760, height integer DEFAULT 300)
-    RETURNS text
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        n integer := coalesce(pg_catalog.array_length(labels, 1), 0);
-        left_x constant float8 := 78;
-        top_y constant float8 := 34;
-        plot_w float8 := width - left_x - 16;
-        plot_h float8 := height - top_y - 58;
-        lo float8;
-        hi float8;
-        step float8;
-        mag float8;
-        svg text;
-        s jsonb;
-        k integer := 0;
-        bars integer;
-        bar_i integer := 0;
-        pts text;
-        i integer;
-        v float8;
-        tick float8;
-        legend_x float8 := left_x;
-    BEGIN
-        IF n = 0 OR series IS NULL OR pg_catalog.jsonb_typeof(series) <> 'array' THEN
-            RAISE EXCEPTION 'svg_chart needs labels and an array of series' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        SELECT least(0, min(x)), max(x) INTO lo, hi
-        FROM (SELECT (e.value #>> '{}')::float8 AS x
-              FROM pg_catalog.jsonb_array_elements(series) ser,
-                   LATERAL pg_catalog.jsonb_array_elements(coalesce(ser.value -> 'values', '[]') || coalesce(ser.value -> 'lower', '[]')
-                                                           || coalesce(ser.value -> 'upper', '[]')) e
-              WHERE pg_catalog.jsonb_typeof(e.value) = 'number') t;
-        IF hi IS NULL OR hi <= lo THEN
-            hi := lo + 1;
-        END IF;
-        -- a round step: 1, 2 or 5 times a power of ten, about five of them
-        mag := power(10, floor(log((hi - lo) / 5)));
-        step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
-                     WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
-        lo := floor(lo / step) * step;
-        hi := ceil(hi / step) * step;
-        svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
-                      'role="img" aria-label="%s">', width, height, width, height, @extschema@.html_escape(title))
-            || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
-            || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
-                      left_x, @extschema@.html_escape(title))
-            || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
-                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, @extschema@.html_escape(unit));
-        -- grid and y labels
-        tick := lo;
-        WHILE tick <= hi + step / 2 LOOP
-            svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
-                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
-                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
-                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
-                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
-                                 @extschema@.notify_number(tick::numeric));
-            tick := tick + step;
-        END LOOP;
-        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
-                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
-                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
-                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
-        -- x labels
-        FOR i IN 1 .. n LOOP
-            CONTINUE WHEN coalesce(labels[i], '') = '';
-            svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
-                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
-                                 @extschema@.html_escape(labels[i]));
-        END LOOP;
-        SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
-        FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
-            k := k + 1;
-            IF s ->> 'kind' = 'bar' THEN
-                svg := svg || format('<g class="series" data-series="%s" fill="%s">', @extschema@.html_escape(s ->> 'name'),
-                                     @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')));
-                FOR i IN 1 .. n LOOP
-                    v := (s -> 'values' ->> (i - 1))::float8;
-                    CONTINUE WHEN v IS NULL;
-                    svg := svg || format('<rect x="%s" y="%s" width="%s" height="%s"/>',
-                        round((left_x + (i - 1) * plot_w / n + plot_w / n * (0.15 + 0.7 * bar_i / bars))::numeric, 1),
-                        round((top_y + plot_h - (greatest(v, 0) - lo) / (hi - lo) * plot_h)::numeric, 1),
-                        round((plot_w / n * 0.7 / bars)::numeric, 1),
-                        round((abs(v) / (hi - lo) * plot_h)::numeric, 1));
-                END LOOP;
-                svg := svg || '</g>';
-                bar_i := bar_i + 1;
-            ELSIF s ->> 'kind' = 'band' THEN
-                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
-                                         round((top_y + plot_h - ((s -> 'upper' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
-                                  ' ' ORDER BY j)
-                       || ' ' ||
-                       string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
-                                         round((top_y + plot_h - ((s -> 'lower' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
-                                  ' ' ORDER BY j DESC)
-                INTO pts
-                FROM generate_series(1, n) j
-                WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
-                svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
-                                     @extschema@.html_escape(s ->> 'name'), coalesce(pts, ''),
-                                     @extschema@.html_escape(coalesce(s ->> 'color', '#2ca02c')));
-            ELSE
-                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
-                                         round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
-                                  ' ' ORDER BY j)
-                INTO pts
-                FROM generate_series(1, n) j
-                WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
-                svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
-                                     @extschema@.html_escape(s ->> 'name'), coalesce(pts, ''),
-                                     @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')),
-                                     CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
-            END IF;
-            -- legend
-            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
-                                 @extschema@.html_escape(coalesce(s ->> 'color', '#1f77b4')),
-                                 CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
-                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
-                                 height - 10, @extschema@.html_escape(s ->> 'name'));
-            legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
-        END LOOP;
-        RETURN svg || '</svg>';
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.svg_chart(text, text, text[], jsonb, integer, integer) IS
-    'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
-CREATE OR REPLACE FUNCTION @extschema@.visible_account(account text) RETURNS @extschema@.account
-    LANGUAGE plpgsql STABLE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        a @extschema@.account;
-    BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
-        RETURN a;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.visible_account(text) IS
-    'The account row if it exists and the caller may see it, else 42704';
 CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
     RETURNS jsonb
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        a @extschema@.account := @extschema@.visible_account(account);
+        a @extschema@.account := hpcacct_internal.visible_account(account);
         m date;
         m_end date;
         tz text := @extschema@.site_timezone();
@@ -8024,7 +11222,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         sections jsonb := '{}';
         bank_unit text := @extschema@.setting_value('bank_unit');
     BEGIN
-        m := @extschema@.statement_month(month);
+        m := hpcacct_internal.statement_month(month);
         m_end := (m + interval '1 month')::date - 1;
         upto := least(m_end, @extschema@.site_today());
         y_start := date_trunc('year', m)::date;
@@ -8077,7 +11275,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                         FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
               GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
-        CROSS JOIN (SELECT @extschema@.fairshare_setting_value('hours_per_year')::numeric AS hours) h;
+        CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 
         -- GENCI: per machine with allocation events this year, the status at the end of the
@@ -8106,7 +11304,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                                   FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
                ORDER BY s.machine)
         INTO section
-        FROM @extschema@.machine_setting s
+        FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                       WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
@@ -8200,7 +11398,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                                                             'consumption', round(st.consumption::numeric, 2),
                                                                             'delta', round(st.delta::numeric, 2), 'status', st.status)
                                                          ORDER BY s.machine)
-                                        FROM @extschema@.machine_setting s
+                                        FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
                                                       WHERE l.account = a.name AND l.cluster = s.machine
@@ -8236,17 +11434,17 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
         e text;
     BEGIN
         h := '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-             || format('<title>Statement %s %s</title>', @extschema@.html_escape(d ->> 'account'), d ->> 'month')
+             || format('<title>Statement %s %s</title>', hpcacct_internal.html_escape(d ->> 'account'), d ->> 'month')
              || '<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}'
                 'h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}'
                 'table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}'
                 'td.n{text-align:right}.meta{color:#555;font-size:13px}.chart{display:block;margin:8px 0}</style></head><body>'
-             || format('<h1>Statement of account %s &mdash; %s</h1>', @extschema@.html_escape(d ->> 'account'),
+             || format('<h1>Statement of account %s &mdash; %s</h1>', hpcacct_internal.html_escape(d ->> 'account'),
                        to_char((d ->> 'month' || '-01')::date, 'FMMonth YYYY'))
              || format('<p class="meta">%s account%s. Figures at the end of %s (%s).</p>',
-                       @extschema@.html_escape(initcap(d ->> 'kind')),
-                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || @extschema@.html_escape(d ->> 'description') ELSE '' END,
-                       d ->> 'figures_at', @extschema@.html_escape(d ->> 'time_zone'));
+                       hpcacct_internal.html_escape(initcap(d ->> 'kind')),
+                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || hpcacct_internal.html_escape(d ->> 'description') ELSE '' END,
+                       d ->> 'figures_at', hpcacct_internal.html_escape(d ->> 'time_zone'));
 
         -- the month's charges
         h := h || '<h2>Charges this month</h2>';
@@ -8254,15 +11452,15 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
             h := h || '<p>No charges.</p>';
         ELSE
             SELECT string_agg(format('<tr><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td>%s</td></tr>',
-                                     @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
-                                     @extschema@.html_escape(x ->> 'submitter'),
-                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,990.00'), @extschema@.html_escape(x ->> 'unit')),
+                                     hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
+                                     hpcacct_internal.html_escape(x ->> 'submitter'),
+                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,990.00'), hpcacct_internal.html_escape(x ->> 'unit')),
                               '' ORDER BY ord)
             INTO rows FROM jsonb_array_elements(d -> 'charges' -> 'by_submitter') WITH ORDINALITY t(x, ord);
             h := h || '<table class="charges"><tr><th>cluster</th><th>partition</th><th>submitter</th><th>amount</th><th>unit</th></tr>'
                    || rows;
             SELECT string_agg(format('<tr><th colspan="3">total</th><td class="n">%s</td><td>%s</td></tr>',
-                                     to_char(t.value::numeric, 'FM999,999,999,990.00'), @extschema@.html_escape(t.key)), '' ORDER BY t.key)
+                                     to_char(t.value::numeric, 'FM999,999,999,990.00'), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
             INTO rows FROM jsonb_each_text(d -> 'charges' -> 'total') t;
             h := h || coalesce(rows, '') || '</table>';
         END IF;
@@ -8282,14 +11480,14 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 3)::numeric ORDER BY ord)))
             INTO labels, series
             FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
-            h := h || format('<h2>Regulation on %s (GENCI)</h2>', @extschema@.html_escape(sec ->> 'machine'))
-                   || @extschema@.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
+            h := h || format('<h2>Regulation on %s (GENCI)</h2>', hpcacct_internal.html_escape(sec ->> 'machine'))
+                   || hpcacct_internal.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
                                             'hours', labels, series)
                    || format('<table class="regulation"><tr><th>Alloc</th><th>TMC</th><th>TC</th><th>consumption</th><th>&Delta;</th><th>status</th></tr>'
                              '<tr><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr></table>',
-                             @extschema@.notify_number((sec ->> 'alloc')::numeric), @extschema@.notify_number((sec ->> 'tmc')::numeric),
-                             @extschema@.notify_number((sec ->> 'tc')::numeric), @extschema@.notify_number((sec ->> 'consumption')::numeric),
-                             @extschema@.notify_number((sec ->> 'delta')::numeric), @extschema@.html_escape(sec ->> 'status'));
+                             hpcacct_internal.notify_number((sec ->> 'alloc')::numeric), hpcacct_internal.notify_number((sec ->> 'tmc')::numeric),
+                             hpcacct_internal.notify_number((sec ->> 'tc')::numeric), hpcacct_internal.notify_number((sec ->> 'consumption')::numeric),
+                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'));
         END LOOP;
 
         -- RWTH: the three-month window per month
@@ -8306,16 +11504,16 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
             FROM jsonb_array_elements(d -> 'window_quota') WITH ORDINALITY t(x, ord);
             r := d -> 'window_quota' -> -1;
             h := h || '<h2>Core-hour quota (RWTH)</h2>'
-                   || @extschema@.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
+                   || hpcacct_internal.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
                    || format('<table class="quota"><tr><th>Accounting period</th><td>%s to %s</td></tr>'
                              '<tr><th>State</th><td>%s</td></tr><tr><th>Monthly</th><td class="n">%s</td></tr>'
                              '<tr><th>Remaining of previous month</th><td class="n">%s</td></tr>'
                              '<tr><th>Consumed this month</th><td class="n">%s</td></tr>'
                              '<tr><th>Consumable (%%)</th><td class="n">%s</td></tr><tr><th>Consumable</th><td class="n">%s</td></tr></table>',
-                             r ->> 'period_start', r ->> 'period_end', @extschema@.html_escape(r ->> 'state'),
-                             @extschema@.notify_number((r ->> 'monthly')::numeric), @extschema@.notify_number((r ->> 'remaining_prev')::numeric),
-                             @extschema@.notify_number((r ->> 'consumed')::numeric), @extschema@.notify_number((r ->> 'consumable_pct')::numeric),
-                             @extschema@.notify_number((r ->> 'consumable')::numeric));
+                             r ->> 'period_start', r ->> 'period_end', hpcacct_internal.html_escape(r ->> 'state'),
+                             hpcacct_internal.notify_number((r ->> 'monthly')::numeric), hpcacct_internal.notify_number((r ->> 'remaining_prev')::numeric),
+                             hpcacct_internal.notify_number((r ->> 'consumed')::numeric), hpcacct_internal.notify_number((r ->> 'consumable_pct')::numeric),
+                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric));
         END IF;
 
         -- HLRN: the quarter's balance
@@ -8330,12 +11528,12 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
             INTO labels, series
             FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
             h := h || format('<h2>Quarter starting %s (HLRN bank)</h2>', sec ->> 'quarter')
-                   || @extschema@.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
+                   || hpcacct_internal.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
                    || format('<table class="bank"><tr><th>allocation</th><th>balance</th><th>state</th></tr>'
                              '<tr><td class="n">%s %s</td><td class="n">%s %s</td><td>%s</td></tr></table>',
-                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,990.00'), @extschema@.html_escape(sec ->> 'unit'),
-                             to_char((sec ->> 'balance')::numeric, 'FM999,999,990.00'), @extschema@.html_escape(sec ->> 'unit'),
-                             @extschema@.html_escape(sec ->> 'state'));
+                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             to_char((sec ->> 'balance')::numeric, 'FM999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.html_escape(sec ->> 'state'));
         END IF;
 
         -- usage by resource this allocation year, with the projection
@@ -8348,18 +11546,18 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 'projected_usage')::numeric ORDER BY ord))),
                    string_agg(format('<tr><td>%s</td><td>%s</td><td>%s to %s</td><td class="n">%s</td><td class="n">%s</td>'
                                      '<td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>',
-                                     @extschema@.html_escape(x ->> 'cluster'), @extschema@.html_escape(x ->> 'partition'),
+                                     hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
                                      x ->> 'year_start', x ->> 'year_end',
                                      coalesce(to_char((x ->> 'core_years')::numeric, 'FM999,999,990.000'), 'n/a'),
                                      to_char((x ->> 'equivalent_hours')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage')::numeric, 'FM999,999,999,990.00'),
                                      to_char((x ->> 'usage_years')::numeric, 'FM999,999,990.000'),
                                      coalesce(to_char((x ->> 'projected_usage')::numeric, 'FM999,999,999,990.00'), ''),
-                                     @extschema@.html_escape(x ->> 'unit')), '' ORDER BY ord)
+                                     hpcacct_internal.html_escape(x ->> 'unit')), '' ORDER BY ord)
             INTO labels, series, rows
             FROM jsonb_array_elements(d -> 'usage_by_resource') WITH ORDINALITY t(x, ord);
             h := h || '<h2>Usage by resource this allocation year</h2>'
-                   || @extschema@.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
+                   || hpcacct_internal.svg_chart('Usage to date and projected for the year', 'charged units', labels, series)
                    || '<table class="usage"><tr><th>cluster</th><th>partition</th><th>year</th><th>core-years (raw)</th>'
                       '<th>equivalent-hours (unweighted)</th><th>usage to date</th><th>usage in unit-years</th>'
                       '<th>projected</th><th>unit</th></tr>'
@@ -8396,7 +11594,7 @@ CREATE OR REPLACE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '
         EXECUTE format('COMMENT ON TABLE %s IS %L', created,
                        'Finished job runs, one row per (cluster, jobid, submit), columns named after sacct fields; charged by trigger');
         PERFORM @extschema@.attach_charging(created);
-        PERFORM @extschema@.protect_table(created);
+        PERFORM hpcacct_internal.protect_table(created);
         RETURN created;
     END
     $$;
@@ -8791,7 +11989,7 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_accounts(month date)
         tz constant text := @extschema@.site_timezone();
         m date;
     BEGIN
-        m := @extschema@.statement_month(month);
+        m := hpcacct_internal.statement_month(month);
         RETURN QUERY
         SELECT a.name
         FROM @extschema@.account a
@@ -8825,8 +12023,8 @@ CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at
         RETURN QUERY
         SELECT u.*
         FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
-              WHERE (SELECT @extschema@.sees_all_accounts())
-                 OR p.account = ANY ((SELECT @extschema@.visible_accounts())::text[])) a
+              WHERE (SELECT hpcacct_internal.sees_all_accounts())
+                 OR p.account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])) a
         CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
         ORDER BY u.account;
     END
@@ -8839,61 +12037,6 @@ CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapse
     RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
 COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
     'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
-CREATE OR REPLACE FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
-    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.quarter_balance_transfn(internal, text, date, numeric, date) IS
-    'Support function of the aggregate quarter_balance';
-CREATE OR REPLACE FUNCTION @extschema@.theoretical_combinefn(internal, internal) RETURNS internal
-    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.theoretical_combinefn(internal, internal) IS
-    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
-CREATE OR REPLACE FUNCTION @extschema@.theoretical_finalfn(internal) RETURNS float8
-    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_finalfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.theoretical_finalfn(internal) IS
-    'Final function of hpcacct.tmc and hpcacct.tc';
-CREATE OR REPLACE FUNCTION @extschema@.theoretical_serialfn(internal) RETURNS bytea
-    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.theoretical_serialfn(internal) IS
-    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
-CREATE OR REPLACE FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) RETURNS internal
-    AS 'MODULE_PATHNAME', 'hpcacct_theoretical_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION @extschema@.theoretical_deserialfn(bytea, internal) IS
-    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
-CREATE OR REPLACE FUNCTION @extschema@.ledger_check_references() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        accounts  text[];
-        resources bigint[];
-        missing   text;
-    BEGIN
-        SELECT pg_catalog.array_agg(DISTINCT p.account), pg_catalog.array_agg(DISTINCT p.resource_id)
-                   FILTER (WHERE p.resource_id IS NOT NULL)
-        INTO accounts, resources
-        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) p;
-        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.account a WHERE a.name = ANY (accounts)
-                                              FOR KEY SHARE) l) < pg_catalog.cardinality(accounts) THEN
-            SELECT n INTO missing FROM pg_catalog.unnest(accounts) n
-            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = n) LIMIT 1;
-            RAISE EXCEPTION 'insert into ledger: account "%" does not exist', missing
-                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_account_fkey', TABLE = 'ledger',
-                      SCHEMA = '@extschema@';
-        END IF;
-        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = ANY (resources)
-                                              FOR KEY SHARE) l) < coalesce(pg_catalog.cardinality(resources), 0) THEN
-            SELECT n::text INTO missing FROM pg_catalog.unnest(resources) n
-            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = n) LIMIT 1;
-            RAISE EXCEPTION 'insert into ledger: resource % does not exist', missing
-                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_resource_id_fkey', TABLE = 'ledger',
-                      SCHEMA = '@extschema@';
-        END IF;
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.ledger_check_references() IS
-    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
-    'the accounts and resources they name)';
 CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -8959,7 +12102,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
                             0) AS tc
             FROM @extschema@.ledger l
-            JOIN @extschema@.machine_setting s ON s.machine = l.cluster
+            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
             WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
               AND l.valid_from <= as_of AND l.valid_until >= y_start
             GROUP BY l.account, l.cluster, s.machine
@@ -9073,7 +12216,944 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
     $$;
 COMMENT ON PROCEDURE @extschema@.regulate(date) IS
     'GENCI regulation for a date: monthly on the 15th, annual warning on 1 May, annual retraction on 1 June, a no-op (notice) on other dates; idempotent; results in hpcacct.regulation_log';
-CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        max_length interval;
+        ok         boolean;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) THEN
+            RAISE EXCEPTION 'unknown setting "%"', NEW.name
+                USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
+        END IF;
+        IF NEW.name = 'timezone'
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+            RAISE EXCEPTION 'unknown time zone "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        IF NEW.name = 'max_job_length' THEN
+            BEGIN
+                max_length := NEW.value::interval;
+            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+                max_length := NULL;
+            END;
+            IF max_length IS NULL OR max_length <= interval '0' OR pg_catalog.date_part('month', max_length) <> 0
+               OR pg_catalog.date_part('year', max_length) <> 0 THEN
+                RAISE EXCEPTION 'max_job_length must be a positive interval in days or hours, not "%"', NEW.value
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'E.g. ''30 days''.';
+            END IF;
+        END IF;
+        IF NEW.name = 'require_membership' AND lower(NEW.value) NOT IN ('on', 'off', 'true', 'false') THEN
+            RAISE EXCEPTION 'require_membership must be on or off, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NEW.name = 'expiry_warning_days' AND (NEW.value !~ '^[0-9]{1,2}$' OR NEW.value::integer > 92) THEN
+            RAISE EXCEPTION 'expiry_warning_days must be a whole number of days from 0 to 92, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'At most a quarter ahead; 0 turns the warning off.';
+        END IF;
+        IF NEW.name = 'personal_allotment'
+           AND (NEW.value !~ '^[0-9]+(\.[0-9]+)?$' OR NEW.value::numeric <= 0) THEN
+            RAISE EXCEPTION 'personal_allotment must be a positive number, not "%"', NEW.value
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- fair share and usage reports
+        BEGIN
+            ok := CASE NEW.name
+                WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'half_life' THEN NEW.value::interval > interval '0'
+                                      AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                      AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period' THEN NEW.value::interval > interval '0'
+                                   AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                   AND pg_catalog.date_part('year', NEW.value::interval) = 0
+                WHEN 'period_decay' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'depth' THEN NEW.value::integer >= 1
+                WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
+                WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
+                WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                ELSE true
+            END;
+        EXCEPTION WHEN data_exception THEN
+            ok := false;
+        END;
+        IF ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_setting() IS 'Trigger: only known settings, with values of the right kind';
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_is_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION 'hpcacct.ledger is append-only: % is not allowed', lower(TG_OP)
+            USING ERRCODE = 'HA001', HINT = 'Book a correcting entry instead.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_is_append_only() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of the ledger (HA001)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_check_references() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        accounts  text[];
+        resources bigint[];
+        missing   text;
+    BEGIN
+        SELECT pg_catalog.array_agg(DISTINCT p.account), pg_catalog.array_agg(DISTINCT p.resource_id)
+                   FILTER (WHERE p.resource_id IS NOT NULL)
+        INTO accounts, resources
+        FROM (SELECT e.account, e.resource_id FROM new_entries e GROUP BY e.account, e.resource_id) p;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.account a WHERE a.name = ANY (accounts)
+                                              FOR KEY SHARE) l) < pg_catalog.cardinality(accounts) THEN
+            SELECT n INTO missing FROM pg_catalog.unnest(accounts) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: account "%" does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_account_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        IF (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = ANY (resources)
+                                              FOR KEY SHARE) l) < coalesce(pg_catalog.cardinality(resources), 0) THEN
+            SELECT n::text INTO missing FROM pg_catalog.unnest(resources) n
+            WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE r.resource_id = n) LIMIT 1;
+            RAISE EXCEPTION 'insert into ledger: resource % does not exist', missing
+                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'ledger_resource_id_fkey', TABLE = 'ledger',
+                      SCHEMA = '@extschema@';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_references() IS
+    'Statement trigger of hpcacct.ledger: the foreign keys'' check of new rows, once per statement (locks and checks '
+    'the accounts and resources they name)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.job_columns(job_table regclass, mapping text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        roles   constant text[] := ARRAY['cluster', 'jobid', 'account', 'user', 'partition', 'start', 'end', 'alloctres',
+                                         'submit'];
+        submit_mapped boolean := false;
+        columns text[] := roles;
+        pair    text;
+        role    text;
+        column_name text;
+        column_type oid;
+        position integer;
+    BEGIN
+        FOREACH pair IN ARRAY coalesce(mapping, '{}') LOOP
+            role := split_part(pair, '=', 1);
+            column_name := substr(pair, length(role) + 2);
+            position := array_position(roles, role);
+            IF strpos(pair, '=') = 0 OR position IS NULL OR column_name = '' THEN
+                RAISE EXCEPTION 'invalid job column mapping "%"', pair
+                    USING ERRCODE = 'invalid_parameter_value',
+                          HINT = format('Use role=column with a role among %s.', array_to_string(roles, ', '));
+            END IF;
+            columns[position] := column_name;
+            submit_mapped := submit_mapped OR role = 'submit';
+        END LOOP;
+        FOR position IN 1 .. array_length(roles, 1) LOOP
+            SELECT a.atttypid INTO column_type
+            FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = job_table AND a.attname = columns[position] AND a.attnum > 0 AND NOT a.attisdropped;
+            IF NOT FOUND AND roles[position] = 'submit' AND NOT submit_mapped THEN
+                columns[position] := 'NULL';
+                CONTINUE;
+            END IF;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) does not exist', columns[position], job_table, roles[position]
+                    USING ERRCODE = 'undefined_column',
+                          HINT = format('Name it in the trigger arguments, e.g. ''%s=my_column''.', roles[position]);
+            END IF;
+            -- Charging casts these columns while it runs as the extension's owner: a type
+            -- with a cast or output function of its own would run its author's code with
+            -- those rights. Only built-in types (and tres) are read, checked at every firing.
+            IF NOT column_type = ANY (CASE
+                    WHEN roles[position] IN ('start', 'end', 'submit')
+                        THEN ARRAY['timestamptz', 'timestamp']::regtype[]
+                    WHEN roles[position] = 'alloctres'
+                        THEN ARRAY['@extschema@.tres', 'text', 'varchar']::regtype[]
+                    ELSE ARRAY['text', 'varchar', 'bpchar', 'name', 'int2', 'int4', 'int8', 'numeric']::regtype[]
+                END) THEN
+                RAISE EXCEPTION 'column "%" of % (the job''s %) has type %, which charging does not read',
+                                columns[position], job_table, roles[position], column_type::regtype
+                    USING ERRCODE = 'datatype_mismatch',
+                          DETAIL = 'Charging runs with the extension owner''s rights and reads only built-in types: '
+                                   'text or integers for names and ids, timestamptz or timestamp for times, '
+                                   'tres or text for alloctres.',
+                          HINT = 'Change the column to one of these types.';
+            END IF;
+            columns[position] := quote_ident(columns[position]);
+        END LOOP;
+        RETURN columns;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The columns charging reads from a job table, checked, from role=column pairs';
+CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping text[] DEFAULT '{}')
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        args text;
+    BEGIN
+        PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
+        SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
+                       'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
+    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+CREATE OR REPLACE FUNCTION hpcacct_internal.day_or_today(day date, caller text) RETURNS date
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF day IS NULL THEN
+            RETURN @extschema@.site_today();
+        END IF;
+        IF NOT pg_catalog.isfinite(day) THEN
+            RAISE EXCEPTION '%: % is not a finite date', caller, day USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        RETURN day;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.day_or_today(date, text) IS
+    'A day argument: NULL means today in the site time zone; an infinite day is an error (22008)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_account(account text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION '%: account must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = require_account.account) THEN
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        END IF;
+        RETURN account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_account(text, text) IS
+    'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.rebuild_rollup_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        changed boolean;
+    BEGIN
+        changed := CASE TG_OP
+                       WHEN 'INSERT' THEN NEW.name = ANY (TG_ARGV)
+                       WHEN 'DELETE' THEN OLD.name = ANY (TG_ARGV)
+                       ELSE (NEW.name = ANY (TG_ARGV) OR OLD.name = ANY (TG_ARGV)) AND NEW IS DISTINCT FROM OLD
+                   END;
+        IF changed THEN
+            PERFORM @extschema@.rebuild_rollup();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
+    'Trigger of hpcacct.setting: rebuilds the rollups when a setting named by its arguments changes';
+CREATE OR REPLACE FUNCTION hpcacct_internal.last_charged_start(resource_id bigint) RETURNS timestamptz
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT max(j.job_start)
+        FROM (SELECT l.job_start
+              FROM @extschema@.ledger l
+              WHERE l.kind = 'charge' AND l.resource_id = last_charged_start.resource_id
+              GROUP BY l.cluster, l.jobid, l.job_start
+              HAVING sum(l.amount) <> 0) j
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.last_charged_start(bigint) IS
+    'Latest start of the jobs a resource row still charges (NULL: none)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        other record;
+        charged boolean;
+        last_start timestamptz;
+    BEGIN
+        IF TG_OP IN ('UPDATE', 'DELETE') THEN
+            charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            IF charged THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs and cannot be deleted',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = format('The ledger''s charges name it. To stop charging at it, close it: UPDATE hpcacct.resource '
+                                        'SET valid = tstzrange(lower(valid), <end>) WHERE resource_id = %s.',
+                                        OLD.resource_id);
+            END IF;
+            RETURN OLD;
+        END IF;
+
+        IF TG_OP = 'UPDATE' AND charged THEN
+            -- (tres compared in canonical text: its operators are not on this search_path)
+            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
+                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
+               IS DISTINCT FROM
+               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
+                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
+                RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
+                                OLD.resource_id, OLD.cluster, OLD.partition
+                    USING ERRCODE = 'HA006',
+                          DETAIL = 'Its rate, bundle, node, unit, pool, exclusive flag and the start of its validity '
+                                   'are what the ledger''s charges were computed from.',
+                          HINT = format('For jobs from a date on, re-rate them: SELECT hpcacct.rerate(%s, <new rate>, <from>) '
+                                        '(closes this row, adds the new one, books reversals and new charges). For future '
+                                        'jobs only, close this row at <from> and insert a new one from <from>.',
+                                        OLD.resource_id);
+            END IF;
+            last_start := hpcacct_internal.last_charged_start(OLD.resource_id);
+            IF last_start IS NOT NULL AND NOT NEW.valid @> last_start THEN
+                RAISE EXCEPTION 'resource % (%/%) cannot be closed at %: it charged a job that started at %',
+                                OLD.resource_id, OLD.cluster, OLD.partition, upper(NEW.valid), last_start
+                    USING ERRCODE = 'HA006',
+                          HINT = format('Close it after %s, or re-rate the jobs from <from> on: '
+                                        'SELECT hpcacct.rerate(%s, <new rate>, <from>).', last_start, OLD.resource_id);
+            END IF;
+        END IF;
+
+        -- Two rates for one cluster and partition at the same time (the exclusion constraint
+        -- would refuse it too, without saying what to do).
+        SELECT r.resource_id, r.valid INTO other
+        FROM @extschema@.resource r
+        WHERE r.cluster = NEW.cluster AND r.partition = NEW.partition AND r.valid && NEW.valid
+          AND r.resource_id IS DISTINCT FROM NEW.resource_id
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a rate for %/% over % overlaps resource % (valid %)',
+                            NEW.cluster, NEW.partition, NEW.valid, other.resource_id, other.valid
+                USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'resource_one_rate_at_a_time',
+                      HINT = format('One rate at a time: close resource %s where the new rate starts '
+                                    '(UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), <start>) WHERE resource_id = %s), '
+                                    'then insert the new row valid from <start>; to re-rate jobs already charged, '
+                                    'use hpcacct.rerate().', other.resource_id, other.resource_id);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_resource_change() IS
+    'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
+                USING ERRCODE = 'foreign_key_violation',
+                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
+                             'allocating to it (without an allocation for the current quarter check_submit refuses '
+                             'it as account_expired) and remove its members with hpcacct.remove_member().';
+        END IF;
+        RETURN OLD;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
+    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
+            RAISE EXCEPTION 'account "%" has been deleted', account
+                USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF amount IS NULL THEN
+            RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF amount = 'NaN' OR amount <= 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q constant date := @extschema@.quarter_start(quarter);
+        entry bigint;
+    BEGIN
+        IF quarter IS NULL THEN
+            RAISE EXCEPTION 'quarter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(quarter) THEN
+            RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+        VALUES (account, kind, amount, @extschema@.setting_value('bank_unit'), q, (q + interval '3 months')::date - 1, note)
+        RETURNING entry_id INTO entry;
+        RETURN entry;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_allocation(text, text, date, numeric, text) IS
+    'Books a bank entry valid for the quarter containing a day (internal helper)';
+CREATE OR REPLACE FUNCTION @extschema@.deposit(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'deposit', quarter, amount, note);
+COMMENT ON FUNCTION @extschema@.deposit(text, date, numeric, text) IS
+    'Deposits credits into an account for the quarter containing a day; returns the ledger entry';
+CREATE OR REPLACE FUNCTION @extschema@.refund(account text, quarter date, amount numeric, note text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql RETURN hpcacct_internal.book_credit(account, 'refund', quarter, amount, note);
+COMMENT ON FUNCTION @extschema@.refund(text, date, numeric, text) IS
+    'Gives credits back to an account in the quarter containing a day (e.g. for a failed job)';
+CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_account text, to_quarter date,
+                                     amount numeric, note text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(from_account);
+        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
+            RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        PERFORM hpcacct_internal.book_allocation(from_account, 'transfer', from_quarter, -amount, note);
+        PERFORM hpcacct_internal.book_allocation(to_account, 'transfer', to_quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.transfer(text, date, text, date, numeric, text) IS
+    'Moves allocation from one account and quarter to another (staff); two ledger rows';
+CREATE OR REPLACE FUNCTION hpcacct_internal.top_up_note(target numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN 'personal allotment up to ' || pg_catalog.trim_scale(target)::text;
+COMMENT ON FUNCTION hpcacct_internal.top_up_note(numeric) IS 'Ledger note of a personal top-up to a level (its once-only key)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_personal_allotment() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NEW.personal_allotment > 2 * @extschema@.setting_value('personal_allotment')::numeric THEN
+            RAISE EXCEPTION 'personal allotment % exceeds double the default (%)',
+                            NEW.personal_allotment, @extschema@.setting_value('personal_allotment')
+                USING ERRCODE = 'numeric_value_out_of_range';
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_personal_allotment() IS 'Trigger: a personal allotment is at most double the setting';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF by_user IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_admin.account AND m.username = by_user AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', by_user, account
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_admin(text, text) IS
+    'Raises unless by_user administers the account (NULL: staff acting directly)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_member_manager(account text, by_user text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE (r.rolname = 'hpcacct_admin' AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
+                      OR (r.rolname = pg_catalog.session_user() AND r.rolsuper)) THEN
+            PERFORM hpcacct_internal.require_admin(account, by_user);
+            RETURN;
+        END IF;
+        IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
+            RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF account IS NULL OR NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
+              AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_member_manager(text, text) IS
+    'Raises 42501 unless the session user is staff or administers the account (a portal user acts as itself)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.visible_accounts() RETURNS text[]
+    LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce(pg_catalog.array_agg(m.account), '{}')
+        FROM @extschema@.membership m WHERE m.username = pg_catalog.session_user()
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
+    'Accounts the session user is a member of: what row-level security lets a portal role see';
+CREATE OR REPLACE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
+                           false);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
+    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
+CREATE OR REPLACE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        has_account boolean;
+        has_username boolean;
+        visible text;
+    BEGIN
+        SELECT bool_or(a.attname = 'account'), bool_or(a.attname = 'username')
+        INTO has_account, has_username
+        FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = target AND a.attnum > 0 AND NOT a.attisdropped;
+        visible := CASE
+            WHEN target = '@extschema@.account'::regclass
+                THEN 'name = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
+            WHEN has_account AND has_username
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[]) OR username = session_user'
+            WHEN has_account
+                THEN 'account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])'
+            WHEN has_username
+                THEN 'username = session_user'
+        END;
+        IF visible IS NULL THEN
+            RETURN false;
+        END IF;
+        EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()) OR %s)',
+                       target, visible);
+        EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
+        EXECUTE format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', target);
+        RETURN true;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.protect_table(regclass) IS
+    'Row-level security for a table with an account or username column: portal users see their accounts'' rows';
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
+        GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
+                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
+            TO hpcacct_submit;
+        GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
+    'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        first boolean;
+    BEGIN
+        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
+        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
+            RETURN NEW;
+        END IF;
+        first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
+        IF first THEN
+            PERFORM pg_catalog.set_config('hpcacct.received_pending', 'on', true);
+            IF pg_catalog.to_regclass('pg_temp.hpcacct_received') IS NULL THEN
+                CREATE TEMPORARY TABLE hpcacct_received (
+                    entry                @extschema@.ledger NOT NULL,
+                    first_in_transaction boolean NOT NULL
+                );
+                CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
+                    DEFERRABLE INITIALLY DEFERRED
+                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION hpcacct_internal.roll_up_received();
+                -- written in replica sessions only: fire there
+                ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
+            ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
+                TRUNCATE pg_temp.hpcacct_received;  -- empty: only dead rows of earlier transactions
+            END IF;
+        END IF;
+        INSERT INTO pg_temp.hpcacct_received (entry, first_in_transaction) VALUES (NEW, first);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.note_replicated_charge() IS
+    'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
+    'back until commit';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_refuse_local_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '% is written at the federation''s centre, not at a site', TG_TABLE_NAME
+            USING ERRCODE = 'HA013',
+                  HINT = 'Make the change in the central database; it reaches every site by replication.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_write() IS
+    'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_slot_exists(slot text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+           END;
+COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'account', r.account,
+            'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
+                                         CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
+                                                      WHEN 'regulation_retraction' THEN 'hours retracted'
+                                                      WHEN 'annual_warning' THEN 'annual under-consumption warning'
+                                                      ELSE 'annual retraction' END, r.run_date),
+            'body', E'Dear project manager,\n\n' || CASE x.topic
+                WHEN 'regulation_warning' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
+                    '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
+                    'on a later 15th, a TMC of hours will be retracted from the allocation.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric))
+                WHEN 'regulation_retraction' THEN pg_catalog.format(
+                    E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
+                    'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
+                    '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
+                    'valid until 31 December: the allocation goes from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
+                    hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
+                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                WHEN 'annual_warning' THEN pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
+                    'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
+                    'up to %s %% of the annual allocation may be retracted after May.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, s.annual_retraction_percent)
+                ELSE pg_catalog.format(
+                    E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
+                    'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
+                    'from %s to %s hours.',
+                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+            END || E'\n\n'
+            || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
+                                 hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
+            'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
+                                                     'consumption', r.consumption, 'delta', r.delta,
+                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+        FROM new_rows r
+        JOIN @extschema@.regulation_machine s ON s.machine = r.machine
+        CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
+        WHERE (r.run = 'monthly' AND r.outcome IN ('warning', 'retraction'))
+           OR (r.run = 'annual_warning' AND r.outcome = 'warning')
+           OR (r.run = 'annual_retraction' AND r.outcome = 'retraction');
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.notify_regulation() IS
+    'Trigger: a regulation warning or retraction logged by regulate() writes its message to the project managers';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
+            'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+            'body', CASE r.action
+                WHEN 'expired' THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
+                    'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
+                    'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
+                    'with it the files of the login. Join an active project or ask your consultant for an\n'
+                    'allocation to keep it.\n', r.account, r.account, r.quarter,
+                    (r.quarter + interval '3 months')::date)
+                ELSE pg_catalog.format(
+                    E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
+                    'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
+                    'deleted.\n', r.account, r.account, r.quarter)
+            END,
+            'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
+        FROM new_rows r
+        -- an account that expired the quarter before is deleted by the same run: one notice, the deletion
+        WHERE r.action = 'deleted'
+           OR (r.action = 'expired'
+               AND NOT EXISTS (SELECT 1 FROM @extschema@.quarter_log p
+                               WHERE p.account = r.account AND p.action = 'expired'
+                                 AND p.quarter = (r.quarter - interval '3 months')::date));
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.notify_quarter() IS
+    'Trigger: an expiry or deletion logged by open_quarter() writes its message to the account''s owner';
+CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
+                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+            -- NULL when the job names an account that does not exist
+            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
+            'also', pg_catalog.jsonb_build_array(n.username),
+            'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
+                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
+            'body', CASE WHEN n.held THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
+                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
+                    'project administrator for an allocation.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
+                 ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
+                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
+            END,
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+        FROM new_rows n
+        JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
+        WHERE n.held IS DISTINCT FROM o.held;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.notify_hold() IS
+    'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
+CREATE OR REPLACE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        NEW.updated_at := pg_catalog.statement_timestamp();
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
+CREATE OR REPLACE FUNCTION hpcacct_internal.html_escape(s text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+                   s, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.html_escape(text) IS 'Text escaped for HTML and SVG (& < > " '')';
+CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[], series jsonb,
+                                      width integer DEFAULT 760, height integer DEFAULT 300)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        n integer := coalesce(pg_catalog.array_length(labels, 1), 0);
+        left_x constant float8 := 78;
+        top_y constant float8 := 34;
+        plot_w float8 := width - left_x - 16;
+        plot_h float8 := height - top_y - 58;
+        lo float8;
+        hi float8;
+        step float8;
+        mag float8;
+        svg text;
+        s jsonb;
+        k integer := 0;
+        bars integer;
+        bar_i integer := 0;
+        pts text;
+        i integer;
+        v float8;
+        tick float8;
+        legend_x float8 := left_x;
+    BEGIN
+        IF n = 0 OR series IS NULL OR pg_catalog.jsonb_typeof(series) <> 'array' THEN
+            RAISE EXCEPTION 'svg_chart needs labels and an array of series' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT least(0, min(x)), max(x) INTO lo, hi
+        FROM (SELECT (e.value #>> '{}')::float8 AS x
+              FROM pg_catalog.jsonb_array_elements(series) ser,
+                   LATERAL pg_catalog.jsonb_array_elements(coalesce(ser.value -> 'values', '[]') || coalesce(ser.value -> 'lower', '[]')
+                                                           || coalesce(ser.value -> 'upper', '[]')) e
+              WHERE pg_catalog.jsonb_typeof(e.value) = 'number') t;
+        IF hi IS NULL OR hi <= lo THEN
+            hi := lo + 1;
+        END IF;
+        -- a round step: 1, 2 or 5 times a power of ten, about five of them
+        mag := power(10, floor(log((hi - lo) / 5)));
+        step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
+                     WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        lo := floor(lo / step) * step;
+        hi := ceil(hi / step) * step;
+        svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
+                      'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
+            || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
+            || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
+                      left_x, hpcacct_internal.html_escape(title))
+            || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
+                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
+        -- grid and y labels
+        tick := lo;
+        WHILE tick <= hi + step / 2 LOOP
+            svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
+                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
+                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 hpcacct_internal.notify_number(tick::numeric));
+            tick := tick + step;
+        END LOOP;
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
+        -- x labels
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN coalesce(labels[i], '') = '';
+            svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 hpcacct_internal.html_escape(labels[i]));
+        END LOOP;
+        SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
+        FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
+            k := k + 1;
+            IF s ->> 'kind' = 'bar' THEN
+                svg := svg || format('<g class="series" data-series="%s" fill="%s">', hpcacct_internal.html_escape(s ->> 'name'),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')));
+                FOR i IN 1 .. n LOOP
+                    v := (s -> 'values' ->> (i - 1))::float8;
+                    CONTINUE WHEN v IS NULL;
+                    svg := svg || format('<rect x="%s" y="%s" width="%s" height="%s"/>',
+                        round((left_x + (i - 1) * plot_w / n + plot_w / n * (0.15 + 0.7 * bar_i / bars))::numeric, 1),
+                        round((top_y + plot_h - (greatest(v, 0) - lo) / (hi - lo) * plot_h)::numeric, 1),
+                        round((plot_w / n * 0.7 / bars)::numeric, 1),
+                        round((abs(v) / (hi - lo) * plot_h)::numeric, 1));
+                END LOOP;
+                svg := svg || '</g>';
+                bar_i := bar_i + 1;
+            ELSIF s ->> 'kind' = 'band' THEN
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'upper' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                       || ' ' ||
+                       string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'lower' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j DESC)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#2ca02c')));
+            ELSE
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                     CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
+            END IF;
+            -- legend
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+                                 hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                 CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                                 height - 10, hpcacct_internal.html_escape(s ->> 'name'));
+            legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
+        END LOOP;
+        RETURN svg || '</svg>';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
+    'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
+CREATE OR REPLACE FUNCTION hpcacct_internal.visible_account(account text) RETURNS @extschema@.account
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a @extschema@.account;
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
+        END IF;
+        RETURN a;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.visible_account(text) IS
+    'The account row if it exists and the caller may see it, else 42704';
+CREATE OR REPLACE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -9094,15 +13174,293 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_month(month date) RETURNS date
         RETURN m;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.statement_month(date) IS
+COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
+CREATE OR REPLACE FUNCTION @extschema@.year_start_month(pool text) RETURNS integer
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT coalesce((SELECT p.year_start_month FROM @extschema@.pool p WHERE p.name = $1),
+                        @extschema@.setting_value('year_start_month')::integer)
+    $$;
+COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
+    'First month of a pool''s allocation year (hpcacct.pool, else setting year_start_month)';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, year integer, first_day date, last_day date,
+                   equivalent_hours numeric, usage numeric, usage_years numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
+               round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
+                   sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM (  -- per rate first: one division per rate
+                SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                       y.elapsed, y.length, sum(y.amount) AS usage
+                FROM @extschema@.year_usage($1, $2, false) y
+                GROUP BY y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
+                         y.elapsed, y.length
+            ) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.usage) <> 0  -- only reversed charges: nothing to show
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_resource(integer, timestamptz) IS
+    'Usage per cluster and partition in each pool''s allocation year (named, or containing at) up to at: '
+    'equivalent-hours (unweighted), usage in the unit and in unit-years, projection for the current year';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, year integer, first_day date, last_day date,
+                   allocation numeric, allocation_years numeric, usage numeric, usage_years numeric,
+                   utilization_pct numeric, projected_usage numeric, projected_years numeric,
+                   projected_utilization_pct numeric, overuse numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH used AS (
+            SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, false) c
+            GROUP BY c.pool, c.unit, c.account
+        ), acct AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM @extschema@.year_allocations($1, $2) a
+            FULL JOIN used u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE a.pool IS NOT NULL OR u.usage <> 0  -- an allocation, or usage that was not all reversed
+        ), years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT r.pool FROM acct r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT r.pool, r.unit, r.account, y.year, y.first_day, y.last_day,
+               round(r.allocation, 6), round(r.allocation / h.hours, 6),
+               round(r.usage, 6), round(r.usage / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(r.usage * 100 / r.allocation, 2) END,
+               round(p.projected, 6), round(p.projected / h.hours, 6),
+               CASE WHEN r.allocation > 0 THEN round(p.projected * 100 / r.allocation, 2) END,
+               round(greatest(r.usage - greatest(r.allocation, 0), 0), 6)
+        FROM acct r
+        JOIN years y ON y.pool = r.pool
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
+                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
+                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+        ) p
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_account(integer, timestamptz) IS
+    'Allocation and usage per account and pool in the allocation year (named, or containing at) up to at: '
+    'unit and unit-years, utilization %, projection and projected utilization for the current year, overuse';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, year integer, first_day date, last_day date,
+                   usage numeric, usage_years numeric, account_pct numeric,
+                   projected_usage numeric, projected_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
+               round(u.usage, 6), round(u.usage / h.hours, 6),
+               round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
+               round(u.projected, 6), round(u.projected / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
+                   sum(c.amount) AS usage,
+                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
+                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
+                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
+                     c.elapsed, c.length
+            HAVING sum(c.amount) <> 0
+        ) u
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_submitter(integer, timestamptz) IS
+    'Usage per submitter (the job''s user) inside each account and pool in the allocation year up to at: '
+    'unit, unit-years, share of the account''s usage, projection for the current year';
+CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   year integer, month date, usage numeric, usage_years numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
+               round(m.usage, 6), round(m.usage / h.hours, 6)
+        FROM (
+            SELECT c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month,
+                   sum(c.amount) AS usage
+            FROM @extschema@.year_usage($1, $2, true) c
+            GROUP BY c.pool, c.unit, c.cluster, c.partition, c.account, c.submitter, c.year, c.month
+            HAVING sum(c.amount) <> 0
+        ) m
+        CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
+    $$;
+COMMENT ON FUNCTION @extschema@.usage_by_month(integer, timestamptz) IS
+    'Usage per calendar month (site time zone) of the allocation year up to at, per pool, resource, account '
+    'and submitter, pro rata by wall-clock time';
+COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS
+    'Deferred trigger of pg_temp.hpcacct_received: inserts the charges held in the transaction into the ledger and '
+    'rolls them up, once';
+CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH period AS (
+            SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
+                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                            'half_month') AS convention,
+                   @extschema@.site_timezone() AS tz
+        ), events AS (
+            SELECT coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            CROSS JOIN period p
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= $3 AND l.valid_until >= p.year_start
+        ), used AS (
+            SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before($1, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+                   AS consumption
+            FROM period p
+        )
+        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e CROSS JOIN used u
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
+    'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone), delta and monthly status of an account on a machine, from 1 January of the date''s year';
+CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine text, year integer, convention text DEFAULT NULL)
+    RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        y_start date;
+        y_end   date;
+        conv    text;
+    BEGIN
+        IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'account, machine and year must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
+            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
+        END IF;
+        IF $3 NOT BETWEEN 1401 AND 9999 THEN
+            RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        y_start := make_date($3, 1, 1);
+        y_end := make_date($3, 12, 31);
+        conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                         'half_month');
+        RETURN QUERY
+        WITH events AS (
+            SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
+            FROM @extschema@.ledger l
+            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= y_end AND l.valid_until >= y_start
+        ), bounds AS (
+            SELECT b.day
+            FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)
+            WHERE b.day BETWEEN y_start AND y_end
+        ), intervals AS (
+            SELECT b.day AS d0, coalesce(lead(b.day) OVER (ORDER BY b.day) - 1, y_end) AS d1
+            FROM bounds b
+        )
+        SELECT i.d0, i.d1,
+               (SELECT coalesce(sum(e.a), 0) FROM events e WHERE e.f <= i.d0),
+               (SELECT coalesce(@extschema@.tmc(e.f, e.u, e.a::float8, i.d0, conv), 0) FROM events e),
+               (SELECT coalesce(@extschema@.tc(e.f, e.u, e.a::float8, i.d1, conv)
+                                - @extschema@.tc(e.f, e.u, e.a::float8, y_start - 1, conv), 0)
+                FROM events e)
+        FROM intervals i
+        ORDER BY i.d0;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.regulation_year(text, text, integer, text) IS
+    'An account''s year on a machine as the GENCI table: intervals of constant Alloc and TMC, with TC at each interval''s last day (convention: the machine''s unless given)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter date, amount numeric, note text)
+    RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_amount(amount);
+        RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
+    'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
+CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
+            )
+            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(
+                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
+                    interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+    'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
 CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
         tz constant text := @extschema@.site_timezone();
-        half_life constant interval := @extschema@.fairshare_setting_value('half_life')::interval;
+        half_life constant interval := @extschema@.setting_value('half_life')::interval;
         base_through date;
         rows_merged bigint;
     BEGIN
@@ -9232,8 +13590,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
 COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
     'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
     '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
-ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as 90_privileges.sql: CREATE OR REPLACE reset it
--- the ledger trigger's function is generated from rollup_insert_sql(): generate it again
+-- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
@@ -9248,6 +13605,27 @@ BEGIN
                           '        RETURN NULL;\n'
                           '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
                           @extschema@.consumption_rollup_insert_sql('new_entries')));
+END
+$do$;
+ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
+-- generated from the rollup statements: generate it again
+DO $do$
+DECLARE
+    received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(E'\n    BEGIN\n'
+                          '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
+                          '        INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE\n'
+                          '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
+                          '%s;\n'
+                          '%s;\n'
+                          '        DELETE FROM pg_temp.hpcacct_received;\n'
+                          '        RETURN NULL;\n'
+                          '    END\n    ',
+                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
 END
 $do$;
 -- sites that use the roles get what setup_roles() grants on every object, old and new

@@ -19,6 +19,8 @@
 //   --once: deliver what is due now and exit (cron); otherwise run, woken by NOTIFY
 //   hpcacct_outbox and by the next retry, until SIGTERM or SIGINT.
 
+#include "pq.hpp"
+
 #include <curl/curl.h>
 #include <libpq-fe.h>
 
@@ -158,17 +160,13 @@ struct Db {
         return good;
     }
     // Runs a parameterized statement; returns the result or nullptr (logged) on error.
-    std::unique_ptr<PGresult, void (*)(PGresult *)> exec(const char *sql, const std::vector<std::string> &params) {
-        std::vector<const char *> p;
-        for (auto &s : params) p.push_back(s.c_str());
-        PGresult *r = PQexecParams(conn, sql, static_cast<int>(p.size()), nullptr, p.data(), nullptr, nullptr, 0);
-        ExecStatusType st = PQresultStatus(r);
-        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-            log_line(std::string("database: ") + PQresultErrorMessage(r));
-            PQclear(r);
-            r = nullptr;
+    hpcacct::pq::Result exec(const char *sql, const std::vector<std::string> &params) {
+        hpcacct::pq::Result r = hpcacct::pq::exec(conn, sql, params);
+        if (!hpcacct::pq::succeeded(r.get())) {
+            log_line(std::string("database: ") + PQresultErrorMessage(r.get()));
+            r.reset();
         }
-        return {r, PQclear};
+        return r;
     }
 };
 

@@ -14,6 +14,8 @@
 // that has not begun: the message names the SQLSTATE), the connection failed, or a file
 // could not be written; 2 a usage error.
 
+#include "pq.hpp"
+
 #include <libpq-fe.h>
 
 #include <sys/stat.h>
@@ -97,17 +99,7 @@ Options parse(int argc, char **argv) {
 
 // ---- the database ----------------------------------------------------------------------
 
-using Result = std::unique_ptr<PGresult, void (*)(PGresult *)>;
-
-// The server's message with its SQLSTATE, as psql prints it.
-std::string describe(const PGresult *r) {
-    std::string msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
-                                                                      : PQresultErrorMessage(r);
-    if (const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE)) msg += std::string(" (SQLSTATE ") + state + ")";
-    if (const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL)) msg += std::string("; ") + detail;
-    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-    return msg;
-}
+using hpcacct::pq::Result;
 
 struct Db {
     PGconn *conn = nullptr;
@@ -132,11 +124,8 @@ struct Db {
     Db &operator=(const Db &) = delete;
 
     Result exec(const char *sql, const std::vector<std::string> &params = {}) {
-        std::vector<const char *> p;
-        for (auto &s : params) p.push_back(s.c_str());
-        Result r(PQexecParams(conn, sql, static_cast<int>(p.size()), nullptr, p.data(), nullptr, nullptr, 0), PQclear);
-        ExecStatusType st = PQresultStatus(r.get());
-        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) throw Failure(describe(r.get()));
+        Result r = hpcacct::pq::exec(conn, sql, params);
+        if (!hpcacct::pq::succeeded(r.get())) throw Failure(hpcacct::pq::describe(r.get()));
         return r;
     }
 };

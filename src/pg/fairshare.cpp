@@ -126,6 +126,18 @@ Datum finish_state(FunctionCallInfo fcinfo) {
 
 }  // namespace
 
+// The combine, serial, deserial and final functions of one form of decayed_usage (PREFIX_combinefn,
+// ...), whose partial state is STATE, serialized in SIZE bytes.
+#define HPCACCT_DECAYED_USAGE_SUPPORT(prefix, State, size)                                                    \
+    PG_FUNCTION_INFO_V1(prefix##_combinefn);                                                                 \
+    Datum prefix##_combinefn(PG_FUNCTION_ARGS) { return combine<State>(fcinfo); }                            \
+    PG_FUNCTION_INFO_V1(prefix##_serialfn);                                                                  \
+    Datum prefix##_serialfn(PG_FUNCTION_ARGS) { return serialize<State>(fcinfo); }                           \
+    PG_FUNCTION_INFO_V1(prefix##_deserialfn);                                                                \
+    Datum prefix##_deserialfn(PG_FUNCTION_ARGS) { return deserialize<State>(fcinfo, size); }                 \
+    PG_FUNCTION_INFO_V1(prefix##_finalfn);                                                                   \
+    Datum prefix##_finalfn(PG_FUNCTION_ARGS) { return finish_state<State>(fcinfo); }
+
 extern "C" {
 
 // decayed_usage_transfn(state internal, ts timestamptz, amount float8, at timestamptz,
@@ -144,25 +156,7 @@ Datum hpcacct_decayed_usage_transfn(PG_FUNCTION_ARGS) {
     PG_RETURN_POINTER(state);
 }
 
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_combinefn);
-Datum hpcacct_decayed_usage_combinefn(PG_FUNCTION_ARGS) {
-    return combine<fs::HalfLifeState>(fcinfo);
-}
-
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_serialfn);
-Datum hpcacct_decayed_usage_serialfn(PG_FUNCTION_ARGS) {
-    return serialize<fs::HalfLifeState>(fcinfo);
-}
-
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_deserialfn);
-Datum hpcacct_decayed_usage_deserialfn(PG_FUNCTION_ARGS) {
-    return deserialize<fs::HalfLifeState>(fcinfo, kHalfLifeSize);
-}
-
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_finalfn);
-Datum hpcacct_decayed_usage_finalfn(PG_FUNCTION_ARGS) {
-    return finish_state<fs::HalfLifeState>(fcinfo);
-}
+HPCACCT_DECAYED_USAGE_SUPPORT(hpcacct_decayed_usage, fs::HalfLifeState, kHalfLifeSize)
 
 // decayed_usage_periods_transfn(state internal, ts timestamptz, amount float8,
 // at timestamptz, period interval, decay float8, depth int4). Not strict, as above.
@@ -182,25 +176,7 @@ Datum hpcacct_decayed_usage_periods_transfn(PG_FUNCTION_ARGS) {
     PG_RETURN_POINTER(state);
 }
 
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_combinefn);
-Datum hpcacct_decayed_usage_periods_combinefn(PG_FUNCTION_ARGS) {
-    return combine<fs::IntervalState>(fcinfo);
-}
-
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_serialfn);
-Datum hpcacct_decayed_usage_periods_serialfn(PG_FUNCTION_ARGS) {
-    return serialize<fs::IntervalState>(fcinfo);
-}
-
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_deserialfn);
-Datum hpcacct_decayed_usage_periods_deserialfn(PG_FUNCTION_ARGS) {
-    return deserialize<fs::IntervalState>(fcinfo, kIntervalSize);
-}
-
-PG_FUNCTION_INFO_V1(hpcacct_decayed_usage_periods_finalfn);
-Datum hpcacct_decayed_usage_periods_finalfn(PG_FUNCTION_ARGS) {
-    return finish_state<fs::IntervalState>(fcinfo);
-}
+HPCACCT_DECAYED_USAGE_SUPPORT(hpcacct_decayed_usage_periods, fs::IntervalState, kIntervalSize)
 
 // decay_weight(ts timestamptz, at timestamptz, half_life interval) -> float8: the weight
 // decayed_usage gives a row, for the rollups' SQL.

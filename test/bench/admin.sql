@@ -21,7 +21,7 @@ SELECT :'anchor'::date AS anchor,
 
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, description)
 VALUES ('ada', 'cpu', 'cpu=32,mem=128G,node=1', 'cpu=1', 1, 'hours', 'IDRIS Ada');
-INSERT INTO machine_setting (machine, monthly_threshold, description) VALUES ('ada', 1, 'every project monthly');
+INSERT INTO regulation_machine (machine, monthly_threshold, description) VALUES ('ada', 1, 'every project monthly');
 
 -- ---- regulate: the projects, jobs this year, grants sized from the jobs ---------------------
 INSERT INTO account (name, kind) SELECT 'r' || lpad(i::text, 5, '0'), 'project' FROM generate_series(1, :accounts) AS i;
@@ -85,7 +85,7 @@ CREATE FUNCTION bench.regulate_hand(d date) RETURNS void
                             0) AS tc,
                    (array_agg(l.unit ORDER BY l.valid_from DESC, l.entry_id DESC))[1] AS unit
             FROM hpcacct.ledger l
-            JOIN hpcacct.machine_setting s ON s.machine = l.cluster
+            JOIN hpcacct.regulation_machine s ON s.machine = l.cluster
             CROSS JOIN cfg
             WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
               AND l.valid_from <= cfg.as_of AND l.valid_until >= cfg.year_start
@@ -161,7 +161,7 @@ CREATE FUNCTION bench.open_quarter_hand(q date) RETURNS void
         ), booked AS (
             INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until, note)
             SELECT m.name, 'deposit', m.amount, cfg.unit, m.target, (m.target + interval '3 months')::date - 1,
-                   hpcacct.top_up_note(m.level)   -- the note the procedure books (its once-only key)
+                   hpcacct_internal.top_up_note(m.level)   -- the note the procedure books (its once-only key)
             FROM missing m, cfg
             WHERE m.amount > 0
             RETURNING account, valid_from, amount

@@ -54,7 +54,7 @@ CROSS JOIN LATERAL (VALUES
 WHERE e.amount IS NOT NULL;
 
 -- Half of the machines' yearly grants are regulated monthly, half annually.
-UPDATE machine_setting s
+UPDATE regulation_machine s
 SET monthly_threshold = (
     SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY g.granted)
     FROM (SELECT sum(l.amount) AS granted FROM ledger l

@@ -189,7 +189,7 @@ INSERT INTO bench.grp VALUES
     ('compact_rollup', 165, 'main', 'SELECT count(*) FROM hpcacct.charge_rollup', false),
     -- regulate() on the main site's GENCI projects (two machines, monthly and annual, jobs across
     -- 1 January and the 16ths, re-rated and deleted jobs): checked against the job-by-job figures
-    ('regulate_genci', 152, 'main', 'SELECT count(*) FROM hpcacct.machine_setting', false);
+    ('regulate_genci', 152, 'main', 'SELECT count(*) FROM hpcacct.regulation_machine', false);
 INSERT INTO bench.variant (grp, variant, sql, rollback) VALUES
     ('regulate', 'procedure', format('CALL hpcacct.regulate(%L)', :'regulation_day'), true),
     ('regulate', 'hand-written', format('SELECT bench.regulate_hand(%L)', :'regulation_day'), true),

@@ -233,7 +233,7 @@ CREATE FUNCTION bench.regulate_job_by_job(d date)
                             - hpcacct.tc(l.valid_from, l.valid_until, l.amount::float8, b.year_start - 1, s.month_convention),
                             0) AS tc
             FROM hpcacct.ledger l
-            JOIN hpcacct.machine_setting s ON s.machine = l.cluster
+            JOIN hpcacct.regulation_machine s ON s.machine = l.cluster
             CROSS JOIN b
             WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= d AND l.valid_until >= b.year_start
             GROUP BY l.account, l.cluster, s.monthly_threshold

@@ -29,6 +29,7 @@ ADMIN_ACCOUNTS=${ADMIN_ACCOUNTS:-10000}
 MONTH_JOBS=${MONTH_JOBS:-0}     # of the JOBS jobs, these many end in the anchor's month (jobs.sql)
 AGG_ROWS=${AGG_ROWS:-1}         # 0: no aggregate rows (bench.agg_rows), no aggregate memory
 REFERENCES=${REFERENCES:-1}     # 0: time the fast paths only (no references, no checks, no table of ratios)
+PLPGSQL=${PLPGSQL:-1}           # 0: ingestion without its PL/pgSQL reference (21 min at 1 M jobs)
 SUBMIT_CALLS=${SUBMIT_CALLS:-2000}
 
 out=$bench/out
@@ -131,6 +132,10 @@ quarter=$(value -d $admin -c 'SELECT quarter FROM bench.site')
 q -d $main -v anchor="$ANCHOR" -v ingest_file="$ingest_file" -v ingest_jobs="$INGEST_JOBS" -v admin_accounts="$ADMIN_ACCOUNTS" \
     -v regulation_day="$regulation_day" \
     -v quarter="$quarter" -f cases.sql
+if [ "$PLPGSQL" = 0 ]; then
+    q -d $main -c "DELETE FROM bench.pair WHERE grp = 'ingest' AND ref = 'plpgsql'" \
+        -c "DELETE FROM bench.variant WHERE grp = 'ingest' AND variant = 'plpgsql'"
+fi
 if [ "$REFERENCES" = 0 ]; then
     q -d $main -c "DELETE FROM bench.pair" -c "DELETE FROM bench.variant WHERE variant NOT IN ('view', 'procedure')"
 fi

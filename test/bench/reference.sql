@@ -69,7 +69,7 @@ WITH cfg AS MATERIALIZED (
            s.monthly_threshold, s.month_convention AS conv
     FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
           FROM ev e GROUP BY e.account, e.machine) am
-    JOIN hpcacct.machine_setting s ON s.machine = am.machine
+    JOIN hpcacct.regulation_machine s ON s.machine = am.machine
     CROSS JOIN cfg
     CROSS JOIN LATERAL generate_series(date_trunc('month', am.first_day::timestamp),
                                        date_trunc('month', am.last_day::timestamp), interval '1 month') AS m
@@ -108,7 +108,7 @@ WITH cfg AS MATERIALIZED (
              + CASE WHEN extract(day FROM l.job_end AT TIME ZONE cfg.tz) >= 16 THEN 1 ELSE 0 END)::integer) AS k
     ) h
     WHERE l.kind = 'charge'
-      AND coalesce(r.pool, r.cluster) IN (SELECT s.machine FROM hpcacct.machine_setting s)
+      AND coalesce(r.pool, r.cluster) IN (SELECT s.machine FROM hpcacct.regulation_machine s)
       AND (h.first_day::timestamp AT TIME ZONE cfg.tz < l.job_end OR l.job_end = l.job_start)
     GROUP BY 1, 2, 3
 ), used AS (
@@ -262,7 +262,7 @@ CREATE FUNCTION bench.pool_year(pool text, at timestamptz, tz text, default_mont
 -- Each pool's current allocation year is computed once (a materialized CTE), not per row.
 CREATE VIEW bench.year_charges_hand AS
 WITH s AS MATERIALIZED (
-    SELECT hpcacct.site_timezone() AS tz, hpcacct.fairshare_setting_value('year_start_month')::integer AS m
+    SELECT hpcacct.site_timezone() AS tz, hpcacct.setting_value('year_start_month')::integer AS m
 ), years AS MATERIALIZED (
     SELECT p.pool, y.*
     FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) p
@@ -292,11 +292,11 @@ FROM (
     GROUP BY c.pool, c.unit, c.cluster, c.partition, c.year, c.first_day, c.last_day, c.state, c.elapsed, c.length
     HAVING sum(c.amount) <> 0
 ) u
-CROSS JOIN (SELECT (SELECT hpcacct.fairshare_setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
+CROSS JOIN (SELECT (SELECT hpcacct.setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
 
 CREATE VIEW bench.usage_by_account_hand AS
 WITH s AS MATERIALIZED (
-    SELECT hpcacct.site_timezone() AS tz, hpcacct.fairshare_setting_value('year_start_month')::integer AS m
+    SELECT hpcacct.site_timezone() AS tz, hpcacct.setting_value('year_start_month')::integer AS m
 ), years AS MATERIALIZED (
     SELECT p.pool, y.*
     FROM (SELECT coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r
@@ -345,7 +345,7 @@ CROSS JOIN LATERAL (
     SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
                 THEN r.usage * date_part('epoch', y.length)::numeric / date_part('epoch', y.elapsed)::numeric END AS projected
 ) p
-CROSS JOIN (SELECT (SELECT hpcacct.fairshare_setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
+CROSS JOIN (SELECT (SELECT hpcacct.setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
 
 CREATE VIEW bench.usage_by_submitter_hand AS
 SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
@@ -361,7 +361,7 @@ FROM (
     GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state, c.elapsed, c.length
     HAVING sum(c.amount) <> 0
 ) u
-CROSS JOIN (SELECT (SELECT hpcacct.fairshare_setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
+CROSS JOIN (SELECT (SELECT hpcacct.setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
 
 CREATE VIEW bench.usage_by_month_hand AS
 SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
@@ -383,7 +383,7 @@ FROM (
     HAVING sum(c.charged * hpcacct.period_share(c.job_start, c.job_end, greatest(c.starts, g.month_start),
                                                  least(c.upto, g.month_end))) <> 0
 ) m
-CROSS JOIN (SELECT (SELECT hpcacct.fairshare_setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
+CROSS JOIN (SELECT (SELECT hpcacct.setting_value('hours_per_year'))::numeric AS hours) h;  -- once per query
 
 -- fairshare(): decayed usage summed row by row (a reversal carries its charge's end, so the
 -- two cancel) instead of grouping the ledger by job first; weights and factor in SQL.
@@ -391,12 +391,12 @@ CREATE VIEW bench.fairshare_hand AS
 WITH cfg AS MATERIALIZED (
     SELECT now() AS at,
            (now() AT TIME ZONE hpcacct.site_timezone())::date AS day,
-           hpcacct.fairshare_setting_value('decay') AS form,
-           hpcacct.fairshare_setting_value('half_life')::interval AS half_life,
-           hpcacct.fairshare_setting_value('period')::interval AS period,
-           hpcacct.fairshare_setting_value('period_decay')::float8 AS decay,
-           hpcacct.fairshare_setting_value('depth')::integer AS depth,
-           hpcacct.fairshare_setting_value('exhausted_factor')::float8 AS penalty
+           hpcacct.setting_value('decay') AS form,
+           hpcacct.setting_value('half_life')::interval AS half_life,
+           hpcacct.setting_value('period')::interval AS period,
+           hpcacct.setting_value('period_decay')::float8 AS decay,
+           hpcacct.setting_value('depth')::integer AS depth,
+           hpcacct.setting_value('exhausted_factor')::float8 AS penalty
 ), alloc AS (
     SELECT p.pool, p.unit, p.account, greatest(sum(p.amount), 0) AS allocation
     FROM (SELECT l.cluster AS pool, l.unit, l.account, l.amount

@@ -112,5 +112,5 @@ INSERT INTO fairshare_user (account, submitter, shares)
 SELECT a.name, a.name || '_u1', 2
 FROM bench.acct a WHERE a.centre IN ('cc', 'lqcd') AND bench.u(a.n, 3) < 0.1;
 
-INSERT INTO machine_setting (machine, monthly_threshold, description) VALUES
+INSERT INTO regulation_machine (machine, monthly_threshold, description) VALUES
     ('ada', 0, 'IDRIS Ada'), ('jeanzay', 0, 'IDRIS Jean Zay');  -- thresholds set from the grants

@@ -54,11 +54,14 @@ check "the README's reference is the catalog's (test/compat/reference.sh --write
 diff "$work/readme.md" "$work/generated.md" | head -20 | sed 's/^/    /'
 
 # The area tables above the generated one are written by hand: every `name(` they show must
-# still be a function, aggregate or procedure of the extension.
-psql -X -At -d hpcacct_reference -c "SELECT DISTINCT proname FROM pg_proc WHERE pronamespace = 'hpcacct'::regnamespace" \
+# still be a function, aggregate or procedure of the extension (`hpcacct_internal.name(` one of
+# its internal schema).
+psql -X -At -d hpcacct_reference -c "SELECT DISTINCT CASE n.nspname WHEN 'hpcacct' THEN '' ELSE n.nspname || '.' END || p.proname
+                                       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                                       WHERE n.nspname IN ('hpcacct', 'hpcacct_internal')" \
     | sort >"$work/procs.txt"
 awk '/^## SQL reference/ { on = 1 } $0 == "### Every object" { on = 0 } on' README.md \
-    | grep -o '`\(PROCEDURE \)\?[a-z_][a-z_0-9]*(' | sed 's/^`//; s/($//; s/^PROCEDURE //' | sort -u >"$work/named.txt"
+    | grep -o '`\(PROCEDURE \)\?\(hpcacct_internal\.\)\?[a-z_][a-z_0-9]*(' | sed 's/^`//; s/($//; s/^PROCEDURE //' | sort -u >"$work/named.txt"
 gone=$(comm -23 "$work/named.txt" "$work/procs.txt" | tr '\n' ' ')
 check "every function the README's SQL reference names exists ($(wc -l <"$work/named.txt") named${gone:+; not found: $gone})" \
     "$([ -s "$work/named.txt" ] && [ -z "$gone" ] && echo t)"

@@ -1,23 +1,17 @@
 -- The README's reference of every object (test/compat/reference.sh): one Markdown table row
 -- per object of the extension a user names, with its kind and its comment, in a fixed order.
--- Left out, since a user reaches them through the object they implement: the functions behind
--- a type's I/O, an operator, an operator class, an aggregate or a trigger.
+-- Only schema hpcacct is listed, and hpcacct_internal by one line: the functions behind a type's
+-- I/O, an operator, an operator class, an aggregate or a trigger, and the helpers the
+-- extension's functions call, live there. Trigger functions left in hpcacct are left out too.
 \pset footer off
 \pset tuples_only on
 \pset format unaligned
 SET search_path = hpcacct, pg_catalog;  -- types shown as \df shows them
-WITH implementation AS (
-    SELECT unnest(ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout, t.typanalyze]) AS oid
-    FROM pg_type t WHERE t.typnamespace = 'hpcacct'::regnamespace
-    UNION SELECT unnest(ARRAY[o.oprcode, o.oprrest, o.oprjoin]) FROM pg_operator o
-          WHERE o.oprnamespace = 'hpcacct'::regnamespace
-    UNION SELECT p.amproc FROM pg_amproc p JOIN pg_opfamily f ON f.oid = p.amprocfamily
-          WHERE f.opfnamespace = 'hpcacct'::regnamespace
-    UNION SELECT unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,
-                              a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn])
-          FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid WHERE p.pronamespace = 'hpcacct'::regnamespace
-), objects AS (
-    SELECT 1 AS rank, 'type' AS kind, t.typname::text AS object, obj_description(t.oid, 'pg_type') AS description
+WITH objects AS (
+    SELECT 0 AS rank, 'schema' AS kind, n.nspname::text AS object, obj_description(n.oid, 'pg_namespace') AS description
+    FROM pg_namespace n WHERE n.nspname = 'hpcacct_internal'
+    UNION ALL
+    SELECT 1, 'type', t.typname::text AS object, obj_description(t.oid, 'pg_type') AS description
     FROM pg_type t
     WHERE t.typnamespace = 'hpcacct'::regnamespace AND t.typtype IN ('b', 'c', 'd', 'e') AND t.typcategory <> 'A'
       AND (t.typrelid = 0 OR (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c')
@@ -36,7 +30,6 @@ WITH implementation AS (
     FROM pg_proc p
     WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prokind IN ('f', 'a', 'p')
       AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
-      AND p.oid NOT IN (SELECT oid FROM implementation WHERE oid IS NOT NULL)
     UNION ALL
     SELECT 8, 'role', r.rolname::text, shobj_description(r.oid, 'pg_authid')
     FROM pg_roles r WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor',
@@ -44,9 +37,6 @@ WITH implementation AS (
     UNION ALL
     SELECT 9, 'setting', s.name, s.description || coalesce(' (default ' || s.default_value || ')', '')
     FROM hpcacct.setting_catalog() s
-    UNION ALL
-    SELECT 10, 'fair-share setting', s.name, s.description || coalesce(' (default ' || s.default_value || ')', '')
-    FROM hpcacct.fairshare_setting_catalog() s
 )
 SELECT format('| `%s` | %s | %s |', replace(object, '|', '\|'), kind,
               coalesce(replace(regexp_replace(description, '\s+', ' ', 'g'), '|', '\|'), '(no description)'))

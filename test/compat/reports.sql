@@ -11,7 +11,7 @@ SELECT account, account_kind, quarter, deposits::numeric(20, 6), charges::numeri
 FROM quarter_balances ORDER BY account, quarter;
 SELECT * FROM quarter_log ORDER BY quarter, account, action, target_quarter;
 SELECT account, machine, run_date, run, outcome, retracted FROM regulation_log ORDER BY 1, 2, 3, 4;
-SELECT a.name, (theoretical_year(a.name, 'turing', 2024)).* FROM account a
+SELECT a.name, (regulation_year(a.name, 'turing', 2024)).* FROM account a
 WHERE EXISTS (SELECT 1 FROM ledger l WHERE l.account = a.name AND l.cluster = 'turing') ORDER BY 1, 2;
 SELECT p.account, u.* FROM (SELECT DISTINCT account FROM quota_period) p
 CROSS JOIN LATERAL window_quota_usage(p.account, '2012-03-10') u ORDER BY 1;

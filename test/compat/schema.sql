@@ -4,11 +4,11 @@
 \pset tuples_only on
 SELECT 'extension ' || extversion FROM pg_extension WHERE extname = 'hpcacct';
 SELECT 'function ' || p.oid::regprocedure || E'\n' || pg_get_functiondef(p.oid)
-FROM pg_proc p WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prokind IN ('f', 'p') ORDER BY 1;
+FROM pg_proc p WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind IN ('f', 'p') ORDER BY 1;
 SELECT 'aggregate ' || a.aggfnoid::regprocedure || ' ' || a.aggtransfn || ' ' || a.aggcombinefn || ' '
        || a.aggserialfn || ' ' || a.aggdeserialfn || ' ' || a.aggfinalfn || ' ' || p.proparallel::text
 FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
-WHERE p.pronamespace = 'hpcacct'::regnamespace ORDER BY 1;
+WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) ORDER BY 1;
 SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
        || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
        || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
@@ -47,4 +47,6 @@ FROM pg_depend WHERE deptype = 'e' AND refobjid = (SELECT oid FROM pg_extension 
 ORDER BY 1;
 SELECT 'config ' || unnest(extconfig)::regclass FROM pg_extension WHERE extname = 'hpcacct' ORDER BY 1;
 SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, 'default')
-FROM pg_proc p WHERE p.pronamespace = 'hpcacct'::regnamespace ORDER BY 1;
+FROM pg_proc p WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) ORDER BY 1;
+SELECT 'schema ' || n.nspname || ' ' || coalesce(n.nspacl::text, 'default')
+FROM pg_namespace n WHERE n.nspname IN ('hpcacct', 'hpcacct_internal') ORDER BY 1;

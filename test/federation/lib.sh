@@ -107,7 +107,7 @@ INSERT INTO account (name) VALUES ('shared');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive)
 VALUES ('alpha', 'cpu', 'cpu=48,mem=192G', 'cpu=1', 1.0 / 48, 'NPL', true),
        ('beta', 'gpu', 'cpu=32,gres/gpu=4,mem=512G', 'gres/gpu=1,cpu=8', 3.0, 'NPL', false);
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('alpha', 1000), ('beta', 1000000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('alpha', 1000), ('beta', 1000000);
 SELECT add_user('u' || i, '2026-01-01') FROM generate_series(0, 4) i;
 SELECT add_member('p' || a, 'u' || u) FROM generate_series(1, 12) a, generate_series(0, 4) u;
 SELECT add_member('shared', 'u0');

@@ -1,4 +1,4 @@
-// tres binary input (tres::insert_checked, behind hpcacct.tres_recv, which reads a count and
+// tres binary input (tres::insert_checked, behind hpcacct_internal.tres_recv, which reads a count and
 // then (key length, key, float8) per component).
 //
 // Input: records of [key length: 1 byte][key][value: 8 bytes, native double].

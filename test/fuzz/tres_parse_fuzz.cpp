@@ -1,4 +1,4 @@
-// tres text input (tres::parse, behind hpcacct.tres_in).
+// tres text input (tres::parse, behind hpcacct_internal.tres_in).
 //
 // Properties, for every input:
 //  - parse either succeeds or throws hpcacct::Error of kind invalid_text, out_of_range or

@@ -110,7 +110,7 @@ CREATE EXTENSION hpcacct CASCADE;
 SELECT hpcacct.create_job_table();
 SET search_path = hpcacct, public;
 INSERT INTO setting VALUES ('timezone', 'UTC');
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ada', 1000000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000);
 INSERT INTO hpc_user (username) SELECT 'u' || i FROM generate_series(1, 36) i;
 INSERT INTO contact (username, email, display_name)
 SELECT 'u' || i, 'u' || i || '@lab' || (i % 3) || '.example', CASE WHEN i = 1 THEN 'Zoë Ünal' END

@@ -7,7 +7,7 @@ INSERT INTO contact (username, email, display_name) VALUES
     ('alice', 'alice@example.org', 'Alice'), ('bob', 'bob@example.org', 'Bob'), ('carol', 'carol@example.org', 'Carol');
 
 -- GENCI / IDRIS: 1.2 M hours on jean-zay, used steadily until May, then not at all
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('jean-zay', 1000000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('jean-zay', 1000000);
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('jean-zay', 'cpu', 'cpu=40', 'cpu=1', 1, 'hours');
 INSERT INTO account (name, description) VALUES ('gen7001', 'Turbulent flows (DARI A17)');
 INSERT INTO membership VALUES ('gen7001', 'alice', 'admin'), ('gen7001', 'bob', 'member');

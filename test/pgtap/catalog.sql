@@ -1,13 +1,13 @@
 -- The extension's catalog: every object says what it is, and the version installed is the one
 -- the control file names.
 BEGIN;
-SELECT plan(6);
+SELECT plan(9);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'),
           (SELECT default_version FROM pg_available_extensions WHERE name = 'hpcacct'),
           'the installed version is the default version');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
-                  WHERE p.pronamespace = 'hpcacct'::regnamespace AND obj_description(p.oid, 'pg_proc') IS NULL$$,
+                  WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND obj_description(p.oid, 'pg_proc') IS NULL$$,
                 'every function, procedure and aggregate has a comment');
 SELECT is_empty($$SELECT c.oid::regclass FROM pg_class c
                   WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind IN ('r', 'v')
@@ -25,9 +25,36 @@ SELECT is_empty($$SELECT t.oid::regtype FROM pg_type t
                     AND obj_description(t.oid, 'pg_type') IS NULL$$,
                 'every type has a comment');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-                  WHERE p.pronamespace = 'hpcacct'::regnamespace AND l.lanname = 'c'
+                  WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND l.lanname = 'c'
                     AND p.proparallel <> 's'$$,
                 'every C function is PARALLEL SAFE');
+
+-- \df hpcacct.* shows what a user calls: what implements a type, an operator, an operator
+-- class, an aggregate or a trigger lives in hpcacct_internal (but tres_get, the function of
+-- ->, which the README recommends calling, and the two trigger functions the update script
+-- regenerates by name, charge_jobs and roll_up_charges).
+SELECT is_empty($$WITH implementation AS (
+                      SELECT unnest(ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend]) AS oid
+                      FROM pg_type t WHERE t.typnamespace = 'hpcacct'::regnamespace
+                      UNION SELECT o.oprcode FROM pg_operator o WHERE o.oprnamespace = 'hpcacct'::regnamespace
+                      UNION SELECT p.amproc FROM pg_amproc p JOIN pg_opfamily f ON f.oid = p.amprocfamily
+                            WHERE f.opfnamespace = 'hpcacct'::regnamespace
+                      UNION SELECT unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn,
+                                                a.aggdeserialfn]::oid[])
+                            FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
+                            WHERE p.pronamespace = 'hpcacct'::regnamespace)
+                  SELECT p.oid::regprocedure FROM pg_proc p
+                  WHERE p.pronamespace = 'hpcacct'::regnamespace
+                    AND (p.oid IN (SELECT oid FROM implementation) OR p.prorettype = 'trigger'::regtype)
+                    AND p.proname NOT IN ('tres_get', 'charge_jobs', 'roll_up_charges')$$,
+                'schema hpcacct has no type, operator, aggregate or trigger support function but those three');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                  WHERE p.pronamespace = 'hpcacct'::regnamespace
+                    AND p.proname ~ '^(require_|book_allocation$|day_or_today$|protect_table$|visible_account|sees_all_accounts$)'$$,
+                'the argument checks and bookkeeping helpers are not in schema hpcacct');
+SELECT ok(NOT has_schema_privilege('public', 'hpcacct_internal', 'USAGE')
+          AND (SELECT count(*) FROM pg_proc WHERE pronamespace = 'hpcacct_internal'::regnamespace) > 50,
+          'PUBLIC has no USAGE on hpcacct_internal, which holds the internal functions');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -137,7 +137,7 @@ SELECT is(pg_temp.differences('tz incremental', 'tz rebuilt', 1e-12), 0::bigint,
           'after a change of time zone: incremental folds equal a rebuild');
 
 -- ---- after a change of half-life ----
-INSERT INTO fairshare_setting VALUES ('half_life', '2 days');
+INSERT INTO setting VALUES ('half_life', '2 days');
 SELECT fold_rollup('2026-01-01') AS folded \gset
 SELECT fold_rollup('2026-02-01') AS folded \gset
 UPDATE job SET "end" = "end" + interval '5 hours' WHERE jobid IN ('c20', 'c210');

@@ -28,7 +28,7 @@ VALUES ('e_genci', 'grant', 1200, 'hours', 'enfg', '2024-01-01', '2024-12-31');
 SELECT is(account_policies('e_bank'), ARRAY['bank'], 'an account with deposits is bound by the bank');
 SELECT is(account_policies('e_rwth'), ARRAY['window_quota'], 'an account with only quota periods by the window');
 SELECT is(account_policies('e_staff'), '{}'::text[], 'a special account by nothing');
-SELECT is(account_policies('e_genci'), ARRAY['genci'], 'an account with a grant by GENCI''s rules');
+SELECT is(account_policies('e_genci'), ARRAY['regulation'], 'an account with a grant by GENCI''s rules');
 SELECT is(account_policies('e_both'), ARRAY['bank', 'window_quota'], 'a site may combine them');
 SELECT is(account_policies('e_none'), ARRAY['bank'], 'a project with nothing yet by the bank, as before');
 SELECT is(account_policies('eu'), ARRAY['bank'], 'a personal account by the bank');

@@ -13,48 +13,47 @@ SELECT is_aggregate('hpcacct', 'decayed_usage', ARRAY['timestamp with time zone'
                     'timestamp with time zone', 'interval', 'double precision', 'integer'],
                     'decayed_usage, interval form, is an aggregate');
 SELECT is((SELECT count(*) FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.proname = 'decayed_usage'
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.proname = 'decayed_usage'
              AND p.proparallel = 's' AND a.aggcombinefn <> 0 AND a.aggserialfn <> 0 AND a.aggdeserialfn <> 0
              AND a.aggtranstype = 'internal'::regtype),
           2::bigint, 'both aggregates: PARALLEL SAFE, internal state with combine, serial and deserial functions');
-SELECT isnt_strict('hpcacct', 'decayed_usage_transfn',
+SELECT isnt_strict('hpcacct_internal', 'decayed_usage_transfn',
                    ARRAY['internal', 'timestamp with time zone', 'double precision', 'timestamp with time zone', 'interval'],
                    'the transition function is not strict: NULL arguments reach it and are refused');
-SELECT isnt_strict('hpcacct', 'decayed_usage_periods_transfn',
+SELECT isnt_strict('hpcacct_internal', 'decayed_usage_periods_transfn',
                    ARRAY['internal', 'timestamp with time zone', 'double precision', 'timestamp with time zone', 'interval',
                          'double precision', 'integer'],
                    'the interval-form transition function is not strict either');
 CREATE TEMP VIEW fs_objects AS
     SELECT p.oid, p.proname, p.prokind, p.prolang, p.proparallel, p.provolatile, p.proconfig
     FROM pg_proc p
-    WHERE p.pronamespace = 'hpcacct'::regnamespace
+    WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
       AND (p.proname LIKE 'decayed_usage%' OR p.proname LIKE 'fairshare%' OR p.proname LIKE 'usage_by_%'
-           OR p.proname IN ('check_fairshare_setting', 'year_start_month', 'allocation_year',
-                            'year_allocations'));
-SELECT is((SELECT count(*) FROM fs_objects), 25::bigint, 'the fair-share area has 25 functions and aggregates');
+           OR p.proname IN ('year_start_month', 'allocation_year', 'year_allocations'));
+SELECT is((SELECT count(*) FROM fs_objects), 22::bigint, 'the fair-share area has 22 functions and aggregates');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects WHERE obj_description(oid, 'pg_proc') IS NULL$$,
                 'every fair-share function and aggregate has a comment');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects
-                  WHERE proparallel <> 's' AND proname <> 'check_fairshare_setting'$$,
-                'all but the settings trigger are PARALLEL SAFE');
+                  WHERE proparallel <> 's'$$,
+                'all are PARALLEL SAFE');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects
                   WHERE prokind = 'f' AND prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
                     AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(proconfig), false)$$,
                 'SQL and PL/pgSQL functions pin search_path to pg_catalog, pg_temp');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects
-                  WHERE prokind = 'f' AND proname NOT IN ('check_fairshare_setting', 'fairshare_setting_catalog')
+                  WHERE prokind = 'f'
                     AND prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c') AND provolatile <> 's'$$,
                 'the reports and fairshare() are STABLE');
 SELECT is_empty($$SELECT c.oid::regclass FROM pg_class c
                   WHERE c.relnamespace = 'hpcacct'::regnamespace
-                    AND c.relname IN ('fairshare_setting', 'fairshare_settings', 'pool', 'fairshare_user',
+                    AND c.relname IN ('pool', 'fairshare_user',
                                       'usage_by_resource', 'usage_by_account', 'usage_by_submitter', 'usage_by_month')
                     AND obj_description(c.oid, 'pg_class') IS NULL$$,
                 'the tables and views have comments');
 SELECT is((SELECT count(*) FROM pg_extension e, unnest(e.extconfig) AS t(oid)
-           WHERE e.extname = 'hpcacct' AND t.oid IN ('hpcacct.fairshare_setting'::regclass, 'hpcacct.pool'::regclass,
+           WHERE e.extname = 'hpcacct' AND t.oid IN ('hpcacct.setting'::regclass, 'hpcacct.pool'::regclass,
                                                     'hpcacct.fairshare_user'::regclass)),
-          3::bigint, 'the site''s fair-share tables are dumped by pg_dump');
+          3::bigint, 'the site''s settings and fair-share tables are dumped by pg_dump');
 
 -- ---- SQLSTATEs ----
 SELECT throws_ok($$SELECT hpcacct.decayed_usage(NULL, 1, now(), '1 day')$$, '22004', NULL, 'NULL ts');
@@ -65,7 +64,7 @@ SELECT throws_ok($$SELECT hpcacct.decayed_usage(now(), 1, now(), '1 mon')$$, '22
 SELECT throws_ok($$SELECT hpcacct.decayed_usage(now(), 1, 'infinity', '1 day')$$, '22008', NULL, 'infinite at');
 SELECT throws_ok($$SELECT hpcacct.decayed_usage(now(), 1, now(), '5 days', 2, 3)$$, '22003', NULL, 'decay above 1');
 SELECT throws_ok($$SELECT hpcacct.decayed_usage(now(), 1, now(), '5 days', 0.5, 0)$$, '22023', NULL, 'depth 0');
-SELECT throws_ok($$INSERT INTO hpcacct.fairshare_setting VALUES ('half_life', 'soon')$$, '22023', NULL,
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('half_life', 'soon')$$, '22023', NULL,
                  'a malformed setting');
 SELECT throws_ok($$INSERT INTO hpcacct.pool VALUES ('x', 0)$$, '23514', NULL, 'a start month out of range');
 
@@ -403,13 +402,13 @@ SELECT ok((SELECT bool_or(exhausted) AND NOT bool_and(exhausted)
           'some accounts have used up their allocation, some have not');
 SELECT is(pg_temp.fairshare_mismatches('power(2, -extract(epoch FROM c.at - j."end")::float8 / 604800)'), 0::bigint,
           'fairshare, half-life 7 days: shares, decayed and normalized usage, exhaustion and factors as recomputed');
-INSERT INTO fairshare_setting VALUES ('decay', 'interval'), ('period', '3 days'), ('period_decay', '0.7'), ('depth', '20'),
-                                     ('exhausted_factor', '0.05');
+INSERT INTO setting VALUES ('decay', 'interval'), ('period', '3 days'), ('period_decay', '0.7'), ('depth', '20'),
+                           ('exhausted_factor', '0.05');
 SELECT is(pg_temp.fairshare_mismatches(
               'CASE WHEN floor(extract(epoch FROM c.at - j."end") / 259200) < 20
                     THEN power(0.7, floor(extract(epoch FROM c.at - j."end") / 259200)) ELSE 0 END', 0.05),
           0::bigint, 'fairshare, 3-day periods x 0.7 over 20, exhausted x 0.05: as recomputed');
-DELETE FROM fairshare_setting;
+DELETE FROM setting WHERE name IN ('decay', 'period', 'period_decay', 'depth', 'exhausted_factor');
 
 -- ---- the month of `at` in closed form against the job-by-job sum ----
 -- An hour after the last charge ends, no charge of that month ends after `at`: fairshare()

@@ -48,7 +48,7 @@ SELECT is((SELECT email FROM contact WHERE username = 'n_alice'), 'eve@example.o
 UPDATE contact SET email = 'alice@lab.example.org', notify = true WHERE username = 'n_alice';
 
 -- ---- GENCI monthly regulation: warning on 15 February, retraction on 15 March -------------
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('n_ada', 1000000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('n_ada', 1000000);
 INSERT INTO account (name) VALUES ('n_gp');
 SELECT add_member('n_gp', 'n_alice', 'admin'), add_member('n_gp', 'n_bob', 'member');
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)

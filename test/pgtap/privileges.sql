@@ -34,7 +34,7 @@ SELECT deposit('priv_a', '2024-01-01', 1000), deposit('priv_b', '2024-01-01', 10
 INSERT INTO job VALUES
     ('privc', 'a1', 'priv_a', 'hp_alice', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-01 05:00+00', 'cpu=4', 'COMPLETED'),
     ('privc', 'b1', 'priv_b', 'hp_bob', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-01 05:00+00', 'cpu=8', 'COMPLETED');
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('privc', 100);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('privc', 100);
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
 VALUES ('priv_a', 'grant', 12000, 'NPL', 'privc', '2024-01-01', '2024-12-31'),
        ('priv_b', 'grant', 12000, 'NPL', 'privc', '2024-01-01', '2024-12-31');
@@ -123,29 +123,29 @@ RESET SESSION AUTHORIZATION;
 -- function either pins it or has a body parsed at creation, so no caller's search_path can
 -- change what it calls.
 SELECT is((SELECT count(*) FROM pg_proc p
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prosecdef
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef
              AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)),
           0::bigint, 'every SECURITY DEFINER function pins search_path');
 -- A procedure that commits cannot have a SET clause: it pins the path with set_config() first
 -- thing and after every COMMIT instead (the federation's set-up procedures), checked below.
 SELECT is((SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND l.lanname IN ('sql', 'plpgsql')
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND l.lanname IN ('sql', 'plpgsql')
              AND p.prosqlbody IS NULL
              AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)
              AND NOT (p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;')),
           0::bigint, 'every SQL and PL/pgSQL function is immune to the caller''s search_path');
 SELECT is((SELECT count(*) FROM pg_proc p
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;'
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;'
              AND (p.prosrc !~ '^\s*DECLARE\s+([a-z_]+\s+[a-z0-9_.]+;\s*)*BEGIN\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);'
                   OR (SELECT count(*) FROM regexp_matches(p.prosrc, 'COMMIT;\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);', 'g'))
                      <> (SELECT count(*) FROM regexp_matches(p.prosrc, '\mCOMMIT;', 'g'))
                   OR pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE'))),
           0::bigint, 'every procedure that commits pins search_path first and after every COMMIT, and is not for PUBLIC');
 SELECT cmp_ok((SELECT count(*) FROM pg_proc p
-               WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;'),
+               WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;'),
               '>=', 3::bigint, 'the federation''s three set-up procedures are among them (the check is not vacuous)');
 SELECT is((SELECT count(*) FROM pg_proc p
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.prosecdef),
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef),
           7::bigint, 'exactly seven functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare, '
                      'add_member, remove_member, load_sacct, sacct_window_start)');
 SELECT is((SELECT count(*) FROM pg_class c

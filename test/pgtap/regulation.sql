@@ -6,7 +6,7 @@ SET client_min_messages = warning;
 SELECT plan(72);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
 INSERT INTO account (name) VALUES ('Z'), ('C'), ('T'), ('S'), ('E'), ('F'), ('U');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('ada', 'cpu', 'cpu=32', 'cpu=1', 1, 'hours');
 -- Z consumes nothing; C consumes 140 cores all year; T sits exactly at the threshold.
@@ -37,7 +37,7 @@ SELECT is_aggregate('hpcacct', 'tmc', ARRAY['date', 'date', 'double precision', 
 SELECT is_aggregate('hpcacct', 'tc', ARRAY['date', 'date', 'double precision', 'date'], 'tc/4 is an aggregate');
 SELECT is_aggregate('hpcacct', 'tc', ARRAY['date', 'date', 'double precision', 'date', 'text'], 'tc/5 is an aggregate');
 SELECT is((SELECT count(*) FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid
-           WHERE p.pronamespace = 'hpcacct'::regnamespace AND p.proname IN ('tmc', 'tc')
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.proname IN ('tmc', 'tc')
              AND p.proparallel = 's' AND a.aggcombinefn <> 0 AND a.aggserialfn <> 0 AND a.aggdeserialfn <> 0),
           4::bigint, 'all four are PARALLEL SAFE with combine, serialize and deserialize functions');
 
@@ -112,14 +112,14 @@ RESET max_parallel_workers_per_gather;
 -- ---- Settings and exonerations are checked, and dumped with the extension ----
 SELECT is((SELECT count(*) FROM pg_extension e, unnest(e.extconfig) AS c(oid)
            WHERE e.extname = 'hpcacct'
-             AND c.oid IN ('hpcacct.machine_setting'::regclass, 'hpcacct.exoneration'::regclass,
+             AND c.oid IN ('hpcacct.regulation_machine'::regclass, 'hpcacct.exoneration'::regclass,
                            'hpcacct.regulation_log'::regclass, 'hpcacct.regulation_log_log_id_seq'::regclass)),
           4::bigint, 'settings, exonerations and the regulation log are marked for pg_dump');
-SELECT throws_ok($$INSERT INTO hpcacct.machine_setting (machine, monthly_threshold) VALUES ('x', -1)$$,
+SELECT throws_ok($$INSERT INTO hpcacct.regulation_machine (machine, monthly_threshold) VALUES ('x', -1)$$,
                  '23514', NULL, 'negative threshold');
-SELECT throws_ok($$INSERT INTO hpcacct.machine_setting (machine, monthly_threshold, annual_retraction_percent) VALUES ('x', 1, 120)$$,
+SELECT throws_ok($$INSERT INTO hpcacct.regulation_machine (machine, monthly_threshold, annual_retraction_percent) VALUES ('x', 1, 120)$$,
                  '23514', NULL, 'percentage above 100');
-SELECT throws_ok($$INSERT INTO hpcacct.machine_setting (machine, monthly_threshold, month_convention) VALUES ('x', 1, 'week')$$,
+SELECT throws_ok($$INSERT INTO hpcacct.regulation_machine (machine, monthly_threshold, month_convention) VALUES ('x', 1, 'week')$$,
                  '23514', NULL, 'unknown month convention');
 SELECT throws_ok($$INSERT INTO hpcacct.exoneration VALUES ('S', 'ada', 2025, 'justification', '2025-06-01')$$,
                  '23514', NULL, 'a justification must arrive by 31 May');
@@ -210,10 +210,10 @@ SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
               'nothing was written, not even for the account that came first (C)');
 
 -- ---- The allocation year ----
-SELECT throws_ok($$SELECT * FROM hpcacct.theoretical_year('nobody', 'ada', 2025)$$, '42704', NULL, 'unknown account');
-SELECT throws_ok($$SELECT * FROM hpcacct.theoretical_year('Z', 'ada', NULL)$$, '22004', NULL, 'NULL year');
-SELECT throws_ok($$SELECT * FROM hpcacct.theoretical_year('Z', 'ada', 0)$$, '22008', NULL, 'year out of range');
-SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.theoretical_year('Z', 'ada', 2025)$$,
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('nobody', 'ada', 2025)$$, '42704', NULL, 'unknown account');
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', NULL)$$, '22004', NULL, 'NULL year');
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', 0)$$, '22008', NULL, 'year out of range');
+SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.regulation_year('Z', 'ada', 2025)$$,
                   $$VALUES ('2025-01-01'::date, 100000::numeric), ('2025-03-15', 89474)$$,
                   'Z''s year: the retraction of 15 March as in the document');
 

@@ -105,7 +105,7 @@ CREATE TEMP VIEW decay_check AS
     SELECT f.account, f.usage, d.usage AS expected
     FROM fairshare_all('2026-05-17 12:00+02') f
     JOIN (SELECT account, decayed_usage(job_end, amount, '2026-05-17 12:00+02',
-                                        (SELECT value::interval FROM fairshare_settings WHERE name = 'half_life')) AS usage
+                                        (SELECT value::interval FROM settings WHERE name = 'half_life')) AS usage
           FROM (SELECT l.account, l.job_end, sum(l.amount)::float8 AS amount FROM ledger l
                 WHERE l.kind = 'charge' AND l.unit = 'core-hours' AND l.job_end <= '2026-05-17 12:00+02'
                 GROUP BY l.cluster, l.jobid, l.account, l.job_start, l.job_end HAVING sum(l.amount) > 0) j
@@ -114,10 +114,10 @@ CREATE TEMP VIEW decay_check AS
 SELECT is((SELECT count(*) FROM decay_check), 4::bigint, 'every account has decayed usage');
 SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
                 'fairshare() usage equals decayed_usage() over the jobs (half-life 7 days)');
-INSERT INTO fairshare_setting VALUES ('half_life', '2 days');
+INSERT INTO setting VALUES ('half_life', '2 days');
 SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
                 'after a change of half-life: rebuilt, still equal (2 days)');
-DELETE FROM fairshare_setting WHERE name = 'half_life';
+DELETE FROM setting WHERE name = 'half_life';
 SELECT is_empty('SELECT * FROM decay_check WHERE abs(usage - expected) > 1e-9 * expected',
                 'after the half-life setting is removed: rebuilt for the default (7 days), still equal');
 
@@ -127,7 +127,7 @@ CREATE FUNCTION pg_temp.decay_mismatches(at timestamptz) RETURNS bigint LANGUAGE
     SELECT count(*)
     FROM (SELECT * FROM fairshare_all(at) WHERE submitter IS NULL AND unit = 'core-hours') f
     FULL JOIN (SELECT account, decayed_usage(job_end, amount, at,
-                                             (SELECT value::interval FROM fairshare_settings WHERE name = 'half_life'))
+                                             (SELECT value::interval FROM settings WHERE name = 'half_life'))
                                  AS usage
                FROM (SELECT l.account, l.job_end, sum(l.amount)::float8 AS amount FROM ledger l
                      WHERE l.kind = 'charge' AND l.unit = 'core-hours' AND l.job_end <= at
@@ -216,7 +216,7 @@ SELECT compact_rollup() AS compacted \gset
 -- counted periods is not listed, as in decayed_usage() over the jobs
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres) VALUES
     ('ruc', 'old1', 'rua1', 'ruold', 'cpu', '2026-02-02 10:00+01', '2026-02-02 20:00+01', 'cpu=4');
-INSERT INTO fairshare_setting VALUES ('decay', 'interval'), ('period', '1 day'), ('period_decay', '0.5'), ('depth', '3');
+INSERT INTO setting VALUES ('decay', 'interval'), ('period', '1 day'), ('period_decay', '0.5'), ('depth', '3');
 SELECT set_eq($$SELECT account, submitter FROM fairshare_all('2026-05-17 12:00+02') WHERE submitter IS NOT NULL$$,
               $$SELECT account, submitter FROM ledger WHERE kind = 'charge'
                 AND job_end > timestamptz '2026-05-17 12:00+02' - interval '3 days' AND job_end <= '2026-05-17 12:00+02'
@@ -234,7 +234,7 @@ SELECT is_empty($$
           GROUP BY 1, 2) e USING (account, submitter)
     WHERE abs(f.usage - e.usage) > 1e-9 * e.usage$$,
     'interval decay: each user''s usage equals decayed_usage() over the jobs');
-DELETE FROM fairshare_setting;
+DELETE FROM setting WHERE name IN ('decay', 'period', 'period_decay', 'depth');
 SELECT ok(EXISTS (SELECT 1 FROM fairshare_all('2026-05-17 12:00+02') WHERE submitter = 'ruold' AND usage > 0),
           'half-life decay: that user is listed, with their decayed usage');
 
@@ -285,7 +285,7 @@ SELECT ok((SELECT count(DISTINCT consumption_before(i.account, 'ruc', i.at)) FRO
 -- ---- the regulation report reads the consumption rollup ----
 SELECT is_empty('SELECT * FROM consumption_vs_ledger',
                 'after re-rating, deletion, compaction and a change of time zone: consumption still exact');
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('ruc', 100);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ruc', 100);
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
 SELECT 'rua' || a, 'grant', 5000, 'core-hours', 'ruc', '2026-01-01', '2026-12-31' FROM generate_series(0, 3) AS a;
 SELECT ok((SELECT count(*) FROM regulation_report WHERE machine = 'ruc' AND consumption > 0) >= 20,

@@ -118,7 +118,7 @@ SELECT lives_ok($$INSERT INTO job VALUES ('secc', 'm3', 'sec_a', 'sec_alice', 'c
 DELETE FROM setting WHERE name = 'require_membership';
 
 -- ---- 3. one ancient job does not break fair share ----
-INSERT INTO fairshare_setting VALUES ('half_life', '1 day')
+INSERT INTO setting VALUES ('half_life', '1 day')
     ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO job VALUES ('secc', 'old', 'sec_a', 'u', 'cpu', NULL, '2005-01-01 00:00+00', '2005-01-01 01:00+00',
                         'cpu=1', 'COMPLETED');
@@ -132,7 +132,7 @@ SELECT is(decay_weight('2005-01-01 00:00+00', '2024-06-01 00:00+00', '1 day'), 0
 -- pool secc: sec_a and sec_b hold 1 000 each and each used 100 (jobs ending at the same
 -- instant); then sec_b gets 1 000 more and uses 100 more. The pool's totals change, their
 -- ratio does not: what sec_alice sees must not change either.
-DELETE FROM fairshare_setting WHERE name = 'half_life';
+DELETE FROM setting WHERE name = 'half_life';
 CREATE TEMP TABLE sec_seen (world int, pool text, account text, submitter text, allocation numeric,
                             share float8, usage float8, norm_usage float8, factor float8);
 GRANT ALL ON sec_seen TO PUBLIC;

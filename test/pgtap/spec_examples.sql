@@ -26,7 +26,7 @@ SELECT results_eq($$SELECT month, amount FROM charge_by_month WHERE account = 's
                   'the job charges 16 core-hours: 8 in June, 8 in July (site time zone)');
 
 -- ---- §2 Turing's threshold: 5 M hours ----
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('turing', 5000000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('turing', 5000000);
 INSERT INTO account (name) VALUES ('tu5'), ('tu4');
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until) VALUES
     ('tu5', 'grant', 5000000, 'hours', 'turing', '2025-01-01', '2025-12-31'),
@@ -38,7 +38,7 @@ SELECT is((SELECT string_agg(account || ':' || run, ',' ORDER BY account) FROM r
 
 -- ---- §2 annual regulation: "less than 30 %" of the allocation by the end of April on ada
 -- (the defaults); both percentages as settings on ada3: warn below 50 %, retract up to 80 % ----
-INSERT INTO machine_setting (machine, monthly_threshold, annual_warning_percent, annual_retraction_percent)
+INSERT INTO regulation_machine (machine, monthly_threshold, annual_warning_percent, annual_retraction_percent)
 VALUES ('ada', 1000000, DEFAULT, DEFAULT), ('ada3', 1000000, 50, 80);
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
 SELECT m, 'cpu', 'cpu=1000', 'cpu=1', 1, 'hours' FROM unnest(ARRAY['ada', 'ada3']) AS m;

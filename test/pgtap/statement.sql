@@ -14,7 +14,7 @@ INSERT INTO account (name) VALUES ('s_a'), ('s_b');
 INSERT INTO membership VALUES ('s_a', 's_alice', 'admin'), ('s_b', 's_bob', 'admin'), ('s_a', 's_bob', 'member');
 SELECT deposit('s_a', '2024-04-01', 1000), deposit('s_b', '2024-04-01', 1000);
 SELECT add_quota_period('s_a', '2024-01-01', '2024-06-30', 100, 's_c', 'NPL');
-INSERT INTO machine_setting (machine, monthly_threshold) VALUES ('s_c', 100);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('s_c', 100);
 INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
 VALUES ('s_a', 'grant', 1200, 'NPL', 's_c', '2024-01-01', '2024-12-31');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_g', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'NPL');
@@ -31,7 +31,7 @@ SELECT throws_ok($$SELECT hpcacct.account_month(NULL, '2024-05-01')$$, '22004', 
 SELECT throws_ok($$SELECT hpcacct.account_month('s_a', 'infinity')$$, '22008', NULL, 'an infinite month');
 SELECT throws_ok($$SELECT hpcacct.account_month('s_a', '2999-01-01')$$, '22023', NULL, 'a month that has not begun');
 SELECT throws_ok($$SELECT hpcacct.my_accounts(NULL)$$, '22004', NULL, 'my_accounts(NULL)');
-SELECT throws_ok($$SELECT hpcacct.svg_chart('t', 'u', '{}', '[]')$$, '22023', NULL, 'a chart without labels');
+SELECT throws_ok($$SELECT hpcacct_internal.svg_chart('t', 'u', '{}', '[]')$$, '22023', NULL, 'a chart without labels');
 
 CREATE TEMP TABLE m AS SELECT account_month('s_a', '2024-05-20') AS d;
 SELECT is((SELECT d -> 'charges' -> 'total' ->> 'NPL' FROM m)::numeric, 56::numeric,

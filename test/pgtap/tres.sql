@@ -50,7 +50,7 @@ SELECT is((2 * 'cpu=1.5'::tres)::text, 'cpu=3', 'scalar * tres');
 -- Hash and btree support so a tres can GROUP BY, DISTINCT and be indexed.
 SELECT is((SELECT count(DISTINCT t) FROM (VALUES ('cpu=1'::tres), ('cpu=1,mem=0'), ('cpu=2')) v(t)),
           2::bigint, 'DISTINCT uses the canonical form');
-SELECT is(hpcacct.tres_hash('mem=1G'), hpcacct.tres_hash('mem=1024M'), 'equal values hash equally');
+SELECT is(hpcacct_internal.tres_hash('mem=1G'), hpcacct_internal.tres_hash('mem=1024M'), 'equal values hash equally');
 SELECT ok(EXISTS (SELECT 1 FROM pg_opclass c JOIN pg_am a ON a.oid = c.opcmethod
                   WHERE c.opcintype = 'hpcacct.tres'::regtype AND a.amname = 'hash' AND c.opcdefault),
           'default hash opclass');

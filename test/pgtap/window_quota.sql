@@ -19,16 +19,16 @@ SELECT is((SELECT proparallel FROM pg_proc WHERE oid = 'hpcacct.window_quota(dat
 SELECT ok((SELECT aggcombinefn <> 0 AND aggserialfn <> 0 AND aggdeserialfn <> 0 AND aggtranstype = 'internal'::regtype
            FROM pg_aggregate WHERE aggfnoid = 'hpcacct.window_quota(date, float8, float8, date)'::regprocedure),
           'internal state with combine, serial and deserial functions');
-SELECT isnt_strict('hpcacct', 'window_quota_transfn', ARRAY['internal', 'date', 'double precision', 'double precision', 'date'],
+SELECT isnt_strict('hpcacct_internal', 'window_quota_transfn', ARRAY['internal', 'date', 'double precision', 'double precision', 'date'],
                    'the transition function is not strict: NULL arguments reach it and are refused');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
-                  WHERE p.pronamespace = 'hpcacct'::regnamespace
+                  WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
                     AND (p.proname LIKE 'window_quota%' OR p.proname = 'add_quota_period')
                     AND (obj_description(p.oid, 'pg_proc') IS NULL OR (p.prokind = 'f' AND p.proname <> 'add_quota_period'
                                                                         AND p.proparallel <> 's'))$$,
                 'every window-quota function has a comment; all but add_quota_period are PARALLEL SAFE');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
-                  WHERE p.pronamespace = 'hpcacct'::regnamespace
+                  WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
                     AND (p.proname LIKE 'window_quota%' OR p.proname = 'add_quota_period')
                     AND p.prokind = 'f' AND p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
                     AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(p.proconfig), false)$$,

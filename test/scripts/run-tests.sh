@@ -46,6 +46,9 @@ grep -q '^fuzzers: ' "$fuzz_log" || fuzz_failed=$((fuzz_failed + 1))  # did not 
 echo "fuzz $fuzz_passed $fuzz_failed" >>"$tally"
 rm -f "$fuzz_log"
 
+# --- the install script's parts use only what they or earlier parts define ---
+HPCACCT_TALLY=$tally test/compat/install_order.py || true
+
 # --- pg_regress and pgTAP in a throw-away cluster ---
 HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-tests.sh
 
@@ -74,7 +77,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz regress cron pgtap stress compat upgrade reference loader notify bench slurm enforce federation; do
+for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader notify bench slurm enforce federation; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

@@ -4,7 +4,7 @@
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
 
-INSERT INTO machine_setting (machine, monthly_threshold, description) VALUES
+INSERT INTO regulation_machine (machine, monthly_threshold, description) VALUES
     ('turing', 5000000, 'IDRIS Turing (IBM Blue Gene/Q)'),
     ('ada', 1000000, 'IDRIS Ada (IBM x3750)');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive, description) VALUES
@@ -45,10 +45,10 @@ FROM (
 ) j;
 
 \echo
-\echo '== GENCI regulation settings per machine (hpcacct.machine_setting) =='
+\echo '== GENCI regulation settings per machine (hpcacct.regulation_machine) =='
 SELECT machine, monthly_threshold, annual_warning_percent AS "warn %", annual_retraction_percent AS "retract %",
        month_convention, description
-FROM machine_setting ORDER BY machine;
+FROM regulation_machine ORDER BY machine;
 
 \echo
 \echo '== A year of regulation: CALL hpcacct.regulate(d) on each regulation date of 2024 =='
@@ -72,8 +72,8 @@ SELECT run_date, run, string_agg(account || ': ' || outcome, ', ' ORDER BY accou
 FROM regulation_log GROUP BY run_date, run ORDER BY run_date;
 
 \echo
-\echo '== Project P in 2024, as the GENCI document shows it (hpcacct.theoretical_year) =='
-WITH y AS (SELECT * FROM theoretical_year('P', 'ada', 2024)),
+\echo '== Project P in 2024, as the GENCI document shows it (hpcacct.regulation_year) =='
+WITH y AS (SELECT * FROM regulation_year('P', 'ada', 2024)),
      events AS (  -- each event's months: amount / its own TMC on its first day
         SELECT l.entry_id, l.valid_from, l.amount, l.amount / m.tmc AS months
         FROM ledger l

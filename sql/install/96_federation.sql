@@ -62,9 +62,9 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT ARRAY['@extschema@.setting', '@extschema@.account', '@extschema@.resource',
-                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.machine_setting',
+                     '@extschema@.hpc_user', '@extschema@.membership', '@extschema@.regulation_machine',
                      '@extschema@.exoneration', '@extschema@.quota_period', '@extschema@.monthly_allowance',
-                     '@extschema@.fairshare_setting', '@extschema@.pool', '@extschema@.fairshare_user',
+                     '@extschema@.pool', '@extschema@.fairshare_user',
                      '@extschema@.slurm_account_map']::text[]::regclass[]
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
@@ -88,7 +88,7 @@ COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
 -- transaction, not at every commit (ON COMMIT DELETE ROWS): that truncation, its file system
 -- calls and the rebuild of the TOAST index, took a third of a one-job transaction's apply.
 -- Other ledger rows (deposits, grants, ...) are applied as they come.
-CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -109,7 +109,7 @@ CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
                 );
                 CREATE CONSTRAINT TRIGGER hpcacct_received_roll_up AFTER INSERT ON pg_temp.hpcacct_received
                     DEFERRABLE INITIALLY DEFERRED
-                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION @extschema@.roll_up_received();
+                    FOR EACH ROW WHEN (NEW.first_in_transaction) EXECUTE FUNCTION hpcacct_internal.roll_up_received();
                 -- written in replica sessions only: fire there
                 ALTER TABLE pg_temp.hpcacct_received ENABLE ALWAYS TRIGGER hpcacct_received_roll_up;
             ELSIF pg_catalog.pg_relation_size('pg_temp.hpcacct_received') > 8 * 8192 THEN
@@ -120,7 +120,7 @@ CREATE FUNCTION @extschema@.note_replicated_charge() RETURNS trigger
         RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.note_replicated_charge() IS
+COMMENT ON FUNCTION hpcacct_internal.note_replicated_charge() IS
     'Row trigger of hpcacct.ledger for replicated rows (enabled for replica sessions only): holds received charges '
     'back until commit';
 -- federation_prepare creates its trigger, ledger_roll_up_replicated, when this database joins a
@@ -136,7 +136,7 @@ DECLARE
     received constant text := '(SELECT (r.entry).* FROM pg_temp.hpcacct_received r)';
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE FUNCTION @extschema@.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
+        'CREATE FUNCTION hpcacct_internal.roll_up_received() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
                           '        PERFORM pg_catalog.set_config(''hpcacct.received_pending'', ''off'', true);\n'
@@ -150,7 +150,7 @@ BEGIN
                           @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
 END
 $do$;
-COMMENT ON FUNCTION @extschema@.roll_up_received() IS
+COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS
     'Deferred trigger of pg_temp.hpcacct_received: inserts the charges held in the transaction into the ledger and '
     'rolls them up, once';
 
@@ -159,7 +159,7 @@ COMMENT ON FUNCTION @extschema@.roll_up_received() IS
 -- site's replication on a conflict. A row trigger on each reference table refuses writes
 -- from the site's own sessions (HA013); rows applied by replication (replica sessions) pass.
 -- federation_prepare creates the triggers at a site (also on tables a later version adds).
-CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.federation_refuse_local_write() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -169,7 +169,7 @@ CREATE FUNCTION @extschema@.federation_refuse_local_write() RETURNS trigger
                   HINT = 'Make the change in the central database; it reaches every site by replication.';
     END
     $$;
-COMMENT ON FUNCTION @extschema@.federation_refuse_local_write() IS
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_write() IS
     'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
 
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
@@ -240,11 +240,10 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                        WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
             CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
-                FOR EACH ROW EXECUTE FUNCTION @extschema@.note_replicated_charge();
+                FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
         END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
-        ALTER TABLE @extschema@.fairshare_setting ENABLE ALWAYS TRIGGER fairshare_setting_rebuilds_rollup;
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
@@ -252,7 +251,7 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
                                WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
                     EXECUTE pg_catalog.format('CREATE TRIGGER federation_centre_only BEFORE INSERT OR UPDATE OR DELETE '
                                               'ON %s FOR EACH ROW EXECUTE FUNCTION '
-                                              '@extschema@.federation_refuse_local_write()', tab);
+                                              'hpcacct_internal.federation_refuse_local_write()', tab);
                 END IF;
             END LOOP;
         END IF;
@@ -264,11 +263,11 @@ COMMENT ON FUNCTION @extschema@.federation_prepare(integer, text) IS
     'enables the triggers replicated rows need; idempotent';
 
 -- Whether a logical replication slot exists in this cluster.
-CREATE FUNCTION @extschema@.federation_slot_exists(slot text) RETURNS boolean
+CREATE FUNCTION hpcacct_internal.federation_slot_exists(slot text) RETURNS boolean
     LANGUAGE sql STABLE STRICT
     SET search_path = pg_catalog, pg_temp
     AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
-COMMENT ON FUNCTION @extschema@.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
+COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
 
 -- The procedures below create publications, replication slots and subscriptions. A slot
 -- cannot be created in a transaction that has written anything, and CREATE SUBSCRIPTION
@@ -329,7 +328,7 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT @extschema@.federation_slot_exists(pub) THEN
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
             PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
         END IF;
         COMMIT;
@@ -394,7 +393,7 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT @extschema@.federation_slot_exists(pub) THEN
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
             PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
         END IF;
         COMMIT;

@@ -23,10 +23,10 @@ SELECT d, regulation_run(d)
 FROM (VALUES (date '2024-01-15'), ('2024-02-14'), ('2024-05-01'), ('2024-05-15'), ('2024-06-01'),
              ('2024-07-01'), ('2024-12-15')) AS v(d);
 
-INSERT INTO machine_setting (machine, monthly_threshold, description) VALUES
+INSERT INTO regulation_machine (machine, monthly_threshold, description) VALUES
     ('turing', 5000000, 'IDRIS Turing (IBM Blue Gene/Q)'),
     ('ada', 1000000, 'IDRIS Ada (IBM x3750)');
-SELECT * FROM machine_setting WHERE machine IN ('ada', 'turing') ORDER BY machine;
+SELECT * FROM regulation_machine WHERE machine IN ('ada', 'turing') ORDER BY machine;
 
 -- ===== Project P of the document (2024, Ada) =====
 INSERT INTO account (name) VALUES ('P');
@@ -38,7 +38,7 @@ INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_unti
 
 -- The document's table: 100 000 / 89 474 / 156 140 / 222 807, and TC(31 Dec) = 1 600 000.
 SELECT first_day, last_day, round(alloc) AS alloc, round(tmc::numeric) AS tmc, round(tc::numeric, 6) AS tc
-FROM theoretical_year('P', 'ada', 2024);
+FROM regulation_year('P', 'ada', 2024);
 
 -- The same through the aggregates, as a portal would write it.
 SELECT d, round(tmc(valid_from, valid_until, amount, d)::numeric, 3) AS tmc,
@@ -51,7 +51,7 @@ GROUP BY d ORDER BY d;
 
 -- The 'day' convention: exact fractions of months; the year still adds up to the allocation.
 SELECT first_day, last_day, round(alloc) AS alloc, round(tmc::numeric, 3) AS tmc, round(tc::numeric, 3) AS tc
-FROM theoretical_year('P', 'ada', 2024, 'day');
+FROM regulation_year('P', 'ada', 2024, 'day');
 SELECT round(tc(valid_from, valid_until, amount, '2024-12-31', 'day')::numeric, 6) AS tc_day,
        round(tmc(valid_from, valid_until, amount, '2024-03-15', 'half_month')::numeric, 6) AS tmc_half_month
 FROM ledger WHERE account = 'P';
@@ -73,7 +73,7 @@ SELECT tc(f, u, a, d, 'months') FROM (VALUES (date '2024-01-01', date '2024-12-3
 SELECT tc(f, u, a, d, NULL) FROM (VALUES (date '2024-01-01', date '2024-12-31', 1::float8, date '2024-06-01')) AS v(f, u, a, d);
 SELECT tc(f, u, a, d) FROM (VALUES (date '2024-01-01', date 'infinity', 1::float8, date '2024-06-01')) AS v(f, u, a, d);
 SELECT tc(f, u, a, d) FROM (VALUES (date '1200-01-01', date '2024-12-31', 1::float8, date '2024-06-01')) AS v(f, u, a, d);
-SELECT * FROM theoretical_year('nobody', 'ada', 2024);
+SELECT * FROM regulation_year('nobody', 'ada', 2024);
 
 -- ===== The aggregates in a parallel plan give the serial result =====
 -- (Compensated sums of 200 000 rows: the order of the rows changes at most the last bit, far
@@ -142,7 +142,7 @@ FROM ledger WHERE kind = 'retraction' AND account = 'Z';
 
 -- The retraction changes Z's TMC from 15 March on: the document's first two rows.
 SELECT first_day, last_day, round(alloc) AS alloc, round(tmc::numeric) AS tmc, round(tc::numeric) AS tc
-FROM theoretical_year('Z', 'ada', 2025);
+FROM regulation_year('Z', 'ada', 2025);
 
 -- Idempotent: the same date again changes nothing.
 SELECT count(*) AS ledger_rows FROM ledger \gset before_
