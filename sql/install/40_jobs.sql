@@ -201,7 +201,7 @@ COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The colum
 -- old_jobs: one set-based INSERT into the ledger per statement (COPY included).
 -- INSERT charges the new jobs; DELETE reverses what the ledger holds for the old ones;
 -- UPDATE does both, for the jobs whose charging columns changed.
-CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
+CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $fn$
@@ -218,7 +218,7 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         need_member boolean;
     BEGIN
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
-            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+            RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Attach it with hpcacct.attach_charging(table).';
         END IF;
@@ -345,11 +345,11 @@ CREATE FUNCTION @extschema@.charge_jobs() RETURNS trigger
         RETURN NULL;
     END
     $fn$;
-COMMENT ON FUNCTION @extschema@.charge_jobs() IS
+COMMENT ON FUNCTION hpcacct_internal.charge_jobs() IS
     'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
 -- not for PUBLIC: it writes the ledger with the owner's rights, so whoever may attach it to a
 -- table of their own could book or reverse charges of any account
-REVOKE EXECUTE ON FUNCTION @extschema@.charge_jobs() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.charge_jobs() FROM PUBLIC;
 
 -- Attaches charging to a job table: three statement triggers (transition tables allow one
 -- event per trigger). `mapping` names columns whose names differ from sacct's.
@@ -364,12 +364,12 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
         EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
                        'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
         EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS

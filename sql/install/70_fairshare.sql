@@ -177,13 +177,15 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- The charges of each pool's allocation year up to `at`, pro rata by wall-clock time
 -- (rules §0), from the rollup: per resource, account, submitter (unless not per_submitter:
 -- NULL, and fewer rows to read) and month, jobs that ended by `at` (what the usage reports read).
-CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz, per_submitter boolean)
+-- A SQL-standard body (bound when created, so no search_path to pin): the reports inline it
+-- instead of storing its rows in a tuplestore of their own (about a tenth of their CPU time).
+-- Written "name (" as setting_catalog() (see there).
+CREATE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_submitter boolean)
     RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
                    rate float8, month date, amount numeric, year integer, first_day date, last_day date,
                    elapsed interval, length interval, state text)
     LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
+    BEGIN ATOMIC
         WITH years AS MATERIALIZED (
             SELECT p.pool, y.*
             FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
@@ -191,12 +193,12 @@ CREATE FUNCTION @extschema@.year_usage(for_year integer, at timestamptz, per_sub
         )
         SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
                y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
-        FROM @extschema@.charges_ended_by($2, (SELECT min(first_day) FROM years),
-                                          (SELECT max(last_day) FROM years), $3) c
+        FROM @extschema@.charges_ended_by($2, (SELECT pg_catalog.min(first_day) FROM years),
+                                          (SELECT pg_catalog.max(last_day) FROM years), $3) c
         JOIN @extschema@.resource r USING (resource_id)
         JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
-        WHERE c.month BETWEEN y.first_day AND y.last_day
-    $$;
+        WHERE c.month BETWEEN y.first_day AND y.last_day;
+    END;
 COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
     'Charges per resource, account, submitter (or not: NULL) and month of each pool''s allocation year (named, or '
     'containing at), jobs ended by at, from the charge rollup; the building block of the usage reports';
@@ -451,7 +453,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
-            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            -- (compaction decays every row to the latest month folded when that month advances)
             SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
             FROM cfg
         ), alloc AS (

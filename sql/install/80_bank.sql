@@ -58,7 +58,7 @@ COMMENT ON FUNCTION @extschema@.quarter_start(date) IS 'First day of the calenda
 -- The bank's unit, as setting_value('bank_unit') gives it, without reading pg_settings (the
 -- settings view does, for the time zone's default): the submit check reads it at every
 -- submission. PL/pgSQL keeps its plan for the session.
-CREATE FUNCTION @extschema@.bank_unit() RETURNS text
+CREATE FUNCTION hpcacct_internal.bank_unit() RETURNS text
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -67,7 +67,7 @@ CREATE FUNCTION @extschema@.bank_unit() RETURNS text
                         (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
     END
     $$;
-COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+COMMENT ON FUNCTION hpcacct_internal.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 
 CREATE TYPE @extschema@.bank_balance AS (
     quarter_start date,
@@ -156,12 +156,12 @@ CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
 BEGIN ATOMIC
         SELECT l.account, l.kind, l.valid_from, l.amount
         FROM @extschema@.ledger l
-        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT @extschema@.bank_unit())
+        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT hpcacct_internal.bank_unit())
           AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
         UNION ALL
         SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
         FROM @extschema@.charge_rollup c
-        WHERE c.unit = (SELECT @extschema@.bank_unit())
+        WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
         GROUP BY c.account, @extschema@.quarter_start(c.month);
 END;
@@ -199,7 +199,7 @@ BEGIN ATOMIC
         FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
               FROM @extschema@.ledger l
               WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
-                AND l.unit = (SELECT @extschema@.bank_unit())
+                AND l.unit = (SELECT hpcacct_internal.bank_unit())
                 AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
               GROUP BY 1
               HAVING sum(l.amount) > 0) s) q
@@ -252,24 +252,20 @@ COMMENT ON VIEW @extschema@.quarter_balances IS
 
 -- ---- deposits, transfers, refunds ----------------------------------------------------
 
-CREATE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+CREATE FUNCTION hpcacct_internal.require_bank_account(account text, caller text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, caller);
         IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
             RAISE EXCEPTION 'account "%" has been deleted', account
                 USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text, text) IS
+    'An account argument of a bank operation: require_account(), and not deleted (HA002)';
 
 CREATE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -319,7 +315,7 @@ CREATE FUNCTION hpcacct_internal.book_credit(account text, kind text, quarter da
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, kind);
         PERFORM hpcacct_internal.require_amount(amount);
         RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
     END
@@ -348,8 +344,8 @@ CREATE FUNCTION @extschema@.transfer(from_account text, from_quarter date, to_ac
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(from_account);
-        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_bank_account(from_account, 'transfer');
+        PERFORM hpcacct_internal.require_bank_account(to_account, 'transfer');
         PERFORM hpcacct_internal.require_amount(amount);
         IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
             RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
@@ -515,7 +511,7 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;

@@ -42,7 +42,7 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
                                 WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                  AND l.unit = @extschema@.bank_unit());
+                                  AND l.unit = hpcacct_internal.bank_unit());
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
@@ -108,7 +108,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
                 RETURN ROW(false, account, 'negative_balance',
                            format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
                                   'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
             END IF;
         END IF;
 

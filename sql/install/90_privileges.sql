@@ -18,7 +18,7 @@
 
 -- The charging trigger books the ledger for whoever inserts jobs (hpcacct_ingest has no
 -- right on the ledger itself). Its search_path is pinned and everything it calls qualified.
-ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;
+ALTER FUNCTION hpcacct_internal.charge_jobs() SECURITY DEFINER;
 
 -- Views run with the privileges and row-level security of the role that queries them.
 DO $$

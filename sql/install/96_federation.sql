@@ -31,6 +31,26 @@ CREATE TABLE @extschema@.federation_site (
 COMMENT ON TABLE @extschema@.federation_site IS
     'At the centre: the cluster sites of the federation, by number (1 to 32767) and name';
 
+-- What each receiving end of a link reports it holds: database `receiver` (a site number, 0
+-- for the centre) has received the ledger rows of `origin` up to last_entry_id. Written by the
+-- receiver's apply session as it inserts received rows (note_replicated_charge,
+-- roll_up_received) and replicated back to the sender in the link's reverse direction: the
+-- centre's reports go to the site they are about (origin = that site), a site's to the centre.
+-- So a sender counts the rows it has sent that are not yet received without asking the other
+-- end (federation_status.rows_pending). At most one report a second per receiver and origin
+-- (federation_report_due): each costs the sender an applied transaction, as much CPU as its
+-- walsender spends on a one-job transaction. Not dumped: the next received row writes it again.
+CREATE TABLE @extschema@.federation_received (
+    receiver      integer NOT NULL CHECK (receiver BETWEEN 0 AND 32767),
+    origin        integer NOT NULL CHECK (origin BETWEEN 0 AND 32767),
+    last_entry_id bigint NOT NULL,
+    received_at   timestamptz NOT NULL,
+    PRIMARY KEY (receiver, origin)
+);
+COMMENT ON TABLE @extschema@.federation_received IS
+    'Per federation database and origin site: the last ledger row that database received from that origin '
+    '(written where received, replicated back to the sender)';
+
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_node', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_site', '');
 
@@ -70,6 +90,21 @@ CREATE FUNCTION @extschema@.federation_reference_tables() RETURNS regclass[]
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
 
+-- Whether a receiver reports the rows of an origin it received now: when it has not reported
+-- them in the last second, or did in this transaction (a later row of it moves the report on).
+-- Read without locking the report row (an ON CONFLICT ... WHERE would lock it, in the WAL).
+CREATE FUNCTION hpcacct_internal.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
+
 -- The rollups of replicated charges. Logical replication applies rows one by one with
 -- session_replication_role = replica, which fires neither the statement trigger
 -- ledger_roll_up nor any ordinary trigger. So a BEFORE row trigger enabled for replica
@@ -95,8 +130,18 @@ CREATE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS trigger
     DECLARE
         first boolean;
     BEGIN
-        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
-        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
+        -- the held charges roll_up_received() inserts (a trigger's statement) go in
+        IF pg_catalog.pg_trigger_depth() > 1 THEN
+            RETURN NEW;
+        END IF;
+        -- other kinds go in as they come (rare: deposits, grants, retractions), reported received
+        IF NEW.kind <> 'charge' THEN
+            INSERT INTO @extschema@.federation_received AS p (receiver, origin, last_entry_id, received_at)
+            SELECT n.site, @extschema@.federation_origin(NEW.entry_id), NEW.entry_id, pg_catalog.now()
+            FROM @extschema@.federation_node n
+            WHERE hpcacct_internal.federation_report_due(n.site, @extschema@.federation_origin(NEW.entry_id))
+            ON CONFLICT (receiver, origin) DO UPDATE
+                SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), received_at = excluded.received_at;
             RETURN NEW;
         END IF;
         first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
@@ -144,10 +189,19 @@ BEGIN
                           '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
                           '%s;\n'
                           '%s;\n'
+                          '        INSERT INTO @extschema@.federation_received AS p (receiver, origin, last_entry_id, received_at)\n'
+                          '        SELECT n.site, @extschema@.federation_origin((r.entry).entry_id), pg_catalog.max((r.entry).entry_id),\n'
+                          '               pg_catalog.now()\n'
+                          '        FROM pg_temp.hpcacct_received r, @extschema@.federation_node n\n'
+                          '        GROUP BY 1, 2\n'
+                          '        HAVING hpcacct_internal.federation_report_due(n.site, @extschema@.federation_origin((r.entry).entry_id))\n'
+                          '        ON CONFLICT (receiver, origin) DO UPDATE\n'
+                          '            SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id),\n'
+                          '                received_at = excluded.received_at;\n'
                           '        DELETE FROM pg_temp.hpcacct_received;\n'
                           '        RETURN NULL;\n'
                           '    END\n    ',
-                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+                          hpcacct_internal.rollup_insert_sql(received), hpcacct_internal.consumption_rollup_insert_sql(received)));
 END
 $do$;
 COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS
@@ -269,6 +323,17 @@ CREATE FUNCTION hpcacct_internal.federation_slot_exists(slot text) RETURNS boole
     AS $$ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = slot) $$;
 COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a replication slot of that name exists';
 
+-- Whether publication `pub` of this database includes table `tab`.
+CREATE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+                       WHERE p.pubname = pub AND r.prrelid = tab)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
+    'Whether the publication of that name includes the table';
+
 -- The procedures below create publications, replication slots and subscriptions. A slot
 -- cannot be created in a transaction that has written anything, and CREATE SUBSCRIPTION
 -- cannot create its slot on the publisher from inside a function or transaction block. So
@@ -321,10 +386,17 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
 
         ids := @extschema@.federation_id_range(site);
         pub := 'hpcacct_fed_c2s_' || site;
+        -- the ledger rows the site receives, and what the centre reports it received from the site
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id < %s OR entry_id >= %s) WITH (publish = ''insert'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+                                      'WHERE (entry_id < %s OR entry_id >= %s), '
+                                      'TABLE @extschema@.federation_received WHERE (receiver = 0 AND origin = %s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
+        ELSIF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                      'WHERE (receiver = 0 AND origin = %s)', pub, site);
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -368,12 +440,18 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
+            IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                          'WHERE (receiver = %s)', pub, site);
+                EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
+            END IF;
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
-            -- reference tables a later version added reach the site only after a refresh,
-            -- which PostgreSQL does not allow inside a procedure: say so
+            -- tables a later version added reach the site only after a refresh, which
+            -- PostgreSQL does not allow inside a procedure: say so
             SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
-            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()
+                                   || '@extschema@.federation_received'::regclass) t
             WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
                               JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
                               WHERE s.subname = sub AND r.srrelid = t);
@@ -386,10 +464,13 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         END IF;
         PERFORM @extschema@.federation_prepare(site, 'site');
         ids := @extschema@.federation_id_range(site);
+        -- its own ledger rows, and what it reports it received
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id >= %s AND entry_id < %s) WITH (publish = ''insert'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+                                      'WHERE (entry_id >= %s AND entry_id < %s), '
+                                      'TABLE @extschema@.federation_received WHERE (receiver = %s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -434,18 +515,30 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
                    WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
-            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local)', sub);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local, binary = true)', sub);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            -- a site joined by an earlier version publishes its reports of rows received once
+            -- federation_join() ran there again; the subscription needs a refresh (not in a procedure)
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                           JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                           WHERE s.subname = sub AND r.srrelid = '@extschema@.federation_received'::regclass) THEN
+                RAISE WARNING 'this database does not receive site %''s reports of rows received', site
+                    USING HINT = pg_catalog.format('After CALL hpcacct.federation_join(%s, ...) at the site, run '
+                                                   'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
             RETURN;
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         -- synchronous_commit = local: the centre relays what it applies to the other sites, and
         -- a walsender sends only flushed WAL; applied asynchronously (the default), a site's
-        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on
+        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on.
+        -- binary = true: the site's walsender sends the ledger's timestamps, numerics and dates
+        -- as their binary form instead of formatting them as text (and the centre does not parse
+        -- them); the ledger has built-in types only, the same at both ends
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
                                   'WITH (create_slot = false, slot_name = %L, copy_data = true, '
-                                  'synchronous_commit = local)',
+                                  'synchronous_commit = local, binary = true)',
                                   sub, site_conninfo, sub, sub);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -455,11 +548,16 @@ REVOKE EXECUTE ON PROCEDURE @extschema@.federation_subscribe(integer, text) FROM
 COMMENT ON PROCEDURE @extschema@.federation_subscribe(integer, text) IS
     'At the centre: subscribe to a site''s charges (after federation_join there); idempotent';
 
--- Per link of this database: the site at the other end, whether rows come in ('from') or go
--- out ('to'), whether the link is connected, the last ledger row here that the site booked
--- (for incoming links), the lag of the last row the receiver confirmed (outgoing links, from
--- the sending side) and the WAL not yet confirmed by the receiver, in bytes: rows pending
--- are somewhere in it (the exact count is only known at the other end).
+-- Per link of this database: the site at the other end (at a site: always the centre, 0),
+-- whether rows come in ('from', a subscription here) or go out ('to', a slot the other end
+-- reads), whether the link is connected, the last ledger row here that the other end booked
+-- (incoming links), and for outgoing links the replay lag the sender measures, the WAL the
+-- receiver has not confirmed, and rows_pending: 0 when the receiver has confirmed all the WAL
+-- written here, else the ledger rows this database holds that the link carries above the last
+-- id per origin the receiver reported (federation_received, replicated back; at most a second
+-- old while rows stream, receiver_reported_at). Exact when each origin's rows commit in id order
+-- (one loader per site); rows of concurrent transactions committed out of that order are not
+-- counted while the receiver holds a higher id. An incoming link's are counted at its sender.
 CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
     WITH links AS (
         SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
@@ -472,9 +570,12 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
                r.slot_name::text, 'to', true
         FROM pg_catalog.pg_replication_slots r
         WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$' AND r.database = pg_catalog.current_database()
+    ), ends AS (  -- the other end of each link: at a site, the centre
+        SELECT k.*, CASE WHEN n.role = 'site' THEN 0 ELSE k.link_site END AS other_end, n.role, n.site AS me
+        FROM links k
+        LEFT JOIN @extschema@.federation_node n ON true
     )
-    SELECT CASE WHEN k.link ~ '^hpcacct_fed_c2s_' AND n.role = 'site' THEN 0 ELSE k.link_site END AS site,
-           k.direction, k.link, k.enabled,
+    SELECT k.other_end AS site, k.direction, k.link, k.enabled,
            CASE WHEN k.direction = 'from'
                 THEN EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st
                              WHERE st.subname = k.link AND st.relid IS NULL AND st.pid IS NOT NULL)
@@ -489,19 +590,37 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
                       WHERE sr.application_name = k.link) END AS lag,
            CASE WHEN k.direction = 'to'
                 THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
-                      FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes
-    FROM links k
-    LEFT JOIN @extschema@.federation_node n ON true
+                      FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
+           CASE WHEN k.direction = 'to' AND EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_replication_slots r
+                    WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
+                THEN 0  -- the receiver confirmed all the WAL written here
+                ELSE pending.rows END AS rows_pending,
+           pending.reported_at AS receiver_reported_at
+    FROM ends k
     LEFT JOIN LATERAL (
-        SELECT @extschema@.federation_id_range(
-                   CASE WHEN k.link ~ '^hpcacct_fed_c2s_' AND n.role = 'site' THEN 0 ELSE k.link_site END) AS ids
-    ) r ON true
-    LEFT JOIN LATERAL (
-        SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l
+        SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,
+               LATERAL (SELECT @extschema@.federation_id_range(k.other_end) AS ids) r
         WHERE k.direction = 'from'
           AND l.entry_id >= pg_catalog.lower(r.ids) AND l.entry_id < pg_catalog.upper(r.ids)
         ORDER BY l.entry_id DESC LIMIT 1
-    ) last ON true;
+    ) last ON true
+    LEFT JOIN LATERAL (
+        -- per origin the link carries (a site: its own rows; the centre: every origin but the
+        -- receiver's), the rows above the last one the receiver reported
+        SELECT pg_catalog.sum(c.rows)::bigint AS rows, pg_catalog.max(p.received_at) AS reported_at
+        FROM (SELECT k.me AS origin WHERE k.role = 'site'
+              UNION ALL SELECT 0 WHERE k.role = 'centre'
+              UNION ALL SELECT s.site FROM @extschema@.federation_site s WHERE k.role = 'centre') o
+        LEFT JOIN @extschema@.federation_received p ON p.receiver = k.other_end AND p.origin = o.origin
+        CROSS JOIN LATERAL (SELECT @extschema@.federation_id_range(o.origin) AS ids) r
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.count(*) AS rows FROM @extschema@.ledger l
+            WHERE l.entry_id > coalesce(p.last_entry_id, pg_catalog.lower(r.ids) - 1)
+              AND l.entry_id < pg_catalog.upper(r.ids)
+        ) c
+        WHERE k.direction = 'to' AND o.origin <> k.other_end
+    ) pending ON k.direction = 'to';
 COMMENT ON VIEW @extschema@.federation_status IS
     'Per federation link of this database: the site at the other end, direction, connected, the last ledger row '
-    'received from it, the lag and unconfirmed WAL of outgoing links';
+    'received from it; for outgoing links the lag, unconfirmed WAL and the rows the receiver has not reported received';

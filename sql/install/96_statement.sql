@@ -153,8 +153,8 @@ CREATE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[],
 COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
     'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
 
--- The account an account_month or statement is for, as the caller may see it; 42704 when it
--- does not exist or row-level security hides it (the same error, so nothing is given away).
+-- The account an account_month or statement is for, as the caller may see it: the rule of
+-- every account argument, require_account().
 CREATE FUNCTION hpcacct_internal.visible_account(account text) RETURNS @extschema@.account
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -162,13 +162,8 @@ CREATE FUNCTION hpcacct_internal.visible_account(account text) RETURNS @extschem
     DECLARE
         a @extschema@.account;
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, 'account_month');
         SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
         RETURN a;
     END
     $$;

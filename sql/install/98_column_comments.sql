@@ -126,7 +126,7 @@ BEGIN
         ('{fairshare_queue}', 'submitted_at', 'When the sync first recorded the job pending (the third sort key)'),
         ('{charge_by_month}', 'core_hours', 'Raw core-hours of the charges in that month (AllocTRES cores x wall-clock hours, pro rata; NULL when a charge''s cores are unknown)'),
         -- several clusters
-        ('{federation_status}', 'site', 'Site at the other end of the link (0: the centre)'),
+        ('{federation_status}', 'site', 'Site at the other end of the link (0: the centre; at a site always 0)'),
         ('{federation_status}', 'direction', 'from (a subscription here) or to (a slot another database reads)'),
         ('{federation_status}', 'link', 'Subscription or replication slot name'),
         ('{federation_status}', 'enabled', 'Whether the subscription is enabled (always true for a slot)'),
@@ -135,7 +135,9 @@ BEGIN
         ('{federation_status}', 'last_booked_at', 'When that entry was booked'),
         ('{federation_status}', 'last_message_at', 'When the subscription last heard from the publisher'),
         ('{federation_status}', 'lag', 'Replay lag of an outgoing link'),
-        ('{federation_status}', 'pending_wal_bytes', 'WAL not yet confirmed by the reader of an outgoing link')
+        ('{federation_status}', 'pending_wal_bytes', 'WAL not yet confirmed by the reader of an outgoing link'),
+        ('{federation_status}', 'rows_pending', 'Ledger rows here that an outgoing link carries and its receiver has not reported received (NULL for incoming links: counted at their sender)'),
+        ('{federation_status}', 'receiver_reported_at', 'When the receiver of an outgoing link last reported rows received')
     ) AS t(views, col, description) LOOP
         FOREACH v IN ARRAY c.views LOOP
             EXECUTE pg_catalog.format('COMMENT ON COLUMN @extschema@.%I.%I IS %L', v, c.col, c.description);

@@ -9515,6 +9515,202 @@ COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
 -- (roll_up_charges and federation's roll_up_received are generated again at the end)
 -- end of ingestion rollups
 
+-- federation: rows pending per link (issue 17) -------------------------------------------
+-- Each receiver reports the last ledger row it received per origin (federation_received,
+-- replicated back to the sender), so that federation_status counts, at the sender, the rows
+-- a link has not delivered yet; at a site every link's other end is the centre (site 0).
+-- note_replicated_charge and roll_up_received, which write the reports: final definitions.
+-- A federation made by an earlier build of 0.4: run federation_publish / federation_join again
+-- and refresh the subscriptions they name (their warnings say which).
+CREATE TABLE @extschema@.federation_received (
+    receiver      integer NOT NULL CHECK (receiver BETWEEN 0 AND 32767),
+    origin        integer NOT NULL CHECK (origin BETWEEN 0 AND 32767),
+    last_entry_id bigint NOT NULL,
+    received_at   timestamptz NOT NULL,
+    PRIMARY KEY (receiver, origin)
+);
+COMMENT ON TABLE @extschema@.federation_received IS
+    'Per federation database and origin site: the last ledger row that database received from that origin '
+    '(written where received, replicated back to the sender)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
+-- Whether publication `pub` of this database includes table `tab`.
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+                       WHERE p.pubname = pub AND r.prrelid = tab)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
+    'Whether the publication of that name includes the table';
+CREATE OR REPLACE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
+    WITH links AS (
+        SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
+               s.subname AS link, 'from' AS direction, s.subenabled AS enabled
+        FROM pg_catalog.pg_subscription s
+        WHERE s.subname ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+        UNION ALL
+        SELECT (pg_catalog.regexp_match(r.slot_name::text, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer,
+               r.slot_name::text, 'to', true
+        FROM pg_catalog.pg_replication_slots r
+        WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$' AND r.database = pg_catalog.current_database()
+    ), ends AS (  -- the other end of each link: at a site, the centre
+        SELECT k.*, CASE WHEN n.role = 'site' THEN 0 ELSE k.link_site END AS other_end, n.role, n.site AS me
+        FROM links k
+        LEFT JOIN @extschema@.federation_node n ON true
+    )
+    SELECT k.other_end AS site, k.direction, k.link, k.enabled,
+           CASE WHEN k.direction = 'from'
+                THEN EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st
+                             WHERE st.subname = k.link AND st.relid IS NULL AND st.pid IS NOT NULL)
+                ELSE EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link AND r.active)
+           END AS connected,
+           last.entry_id AS last_entry_id, last.booked_at AS last_booked_at,
+           CASE WHEN k.direction = 'from'
+                THEN (SELECT st.last_msg_receipt_time FROM pg_catalog.pg_stat_subscription st
+                      WHERE st.subname = k.link AND st.relid IS NULL) END AS last_message_at,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.max(sr.replay_lag) FROM pg_catalog.pg_stat_replication sr
+                      WHERE sr.application_name = k.link) END AS lag,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
+                      FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
+           CASE WHEN k.direction = 'to' AND EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_replication_slots r
+                    WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
+                THEN 0  -- the receiver confirmed all the WAL written here
+                ELSE pending.rows END AS rows_pending,
+           pending.reported_at AS receiver_reported_at
+    FROM ends k
+    LEFT JOIN LATERAL (
+        SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,
+               LATERAL (SELECT @extschema@.federation_id_range(k.other_end) AS ids) r
+        WHERE k.direction = 'from'
+          AND l.entry_id >= pg_catalog.lower(r.ids) AND l.entry_id < pg_catalog.upper(r.ids)
+        ORDER BY l.entry_id DESC LIMIT 1
+    ) last ON true
+    LEFT JOIN LATERAL (
+        -- per origin the link carries (a site: its own rows; the centre: every origin but the
+        -- receiver's), the rows above the last one the receiver reported
+        SELECT pg_catalog.sum(c.rows)::bigint AS rows, pg_catalog.max(p.received_at) AS reported_at
+        FROM (SELECT k.me AS origin WHERE k.role = 'site'
+              UNION ALL SELECT 0 WHERE k.role = 'centre'
+              UNION ALL SELECT s.site FROM @extschema@.federation_site s WHERE k.role = 'centre') o
+        LEFT JOIN @extschema@.federation_received p ON p.receiver = k.other_end AND p.origin = o.origin
+        CROSS JOIN LATERAL (SELECT @extschema@.federation_id_range(o.origin) AS ids) r
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.count(*) AS rows FROM @extschema@.ledger l
+            WHERE l.entry_id > coalesce(p.last_entry_id, pg_catalog.lower(r.ids) - 1)
+              AND l.entry_id < pg_catalog.upper(r.ids)
+        ) c
+        WHERE k.direction = 'to' AND o.origin <> k.other_end
+    ) pending ON k.direction = 'to';
+COMMENT ON VIEW @extschema@.federation_status IS
+    'Per federation link of this database: the site at the other end, direction, connected, the last ledger row '
+    'received from it; for outgoing links the lag, unconfirmed WAL and the rows the receiver has not reported received';
+COMMENT ON COLUMN @extschema@.federation_status.site IS 'Site at the other end of the link (0: the centre; at a site always 0)';
+COMMENT ON COLUMN @extschema@.federation_status.rows_pending IS
+    'Ledger rows here that an outgoing link carries and its receiver has not reported received (NULL for incoming links: counted at their sender)';
+COMMENT ON COLUMN @extschema@.federation_status.receiver_reported_at IS
+    'When the receiver of an outgoing link last reported rows received';
+-- end of federation: rows pending
+
+-- ==== the last internal functions out of \df hpcacct.* (issue 18, house) ---------------
+-- The charging trigger (attach_charging() attaches it), the ledger's rollup trigger, the
+-- two statements' builders and bank_unit() move to hpcacct_internal. Triggers refer to their
+-- function by oid: the ledger's and every site job table's keep working. The functions are
+-- defined again below (final definitions) as sql/install has them; these placeholders only
+-- name them.
+ALTER FUNCTION @extschema@.charge_jobs() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.roll_up_charges() SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.rollup_insert_sql(text) SET SCHEMA hpcacct_internal;
+ALTER FUNCTION @extschema@.consumption_rollup_insert_sql(text) SET SCHEMA hpcacct_internal;
+CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
+CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL;  -- defined below (final definitions)
+-- The setting bank_unit read cheaply is a building block of the bank and the submit check.
+ALTER FUNCTION @extschema@.bank_unit() SET SCHEMA hpcacct_internal;
+CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
+    LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
+-- rebuild_rollup() runs the builders by name
+CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
+
+-- ==== one rule for an account argument (issue 18, house) ---------------------------------
+-- The bank operations and the statements check an account argument with require_account()
+-- (22004, 42704 with its hint); require_bank_account() takes the caller's name for the
+-- message. Its new form, and visible_account(), are defined below (final definitions).
+DROP FUNCTION hpcacct_internal.require_bank_account(text);
+
+-- ---- incremental compaction (issue 19, scale2) ------------------------------------------
+-- compact_rollup() merges only the rows not folded and adds to the bases: one row per group
+-- in the folded rows and the bases (as 0.3's compaction left them), the consumption rollup's
+-- merged rows apart from its deltas (existing rows count as deltas until the next compaction).
+ALTER TABLE @extschema@.consumption_rollup ADD COLUMN merged boolean NOT NULL DEFAULT false;
+CREATE INDEX consumption_rollup_unmerged ON @extschema@.consumption_rollup (boundary) WHERE NOT merged;
+CREATE UNIQUE INDEX consumption_rollup_merged ON @extschema@.consumption_rollup (account, resource_id, boundary)
+    WHERE merged;
+COMMENT ON COLUMN @extschema@.consumption_rollup.merged IS
+    'One row per account, resource and boundary, which compact_rollup() adds the delta rows to (new rows are not)';
+CREATE UNIQUE INDEX charge_rollup_folded ON @extschema@.charge_rollup
+    (account, resource_id, unit, submitter, month, end_month) NULLS NOT DISTINCT WHERE folded;
+CREATE UNIQUE INDEX fairshare_base_group ON @extschema@.fairshare_base (account, resource_id, unit, submitter)
+    NULLS NOT DISTINCT;
+CREATE UNIQUE INDEX usage_base_group ON @extschema@.usage_base (account, resource_id, unit, month);
+COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
+    'Its decayed sum is in hpcacct.fairshare_base and its amount in hpcacct.usage_base: one row per group, which '
+    'compact_rollup() adds late rows to (new rows are not folded)';
+COMMENT ON COLUMN @extschema@.usage_base.through IS
+    'First day of the last month folded in (site time zone) when the row was last added to: the jobs in it ended '
+    'before the next month; the latest is the whole base''s';
+CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
+REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
+CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date,
+                                                       per_submitter boolean)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text, NULL::date, NULL::numeric WHERE false $$;
+    -- defined below (final definitions): usage_base's rows keep their own month folded
+-- year_usage: a SQL-standard body, which the reports inline (not in the final block)
+CREATE OR REPLACE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_submitter boolean)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   rate float8, month date, amount numeric, year integer, first_day date, last_day date,
+                   elapsed interval, length interval, state text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
+               y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
+        FROM @extschema@.charges_ended_by($2, (SELECT pg_catalog.min(first_day) FROM years),
+                                          (SELECT pg_catalog.max(last_day) FROM years), $3) c
+        JOIN @extschema@.resource r USING (resource_id)
+        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+        WHERE c.month BETWEEN y.first_day AND y.last_day;
+    END;
+-- end of incremental compaction
+
 -- ---- the loader's speed (issue 14 item 7, loader3): sacct_time() in C, one TRES parse per line
 CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
@@ -9527,260 +9723,18 @@ COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
 -- and procedure they define is defined here once more, as sql/install has it, so that the
 -- update ends where a fresh install of 0.4 starts.
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
-CREATE OR REPLACE FUNCTION @extschema@.charge_jobs() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $fn$
-    DECLARE
-        col      text[];
-        relevant text;
-        changed_old text;
-        changed_new text;
-        problem  record;
-        unknown_accounts bigint;
-        charged  bigint;
-        jobs     bigint;
-        max_length  interval;
-        need_member boolean;
-    BEGIN
-        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
-            RAISE EXCEPTION 'hpcacct.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'Attach it with hpcacct.attach_charging(table).';
-        END IF;
-        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
-        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
-                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
-                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
-                           VARIADIC col);
-        IF TG_OP = 'UPDATE' THEN
-            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
-            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
-        ELSIF TG_OP = 'DELETE' THEN
-            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
-        ELSE
-            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
-        END IF;
-
-        IF changed_old IS NOT NULL THEN
-            EXECUTE format($q$
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                job_submit, submitter, job_start, job_end, note, core_hours)
-                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
-                FROM @extschema@.ledger l
-                WHERE l.kind = 'charge'
-                  AND EXISTS (SELECT 1 FROM %s o
-                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
-                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
-                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
-                         l.job_end
-                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
-                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
-        END IF;
-
-        IF changed_new IS NOT NULL THEN
-            max_length := @extschema@.setting_value('max_job_length')::interval;
-            need_member := @extschema@.setting_value('require_membership')::boolean;
-            -- Charge every job that can be charged; only when some cannot, find out why. (The
-            -- accounts are checked first, once each: joined per job, the planner, blind to the
-            -- transition table's size, would scan the accounts once per job.)
-            EXECUTE format($q$
-                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
-                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
-                $q$, changed_new) INTO unknown_accounts;
-            IF unknown_accounts = 0 THEN
-                EXECUTE format($q$
-                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                    job_submit, submitter, job_start, job_end, core_hours)
-                    SELECT j.account, 'charge',
-                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
-                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
-                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
-                           j.job_end,
-                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
-                    FROM %s j
-                    JOIN @extschema@.resource r
-                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
-                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
-                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
-                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
-                                             WHERE m.account = j.account AND m.username = j.submitter))
-                    $q$, changed_new) USING max_length, need_member;
-                GET DIAGNOSTICS charged = ROW_COUNT;
-                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
-            END IF;
-            IF unknown_accounts > 0 OR charged <> jobs THEN
-                EXECUTE format($q$
-                    SELECT * FROM (
-                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
-                               CASE
-                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
-                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
-                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
-                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
-                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
-                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
-                                       THEN 'unknown_account'
-                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                                                           WHERE m.account = j.account AND m.username = j.submitter)
-                                       THEN 'not_member'
-                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
-                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
-                                                      AND r.valid @> j.job_start)
-                                       THEN 'unknown_resource'
-                               END AS problem
-                        FROM %s j) checked
-                    WHERE problem IS NOT NULL
-                    LIMIT 1
-                    $q$, changed_new) INTO problem USING max_length, need_member;
-
-                IF problem.problem = 'missing' THEN
-                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
-                        USING ERRCODE = 'null_value_not_allowed';
-                ELSIF problem.problem = 'no_times' THEN
-                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
-                        USING ERRCODE = 'null_value_not_allowed',
-                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
-                ELSIF problem.problem = 'end_before_start' THEN
-                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
-                        USING ERRCODE = 'invalid_parameter_value';
-                ELSIF problem.problem = 'too_long' THEN
-                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
-                                    problem.jobid, max_length
-                        USING ERRCODE = 'HA004',
-                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
-                ELSIF problem.problem = 'not_member' THEN
-                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
-                                    problem.account, problem.cluster, problem.jobid
-                        USING ERRCODE = 'HA005',
-                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
-                ELSIF problem.problem = 'unknown_account' THEN
-                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
-                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
-                ELSIF problem.problem = 'unknown_resource' THEN
-                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
-                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
-                        USING ERRCODE = 'undefined_object',
-                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
-                END IF;
-                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
-                    USING ERRCODE = 'internal_error';
-            END IF;
-        END IF;
-        RETURN NULL;
-    END
-    $fn$;
-COMMENT ON FUNCTION @extschema@.charge_jobs() IS
-    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
 CREATE OR REPLACE FUNCTION @extschema@.decay_weight(ts timestamptz, at timestamptz, half_life interval) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decay_weight' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.decay_weight(timestamptz, timestamptz, interval) IS
     'Half-life decay weight 2^(-(at - ts) / half_life); 0 for ts after at and for ages past float8''s range';
-CREATE OR REPLACE FUNCTION @extschema@.rollup_insert_sql(source text) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT pg_catalog.format($q$
-            WITH z AS MATERIALIZED (  -- once per statement
-                SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.setting_value('half_life')::interval AS half_life
-            ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
-                       e.first_month, e.last_month,
-                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
-                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
-                      FROM %s e, z
-                      WHERE e.kind = 'charge'
-                      OFFSET 0) e  -- each month once per row, not once per use
-            )
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed)
-            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
-                   sum(s.job_amount), sum(s.decayed)
-            FROM (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
-                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
-                FROM entries e
-                WHERE e.first_month = e.last_month
-                UNION ALL
-                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
-                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
-                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
-                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
-                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
-                FROM entries e
-                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
-                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
-            ) s
-            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
-            $q$, source)
-    $$;
-COMMENT ON FUNCTION @extschema@.rollup_insert_sql(text) IS
-    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
-        WITH moved_consumption AS (
-            DELETE FROM @extschema@.consumption_rollup
-            RETURNING account, resource_id, boundary, ended, running
-        ), merged_consumption AS (
-            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
-            SELECT account, resource_id, boundary, sum(ended), sum(running)
-            FROM moved_consumption
-            GROUP BY account, resource_id, boundary
-        ), cfg AS MATERIALIZED (
-            SELECT z.tz, (pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE z.tz) - interval '1 month')::date
-                             AS through,
-                   @extschema@.setting_value('half_life')::interval AS half_life
-            FROM (SELECT @extschema@.site_timezone() AS tz) z
-        ), moved AS (
-            DELETE FROM @extschema@.charge_rollup
-            RETURNING account, resource_id, unit, submitter, month, end_month, amount, job_amount, decayed
-        ), groups AS MATERIALIZED (
-            SELECT account, resource_id, unit, submitter, month, end_month, sum(amount) AS amount,
-                   sum(job_amount) AS job_amount, sum(decayed) AS decayed
-            FROM moved
-            GROUP BY account, resource_id, unit, submitter, month, end_month
-        ), merged AS (
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed, folded)
-            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
-                   g.decayed, g.end_month <= cfg.through
-            FROM groups g, cfg
-            RETURNING 1
-        ), old_base AS (
-            DELETE FROM @extschema@.fairshare_base RETURNING 1
-        ), new_base AS (
-            INSERT INTO @extschema@.fairshare_base (account, resource_id, unit, submitter, through, decayed, job_amount)
-            SELECT g.account, g.resource_id, g.unit, g.submitter, cfg.through,
-                   sum(g.decayed * @extschema@.decay_weight(
-                                            (g.end_month + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
-                                            (cfg.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
-                                            cfg.half_life)),
-                   sum(g.job_amount)
-            FROM groups g, cfg
-            WHERE g.end_month <= cfg.through
-            GROUP BY g.account, g.resource_id, g.unit, g.submitter, cfg.through
-        ), old_usage_base AS (
-            DELETE FROM @extschema@.usage_base RETURNING 1
-        ), new_usage_base AS (
-            INSERT INTO @extschema@.usage_base (account, resource_id, unit, month, through, amount)
-            SELECT g.account, g.resource_id, g.unit, g.month, cfg.through, sum(g.amount)
-            FROM groups g, cfg
-            WHERE g.end_month <= cfg.through
-            GROUP BY g.account, g.resource_id, g.unit, g.month, cfg.through
-        )
-        SELECT count(*) FROM merged
-    $$;
+    RETURN @extschema@.fold_rollup((pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())
+                                    - interval '1 month')::date);
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
-    'Merges the delta rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
-    'past months into fairshare_base and usage_base; returns the rows left in charge_rollup';
+    'Merges the new rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
+    'the months before the current into fairshare_base and usage_base; returns the charge rollup rows it merged';
 CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
@@ -9842,7 +9796,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             GROUP BY f.first_index
         ), base AS MATERIALIZED (
             -- fairshare_base serves `at` when everything in it ended before the month of `at`
-            -- (one compaction wrote it: the latest month folded is every row's, as in usage_base)
+            -- (compaction decays every row to the latest month folded when that month advances)
             SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
             FROM cfg
         ), alloc AS (
@@ -9978,8 +9932,6 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
-COMMENT ON FUNCTION @extschema@.roll_up_charges() IS
-    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
 CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
@@ -10383,7 +10335,7 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
@@ -10473,16 +10425,6 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
     'their privileges';
-CREATE OR REPLACE FUNCTION @extschema@.bank_unit() RETURNS text
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
-                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -10509,7 +10451,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         ELSE
             has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
                                 WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
-                                  AND l.unit = @extschema@.bank_unit());
+                                  AND l.unit = hpcacct_internal.bank_unit());
         END IF;
         RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
                                              CASE WHEN has_quota THEN 'window_quota' END,
@@ -10560,7 +10502,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
                 RETURN ROW(false, account, 'negative_balance',
                            format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
                                   'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(bank.balance), @extschema@.bank_unit()))::@extschema@.submit_decision;
+                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -10792,10 +10734,17 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name te
 
         ids := @extschema@.federation_id_range(site);
         pub := 'hpcacct_fed_c2s_' || site;
+        -- the ledger rows the site receives, and what the centre reports it received from the site
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id < %s OR entry_id >= %s) WITH (publish = ''insert'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+                                      'WHERE (entry_id < %s OR entry_id >= %s), '
+                                      'TABLE @extschema@.federation_received WHERE (receiver = 0 AND origin = %s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
+        ELSIF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                      'WHERE (receiver = 0 AND origin = %s)', pub, site);
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -10832,12 +10781,18 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
+            IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                          'WHERE (receiver = %s)', pub, site);
+                EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
+            END IF;
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
-            -- reference tables a later version added reach the site only after a refresh,
-            -- which PostgreSQL does not allow inside a procedure: say so
+            -- tables a later version added reach the site only after a refresh, which
+            -- PostgreSQL does not allow inside a procedure: say so
             SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
-            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()
+                                   || '@extschema@.federation_received'::regclass) t
             WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
                               JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
                               WHERE s.subname = sub AND r.srrelid = t);
@@ -10850,10 +10805,13 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         END IF;
         PERFORM @extschema@.federation_prepare(site, 'site');
         ids := @extschema@.federation_id_range(site);
+        -- its own ledger rows, and what it reports it received
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id >= %s AND entry_id < %s) WITH (publish = ''insert'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids));
+                                      'WHERE (entry_id >= %s AND entry_id < %s), '
+                                      'TABLE @extschema@.federation_received WHERE (receiver = %s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -10894,18 +10852,30 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_subscribe(site integer, site_
                    WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
-            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local)', sub);
+            EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local, binary = true)', sub);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
+            -- a site joined by an earlier version publishes its reports of rows received once
+            -- federation_join() ran there again; the subscription needs a refresh (not in a procedure)
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                           JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                           WHERE s.subname = sub AND r.srrelid = '@extschema@.federation_received'::regclass) THEN
+                RAISE WARNING 'this database does not receive site %''s reports of rows received', site
+                    USING HINT = pg_catalog.format('After CALL hpcacct.federation_join(%s, ...) at the site, run '
+                                                   'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
             RETURN;
         END IF;
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         -- synchronous_commit = local: the centre relays what it applies to the other sites, and
         -- a walsender sends only flushed WAL; applied asynchronously (the default), a site's
-        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on
+        -- charge waited for the WAL writer (up to 3 x wal_writer_delay) before it went on.
+        -- binary = true: the site's walsender sends the ledger's timestamps, numerics and dates
+        -- as their binary form instead of formatting them as text (and the centre does not parse
+        -- them); the ledger has built-in types only, the same at both ends
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
                                   'WITH (create_slot = false, slot_name = %L, copy_data = true, '
-                                  'synchronous_commit = local)',
+                                  'synchronous_commit = local, binary = true)',
                                   sub, site_conninfo, sub, sub);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -12200,6 +12170,14 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
             WHERE o.hours > 0
             ORDER BY o.machine, o.account
             RETURNING entry_id, account, cluster
+        ), booked_ids AS (
+            -- The retractions' entries by account and machine, looked up by key below rather
+            -- than joined: both CTEs are estimated at a row or two whatever the site, and a
+            -- join of them was planned as a nested loop, quadratic (1.4 s of CPU for 10 000
+            -- accounts and 2 600 retractions).
+            SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.cluster)::text, b.entry_id)
+                       AS entries
+            FROM booked b
         ), logged AS (
             -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
             -- REPEATABLE READ), the unique key makes it fail rather than book twice.
@@ -12207,9 +12185,10 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                                                     granted, consumption, tc, tmc, delta, used_percent,
                                                     retracted, entry_id)
             SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
-                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours, b.entry_id
+                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours,
+                   ((SELECT i.entries FROM booked_ids i)
+                    ->> pg_catalog.jsonb_build_array(o.account, o.machine)::text)::bigint
             FROM outcome o
-            LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
             ORDER BY o.machine, o.account
             RETURNING outcome
         )
@@ -12417,12 +12396,12 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
         EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
                        'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
         EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.charge_jobs(%s)', job_table, args);
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
@@ -12584,24 +12563,20 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigg
     $$;
 COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
     'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
-CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text) RETURNS void
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text, caller text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account) THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, caller);
         IF EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = account AND a.deleted_in IS NOT NULL) THEN
             RAISE EXCEPTION 'account "%" has been deleted', account
                 USING ERRCODE = 'HA002', HINT = 'Deleted personal accounts cannot be reactivated.';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text) IS 'Raises unless the account exists and is not deleted';
+COMMENT ON FUNCTION hpcacct_internal.require_bank_account(text, text) IS
+    'An account argument of a bank operation: require_account(), and not deleted (HA002)';
 CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
@@ -12655,8 +12630,8 @@ CREATE OR REPLACE FUNCTION @extschema@.transfer(from_account text, from_quarter 
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(from_account);
-        PERFORM hpcacct_internal.require_bank_account(to_account);
+        PERFORM hpcacct_internal.require_bank_account(from_account, 'transfer');
+        PERFORM hpcacct_internal.require_bank_account(to_account, 'transfer');
         PERFORM hpcacct_internal.require_amount(amount);
         IF from_account = to_account AND @extschema@.quarter_start(from_quarter) = @extschema@.quarter_start(to_quarter) THEN
             RAISE EXCEPTION 'a transfer needs a different account or quarter' USING ERRCODE = 'invalid_parameter_value';
@@ -12809,8 +12784,18 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS tri
     DECLARE
         first boolean;
     BEGIN
-        -- other kinds, and the held charges roll_up_received() inserts (a trigger's statement), go in
-        IF NEW.kind <> 'charge' OR pg_catalog.pg_trigger_depth() > 1 THEN
+        -- the held charges roll_up_received() inserts (a trigger's statement) go in
+        IF pg_catalog.pg_trigger_depth() > 1 THEN
+            RETURN NEW;
+        END IF;
+        -- other kinds go in as they come (rare: deposits, grants, retractions), reported received
+        IF NEW.kind <> 'charge' THEN
+            INSERT INTO @extschema@.federation_received AS p (receiver, origin, last_entry_id, received_at)
+            SELECT n.site, @extschema@.federation_origin(NEW.entry_id), NEW.entry_id, pg_catalog.now()
+            FROM @extschema@.federation_node n
+            WHERE hpcacct_internal.federation_report_due(n.site, @extschema@.federation_origin(NEW.entry_id))
+            ON CONFLICT (receiver, origin) DO UPDATE
+                SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), received_at = excluded.received_at;
             RETURN NEW;
         END IF;
         first := pg_catalog.current_setting('hpcacct.received_pending', true) IS DISTINCT FROM 'on';
@@ -13149,13 +13134,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.visible_account(account text) RETURN
     DECLARE
         a @extschema@.account;
     BEGIN
-        IF account IS NULL THEN
-            RAISE EXCEPTION 'an account is needed' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
+        PERFORM hpcacct_internal.require_account(account, 'account_month');
         SELECT * INTO a FROM @extschema@.account x WHERE x.name = visible_account.account;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown account "%"', account USING ERRCODE = 'undefined_object';
-        END IF;
         RETURN a;
     END
     $$;
@@ -13409,14 +13389,224 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.book_credit(account text, kind text,
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_bank_account(account);
+        PERFORM hpcacct_internal.require_bank_account(account, kind);
         PERFORM hpcacct_internal.require_amount(amount);
         RETURN hpcacct_internal.book_allocation(account, kind, quarter, amount, note);
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.book_credit(text, text, date, numeric, text) IS
     'Books a deposit or refund of a positive amount to an account that exists and is not deleted';
-CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text) RETURNS text
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_report_due(receiver integer, origin integer) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM @extschema@.federation_received p
+                           WHERE p.receiver = federation_report_due.receiver AND p.origin = federation_report_due.origin
+                             AND p.received_at > pg_catalog.now() - interval '1 second'
+                             AND p.received_at < pg_catalog.now())
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_report_due(integer, integer) IS
+    'Whether this database reports now the rows of an origin it received (at most one report a second)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+                       WHERE p.pubname = pub AND r.prrelid = tab)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
+    'Whether the publication of that name includes the table';
+CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $fn$
+    DECLARE
+        col      text[];
+        relevant text;
+        changed_old text;
+        changed_new text;
+        problem  record;
+        unknown_accounts bigint;
+        charged  bigint;
+        jobs     bigint;
+        max_length  interval;
+        need_member boolean;
+    BEGIN
+        IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
+            RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
+        relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
+                           '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
+                           '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
+                           VARIADIC col);
+        IF TG_OP = 'UPDATE' THEN
+            changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
+            changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
+        ELSIF TG_OP = 'DELETE' THEN
+            changed_old := format('(SELECT %s FROM old_jobs)', relevant);
+        ELSE
+            changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+
+        IF changed_old IS NOT NULL THEN
+            EXECUTE format($q$
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                job_submit, submitter, job_start, job_end, note, core_hours)
+                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge'
+                  AND EXISTS (SELECT 1 FROM %s o
+                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                         l.job_end
+                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
+                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+        END IF;
+
+        IF changed_new IS NOT NULL THEN
+            max_length := @extschema@.setting_value('max_job_length')::interval;
+            need_member := @extschema@.setting_value('require_membership')::boolean;
+            -- Charge every job that can be charged; only when some cannot, find out why. (The
+            -- accounts are checked first, once each: joined per job, the planner, blind to the
+            -- transition table's size, would scan the accounts once per job.)
+            EXECUTE format($q$
+                SELECT count(*) FROM (SELECT DISTINCT j.account FROM %s j) j
+                WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                $q$, changed_new) INTO unknown_accounts;
+            IF unknown_accounts = 0 THEN
+                EXECUTE format($q$
+                    INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                    job_submit, submitter, job_start, job_end, core_hours)
+                    SELECT j.account, 'charge',
+                           round(@extschema@.charge(j.alloctres, j.job_end - j.job_start, r.bundle, r.rate,
+                                                    CASE WHEN r.exclusive THEN r.node END)::numeric, 6),
+                           r.unit, r.resource_id, j.cluster, j.jobid, j.job_submit, j.submitter, j.job_start,
+                           j.job_end,
+                           @extschema@.core_hours(j.alloctres, j.job_end - j.job_start)
+                    FROM %s j
+                    JOIN @extschema@.resource r
+                      ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
+                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
+                                             WHERE m.account = j.account AND m.username = j.submitter))
+                    $q$, changed_new) USING max_length, need_member;
+                GET DIAGNOSTICS charged = ROW_COUNT;
+                EXECUTE format('SELECT count(*) FROM %s j', changed_new) INTO jobs;
+            END IF;
+            IF unknown_accounts > 0 OR charged <> jobs THEN
+                EXECUTE format($q$
+                    SELECT * FROM (
+                        SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
+                               CASE
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                        OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN j.job_end < j.job_start THEN 'end_before_start'
+                                   WHEN j.job_end - j.job_start > $1 THEN 'too_long'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
+                                       THEN 'unknown_account'
+                                   WHEN $2 AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                                                           WHERE m.account = j.account AND m.username = j.submitter)
+                                       THEN 'not_member'
+                                   WHEN NOT EXISTS (SELECT 1 FROM @extschema@.resource r
+                                                    WHERE r.cluster = j.cluster AND r.partition = j.partition
+                                                      AND r.valid @> j.job_start)
+                                       THEN 'unknown_resource'
+                               END AS problem
+                        FROM %s j) checked
+                    WHERE problem IS NOT NULL
+                    LIMIT 1
+                    $q$, changed_new) INTO problem USING max_length, need_member;
+
+                IF problem.problem = 'missing' THEN
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'no_times' THEN
+                    RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
+                        USING ERRCODE = 'null_value_not_allowed',
+                              HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'end_before_start' THEN
+                    RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
+                ELSIF problem.problem = 'too_long' THEN
+                    RAISE EXCEPTION 'job %/% claims to have run longer than max_job_length (%)', problem.cluster,
+                                    problem.jobid, max_length
+                        USING ERRCODE = 'HA004',
+                              HINT = 'Correct its start or end; a site with longer jobs raises the setting max_job_length.';
+                ELSIF problem.problem = 'not_member' THEN
+                    RAISE EXCEPTION 'user "%" is not a member of account "%" (job %/%)', problem.submitter,
+                                    problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'HA005',
+                              HINT = 'Add the membership with hpcacct.add_member(), or set require_membership off.';
+                ELSIF problem.problem = 'unknown_account' THEN
+                    RAISE EXCEPTION 'unknown account "%" (job %/%)', problem.account, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object', HINT = 'Add it to hpcacct.account first.';
+                ELSIF problem.problem = 'unknown_resource' THEN
+                    RAISE EXCEPTION 'no resource for cluster "%" partition "%" at % (job %/%)',
+                                    problem.cluster, problem.partition, problem.job_start, problem.cluster, problem.jobid
+                        USING ERRCODE = 'undefined_object',
+                              HINT = 'Add a row to hpcacct.resource whose validity contains the job''s start.';
+                END IF;
+                RAISE EXCEPTION 'charged % of % jobs, and no job is invalid', charged, jobs
+                    USING ERRCODE = 'internal_error';
+            END IF;
+        END IF;
+        RETURN NULL;
+    END
+    $fn$;
+COMMENT ON FUNCTION hpcacct_internal.charge_jobs() IS
+    'Statement trigger charging jobs into hpcacct.ledger; arguments map roles to columns (role=column)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
+            )
+            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
+                                                   job_amount, decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
+                   sum(s.job_amount), sum(s.decayed)
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rollup_insert_sql(text) IS
+    'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -13460,8 +13650,176 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_rollup_insert_sql(source text
             GROUP BY s.account, s.resource_id, s.boundary
             $q$, source)
     $$;
-COMMENT ON FUNCTION @extschema@.consumption_rollup_insert_sql(text) IS
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN coalesce((SELECT s.value FROM @extschema@.setting s WHERE s.name = 'bank_unit'),
+                        (SELECT c.default_value FROM @extschema@.setting_catalog() c WHERE c.name = 'bank_unit'));
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
+CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        rows_added bigint;
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
+        DELETE FROM @extschema@.fairshare_base;
+        DELETE FROM @extschema@.usage_base;
+        DELETE FROM @extschema@.charge_rollup;
+        EXECUTE hpcacct_internal.rollup_insert_sql('@extschema@.ledger');
+        GET DIAGNOSTICS rows_added = ROW_COUNT;
+        DELETE FROM @extschema@.consumption_rollup;
+        EXECUTE hpcacct_internal.consumption_rollup_insert_sql('@extschema@.ledger');
+        RETURN rows_added;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
+    'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
+    'or half-life changes); returns the rows of charge_rollup';
+CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz constant text := @extschema@.site_timezone();
+        half_life constant interval := @extschema@.setting_value('half_life')::interval;
+        base_through date;
+        rows_merged bigint;
+    BEGIN
+        IF through_month IS NULL THEN
+            RAISE EXCEPTION 'the month to fold up to must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF through_month <> pg_catalog.date_trunc('month', through_month)
+           OR through_month >= pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE tz) THEN
+            RAISE EXCEPTION 'cannot fold up to %: not the first day of a month before the current one', through_month
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        SELECT greatest((SELECT max(b.through) FROM @extschema@.fairshare_base b),
+                        (SELECT max(b.through) FROM @extschema@.usage_base b))
+            INTO base_through;
+        through_month := greatest(through_month, base_through);
+        IF base_through < through_month THEN
+            UPDATE @extschema@.fairshare_base b
+            SET decayed = b.decayed * @extschema@.decay_weight(
+                              (base_through + interval '1 month')::timestamp AT TIME ZONE tz,
+                              (through_month + interval '1 month')::timestamp AT TIME ZONE tz, half_life),
+                through = through_month;
+        END IF;
+        WITH moved_consumption AS (
+            DELETE FROM @extschema@.consumption_rollup c WHERE NOT c.merged
+            RETURNING c.account, c.resource_id, c.boundary, c.ended, c.running
+        ), merged_consumption AS (
+            INSERT INTO @extschema@.consumption_rollup AS c (account, resource_id, boundary, ended, running, merged)
+            SELECT m.account, m.resource_id, m.boundary, sum(m.ended), sum(m.running), true
+            FROM moved_consumption m
+            GROUP BY m.account, m.resource_id, m.boundary
+            ON CONFLICT (account, resource_id, boundary) WHERE merged
+            DO UPDATE SET ended = c.ended + excluded.ended, running = c.running + excluded.running
+        ), moved AS (
+            DELETE FROM @extschema@.charge_rollup c WHERE NOT c.folded
+            RETURNING c.account, c.resource_id, c.unit, c.submitter, c.month, c.end_month, c.amount, c.job_amount,
+                      c.decayed
+        ), groups AS MATERIALIZED (
+            SELECT m.account, m.resource_id, m.unit, m.submitter, m.month, m.end_month, sum(m.amount) AS amount,
+                   sum(m.job_amount) AS job_amount, sum(m.decayed) AS decayed
+            FROM moved m
+            GROUP BY m.account, m.resource_id, m.unit, m.submitter, m.month, m.end_month
+        ), merged AS (
+            INSERT INTO @extschema@.charge_rollup AS c (account, resource_id, unit, submitter, month, end_month, amount,
+                                                        job_amount, decayed, folded)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, g.month, g.end_month, g.amount, g.job_amount,
+                   g.decayed, g.end_month <= through_month
+            FROM groups g
+            ON CONFLICT (account, resource_id, unit, submitter, month, end_month) WHERE folded
+            DO UPDATE SET amount = c.amount + excluded.amount, job_amount = c.job_amount + excluded.job_amount,
+                          decayed = c.decayed + excluded.decayed
+            RETURNING 1
+        ), new_base AS (
+            INSERT INTO @extschema@.fairshare_base AS b (account, resource_id, unit, submitter, through, decayed,
+                                                         job_amount)
+            SELECT g.account, g.resource_id, g.unit, g.submitter, through_month,
+                   sum(g.decayed * @extschema@.decay_weight(
+                                       (g.end_month + interval '1 month')::timestamp AT TIME ZONE tz,
+                                       (through_month + interval '1 month')::timestamp AT TIME ZONE tz, half_life)),
+                   sum(g.job_amount)
+            FROM groups g
+            WHERE g.end_month <= through_month
+            GROUP BY g.account, g.resource_id, g.unit, g.submitter
+            ON CONFLICT (account, resource_id, unit, submitter)
+            DO UPDATE SET decayed = b.decayed + excluded.decayed, job_amount = b.job_amount + excluded.job_amount
+        ), new_usage_base AS (
+            INSERT INTO @extschema@.usage_base AS b (account, resource_id, unit, month, through, amount)
+            SELECT g.account, g.resource_id, g.unit, g.month, through_month, sum(g.amount)
+            FROM groups g
+            WHERE g.end_month <= through_month
+            GROUP BY g.account, g.resource_id, g.unit, g.month
+            ON CONFLICT (account, resource_id, unit, month)
+            DO UPDATE SET amount = b.amount + excluded.amount, through = excluded.through
+        )
+        SELECT count(*) INTO rows_merged FROM merged;
+        RETURN rows_merged;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
+    'Merges the new rows of the charge and consumption rollups and folds the months up to through_month into '
+    'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
+CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 100000
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, t.at_month,
+                   NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.job_end > $1
+                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete,
+                   -- the base serves when all it holds ended before the month of `at`: its latest month folded
+                   NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
+                       AS from_base
+            FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
+                  FROM (SELECT @extschema@.site_timezone() AS tz) s) t
+        )
+        SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
+        FROM @extschema@.usage_base b, z
+        WHERE z.from_base AND b.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE NOT z.from_base
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        -- the same rows as above, but only those not folded: a branch of its own, so that the
+        -- planner can read them through the partial index charge_rollup_unfolded
+        SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
+        FROM @extschema@.charge_rollup r, z
+        WHERE z.from_base AND NOT r.folded
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT l.account, l.resource_id, l.unit, CASE WHEN $4 THEN l.submitter END, m.month::date,
+               l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz)
+        FROM @extschema@.ledger l, z
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+                                                      z.at_month, interval '1 month') AS m(month)
+        WHERE NOT z.month_complete
+          AND l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
+          AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
+          AND m.month BETWEEN $2 AND $3
+    $$;
+COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
+    'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
@@ -13470,7 +13828,7 @@ COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE FUNCTION @extschema@.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp AS %L',
         pg_catalog.format(E'\n    BEGIN\n'
                           '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
@@ -13479,11 +13837,11 @@ BEGIN
                           '%s;\n'
                           '%s;\n'
                           '        RETURN NULL;\n'
-                          '    END\n    ', @extschema@.rollup_insert_sql('new_entries'),
-                          @extschema@.consumption_rollup_insert_sql('new_entries')));
+                          '    END\n    ', hpcacct_internal.rollup_insert_sql('new_entries'),
+                          hpcacct_internal.consumption_rollup_insert_sql('new_entries')));
 END
 $do$;
-ALTER FUNCTION @extschema@.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
+ALTER FUNCTION hpcacct_internal.charge_jobs() SECURITY DEFINER;  -- as sql/install: CREATE OR REPLACE reset it
 -- generated from the rollup statements: generate it again
 DO $do$
 DECLARE
@@ -13498,10 +13856,19 @@ BEGIN
                           '        SELECT (r.entry).* FROM pg_temp.hpcacct_received r ORDER BY (r.entry).entry_id;\n'
                           '%s;\n'
                           '%s;\n'
+                          '        INSERT INTO @extschema@.federation_received AS p (receiver, origin, last_entry_id, received_at)\n'
+                          '        SELECT n.site, @extschema@.federation_origin((r.entry).entry_id), pg_catalog.max((r.entry).entry_id),\n'
+                          '               pg_catalog.now()\n'
+                          '        FROM pg_temp.hpcacct_received r, @extschema@.federation_node n\n'
+                          '        GROUP BY 1, 2\n'
+                          '        HAVING hpcacct_internal.federation_report_due(n.site, @extschema@.federation_origin((r.entry).entry_id))\n'
+                          '        ON CONFLICT (receiver, origin) DO UPDATE\n'
+                          '            SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id),\n'
+                          '                received_at = excluded.received_at;\n'
                           '        DELETE FROM pg_temp.hpcacct_received;\n'
                           '        RETURN NULL;\n'
                           '    END\n    ',
-                          @extschema@.rollup_insert_sql(received), @extschema@.consumption_rollup_insert_sql(received)));
+                          hpcacct_internal.rollup_insert_sql(received), hpcacct_internal.consumption_rollup_insert_sql(received)));
 END
 $do$;
 -- sites that use the roles get what setup_roles() grants on every object, old and new

@@ -1,5 +1,5 @@
 -- make bench: the ingestion reference: the charge rule as a classic PL/pgSQL row trigger, one
--- lookup and one INSERT per job. Same checks and SQLSTATEs as hpcacct.charge_jobs(), same
+-- lookup and one INSERT per job. Same checks and SQLSTATEs as hpcacct_internal.charge_jobs(), same
 -- ledger rows (the charge itself is hpcacct.charge(), the same C function the statement
 -- trigger calls: what differs is row-at-a-time versus set-based). Created disabled; the
 -- ingestion case enables it in place of the statement triggers.

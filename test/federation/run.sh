@@ -170,8 +170,21 @@ is "$status" "1/from/t 1/to/t 2/from/t 2/to/t" "federation_status at the centre:
 is "$(q centre "SELECT last_entry_id FROM federation_status WHERE site = 2 AND direction = 'from'")" \
    "$(q beta "SELECT max(entry_id) FROM ledger WHERE federation_origin(entry_id) = 2")" \
    "federation_status: the last row received from beta is beta's last"
-is "$(q alpha "SELECT string_agg(format('%s/%s', site, direction), ' ' ORDER BY site, direction) FROM federation_status")" "0/from 1/to" \
-   "federation_status at alpha: from the centre, to the centre"
+is "$(q alpha "SELECT string_agg(format('%s/%s', site, direction), ' ' ORDER BY site, direction) FROM federation_status")" "0/from 0/to" \
+   "federation_status at alpha: from the centre, to the centre (site 0 at both)"
+# rows pending: counted by the sender, from what its receivers report they received
+pending="SELECT string_agg(format('%s/%s:%s', site, direction, coalesce(rows_pending::text, '-')), ' ' ORDER BY site, direction) FROM federation_status"
+ms=$(wait_for centre "$pending" "1/from:- 1/to:0 2/from:- 2/to:0")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "federation_status at the centre: no rows pending to either site once they hold every row ($ms ms)"
+for site in alpha beta; do
+    ms=$(wait_for "$site" "$pending" "0/from:- 0/to:0")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "federation_status at $site: none of its rows pending once the centre reported them ($ms ms)"
+done
+reports="SELECT string_agg(format('%s<%s', receiver, origin), ' ' ORDER BY receiver, origin) FROM federation_received"
+is "$(q centre "$reports")" "0<1 0<2 1<0 1<2 2<0 2<1" \
+   "the centre holds its own reports of rows received and both sites' (receiver<origin)"
+is "$(q alpha "$reports")/$(q beta "$reports")" "0<1 1<0 1<2/0<2 2<0 2<1" \
+   "a site holds its own reports and the centre's report about its rows only (nothing loops back)"
 
 # ---- one account spending at both sites: the combined balance refuses at both ----
 # 'shared' gets 100 NPL this quarter; a job of 60 at alpha, then one of 60 at beta
@@ -215,23 +228,66 @@ for site in alpha beta; do
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a deposit at the centre lets $site accept 'shared' again ($ms ms)"
 done
 
+# ---- a retraction booked at the centre reaches both sites' checks ----
+# p1 holds GENCI grants on both machines (its check follows them): retracting what is left of
+# both makes it allocation_exhausted at each site; supplements of as much open it again
+p1_check="SELECT coalesce((check_submit('u1', 'p1', '2026-11-20')).reason, 'ok')"
+is "$(q alpha "$p1_check")/$(q beta "$p1_check")" "ok/ok" "p1 may submit at both sites before the retraction"
+left="SELECT m.c, s.alloc FROM (VALUES ('alpha'), ('beta')) m(c), LATERAL allocation_status('p1', m.c, '2026-11-20') s"
+q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+          SELECT 'p1', 'retraction', -x.alloc, 'NPL', x.c, '2026-01-01', '2026-12-31', 'federation test' FROM ($left) x" >/dev/null
+for site in alpha beta; do
+    ms=$(wait_for "$site" "$p1_check" "allocation_exhausted")
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a retraction at the centre makes $site refuse p1 as allocation_exhausted ($ms ms)"
+done
+q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+          SELECT 'p1', 'supplement', -l.amount, 'NPL', l.cluster, '2026-01-01', '2026-12-31', 'federation test'
+          FROM ledger l WHERE l.account = 'p1' AND l.kind = 'retraction' AND l.note = 'federation test'" >/dev/null
+for site in alpha beta; do wait_for "$site" "$p1_check" "ok" >/dev/null; done
+is "$(q alpha "$p1_check")/$(q beta "$p1_check")" "ok/ok" "supplements of as much let both sites accept p1 again"
+
 # ---- a site stopped while the other charges, then restarted ----
+# A receiver reports at most once a second: rows received less than a second after its last
+# report are reported with the next ones. So that the count below is exact, a row of each
+# origin a second later, and a wait until beta has reported them.
+sleep 1.1
+q alpha "$(shared_job alpha fresh-1 0.001)" >/dev/null
+q centre "SELECT deposit('shared', '2026-10-01', 0.001)" >/dev/null
+reported_all="SELECT count(*) FROM federation_received p
+              WHERE p.last_entry_id = (SELECT max(l.entry_id) FROM ledger l WHERE federation_origin(l.entry_id) = p.origin)"
+ms=$(wait_for centre "$reported_all AND p.receiver = 2 AND p.origin IN (0, 1)" 2)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the centre has beta's reports of the last rows of both origins it receives ($ms ms)"
+beta_had=$(q beta "SELECT count(*) FROM ledger")
 stop_node beta
 q alpha "$(jobs_sql alpha $((JOBS + 1)) $((JOBS + 500)))" >/dev/null
 q centre "$(jobs_sql alpha $((JOBS + 1)) $((JOBS + 500)))" single >/dev/null
 is "$(q alpha "SELECT (check_submit('u1', 'p1', '2026-11-20')).ok")" "t" "alpha charges and checks while beta is down"
 expect=$(q alpha "SELECT count(*) FROM ledger")
 wait_for centre "SELECT count(*) FROM ledger" "$expect" >/dev/null
+is "$(q centre "SELECT format('%s/%s', connected, rows_pending) FROM federation_status WHERE site = 2 AND direction = 'to'")" \
+   "f/$((expect - beta_had))" "federation_status at the centre: beta not connected, the $((expect - beta_had)) rows it lacks pending"
+ms=$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 1 AND direction = 'to'" 0)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "federation_status at the centre: nothing pending to alpha meanwhile"
 start_node beta
 ms=$(wait_for beta "SELECT count(*) FROM ledger" "$expect")
 ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "beta, restarted, catches up with the $expect rows ($ms ms)"
+ms=$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'" 0)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "federation_status at the centre: nothing pending to beta once it caught up ($ms ms after)"
 is "$(q beta "SELECT count(*) - count(DISTINCT (cluster, jobid, amount)) FROM ledger WHERE kind = 'charge' AND jobid NOT IN ('alpha-7', 'beta-7')")" "0" \
    "beta holds no charge twice"
 
 # ---- the centre stopped while both sites charge and check ----
+sleep 1.1
+q alpha "$(shared_job alpha fresh-2 0.001)" >/dev/null
+q beta "$(shared_job beta fresh-3 0.001)" >/dev/null
+ms=$(wait_for alpha "$reported_all AND p.receiver = 0 AND p.origin = 1" 1)
+ms2=$(wait_for beta "$reported_all AND p.receiver = 0 AND p.origin = 2" 1)
+ok $([ "$ms" -ge 0 ] && [ "$ms2" -ge 0 ] && echo 0 || echo 1) "both sites have the centre's report of their last row ($ms, $ms2 ms)"
 stop_node centre
 q alpha "$(jobs_sql alpha $((JOBS + 501)) $((JOBS + 800)))" >/dev/null
 q beta "$(jobs_sql beta $((JOBS + 1)) $((JOBS + 300)))" >/dev/null
+is "$(q alpha "SELECT format('%s/%s', connected, rows_pending) FROM federation_status WHERE direction = 'to'")/$(q beta "SELECT rows_pending FROM federation_status WHERE direction = 'to'")" \
+   "f/300/300" "federation_status at both sites while the centre is down: not connected, the 300 charges each booked pending"
 is "$(q alpha "SELECT (check_submit('u2', 'p3', '2026-11-20')).ok")/$(q beta "SELECT (check_submit('u2', 'p3', '2026-11-20')).ok")" "t/t" \
    "both sites charge and answer check_submit while the centre is down"
 q beta "$(shared_job beta s3 120)" >/dev/null
@@ -249,6 +305,10 @@ for node in centre alpha beta; do
 done
 ms=$(wait_for alpha "$refused" "negative_balance")
 ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "alpha refuses 'shared' once beta's charge made during the outage arrives"
+for node in alpha beta; do
+    ms=$(wait_for "$node" "SELECT rows_pending FROM federation_status WHERE direction = 'to'" 0)
+    ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "federation_status at $node: nothing pending once the centre is back ($ms ms)"
+done
 ALL=1 compare "charges per account after both outages (single: the same jobs, except 'shared')" \
     "SELECT string_agg(format('%s/%s', account, s), ' ' ORDER BY account) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' AND account <> 'shared' GROUP BY 1) x"
 for node in centre alpha beta; do

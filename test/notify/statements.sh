@@ -76,7 +76,7 @@ is "$rc $(cd "$work/all" && ls | paste -sd' ')" \
 grep -q 'Statement of account rwth0042' "$work/all/rwth0042-2025-05.html" && grep -q '^hpcacct-report: 4 statements' "$work/report.err"
 ok $? "each with its account's statement, and says how many" "$(cat "$work/report.err")"
 out=$("$report" -d hpcacct_statements -o "$work/nobody.html" nobody 2025-05 2>&1); rc=$?
-[ $rc -eq 1 ] && grep -q 'unknown account "nobody" (SQLSTATE 42704)' <<<"$out" && [ ! -e "$work/nobody.html" ]
+[ $rc -eq 1 ] && grep -q 'account "nobody" does not exist or is not visible to you (SQLSTATE 42704)' <<<"$out" && [ ! -e "$work/nobody.html" ]
 ok $? "an unknown account: exit 1, the server's message with its SQLSTATE, no file" "$out (exit $rc)"
 out=$("$report" -d hpcacct_statements def-smith 2999-01 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'month 2999-01 has not begun (SQLSTATE 22023)' <<<"$out"

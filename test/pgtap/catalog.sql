@@ -31,8 +31,7 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_language l O
 
 -- \df hpcacct.* shows what a user calls: what implements a type, an operator, an operator
 -- class, an aggregate or a trigger lives in hpcacct_internal (but tres_get, the function of
--- ->, which the README recommends calling, and the two trigger functions the update script
--- regenerates by name, charge_jobs and roll_up_charges).
+-- ->, which the README recommends calling).
 SELECT is_empty($$WITH implementation AS (
                       SELECT unnest(ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend]) AS oid
                       FROM pg_type t WHERE t.typnamespace = 'hpcacct'::regnamespace
@@ -46,11 +45,11 @@ SELECT is_empty($$WITH implementation AS (
                   SELECT p.oid::regprocedure FROM pg_proc p
                   WHERE p.pronamespace = 'hpcacct'::regnamespace
                     AND (p.oid IN (SELECT oid FROM implementation) OR p.prorettype = 'trigger'::regtype)
-                    AND p.proname NOT IN ('tres_get', 'charge_jobs', 'roll_up_charges')$$,
-                'schema hpcacct has no type, operator, aggregate or trigger support function but those three');
+                    AND p.proname <> 'tres_get'$$,
+                'schema hpcacct has no type, operator, aggregate or trigger support function but tres_get');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                   WHERE p.pronamespace = 'hpcacct'::regnamespace
-                    AND p.proname ~ '^(require_|book_allocation$|day_or_today$|protect_table$|visible_account|sees_all_accounts$)'$$,
+                    AND p.proname ~ '^(require_|book_allocation$|bank_unit$|(consumption_)?rollup_insert_sql$|day_or_today$|protect_table$|visible_account|sees_all_accounts$)'$$,
                 'the argument checks and bookkeeping helpers are not in schema hpcacct');
 SELECT ok(NOT has_schema_privilege('public', 'hpcacct_internal', 'USAGE')
           AND (SELECT count(*) FROM pg_proc WHERE pronamespace = 'hpcacct_internal'::regnamespace) > 50,

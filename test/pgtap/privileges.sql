@@ -86,7 +86,7 @@ SELECT throws_ok($$INSERT INTO hpcacct.job VALUES ('privc', 'x', 'priv_a', 'hp_a
                    '2024-02-01', '2024-02-02', 'cpu=1', 'COMPLETED')$$, '42501', NULL, 'nor insert jobs');
 CREATE TEMP TABLE forged_jobs AS SELECT * FROM hpcacct.job WITH NO DATA;
 SELECT throws_ok($$CREATE TRIGGER forge AFTER DELETE ON forged_jobs REFERENCING OLD TABLE AS old_jobs
-                   FOR EACH STATEMENT EXECUTE FUNCTION hpcacct.charge_jobs()$$, '42501', NULL,
+                   FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs()$$, '42501', NULL,
                  'nor attach the charging trigger to a table of her own (it could reverse others'' charges)');
 SELECT throws_ok($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
                    VALUES ('priv_a', 'deposit', 1, 'NPL', '2024-01-01', '2024-03-31')$$, '42501', NULL,

@@ -37,7 +37,7 @@ SELECT throws_ok($$SELECT hpcacct.attach_charging('myjobs')$$, '42804', NULL,
                  'attaching charging to a table with a column of a user-defined type is refused');
 -- the same table attached by hand with CREATE TRIGGER: the check runs at every firing
 CREATE TRIGGER by_hand AFTER INSERT ON myjobs REFERENCING NEW TABLE AS new_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct.charge_jobs();
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs();
 SELECT throws_ok($$INSERT INTO myjobs VALUES ('secc', ROW('x'), 'sec_a', 'u', 'cpu', '2024-05-01 00:00+00',
                                               '2024-05-01 01:00+00', 'cpu=1')$$,
                  '42804', NULL, 'a job in such a table is refused when the trigger fires');
