@@ -23,7 +23,73 @@ std::string trim(std::string_view text) {
 
 void append_null(std::string& out) { out += "\\N"; }
 
+// The digits text[at, at + count) as a number, or -1 if one is not a digit.
+int digits(std::string_view text, std::size_t at, std::size_t count) noexcept {
+    int value = 0;
+    for (std::size_t i = at; i < at + count; ++i) {
+        if (text[i] < '0' || text[i] > '9') return -1;
+        value = value * 10 + (text[i] - '0');
+    }
+    return value;
+}
+
+bool leap(int year) noexcept { return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0); }
+
+int days_in_month(int year, int month) noexcept {
+    static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return month == 2 && leap(year) ? 29 : kDays[month - 1];
+}
+
+// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (year >= 1).
+long long days_since_epoch(int year, int month, int day) noexcept {
+    const int y = month <= 2 ? year - 1 : year;
+    const int era = y / 400;  // y >= 0 here
+    const int year_of_era = y - era * 400;
+    const int day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+    const int day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    return static_cast<long long>(era) * 146097 + day_of_era - 719468;
+}
+
 }  // namespace
+
+Time parse_time(std::string_view text) noexcept {
+    constexpr Time kNone{Time::Kind::none, 0};
+    if (!text.empty() && text.size() <= 11) {  // epoch seconds (11 digits: < 2^37, no overflow)
+        long long seconds = 0;
+        std::size_t i = 0;
+        for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) seconds = seconds * 10 + (text[i] - '0');
+        if (i == text.size()) return {Time::Kind::instant, seconds};
+    }
+    // YYYY-MM-DD?hh:mm:ss, 19 characters, then the offset if any
+    if (text.size() < 19 || text[4] != '-' || text[7] != '-' || (text[10] != 'T' && text[10] != ' ') ||
+        text[13] != ':' || text[16] != ':') {
+        return kNone;
+    }
+    const int year = digits(text, 0, 4), month = digits(text, 5, 2), day = digits(text, 8, 2);
+    const int hour = digits(text, 11, 2), minute = digits(text, 14, 2), second = digits(text, 17, 2);
+    if (year < 1 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 ||
+        second < 0 || second > 59 || day > days_in_month(year, month)) {
+        return kNone;
+    }
+    const long long wall = days_since_epoch(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
+    const std::string_view zone = text.substr(19);
+    if (zone.empty()) return {Time::Kind::local, wall};
+    if (zone == "Z") return {Time::Kind::instant, wall};
+    if (zone[0] != '+' && zone[0] != '-') return kNone;
+    int offset_minutes;
+    if (zone.size() == 3) {  // +hh
+        const int hours = digits(zone, 1, 2);
+        offset_minutes = hours < 0 || hours > 15 ? -1 : hours * 60;
+    } else if (zone.size() == 5 || (zone.size() == 6 && zone[3] == ':')) {  // +hhmm, +hh:mm
+        const int hours = digits(zone, 1, 2), minutes = digits(zone, zone.size() - 2, 2);
+        offset_minutes = hours < 0 || hours > 15 || minutes < 0 || minutes > 59 ? -1 : hours * 60 + minutes;
+    } else {
+        return kNone;
+    }
+    if (offset_minutes < 0) return kNone;
+    const long long offset = offset_minutes * 60LL;
+    return {Time::Kind::instant, zone[0] == '+' ? wall - offset : wall + offset};
+}
 
 std::string staging_columns() {
     std::string out = "lineno, line, problem";

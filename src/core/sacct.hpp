@@ -57,6 +57,20 @@ bool valid_utf8(std::string_view text);
 // had a problem.
 bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out);
 
+// A time as sacct prints it, read as hpcacct.sacct_time() documents: up to 11 digits are
+// seconds since the epoch; YYYY-MM-DD[T ]hh:mm:ss (a real date, year 0001-9999) followed by
+// Z, +hh, +hhmm or +hh:mm (hh up to 15) is an instant; without the offset it is a local time,
+// which the caller reads in the site's time zone. Anything else (Unknown, None, '', a bad
+// date, spaces) is not a time.
+struct Time {
+    enum class Kind { none, instant, local };
+    Kind kind;
+    // instant: seconds since 1970-01-01 00:00 UTC; local: the wall clock's seconds since
+    // 1970-01-01 00:00 (no zone applied)
+    long long seconds;
+};
+Time parse_time(std::string_view text) noexcept;
+
 // sacct's -S/-E argument for an instant, in the local time of the machine (sacct reads it so).
 std::string local_time_argument(std::time_t instant);
 

@@ -192,25 +192,56 @@ while IFS='|' read -r grp db explain; do
                                                        coalesce(state, ''))
                                      FROM hpcacct.job ORDER BY start, jobid) l) TO '$data/loader.sacct'"
         ms_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", (b - a) * 1000 }'; }
+        # CPU time besides the wall time (steadier on a shared machine): the client's from
+        # time(1); the server's as the CPU time of the postmaster's children, live, exited
+        # (zombies still show theirs) or reaped (the postmaster's cutime) — the round's backend
+        # and whatever background process or autovacuum worker ran meanwhile
+        postmaster=$(head -1 "$(value -d $db -c 'SHOW data_directory')/postmaster.pid")
+        tick=$(getconf CLK_TCK)
+        server_cpu() {  # in ms; after the command name, fields 12-13 are utime, stime, 14-15 the reaped children's
+            local before after children
+            while :; do  # again if the postmaster reaped a child meanwhile (its time would be missed)
+                before=$(sed 's/^.*) //' "/proc/$postmaster/stat" | awk '{ print $12 + $13 + $14 + $15 }')
+                children=$(for child in $(pgrep -P "$postmaster"); do sed 's/^.*) //' "/proc/$child/stat" 2>/dev/null; done |
+                           awk '{ s += $12 + $13 } END { print s + 0 }')
+                after=$(sed 's/^.*) //' "/proc/$postmaster/stat" | awk '{ print $12 + $13 + $14 + $15 }')
+                [ "$before" = "$after" ] && break
+            done
+            awk -v t="$tick" -v s="$((after + children))" 'BEGIN { printf "%.0f", s * 1000 / t }'
+        }
+        cpu() {  # variant run: the last command's client and server CPU time, in ms
+            printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(awk '{ printf "%.0f", ($1 + $2) * 1000 }' "$out/client_cpu")" \
+                "$(($(server_cpu) - backend0))" >>"$out/loader_cpu.tsv"
+        }
+        printf 'variant\trun\tclient_ms\tserver_ms\n' >"$out/loader_cpu.tsv"
         lines=$(value -d $db -c 'SELECT count(*) FROM hpcacct.job')
         for run in $(seq 0 "$RUNS"); do
             warm=$([ "$run" -eq 0 ] && [ "$RUNS" -gt 0 ] && echo t || echo f)
             value -d $db -c "SELECT bench.prepare_ingest('charge_jobs')" -c CHECKPOINT >/dev/null
+            backend0=$(server_cpu)
             t=$(seconds)
-            q -d $db -c "COPY hpcacct.job FROM '$data/loader.tsv'"
+            /usr/bin/time -f '%U %S' -o "$out/client_cpu" psql -X -q -v ON_ERROR_STOP=1 -d $db \
+                -c "COPY hpcacct.job FROM '$data/loader.tsv'"
             printf '%s\t%s\t%s\t%s\t%s\n' loader copy "$run" "$(ms_since "$t")" "$warm" >>"$out/timings.tsv"
+            cpu copy "$run"
             q -d $db -c 'DROP TABLE IF EXISTS bench.loader_ref' \
                 -c 'CREATE TABLE bench.loader_ref AS SELECT cluster, jobid, amount FROM hpcacct.ledger'
             value -d $db -c "SELECT bench.prepare_ingest('charge_jobs')" -c 'TRUNCATE hpcacct.sacct_quarantine' \
                 -c CHECKPOINT >/dev/null
+            backend0=$(server_cpu)
             t=$(seconds)
-            PGDATABASE=$db "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_load.txt"
+            PGDATABASE=$db /usr/bin/time -f '%U %S' -o "$out/client_cpu" \
+                "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_load.txt"
             printf '%s\t%s\t%s\t%s\t%s\n' loader load "$run" "$(ms_since "$t")" "$warm" >>"$out/timings.tsv"
+            cpu load "$run"
             first_rows=$(value -d $db -c 'SELECT count(*) FROM hpcacct.ledger')
             value -d $db -c CHECKPOINT >/dev/null
+            backend0=$(server_cpu)
             t=$(seconds)
-            PGDATABASE=$db "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_reload.txt"
+            PGDATABASE=$db /usr/bin/time -f '%U %S' -o "$out/client_cpu" \
+                "$bindir/hpcacct-sacct" load "$data/loader.sacct" >"$out/loader_reload.txt"
             printf '%s\t%s\t%s\t%s\t%s\n' loader reload "$run" "$(ms_since "$t")" "$warm" >>"$out/timings.tsv"
+            cpu reload "$run"
             second_rows=$(value -d $db -c 'SELECT count(*) FROM hpcacct.ledger')
         done
         log "  $(cat "$out/loader_load.txt")"

@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(77);
+SELECT plan(82);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -166,6 +166,11 @@ SELECT is(sacct_time('2024-02-29T00:00:00', 'UTC'), '2024-02-29 00:00+00'::times
 SELECT is(tres_problem('cpu=1,mem=4G'), NULL, 'tres_problem: NULL for a valid TRES');
 SELECT is(left(tres_problem('cpu=x'), 5), '22P02', 'and the SQLSTATE of the error its input raises (malformed)');
 SELECT is(left(tres_problem('cpu=-1'), 5), '22003', 'or (negative)');
+SELECT is(sacct_tres('mem=4G,cpu=1'), 'cpu=1,mem=4G'::tres, 'sacct_tres: the tres of a valid TRES text');
+SELECT is(ARRAY[sacct_tres('cpu=x'), sacct_tres('cpu=-1')], ARRAY[NULL, NULL]::tres[],
+          'and NULL where its input raises (tres_problem() says why)');
+SELECT throws_ok($$SELECT sacct_time('2024-07-01T12:00:00', 'No/Such_Zone')$$, '22023', NULL,
+                 'sacct_time: an unknown zone raises, as timezone() does');
 
 -- A job a site's own trigger refuses is found by bisection and quarantined with its error;
 -- the others in the same load are charged.
@@ -247,6 +252,22 @@ SELECT is((SELECT (accounts_added, users_added, memberships_added)::text FROM sy
 INSERT INTO sacctmgr_staging VALUES ('ldr', 'sproj', 'sam');
 SELECT is((SELECT (accounts_added, users_added, memberships_added)::text FROM sync_slurm_accounts()), '(0,0,0)',
           'a second sync adds nothing');
+
+-- A quarantined run that hpcacct.job meanwhile holds as the line says: resolved as unchanged,
+-- nothing written (runs not to be written are counted, not kept).
+SELECT pg_temp.stage(
+    'ldr|30|ghost|u1|cpu|2024-01-12T08:00:00+00|2024-01-12T08:00:00+00|2024-01-12T09:00:00+00|cpu=1|COMPLETED');
+SELECT pg_temp.load(40);
+INSERT INTO account (name) VALUES ('ghost');
+INSERT INTO job (cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state)
+VALUES ('ldr', '30', 'ghost', 'u1', 'cpu', '2024-01-12 08:00+00', '2024-01-12 08:00+00', '2024-01-12 09:00+00', 'cpu=1',
+        'COMPLETED');
+SELECT pg_temp.ledger_rows() AS before_rows \gset
+SELECT pg_temp.load(41);
+SELECT is((SELECT (inserted, rerated, updated, unchanged)::text FROM outcome WHERE load = 41), '(0,0,0,1)',
+          'a quarantined run hpcacct.job holds as it is: 1 unchanged');
+SELECT is((SELECT resolution || ', ' || (pg_temp.ledger_rows() - :before_rows) FROM sacct_quarantine WHERE jobid = '30'),
+          'unchanged, 0', 'its quarantine row resolved as unchanged, no ledger row written');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -13,6 +13,8 @@ packages=(
     lua5.1 liblua5.1-0 lua-sql-postgres
     # hpcacct-sacct, hpcacct-notify (libpq, libcurl); the SMTP sink, Chromium and ImageMagick of test/notify
     libpq-dev libcurl4-openssl-dev python3-aiosmtpd chromium imagemagick openssl
+    # make bench: the loader rounds' client CPU time (/usr/bin/time)
+    time
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs inside with-cluster.sh: concurrent clients through pgbench, then a backend killed in
 # the middle of a large COPY; after each, the ledger invariants (invariants.sql) must hold.
-# Then concurrent top-ups, and deletes racing loads (delete_race.sh).
+# Then concurrent top-ups, deletes racing loads (delete_race.sh), and sacct loads beside
+# sessions staging lines (loader_race.sh).
 # Prints one line per check and appends "stress passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -116,5 +117,8 @@ rm -f "$HPCACCT_SCRATCH.rr"
 
 # An account or a resource deleted while jobs are charged to it: no orphan, a clear SQLSTATE.
 . ./delete_race.sh
+
+# load_sacct() beside sessions that stage lines: every committed line loaded once.
+. ./loader_race.sh
 
 report stress

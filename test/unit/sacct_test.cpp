@@ -150,3 +150,57 @@ TEST(SacctRow, ALineThatIsNotUtf8IsAProblemShownWithoutItsBadBytes) {
     EXPECT_EQ(out, "3\tc|1|p|M?ller|q|S|T|E|cpu=1|COMPLETED\tline 3 is not valid UTF-8 (its non-ASCII bytes are shown as ?)"
                    "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n");
 }
+
+// hpcacct.sacct_time() reads its text with parse_time(): the same forms, nothing else.
+namespace {
+long long instant(std::string_view text) {
+    const auto t = hpcacct::sacct::parse_time(text);
+    EXPECT_EQ(t.kind, hpcacct::sacct::Time::Kind::instant) << text;
+    return t.seconds;
+}
+bool not_a_time(std::string_view text) {
+    return hpcacct::sacct::parse_time(text).kind == hpcacct::sacct::Time::Kind::none;
+}
+}  // namespace
+
+TEST(SacctTime, EpochSecondsUpToElevenDigits) {
+    EXPECT_EQ(instant("1719835200"), 1719835200);  // 2024-07-01 12:00 UTC
+    EXPECT_EQ(instant("0"), 0);
+    EXPECT_EQ(instant("99999999999"), 99999999999LL);
+    EXPECT_TRUE(not_a_time("999999999999"));  // 12 digits
+    EXPECT_TRUE(not_a_time("-1"));
+    EXPECT_TRUE(not_a_time("17198352x0"));
+}
+
+TEST(SacctTime, IsoWithAnOffsetIsThatInstant) {
+    EXPECT_EQ(instant("2024-07-01T12:00:00Z"), 1719835200);
+    EXPECT_EQ(instant("2024-07-01 12:00:00Z"), 1719835200);
+    EXPECT_EQ(instant("2024-07-01T12:00:00+0200"), 1719835200 - 7200);
+    EXPECT_EQ(instant("2024-07-01T12:00:00+02"), 1719835200 - 7200);
+    EXPECT_EQ(instant("2024-07-01T12:00:00-05:30"), 1719835200 + 5 * 3600 + 1800);
+    EXPECT_EQ(instant("2024-07-01T12:00:00+15:59"), 1719835200 - 15 * 3600 - 59 * 60);
+    EXPECT_EQ(instant("1970-01-01T00:00:00Z"), 0);
+    EXPECT_EQ(instant("0001-01-01T00:00:00Z"), -62135596800LL);
+    EXPECT_EQ(instant("9999-12-31T23:59:59Z"), 253402300799LL);
+    EXPECT_EQ(instant("2000-03-01T00:00:00Z"), 951868800);
+}
+
+TEST(SacctTime, IsoWithoutOffsetIsTheWallClock) {
+    const auto t = hpcacct::sacct::parse_time("2024-07-01T12:00:00");
+    EXPECT_EQ(t.kind, hpcacct::sacct::Time::Kind::local);
+    EXPECT_EQ(t.seconds, 1719835200);
+    EXPECT_EQ(hpcacct::sacct::parse_time("2024-02-29 00:00:00").kind, hpcacct::sacct::Time::Kind::local);
+}
+
+TEST(SacctTime, AnythingElseIsNotATime) {
+    for (const char* text : {"", "Unknown", "None", "2024-13-01T00:00:00", "2023-02-29T00:00:00",
+                             "2100-02-29T00:00:00", "2024-04-31T00:00:00", "2024-01-00T00:00:00",
+                             "2024-01-01T24:00:00", "2024-01-01T00:60:00", "2024-01-01T00:00:60",
+                             "0000-01-01T00:00:00", "2024-01-01t00:00:00", "2024-01-01T00:00:00z",
+                             " 2024-01-01T00:00:00", "2024-01-01T00:00:00 ", "2024-1-01T00:00:00",
+                             "2024-01-01T00:00:00+16", "2024-01-01T00:00:00+0560", "2024-01-01T00:00:00+5",
+                             "2024-01-01T00:00:00+05:3", "2024-01-01T00:00:00+05-30", "2024-01-01T00:00:00.5",
+                             "2024-01-01T00:00:00+05:30:00", "+2024-01-01T00:00:00", "2024-01-01T00:00"}) {
+        EXPECT_TRUE(not_a_time(text)) << text;
+    }
+}
