@@ -399,7 +399,9 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                 IF pg_catalog.left(state_, 2) NOT IN ('22', '23', '42', '44', 'HA', 'P0') THEN
                     RAISE;
                 END IF;
-                IF lo = hi THEN
+                IF plain THEN  -- the same range again, upserted
+                    pending := ARRAY[lo, hi] || pending;
+                ELSIF lo = hi THEN
                     INSERT INTO pg_temp.hpcacct_sacct_failed VALUES (lo, state_, message);
                 ELSE
                     mid := (lo + hi) / 2;

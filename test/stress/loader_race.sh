@@ -54,3 +54,32 @@ check "a REPEATABLE READ load takes the lines its snapshot sees (inserted $(tail
 check "and leaves a line committed after its snapshot to the next load" \
     "$([ "$(lq -c "SELECT inserted FROM hpcacct.load_sacct()")" = 1 ] && [ "$(jobs_loaded)" = a1,b1,c1,d1 ] &&
        [ "$(lq -c "SELECT count(*) FROM hpcacct.sacct_staging")" = 0 ] && echo t)"
+
+# The same run inserted by another session while the load writes: the load's plain INSERT of
+# new runs waits for that session, fails on the key once it commits, and the load upserts
+# instead (here re-rating: its line says the run ran 2 h, the other session's row 1 h).
+# Nothing is quarantined or lost, and the ledger holds the run's charge once, at 2 h.
+lq -c "BEGIN" -c "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, submit, start, \"end\", alloctres, state)
+                  VALUES ('lr', 'e1', 'p0', 'u', 'cpu', to_timestamp(1717200000), to_timestamp(1717200000),
+                          to_timestamp(1717203600), 'cpu=2', 'COMPLETED')" \
+   -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+other=$!
+for _ in $(seq 1 50); do
+    [ "$(lq -c "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(3)%'")" -gt 0 ] && break
+    sleep 0.1
+done
+lq -c "INSERT INTO hpcacct.sacct_staging (lineno, cluster, jobid, account, \"user\", partition, submit, start, \"end\",
+                                          alloctres, state)
+       VALUES (1, 'lr', 'e1', 'p0', 'u', 'cpu', '1717200000', '1717200000', '1717207200', 'cpu=2', 'COMPLETED')" \
+   -c "SELECT lines, quarantined FROM hpcacct.load_sacct()" >"$HPCACCT_SCRATCH" 2>&1
+waited=$(kill -0 $other 2>/dev/null && echo no || echo yes)
+wait $other
+check "a load whose new run another session inserts meanwhile waits for it and upserts (load: $(tr '\n' ' ' <"$HPCACCT_SCRATCH"), waited: $waited)" \
+    "$([ "$(cat "$HPCACCT_SCRATCH")" = '1|0' ] && [ "$waited" = yes ] &&
+       [ "$(lq -c "SELECT \"end\" = to_timestamp(1717207200) FROM hpcacct.job WHERE jobid = 'e1'")" = t ] && echo t)"
+check "and the run's charge is in the ledger once, for 2 h (its rows: $(lq -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid = 'e1'"))" \
+    "$(lq -c "SELECT sum(amount) FILTER (WHERE jobid = 'e1') = 2 * sum(amount) FILTER (WHERE jobid = 'a1')
+                 AND count(*) FILTER (WHERE jobid = 'e1') = 3
+                 AND NOT EXISTS (SELECT FROM hpcacct.sacct_quarantine)
+                 AND NOT EXISTS (SELECT FROM hpcacct.sacct_staging)
+              FROM hpcacct.ledger")"
