@@ -217,6 +217,7 @@ sed 's/^/    # /' "$work/bad.txt" "$work/bad2.txt" | grep -v '^    # sacct' | he
 check "and leaves the watermark where it was" \
     "$([ "$(q -c "SELECT loaded_through FROM hpcacct.sacct_watermark WHERE cluster = '$cluster'")" = "$watermark" ] &&
        [ "$(q -c "SELECT count(*) FROM hpcacct.sacct_watermark WHERE cluster = 'no_such_cluster'")" = 0 ] && echo t)"
-check "nothing of the loader is left running" "$([ -z "$(pgrep -f "$loader" || true)" ] && echo t)"
+# anchored: another installation's hpcacct-sacct (a path ending in this one's) is not this test's
+check "nothing of the loader is left running" "$([ -z "$(pgrep -f "^$loader( |\$)" || true)" ] && echo t)"
 
 report loader
