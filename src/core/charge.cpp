@@ -48,7 +48,9 @@ double equivalents(const tres::View& request, const tres::View& bundle) {
 
 double whole_nodes(const tres::View& request, const tres::View& node) {
     require_nonempty(node, "node capacity", "Whole nodes of an exclusive node type are counted against its capacity.");
-    double nodes = std::ceil(request.get("node") * (1 - kWholeTolerance));  // node=.1 still holds one node
+    // The node count as given, rounded up (node=.1 still holds one node); no tolerance: it is
+    // not a quotient, and a tolerance would round a count of 2^53 below itself.
+    double nodes = std::ceil(request.get("node"));
     tres::View::Cursor n = node.cursor();
     while (n.next()) {
         const double ratio = request.get(n.key()) / n.value();

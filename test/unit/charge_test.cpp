@@ -76,6 +76,8 @@ TEST(Charge, ExclusiveRoundsUpToWholeNodes) {
     // a fractional node count is rounded up like every other share of a node (fuzz finding)
     EXPECT_EQ(whole_nodes(Value("cpu=0,node=.1").view(), node.view()), 1);
     EXPECT_EQ(whole_nodes(Value("cpu=2,node=2.5").view(), node.view()), 3);
+    // a fuzz finding: a large count stays at least itself
+    EXPECT_GE(whole_nodes(Value("cpu=0,node=9007199254470992").view(), node.view()), 9007199254470992.0);
     EXPECT_THROW(whole_nodes(Value("cpu=1").view(), Value("").view()), hpcacct::Error);
 }
 
