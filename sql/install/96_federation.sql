@@ -334,6 +334,59 @@ CREATE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RE
 COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
     'Whether the publication of that name includes the table';
 
+-- Makes publication `pub` include hpcacct.federation_received with the row filter
+-- `received_where` (a publication made before 0.4 lacks it), publishing inserts and updates.
+CREATE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                      'WHERE (%s)', pub, received_where);
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
+        END IF;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_received(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_received(text, text) IS
+    'Adds hpcacct.federation_received, with that row filter, to the publication if it lacks it';
+
+-- The publishing side of a link: publication `pub` of the ledger rows in `ids` (or outside
+-- them, `outside`) and of the federation_received rows `received_where` selects, then a
+-- COMMIT and the slot of the same name (see below why). Called with CALL from the
+-- procedures below; leaves search_path set for the rest of the caller's transaction.
+CREATE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8range, outside boolean,
+                                                           received_where text)
+    LANGUAGE plpgsql
+    AS $$
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
+                                      'TABLE @extschema@.federation_received WHERE (%s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub,
+                                      pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
+                                                             ELSE 'entry_id >= %s AND entry_id < %s' END,
+                                                        pg_catalog.lower(ids), pg_catalog.upper(ids)),
+                                      received_where);
+        ELSE
+            PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) FROM PUBLIC;
+COMMENT ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) IS
+    'Publication of ledger rows (in or outside an id range) and federation_received rows, then its slot; idempotent';
+
 -- The procedures below create publications, replication slots and subscriptions. A slot
 -- cannot be created in a transaction that has written anything, and CREATE SUBSCRIPTION
 -- cannot create its slot on the publisher from inside a function or transaction block. So
@@ -387,24 +440,8 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
         ids := @extschema@.federation_id_range(site);
         pub := 'hpcacct_fed_c2s_' || site;
         -- the ledger rows the site receives, and what the centre reports it received from the site
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id < %s OR entry_id >= %s), '
-                                      'TABLE @extschema@.federation_received WHERE (receiver = 0 AND origin = %s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
-        ELSIF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                      'WHERE (receiver = 0 AND origin = %s)', pub, site);
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
-            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, true,
+                                                        pg_catalog.format('receiver = 0 AND origin = %s', site));
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_publish(integer, text) FROM PUBLIC;
@@ -440,11 +477,7 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
-            IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                          'WHERE (receiver = %s)', pub, site);
-                EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-            END IF;
+            PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- tables a later version added reach the site only after a refresh, which
@@ -465,20 +498,7 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         PERFORM @extschema@.federation_prepare(site, 'site');
         ids := @extschema@.federation_id_range(site);
         -- its own ledger rows, and what it reports it received
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id >= %s AND entry_id < %s), '
-                                      'TABLE @extschema@.federation_received WHERE (receiver = %s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
-            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, false, pg_catalog.format('receiver = %s', site));
         -- the centre made the slot for this subscription in federation_publish()
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
                                   'WITH (create_slot = false, slot_name = %L, copy_data = true)',

@@ -9718,6 +9718,17 @@ COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
     'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
 -- end of the loader's speed
 
+-- Issue 18 (duplicates): federation_publish() and federation_join() share their publishing
+-- step (publication, COMMIT, slot) through two internal helpers, defined below (final
+-- definitions); these first definitions only create them with their privileges.
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
+    LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;  -- defined below (final definitions)
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_received(text, text) FROM PUBLIC;
+CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8range, outside boolean,
+                                                                      received_where text)
+    LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;  -- defined below (final definitions)
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) FROM PUBLIC;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10735,24 +10746,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name te
         ids := @extschema@.federation_id_range(site);
         pub := 'hpcacct_fed_c2s_' || site;
         -- the ledger rows the site receives, and what the centre reports it received from the site
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id < %s OR entry_id >= %s), '
-                                      'TABLE @extschema@.federation_received WHERE (receiver = 0 AND origin = %s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
-        ELSIF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                      'WHERE (receiver = 0 AND origin = %s)', pub, site);
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
-            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, true,
+                                                        pg_catalog.format('receiver = 0 AND origin = %s', site));
     END
     $$;
 COMMENT ON PROCEDURE @extschema@.federation_publish(integer, text) IS
@@ -10781,11 +10776,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
                                                           WHERE d.datname = pg_catalog.current_database())) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
-            IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                          'WHERE (receiver = %s)', pub, site);
-                EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-            END IF;
+            PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- tables a later version added reach the site only after a refresh, which
@@ -10806,20 +10797,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         PERFORM @extschema@.federation_prepare(site, 'site');
         ids := @extschema@.federation_id_range(site);
         -- its own ledger rows, and what it reports it received
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id >= %s AND entry_id < %s), '
-                                      'TABLE @extschema@.federation_received WHERE (receiver = %s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
-            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, false, pg_catalog.format('receiver = %s', site));
         -- the centre made the slot for this subscription in federation_publish()
         EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
                                   'WITH (create_slot = false, slot_name = %L, copy_data = true)',
@@ -13826,6 +13804,49 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
     'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                      'WHERE (%s)', pub, received_where);
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_received(text, text) IS
+    'Adds hpcacct.federation_received, with that row filter, to the publication if it lacks it';
+CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8range, outside boolean,
+                                                           received_where text)
+    LANGUAGE plpgsql
+    AS $$
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
+                                      'TABLE @extschema@.federation_received WHERE (%s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub,
+                                      pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
+                                                             ELSE 'entry_id >= %s AND entry_id < %s' END,
+                                                        pg_catalog.lower(ids), pg_catalog.upper(ids)),
+                                      received_where);
+        ELSE
+            PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+COMMENT ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) IS
+    'Publication of ledger rows (in or outside an id range) and federation_received rows, then its slot; idempotent';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
