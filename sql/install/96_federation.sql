@@ -334,6 +334,33 @@ CREATE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RE
 COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
     'Whether the publication of that name includes the table';
 
+-- Whether this database has a subscription of that name.
+CREATE FUNCTION hpcacct_internal.federation_subscribed(sub text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                       WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                              WHERE d.datname = pg_catalog.current_database()))
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_subscribed(text) IS
+    'Whether this database has a subscription of that name';
+
+-- The tables of `tabs` that subscription `sub` does not receive (a refresh adds them), as a
+-- list for a message; NULL when it receives them all.
+CREATE FUNCTION hpcacct_internal.federation_not_received(sub text, tabs regclass[]) RETURNS text
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.string_agg(t::text, ', ')
+        FROM pg_catalog.unnest(tabs) t
+        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                          JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                          WHERE s.subname = sub AND r.srrelid = t)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_not_received(text, regclass[]) IS
+    'The listed tables the subscription does not receive, comma-separated; NULL when none';
+
 -- Makes publication `pub` include hpcacct.federation_received with the row filter
 -- `received_where` (a publication made before 0.4 lacks it), publishing inserts and updates.
 CREATE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
@@ -360,17 +387,18 @@ CREATE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8ra
                                                            received_where text)
     LANGUAGE plpgsql
     AS $$
+    DECLARE
+        ledger_where text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        ledger_where := pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
+                                               ELSE 'entry_id >= %s AND entry_id < %s' END,
+                                          pg_catalog.lower(ids), pg_catalog.upper(ids));
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
                                       'TABLE @extschema@.federation_received WHERE (%s) '
                                       'WITH (publish = ''insert, update'')',
-                                      pub,
-                                      pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
-                                                             ELSE 'entry_id >= %s AND entry_id < %s' END,
-                                                        pg_catalog.lower(ids), pg_catalog.upper(ids)),
-                                      received_where);
+                                      pub, ledger_where, received_where);
         ELSE
             PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
         END IF;
@@ -472,9 +500,7 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
             RAISE EXCEPTION 'invalid site %', site
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'Sites are numbered 1 to 32767; the centre is 0.';
         END IF;
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
-                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
-                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+        IF hpcacct_internal.federation_subscribed(sub) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
             PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
@@ -482,12 +508,8 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- tables a later version added reach the site only after a refresh, which
             -- PostgreSQL does not allow inside a procedure: say so
-            SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
-            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()
-                                   || '@extschema@.federation_received'::regclass) t
-            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
-                              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
-                              WHERE s.subname = sub AND r.srrelid = t);
+            missing := hpcacct_internal.federation_not_received(
+                sub, @extschema@.federation_reference_tables() || '@extschema@.federation_received'::regclass);
             IF missing IS NOT NULL THEN
                 RAISE WARNING 'this site does not receive %', missing
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
@@ -531,17 +553,14 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
                 USING ERRCODE = 'undefined_object', HINT = 'Run CALL hpcacct.federation_publish(site, name) first.';
         END IF;
         PERFORM @extschema@.federation_prepare(0, 'centre');
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
-                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
-                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+        IF hpcacct_internal.federation_subscribed(sub) THEN
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local, binary = true)', sub);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- a site joined by an earlier version publishes its reports of rows received once
             -- federation_join() ran there again; the subscription needs a refresh (not in a procedure)
-            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
-                           JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
-                           WHERE s.subname = sub AND r.srrelid = '@extschema@.federation_received'::regclass) THEN
+            IF hpcacct_internal.federation_not_received(
+                   sub, ARRAY['@extschema@.federation_received'::regclass]) IS NOT NULL THEN
                 RAISE WARNING 'this database does not receive site %''s reports of rows received', site
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_join(%s, ...) at the site, run '
                                                    'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
