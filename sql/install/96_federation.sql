@@ -415,6 +415,33 @@ REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int
 COMMENT ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) IS
     'Publication of ledger rows (in or outside an id range) and federation_received rows, then its slot; idempotent';
 
+-- The subscribing side of a link: subscription `sub` to `publications`, reached with
+-- `conninfo`, on the slot of the same name that the publishing side made (so no slot is
+-- created here), copying the rows already there; `options` are further subscription options.
+-- Commits. Called with CALL from the procedures below; leaves search_path set.
+CREATE PROCEDURE hpcacct_internal.federation_subscribe_slot(sub text, conninfo text, publications text[],
+                                                           options text[])
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        names text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(n), ', ' ORDER BY o) INTO names
+        FROM pg_catalog.unnest(publications) WITH ORDINALITY AS u(n, o);
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %s WITH (%s)',
+                                  sub, conninfo, names,
+                                  pg_catalog.array_to_string(ARRAY['create_slot = false',
+                                                                   pg_catalog.format('slot_name = %L', sub),
+                                                                   'copy_data = true'] || options, ', '));
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) FROM PUBLIC;
+COMMENT ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) IS
+    'Subscription to publications on the slot of its name the other side made, copying existing rows; commits';
+
 -- The procedures below create publications, replication slots and subscriptions. A slot
 -- cannot be created in a transaction that has written anything, and CREATE SUBSCRIPTION
 -- cannot create its slot on the publisher from inside a function or transaction block. So
@@ -522,11 +549,8 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         -- its own ledger rows, and what it reports it received
         CALL hpcacct_internal.federation_publish_ledger(pub, ids, false, pg_catalog.format('receiver = %s', site));
         -- the centre made the slot for this subscription in federation_publish()
-        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
-                                  sub, centre_conninfo, sub, sub);
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_subscribe_slot(sub, centre_conninfo, ARRAY['hpcacct_fed_reference', sub],
+                                                        '{}');
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_join(integer, text) FROM PUBLIC;
@@ -575,12 +599,8 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
         -- binary = true: the site's walsender sends the ledger's timestamps, numerics and dates
         -- as their binary form instead of formatting them as text (and the centre does not parse
         -- them); the ledger has built-in types only, the same at both ends
-        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true, '
-                                  'synchronous_commit = local, binary = true)',
-                                  sub, site_conninfo, sub, sub);
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_subscribe_slot(sub, site_conninfo, ARRAY[sub],
+                                                        ARRAY['synchronous_commit = local', 'binary = true']);
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_subscribe(integer, text) FROM PUBLIC;

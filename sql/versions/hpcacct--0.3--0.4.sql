@@ -9736,6 +9736,13 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.federation_subscribed(sub text) RETU
 CREATE OR REPLACE FUNCTION hpcacct_internal.federation_not_received(sub text, tabs regclass[]) RETURNS text
     LANGUAGE sql RETURN NULL;  -- defined below (final definitions)
 
+-- Issue 18 (duplicates): federation_join() and federation_subscribe() create their
+-- subscription through one internal helper, defined below (final definitions).
+CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_subscribe_slot(sub text, conninfo text, publications text[],
+                                                                      options text[])
+    LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;  -- defined below (final definitions)
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) FROM PUBLIC;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10800,11 +10807,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         -- its own ledger rows, and what it reports it received
         CALL hpcacct_internal.federation_publish_ledger(pub, ids, false, pg_catalog.format('receiver = %s', site));
         -- the centre made the slot for this subscription in federation_publish()
-        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
-                                  sub, centre_conninfo, sub, sub);
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_subscribe_slot(sub, centre_conninfo, ARRAY['hpcacct_fed_reference', sub],
+                                                        '{}');
     END
     $$;
 COMMENT ON PROCEDURE @extschema@.federation_join(integer, text) IS
@@ -10849,12 +10853,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_subscribe(site integer, site_
         -- binary = true: the site's walsender sends the ledger's timestamps, numerics and dates
         -- as their binary form instead of formatting them as text (and the centre does not parse
         -- them); the ledger has built-in types only, the same at both ends
-        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true, '
-                                  'synchronous_commit = local, binary = true)',
-                                  sub, site_conninfo, sub, sub);
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_subscribe_slot(sub, site_conninfo, ARRAY[sub],
+                                                        ARRAY['synchronous_commit = local', 'binary = true']);
     END
     $$;
 COMMENT ON PROCEDURE @extschema@.federation_subscribe(integer, text) IS
@@ -13868,6 +13868,27 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.federation_not_received(sub text, ta
     $$;
 COMMENT ON FUNCTION hpcacct_internal.federation_not_received(text, regclass[]) IS
     'The listed tables the subscription does not receive, comma-separated; NULL when none';
+CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_subscribe_slot(sub text, conninfo text, publications text[],
+                                                           options text[])
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        names text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(n), ', ' ORDER BY o) INTO names
+        FROM pg_catalog.unnest(publications) WITH ORDINALITY AS u(n, o);
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %s WITH (%s)',
+                                  sub, conninfo, names,
+                                  pg_catalog.array_to_string(ARRAY['create_slot = false',
+                                                                   pg_catalog.format('slot_name = %L', sub),
+                                                                   'copy_data = true'] || options, ', '));
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+COMMENT ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) IS
+    'Subscription to publications on the slot of its name the other side made, copying existing rows; commits';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
