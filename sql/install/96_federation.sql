@@ -334,6 +334,114 @@ CREATE FUNCTION hpcacct_internal.federation_publishes(pub text, tab regclass) RE
 COMMENT ON FUNCTION hpcacct_internal.federation_publishes(text, regclass) IS
     'Whether the publication of that name includes the table';
 
+-- Whether this database has a subscription of that name.
+CREATE FUNCTION hpcacct_internal.federation_subscribed(sub text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
+                       WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                              WHERE d.datname = pg_catalog.current_database()))
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_subscribed(text) IS
+    'Whether this database has a subscription of that name';
+
+-- The tables of `tabs` that subscription `sub` does not receive (a refresh adds them), as a
+-- list for a message; NULL when it receives them all.
+CREATE FUNCTION hpcacct_internal.federation_not_received(sub text, tabs regclass[]) RETURNS text
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.string_agg(t::text, ', ')
+        FROM pg_catalog.unnest(tabs) t
+        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                          JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                          WHERE s.subname = sub AND r.srrelid = t)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_not_received(text, regclass[]) IS
+    'The listed tables the subscription does not receive, comma-separated; NULL when none';
+
+-- Makes publication `pub` include hpcacct.federation_received with the row filter
+-- `received_where` (a publication made before 0.4 lacks it), publishing inserts and updates.
+CREATE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
+                                      'WHERE (%s)', pub, received_where);
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
+        END IF;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_received(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_received(text, text) IS
+    'Adds hpcacct.federation_received, with that row filter, to the publication if it lacks it';
+
+-- The publishing side of a link: publication `pub` of the ledger rows in `ids` (or outside
+-- them, `outside`) and of the federation_received rows `received_where` selects, then a
+-- COMMIT and the slot of the same name (see below why). Called with CALL from the
+-- procedures below; leaves search_path set for the rest of the caller's transaction.
+CREATE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8range, outside boolean,
+                                                           received_where text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ledger_where text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        ledger_where := pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
+                                               ELSE 'entry_id >= %s AND entry_id < %s' END,
+                                          pg_catalog.lower(ids), pg_catalog.upper(ids));
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
+                                      'TABLE @extschema@.federation_received WHERE (%s) '
+                                      'WITH (publish = ''insert, update'')',
+                                      pub, ledger_where, received_where);
+        ELSE
+            PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
+            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
+        END IF;
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) FROM PUBLIC;
+COMMENT ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) IS
+    'Publication of ledger rows (in or outside an id range) and federation_received rows, then its slot; idempotent';
+
+-- The subscribing side of a link: subscription `sub` to `publications`, reached with
+-- `conninfo`, on the slot of the same name that the publishing side made (so no slot is
+-- created here), copying the rows already there; `options` are further subscription options.
+-- Commits. Called with CALL from the procedures below; leaves search_path set.
+CREATE PROCEDURE hpcacct_internal.federation_subscribe_slot(sub text, conninfo text, publications text[],
+                                                           options text[])
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        names text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(n), ', ' ORDER BY o) INTO names
+        FROM pg_catalog.unnest(publications) WITH ORDINALITY AS u(n, o);
+        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %s WITH (%s)',
+                                  sub, conninfo, names,
+                                  pg_catalog.array_to_string(ARRAY['create_slot = false',
+                                                                   pg_catalog.format('slot_name = %L', sub),
+                                                                   'copy_data = true'] || options, ', '));
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) FROM PUBLIC;
+COMMENT ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) IS
+    'Subscription to publications on the slot of its name the other side made, copying existing rows; commits';
+
 -- The procedures below create publications, replication slots and subscriptions. A slot
 -- cannot be created in a transaction that has written anything, and CREATE SUBSCRIPTION
 -- cannot create its slot on the publisher from inside a function or transaction block. So
@@ -387,24 +495,8 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
         ids := @extschema@.federation_id_range(site);
         pub := 'hpcacct_fed_c2s_' || site;
         -- the ledger rows the site receives, and what the centre reports it received from the site
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id < %s OR entry_id >= %s), '
-                                      'TABLE @extschema@.federation_received WHERE (receiver = 0 AND origin = %s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
-        ELSIF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                      'WHERE (receiver = 0 AND origin = %s)', pub, site);
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
-            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, true,
+                                                        pg_catalog.format('receiver = 0 AND origin = %s', site));
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_publish(integer, text) FROM PUBLIC;
@@ -435,26 +527,16 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
             RAISE EXCEPTION 'invalid site %', site
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'Sites are numbered 1 to 32767; the centre is 0.';
         END IF;
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
-                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
-                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+        IF hpcacct_internal.federation_subscribed(sub) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
-            IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                          'WHERE (receiver = %s)', pub, site);
-                EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-            END IF;
+            PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- tables a later version added reach the site only after a refresh, which
             -- PostgreSQL does not allow inside a procedure: say so
-            SELECT pg_catalog.string_agg(t::text, ', ') INTO missing
-            FROM pg_catalog.unnest(@extschema@.federation_reference_tables()
-                                   || '@extschema@.federation_received'::regclass) t
-            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
-                              JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
-                              WHERE s.subname = sub AND r.srrelid = t);
+            missing := hpcacct_internal.federation_not_received(
+                sub, @extschema@.federation_reference_tables() || '@extschema@.federation_received'::regclass);
             IF missing IS NOT NULL THEN
                 RAISE WARNING 'this site does not receive %', missing
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
@@ -465,26 +547,10 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         PERFORM @extschema@.federation_prepare(site, 'site');
         ids := @extschema@.federation_id_range(site);
         -- its own ledger rows, and what it reports it received
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger '
-                                      'WHERE (entry_id >= %s AND entry_id < %s), '
-                                      'TABLE @extschema@.federation_received WHERE (receiver = %s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, pg_catalog.lower(ids), pg_catalog.upper(ids), site);
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
-            PERFORM pg_catalog.pg_create_logical_replication_slot(pub, 'pgoutput');
-        END IF;
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, false, pg_catalog.format('receiver = %s', site));
         -- the centre made the slot for this subscription in federation_publish()
-        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION hpcacct_fed_reference, %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true)',
-                                  sub, centre_conninfo, sub, sub);
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_subscribe_slot(sub, centre_conninfo, ARRAY['hpcacct_fed_reference', sub],
+                                                        '{}');
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_join(integer, text) FROM PUBLIC;
@@ -511,17 +577,14 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
                 USING ERRCODE = 'undefined_object', HINT = 'Run CALL hpcacct.federation_publish(site, name) first.';
         END IF;
         PERFORM @extschema@.federation_prepare(0, 'centre');
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_subscription s
-                   WHERE s.subname = sub AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
-                                                          WHERE d.datname = pg_catalog.current_database())) THEN
+        IF hpcacct_internal.federation_subscribed(sub) THEN
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, site_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I SET (synchronous_commit = local, binary = true)', sub);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- a site joined by an earlier version publishes its reports of rows received once
             -- federation_join() ran there again; the subscription needs a refresh (not in a procedure)
-            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
-                           JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
-                           WHERE s.subname = sub AND r.srrelid = '@extschema@.federation_received'::regclass) THEN
+            IF hpcacct_internal.federation_not_received(
+                   sub, ARRAY['@extschema@.federation_received'::regclass]) IS NOT NULL THEN
                 RAISE WARNING 'this database does not receive site %''s reports of rows received', site
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_join(%s, ...) at the site, run '
                                                    'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
@@ -536,12 +599,8 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
         -- binary = true: the site's walsender sends the ledger's timestamps, numerics and dates
         -- as their binary form instead of formatting them as text (and the centre does not parse
         -- them); the ledger has built-in types only, the same at both ends
-        EXECUTE pg_catalog.format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I '
-                                  'WITH (create_slot = false, slot_name = %L, copy_data = true, '
-                                  'synchronous_commit = local, binary = true)',
-                                  sub, site_conninfo, sub, sub);
-        COMMIT;
-        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        CALL hpcacct_internal.federation_subscribe_slot(sub, site_conninfo, ARRAY[sub],
+                                                        ARRAY['synchronous_commit = local', 'binary = true']);
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_subscribe(integer, text) FROM PUBLIC;

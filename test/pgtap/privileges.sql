@@ -126,16 +126,17 @@ SELECT is((SELECT count(*) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef
              AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)),
           0::bigint, 'every SECURITY DEFINER function pins search_path');
--- A procedure that commits cannot have a SET clause: it pins the path with set_config() first
--- thing and after every COMMIT instead (the federation's set-up procedures), checked below.
+-- A procedure that commits, or calls an internal procedure that does, cannot have a SET
+-- clause: it pins the path with set_config() first thing and after every COMMIT instead (the
+-- federation's set-up procedures), checked below.
 SELECT is((SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND l.lanname IN ('sql', 'plpgsql')
              AND p.prosqlbody IS NULL
              AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)
-             AND NOT (p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;')),
+             AND NOT (p.prokind = 'p' AND p.prosrc ~ '\m(COMMIT;|CALL hpcacct_internal\.)')),
           0::bigint, 'every SQL and PL/pgSQL function is immune to the caller''s search_path');
 SELECT is((SELECT count(*) FROM pg_proc p
-           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;'
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind = 'p' AND p.prosrc ~ '\m(COMMIT;|CALL hpcacct_internal\.)'
              AND (p.prosrc !~ '^\s*DECLARE\s+([a-z_]+\s+[a-z0-9_.]+;\s*)*BEGIN\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);'
                   OR (SELECT count(*) FROM regexp_matches(p.prosrc, 'COMMIT;\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);', 'g'))
                      <> (SELECT count(*) FROM regexp_matches(p.prosrc, '\mCOMMIT;', 'g'))
