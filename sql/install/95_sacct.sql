@@ -368,7 +368,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
             BEGIN
                 -- The whole set first: new runs by a plain INSERT (no speculative insertion per
                 -- row), changed ones by the upsert. If that fails (a site trigger, a run another
-                -- session inserted meanwhile), every range of the bisection upserts them all.
+                -- session inserted meanwhile), the whole set is upserted, then bisected if need be.
                 plain := whole;
                 whole := false;  -- a variable: not undone by the exception
                 IF plain THEN
