@@ -289,7 +289,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
 -- rollup. The same sums as folding everything at once, numerics exactly, decayed sums up to
 -- float8's rounding. The base never moves back: an earlier through_month folds up to the
 -- base's month. Internal: compact_rollup() folds up to the month before the current.
-CREATE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+CREATE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -374,10 +374,10 @@ CREATE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
         RETURN rows_merged;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
+COMMENT ON FUNCTION hpcacct_internal.fold_rollup(date) IS
     'Merges the new rows of the charge and consumption rollups and folds the months up to through_month into '
     'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
-REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.fold_rollup(date) FROM PUBLIC;
 
 -- Merges the delta rows and folds the months up to the one before the current (the site's
 -- time zone). Exact (sums of the same numerics) and idempotent; safe next to loaders (it
@@ -386,7 +386,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
 CREATE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
-    RETURN @extschema@.fold_rollup((pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())
+    RETURN hpcacct_internal.fold_rollup((pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())
                                     - interval '1 month')::date);
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the new rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '

@@ -9677,11 +9677,11 @@ COMMENT ON COLUMN @extschema@.charge_rollup.folded IS
 COMMENT ON COLUMN @extschema@.usage_base.through IS
     'First day of the last month folded in (site time zone) when the row was last added to: the jobs in it ended '
     'before the next month; the latest is the whole base''s';
-CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+CREATE OR REPLACE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$ BEGIN RETURN NULL; END $$;  -- defined below (final definitions)
-REVOKE EXECUTE ON FUNCTION @extschema@.fold_rollup(date) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.fold_rollup(date) FROM PUBLIC;
 CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date,
                                                        per_submitter boolean)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
@@ -9755,7 +9755,7 @@ COMMENT ON FUNCTION @extschema@.decay_weight(timestamptz, timestamptz, interval)
 CREATE OR REPLACE FUNCTION @extschema@.compact_rollup() RETURNS bigint
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
-    RETURN @extschema@.fold_rollup((pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())
+    RETURN hpcacct_internal.fold_rollup((pg_catalog.date_trunc('month', pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())
                                     - interval '1 month')::date);
 COMMENT ON FUNCTION @extschema@.compact_rollup() IS
     'Merges the new rows of the charge and consumption rollups into one per group (exact, idempotent) and folds '
@@ -13662,7 +13662,7 @@ CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes); returns the rows of charge_rollup';
-CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS bigint
+CREATE OR REPLACE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -13747,7 +13747,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fold_rollup(through_month date) RETURNS b
         RETURN rows_merged;
     END
     $$;
-COMMENT ON FUNCTION @extschema@.fold_rollup(date) IS
+COMMENT ON FUNCTION hpcacct_internal.fold_rollup(date) IS
     'Merges the new rows of the charge and consumption rollups and folds the months up to through_month into '
     'fairshare_base and usage_base (internal: compact_rollup()); returns the charge rollup rows it merged';
 CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)

@@ -1,4 +1,4 @@
--- Incremental compaction (sql/install/47_rollup.sql, fold_rollup() behind compact_rollup()):
+-- Incremental compaction (sql/install/47_rollup.sql, hpcacct_internal.fold_rollup() behind compact_rollup()):
 -- folding month after month, with re-ratings and deletions after each fold, ends in the same
 -- rollups and bases as a rebuild from the ledger folded once: numerics exactly, decayed sums
 -- within 1e-12 relative (float8 rounding of the monthly rescaling). Also after a change of the
@@ -63,40 +63,40 @@ $$;
 -- the same state rebuilt from the ledger and folded at once, into snapshot `label`
 CREATE FUNCTION pg_temp.rebuilt(through_month date, label text) RETURNS bigint LANGUAGE sql AS $$
     SELECT rebuild_rollup();
-    SELECT fold_rollup(through_month);
+    SELECT hpcacct_internal.fold_rollup(through_month);
     SELECT pg_temp.snapshot(label);
 $$;
 
 -- ---- folding month after month, the ledger changing in between ----
-SELECT ok(fold_rollup('2026-01-01') > 0, 'a first fold merges the new rows');
+SELECT ok(hpcacct_internal.fold_rollup('2026-01-01') > 0, 'a first fold merges the new rows');
 UPDATE job SET "end" = "end" + interval '3 hours' WHERE jobid IN ('c5', 'c17', 'c40');  -- re-rated: folded months
 DELETE FROM job WHERE jobid IN ('c9', 'c30');
 SELECT ok(EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded AND end_month <= '2026-01-01'),
           'late reversals of folded months are new rows');
-SELECT fold_rollup('2026-01-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-01-01') AS folded \gset
 SELECT ok(NOT EXISTS (SELECT 1 FROM charge_rollup WHERE NOT folded AND end_month <= '2026-01-01')
           AND pg_temp.snapshot('step') > 0 AND pg_temp.duplicates('step') = 0,
           'the same month again: the late rows are added to the folded rows, one row per group');
 -- two months on: the base decays by them
-SELECT fold_rollup('2026-03-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-03-01') AS folded \gset
 SELECT is((SELECT array_agg(DISTINCT through) FROM fairshare_base), ARRAY[date '2026-03-01'],
           'the base moves to the new month, every row');
 SELECT pg_temp.add_jobs(401, 640);  -- April to June
 UPDATE job SET "end" = "end" + interval '1 day' WHERE jobid IN ('c3', 'c150', 'c260', 'c420');
 DELETE FROM job WHERE jobid IN ('c200', 'c330', 'c450');
-SELECT fold_rollup('2026-04-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-04-01') AS folded \gset
 UPDATE job SET "end" = "end" + interval '2 hours' WHERE jobid IN ('c8', 'c380');
-SELECT fold_rollup('2026-05-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-05-01') AS folded \gset
 SELECT pg_temp.snapshot('incremental') AS rows \gset
 
 -- a re-run changes nothing, and rewrites no folded row
 CREATE TEMP TABLE folded_rows AS SELECT ctid AS place FROM charge_rollup WHERE folded;
-SELECT fold_rollup('2026-05-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-05-01') AS folded \gset
 SELECT pg_temp.snapshot('re-run') AS rows \gset
 SELECT is(pg_temp.differences('incremental', 're-run', 0), 0::bigint, 'a re-run changes nothing, to the bit');
 SELECT set_eq('SELECT ctid AS place FROM charge_rollup WHERE folded', 'SELECT place FROM folded_rows',
               'and rewrites no folded row');
-SELECT fold_rollup('2026-02-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-02-01') AS folded \gset
 SELECT pg_temp.snapshot('earlier') AS rows \gset
 SELECT is(pg_temp.differences('incremental', 'earlier', 0), 0::bigint,
           'an earlier month changes nothing either: the base does not move back');
@@ -126,11 +126,11 @@ SELECT is((SELECT array_agg(DISTINCT through) FROM fairshare_base),
 UPDATE setting SET value = 'America/Vancouver' WHERE name = 'timezone';
 SELECT ok(NOT EXISTS (SELECT 1 FROM fairshare_base) AND NOT EXISTS (SELECT 1 FROM charge_rollup WHERE folded),
           'a change of time zone empties the bases');
-SELECT fold_rollup('2026-02-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-02-01') AS folded \gset
 UPDATE job SET "end" = "end" + interval '7 hours' WHERE jobid IN ('c12', 'c100', 'c310');
 DELETE FROM job WHERE jobid = 'c111';
-SELECT fold_rollup('2026-03-01') AS folded \gset
-SELECT fold_rollup('2026-05-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-03-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-05-01') AS folded \gset
 SELECT pg_temp.snapshot('tz incremental') AS rows \gset
 SELECT pg_temp.rebuilt('2026-05-01', 'tz rebuilt') AS rows \gset
 SELECT is(pg_temp.differences('tz incremental', 'tz rebuilt', 1e-12), 0::bigint,
@@ -138,11 +138,11 @@ SELECT is(pg_temp.differences('tz incremental', 'tz rebuilt', 1e-12), 0::bigint,
 
 -- ---- after a change of half-life ----
 INSERT INTO setting VALUES ('half_life', '2 days');
-SELECT fold_rollup('2026-01-01') AS folded \gset
-SELECT fold_rollup('2026-02-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-01-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-02-01') AS folded \gset
 UPDATE job SET "end" = "end" + interval '5 hours' WHERE jobid IN ('c20', 'c210');
-SELECT fold_rollup('2026-04-01') AS folded \gset
-SELECT fold_rollup('2026-05-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-04-01') AS folded \gset
+SELECT hpcacct_internal.fold_rollup('2026-05-01') AS folded \gset
 SELECT pg_temp.snapshot('hl incremental') AS rows \gset
 SELECT pg_temp.rebuilt('2026-05-01', 'hl rebuilt') AS rows \gset
 SELECT is(pg_temp.differences('hl incremental', 'hl rebuilt', 1e-12), 0::bigint,
@@ -151,9 +151,9 @@ SELECT ok((SELECT count(DISTINCT decayed) FROM snap WHERE label = 'hl rebuilt' A
           'with decayed sums that are not all alike');
 
 -- ---- bad input ----
-SELECT throws_ok($$SELECT fold_rollup(NULL)$$, '22004', NULL, 'a NULL month is an error');
-SELECT throws_ok($$SELECT fold_rollup('2026-03-15')$$, '22023', NULL, 'a day other than the first is an error');
-SELECT throws_ok($$SELECT fold_rollup(date_trunc('month', now() AT TIME ZONE site_timezone())::date)$$, '22023', NULL,
+SELECT throws_ok($$SELECT hpcacct_internal.fold_rollup(NULL)$$, '22004', NULL, 'a NULL month is an error');
+SELECT throws_ok($$SELECT hpcacct_internal.fold_rollup('2026-03-15')$$, '22023', NULL, 'a day other than the first is an error');
+SELECT throws_ok($$SELECT hpcacct_internal.fold_rollup(date_trunc('month', now() AT TIME ZONE site_timezone())::date)$$, '22023', NULL,
                  'the current month cannot be folded');
 
 SELECT * FROM finish();
