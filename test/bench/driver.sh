@@ -31,6 +31,7 @@ AGG_ROWS=${AGG_ROWS:-1}         # 0: no aggregate rows (bench.agg_rows), no aggr
 REFERENCES=${REFERENCES:-1}     # 0: time the fast paths only (no references, no checks, no table of ratios)
 PLPGSQL=${PLPGSQL:-1}           # 0: ingestion without its PL/pgSQL reference (21 min at 1 M jobs)
 SUBMIT_CALLS=${SUBMIT_CALLS:-2000}
+JIT=${JIT:-off}                 # on: PostgreSQL's default (and a site's); off: timings comparable with earlier runs
 
 out=$bench/out
 rm -rf "$out"
@@ -48,9 +49,9 @@ seconds() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ---- server settings for a 2-core, 24 GiB machine ---------------------------------------
-log "bench: JOBS=$JOBS SEED=$SEED RUNS=$RUNS ANCHOR=$ANCHOR BUDGET=${BUDGET}s CHECK=$CHECK"
+log "bench: JOBS=$JOBS SEED=$SEED RUNS=$RUNS ANCHOR=$ANCHOR BUDGET=${BUDGET}s CHECK=$CHECK JIT=$JIT"
 if [ "$TUNE" = 1 ]; then
-q -d postgres <<'SQL'
+q -d postgres -v jit="$JIT" <<'SQL'
 ALTER SYSTEM SET shared_buffers = '6GB';              -- a quarter of RAM; the rest is page cache
 ALTER SYSTEM SET effective_cache_size = '16GB';
 ALTER SYSTEM SET work_mem = '64MB';                   -- hash aggregates of reports stay in memory
@@ -62,7 +63,7 @@ ALTER SYSTEM SET max_parallel_workers = 4;
 ALTER SYSTEM SET max_parallel_workers_per_gather = 2; -- 2 cores: leader + 2 workers at most
 ALTER SYSTEM SET random_page_cost = 1.1;              -- SSD
 ALTER SYSTEM SET effective_io_concurrency = 200;
-ALTER SYSTEM SET jit = off;                           -- stable timings; JIT compiles in 100s of ms
+ALTER SYSTEM SET jit = :'jit';                        -- JIT=off by default: stable timings, comparable runs
 ALTER SYSTEM SET log_line_prefix = '%m [%p] ';        -- memory-context dumps name their backend
 SQL
 as_server_owner "$bindir/pg_ctl" -D "$PGHOST/data" -l "$HPCACCT_SERVER_LOG" -w restart >/dev/null
@@ -394,7 +395,7 @@ q -d $main -c "CREATE TABLE bench.timing (grp text, variant text, run integer, m
 value -d $main -v jobs="$JOBS" -f report.sql >"$out/results.txt"
 {
     echo
-    echo "hpcacct bench: JOBS=$JOBS SEED=$SEED RUNS=$RUNS ANCHOR=$ANCHOR, $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(value -d postgres -c 'SELECT version()' | cut -d, -f1)"
+    echo "hpcacct bench: JOBS=$JOBS SEED=$SEED RUNS=$RUNS ANCHOR=$ANCHOR JIT=$JIT, $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(value -d postgres -c 'SELECT version()' | cut -d, -f1)"
     echo "site: $(tr '\n' ' ' <"$out/site.txt")"
     echo
     cat "$out/results.txt"
