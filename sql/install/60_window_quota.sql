@@ -136,7 +136,7 @@ CREATE FUNCTION @extschema@.window_quota_usage(
     RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
                    monthly float8, remaining_prev float8, consumed_current float8,
                    consumable_pct float8, consumable float8, cluster text, unit text)
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');

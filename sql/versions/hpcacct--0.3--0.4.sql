@@ -9765,6 +9765,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                    usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $$
         WITH cfg AS MATERIALIZED (
             SELECT $1 AS at,
@@ -10181,7 +10182,7 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
     RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
                    monthly float8, remaining_prev float8, consumed_current float8,
                    consumable_pct float8, consumable float8, cluster text, unit text)
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
     SET search_path = pg_catalog, pg_temp
     AS $$
         SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');
@@ -13754,6 +13755,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE ROWS 100000
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $$
         WITH z AS MATERIALIZED (
             SELECT t.tz, t.at_month,

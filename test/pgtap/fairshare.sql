@@ -4,7 +4,7 @@
 -- mid-year; pools starting in April and in January; allocations over one and two years).
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(49);
+SELECT plan(51);
 
 -- ---- objects and their labels ----
 SELECT is_aggregate('hpcacct', 'decayed_usage', ARRAY['timestamp with time zone', 'double precision',
@@ -40,6 +40,13 @@ SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects
                   WHERE prokind = 'f' AND prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')
                     AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(proconfig), false)$$,
                 'SQL and PL/pgSQL functions pin search_path to pg_catalog, pg_temp');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                  WHERE p.oid IN ('hpcacct.charges_ended_by(timestamptz, date, date, boolean)'::regprocedure,
+                                  'hpcacct.fairshare_all(timestamptz)'::regprocedure)
+                    AND NOT coalesce('jit=off' = ANY(p.proconfig), false)$$,
+                'charges_ended_by and fairshare_all run without JIT (their generic plans cost far above jit_above_cost)');
+SELECT is((SELECT p.proconfig FROM pg_proc p WHERE p.oid = 'hpcacct.year_usage(integer, timestamptz, boolean)'::regprocedure),
+          NULL, 'year_usage has no SET clause, which would stop the reports from inlining it');
 SELECT is_empty($$SELECT oid::regprocedure FROM fs_objects
                   WHERE prokind = 'f'
                     AND prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c') AND provolatile <> 's'$$,

@@ -3,7 +3,7 @@
 -- workers really ran.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(56);
+SELECT plan(57);
 
 -- ---- objects and their labels ----
 SELECT has_composite('hpcacct', 'quota', 'composite type hpcacct.quota');
@@ -34,6 +34,8 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
                     AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY(p.proconfig), false)$$,
                 'SQL functions pin search_path to pg_catalog, pg_temp');
 SELECT volatility_is('hpcacct', 'window_quota_usage', ARRAY['text', 'date'], 'stable', 'window_quota_usage is STABLE');
+SELECT is((SELECT p.prorows FROM pg_proc p WHERE p.oid = 'hpcacct.window_quota_usage(text, date)'::regprocedure),
+          1::real, 'window_quota_usage(account) is estimated at the one row it returns');
 SELECT volatility_is('hpcacct', 'window_quota_state', ARRAY['text', 'date'], 'stable', 'window_quota_state is STABLE');
 SELECT volatility_is('hpcacct', 'add_quota_period', ARRAY['text', 'date', 'date', 'double precision', 'text', 'text'],
                      'volatile', 'add_quota_period is VOLATILE');
