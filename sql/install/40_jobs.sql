@@ -2,21 +2,10 @@
 -- Jobs, the ledger, and the trigger that charges every job into the ledger.
 -- ---------------------------------------------------------------------------------------
 
--- Every money-like movement is one row; balances are sums. Rows are never updated or
--- deleted: a correction is a new row (a re-rated or deleted job gets a reversal).
---   charge       a job's charge (positive) or its reversal (negative); names the job
---   grant, supplement, deposit   allocation credited to the account for [valid_from, valid_until]
---   retraction   allocation withdrawn (negative), effective valid_from until valid_until
---   transfer     allocation moved between quarters or accounts: one negative, one positive row
---   refund       credit given back for a charge
--- A charge names the cluster its job ran on (`cluster`, with `jobid`) and counts in its
--- resource's pool; every other row names the pool it counts in (`pool`; NULL: every pool
--- charged in its unit). Two columns, because a job's cluster and an allocation's pool are
--- two things (a pool may span clusters, or be a cluster's GPU partitions).
-
--- The error of the two constraints below that keep them apart, raised by the constraint
--- itself when it fails, so that the message says what to write instead (only a failing row
--- calls it: the constraint's other terms decide every valid row).
+-- The error of the ledger's two constraints that keep a charge's cluster and an allocation's
+-- pool apart (below), raised by the constraint itself when it fails, so that the message says
+-- what to write instead (only a failing row calls it: the constraint's other terms decide
+-- every valid row).
 CREATE FUNCTION hpcacct_internal.ledger_column_refused(constraint_name text, kind text, value text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -39,6 +28,17 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_column_refused(text, text, text) IS
     'The error (23514, with a hint) of the ledger''s constraints ledger_charge_has_no_pool and '
     'ledger_allocation_has_no_cluster, raised when one fails';
 
+-- Every money-like movement is one row; balances are sums. Rows are never updated or
+-- deleted: a correction is a new row (a re-rated or deleted job gets a reversal).
+--   charge       a job's charge (positive) or its reversal (negative); names the job
+--   grant, supplement, deposit   allocation credited to the account for [valid_from, valid_until]
+--   retraction   allocation withdrawn (negative), effective valid_from until valid_until
+--   transfer     allocation moved between quarters or accounts: one negative, one positive row
+--   refund       credit given back for a charge
+-- A charge names the cluster its job ran on (`cluster`, with `jobid`) and counts in its
+-- resource's pool; every other row names the pool it counts in (`pool`; NULL: every pool
+-- charged in its unit). Two columns, because a job's cluster and an allocation's pool are
+-- two things (a pool may span clusters, or be a cluster's GPU partitions).
 CREATE TABLE @extschema@.ledger (
     entry_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     booked_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
