@@ -9789,7 +9789,8 @@ ALTER TABLE @extschema@.ledger
         OR hpcacct_internal.ledger_column_refused('ledger_charge_has_no_pool', kind, pool)),
     ADD CONSTRAINT ledger_allocation_has_no_cluster CHECK (
         kind = 'charge' OR cluster IS NULL
-        OR hpcacct_internal.ledger_column_refused('ledger_allocation_has_no_cluster', kind, cluster));
+        OR hpcacct_internal.ledger_column_refused('ledger_allocation_has_no_cluster', kind, cluster)),
+    ADD CONSTRAINT ledger_pool_named CHECK (pool <> '');
 COMMENT ON TABLE @extschema@.regulation_machine IS
     'GENCI regulation settings per machine (a pool: ledger.pool of its grants): monthly threshold, annual percentages, month convention';
 COMMENT ON COLUMN @extschema@.pool.name IS 'The pool: a resource''s pool (or cluster), an allocation''s ledger.pool';

@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(18);
+SELECT plan(19);
 
 -- SQLSTATE, constraint and hint of a statement's error.
 CREATE FUNCTION pg_temp.error_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -57,6 +57,9 @@ SELECT is(pg_temp.error_of($$INSERT INTO hpcacct.ledger (account, kind, amount, 
           '23514 ledger_charge_has_no_pool A charge counts in its resource''s pool (resource.pool, or its cluster): '
           'leave pool NULL.',
           'its error names the constraint, and the hint says where a charge counts');
+SELECT throws_ok($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                   VALUES ('lp_genci', 'grant', 1200000, 'hours', '', '2025-01-01', '2025-12-31')$$,
+                 '23514', NULL, 'a grant whose pool is the empty string is refused (23514: a NULL pool is every pool)');
 SELECT is((SELECT count(*) FROM ledger WHERE account LIKE 'lp\_%'), 0::bigint, 'the refused rows wrote nothing');
 SELECT col_is_null('hpcacct', 'ledger', 'pool', 'ledger.pool may be NULL (a charge, or every pool of the unit)');
 SELECT is(col_description('hpcacct.ledger'::regclass,
