@@ -163,7 +163,7 @@ INSERT INTO pool (name, year_start_month) VALUES ('gpu', 7);
 INSERT INTO account (name) VALUES ('lattice'), ('hadron'), ('nuclear');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
     ('example', 'k20', 'cpu=16,gres/gpu=100', 'gres/gpu=1', 1, 'GPU-hours', 'gpu');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note) VALUES
     ('lattice', 'grant', 1800, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30', 'allocation 2023-24'),
     ('hadron',  'grant',  900, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30', 'allocation 2023-24'),
     ('nuclear', 'grant',  300, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30', 'allocation 2023-24');
@@ -216,7 +216,7 @@ SELECT account, month, usage FROM usage_by_month(2024, '2024-08-01 00:00+00') WH
 -- A grant valid for two years counts pro rata by days in each: 731 GPU-hours over 366 + 365
 -- days are 366 in 2023-24 and 365 in 2024-25; a retraction inside 2023-24 counts there whole.
 -- hadron: 900 + 366 − 100 = 1 166 in 2023-24, 365 in 2024-25.
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
     ('hadron', 'supplement', 731, 'GPU-hours', 'gpu', '2023-07-01', '2025-06-30'),
     ('hadron', 'retraction', -100, 'GPU-hours', 'gpu', '2024-01-01', '2024-06-30');
 SELECT account, year, allocation FROM usage_by_account(2023, '2024-08-01 00:00+00') WHERE pool = 'gpu' AND account = 'hadron'

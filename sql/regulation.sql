@@ -30,7 +30,7 @@ SELECT * FROM regulation_machine WHERE machine IN ('ada', 'turing') ORDER BY mac
 
 -- ===== Project P of the document (2024, Ada) =====
 INSERT INTO account (name) VALUES ('P');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note) VALUES
     ('P', 'grant',      1200000, 'hours', 'ada', '2024-01-01', '2024-12-31', 'first DARI session'),
     ('P', 'retraction', -100000, 'hours', 'ada', '2024-03-15', '2024-12-31', 'retraction of 15 March'),
     ('P', 'grant',       400000, 'hours', 'ada', '2024-07-01', '2024-12-31', 'second DARI session'),
@@ -114,7 +114,7 @@ RESET min_parallel_table_scan_size;
 INSERT INTO account (name) VALUES ('Z'), ('C'), ('S'), ('E'), ('F'), ('U');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES
     ('ada', 'cpu', 'cpu=32,mem=128G,node=1', 'cpu=1', 1, 'hours');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
 SELECT account, 'grant', amount, 'hours', 'ada', '2025-01-01', '2025-12-31', 'first DARI session'
 FROM (VALUES ('Z', 1200000), ('C', 1200000), ('S', 500000), ('E', 500000), ('F', 500000), ('U', 500000)) AS v(account, amount);
 INSERT INTO exoneration (account, machine, year, reason, received, note)
@@ -137,7 +137,7 @@ CALL regulate('2025-03-15');
 SELECT run_date, account, outcome, round(alloc) AS alloc, round(consumption::numeric) AS consumption,
        round(tc::numeric) AS tc, round(tmc::numeric) AS tmc, round(delta::numeric) AS delta, retracted
 FROM regulation_log WHERE run = 'monthly' ORDER BY run_date, account;
-SELECT account, kind, amount, unit, cluster, valid_from, valid_until, note
+SELECT account, kind, amount, unit, pool, valid_from, valid_until, note
 FROM ledger WHERE kind = 'retraction' AND account = 'Z';
 
 -- The retraction changes Z's TMC from 15 March on: the document's first two rows.
@@ -180,7 +180,7 @@ SELECT run_date, run, account, outcome, figures_at, round(alloc) AS alloc, round
        round(used_percent::numeric, 2) AS used_percent, retracted
 FROM regulation_log WHERE run <> 'monthly' ORDER BY run_date, account;
 SELECT account, kind, amount, valid_from, valid_until, note
-FROM ledger WHERE kind = 'retraction' AND cluster = 'ada' AND account <> 'P' ORDER BY entry_id;
+FROM ledger WHERE kind = 'retraction' AND pool = 'ada' AND account <> 'P' ORDER BY entry_id;
 
 -- Where Z and C stand at a date, and the monthly report.
 SELECT * FROM allocation_status('Z', 'ada', '2025-02-15');

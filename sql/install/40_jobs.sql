@@ -2,6 +2,32 @@
 -- Jobs, the ledger, and the trigger that charges every job into the ledger.
 -- ---------------------------------------------------------------------------------------
 
+-- The error of the ledger's two constraints that keep a charge's cluster and an allocation's
+-- pool apart (below), raised by the constraint itself when it fails, so that the message says
+-- what to write instead (only a failing row calls it: the constraint's other terms decide
+-- every valid row).
+CREATE FUNCTION hpcacct_internal.ledger_column_refused(constraint_name text, kind text, value text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF constraint_name = 'ledger_charge_has_no_pool' THEN
+            RAISE EXCEPTION 'a charge has no pool (pool "%" given)', value
+                USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'ledger',
+                      SCHEMA = '@extschema@',
+                      HINT = 'A charge counts in its resource''s pool (resource.pool, or its cluster): leave pool NULL.';
+        END IF;
+        RAISE EXCEPTION 'a % row has no cluster (cluster "%" given): only a charge names a cluster', kind, value
+            USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'ledger',
+                  SCHEMA = '@extschema@',
+                  HINT = format('Name the %s''s pool in the column pool instead (pool = %L); a NULL pool is every '
+                                'pool charged in its unit.', kind, value);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_column_refused(text, text, text) IS
+    'The error (23514, with a hint) of the ledger''s constraints ledger_charge_has_no_pool and '
+    'ledger_allocation_has_no_cluster, raised when one fails';
+
 -- Every money-like movement is one row; balances are sums. Rows are never updated or
 -- deleted: a correction is a new row (a re-rated or deleted job gets a reversal).
 --   charge       a job's charge (positive) or its reversal (negative); names the job
@@ -9,6 +35,10 @@
 --   retraction   allocation withdrawn (negative), effective valid_from until valid_until
 --   transfer     allocation moved between quarters or accounts: one negative, one positive row
 --   refund       credit given back for a charge
+-- A charge names the cluster its job ran on (`cluster`, with `jobid`) and counts in its
+-- resource's pool; every other row names the pool it counts in (`pool`; NULL: every pool
+-- charged in its unit). Two columns, because a job's cluster and an allocation's pool are
+-- two things (a pool may span clusters, or be a cluster's GPU partitions).
 CREATE TABLE @extschema@.ledger (
     entry_id    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     booked_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
@@ -28,6 +58,7 @@ CREATE TABLE @extschema@.ledger (
     note        text,
     job_submit  timestamptz,
     core_hours  numeric(20, 6),
+    pool        text,
     CONSTRAINT ledger_charge_names_job CHECK (
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
                              AND job_start IS NOT NULL AND job_end >= job_start)),
@@ -36,7 +67,14 @@ CREATE TABLE @extschema@.ledger (
                             AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until))),
     CONSTRAINT ledger_sign_of_kind CHECK (
         CASE kind WHEN 'grant' THEN amount > 0 WHEN 'supplement' THEN amount > 0 WHEN 'deposit' THEN amount > 0
-                  WHEN 'refund' THEN amount > 0 WHEN 'retraction' THEN amount < 0 ELSE true END)
+                  WHEN 'refund' THEN amount > 0 WHEN 'retraction' THEN amount < 0 ELSE true END),
+    CONSTRAINT ledger_charge_has_no_pool CHECK (
+        kind <> 'charge' OR pool IS NULL
+        OR hpcacct_internal.ledger_column_refused('ledger_charge_has_no_pool', kind, pool)),
+    CONSTRAINT ledger_allocation_has_no_cluster CHECK (
+        kind = 'charge' OR cluster IS NULL
+        OR hpcacct_internal.ledger_column_refused('ledger_allocation_has_no_cluster', kind, cluster)),
+    CONSTRAINT ledger_pool_named CHECK (pool <> '')
 );
 CREATE INDEX ledger_job ON @extschema@.ledger (cluster, jobid) WHERE kind = 'charge';
 CREATE INDEX ledger_allocation_account ON @extschema@.ledger (account) WHERE kind <> 'charge';
@@ -45,6 +83,11 @@ CREATE INDEX ledger_allocation_account ON @extschema@.ledger (account) WHERE kin
 CREATE INDEX ledger_job_end ON @extschema@.ledger USING brin (job_end);
 COMMENT ON TABLE @extschema@.ledger IS
     'Append-only ledger: one row per charge, reversal, deposit, transfer or retraction';
+COMMENT ON COLUMN @extschema@.ledger.cluster IS
+    'A charge''s cluster: the cluster its job ran on (with jobid, the job); NULL for every other entry (see pool)';
+COMMENT ON COLUMN @extschema@.ledger.pool IS
+    'An allocation entry''s pool (any kind but charge): the pool it counts in (GENCI''s machine); NULL: every pool '
+    'charged in its unit (the quarterly bank''s credits); NULL for a charge, which counts in its resource''s pool';
 COMMENT ON COLUMN @extschema@.ledger.job_submit IS
     'A charge''s job run: with cluster and jobid, its submit time (a requeued job is several runs; NULL without one)';
 COMMENT ON COLUMN @extschema@.ledger.core_hours IS

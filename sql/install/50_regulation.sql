@@ -2,7 +2,7 @@
 -- Theoretical consumption and regulation, GENCI / IDRIS (rules §2).
 --
 -- Allocation events are ledger rows of kind grant, supplement (positive) and retraction
--- (negative), with cluster = the machine and a validity window valid_from..valid_until
+-- (negative), with pool = the machine and a validity window valid_from..valid_until
 -- (inclusive). Consumption of an account on a machine is its job charges there, pro rata.
 -- The allocation period is the calendar year: TC, consumption and Alloc of a date count
 -- from 1 January of that date's year.
@@ -18,7 +18,10 @@ CREATE TABLE @extschema@.regulation_machine (
     description               text
 );
 COMMENT ON TABLE @extschema@.regulation_machine IS
-    'GENCI regulation settings per machine (ledger cluster): monthly threshold, annual percentages, month convention';
+    'GENCI regulation settings per machine (a pool: ledger.pool of its grants): monthly threshold, annual percentages, month convention';
+COMMENT ON COLUMN @extschema@.regulation_machine.machine IS
+    'GENCI''s machine, a pool: the ledger.pool of its grants, supplements and retractions, and the pool '
+    '(resource.pool, or the cluster) of the resources whose charges are its consumption';
 COMMENT ON COLUMN @extschema@.regulation_machine.monthly_threshold IS
     'An account whose grants and supplements for the year on the machine reach this many hours is regulated monthly, otherwise annually';
 COMMENT ON COLUMN @extschema@.regulation_machine.annual_warning_percent IS
@@ -130,7 +133,7 @@ CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at dat
                             0) AS tc
             FROM @extschema@.ledger l
             CROSS JOIN period p
-            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
               AND l.valid_from <= $3 AND l.valid_until >= p.year_start
         ), used AS (
             SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
@@ -176,7 +179,7 @@ CREATE FUNCTION @extschema@.regulation_year(account text, machine text, year int
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
             FROM @extschema@.ledger l
-            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
               AND l.valid_from <= y_end AND l.valid_until >= y_start
         ), bounds AS (
             SELECT b.day
@@ -323,7 +326,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         -- consumption rollup, which holds those very terms: it reads the rollup. An annual
         -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
         WITH events AS (
-            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+            SELECT l.account, l.pool AS machine, s.monthly_threshold, s.annual_warning_percent,
                    s.annual_retraction_percent,
                    coalesce(sum(l.amount), 0) AS alloc,
                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
@@ -332,10 +335,10 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
                             0) AS tc
             FROM @extschema@.ledger l
-            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
-            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+            JOIN @extschema@.regulation_machine s ON s.machine = l.pool
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
               AND l.valid_from <= as_of AND l.valid_until >= y_start
-            GROUP BY l.account, l.cluster, s.machine
+            GROUP BY l.account, l.pool, s.machine
         ), bounds AS (
             SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
         ), per_resource AS (
@@ -398,11 +401,11 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                 END AS result
             ) x
         ), booked AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
             SELECT o.account, 'retraction', -o.hours,
                    (SELECT l.unit
                     FROM @extschema@.ledger l
-                    WHERE l.account = o.account AND l.cluster = o.machine
+                    WHERE l.account = o.account AND l.pool = o.machine
                       AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
                     ORDER BY l.valid_from DESC, l.entry_id DESC
                     LIMIT 1),
@@ -412,13 +415,13 @@ CREATE PROCEDURE @extschema@.regulate(d date)
             FROM outcome o
             WHERE o.hours > 0
             ORDER BY o.machine, o.account
-            RETURNING entry_id, account, cluster
+            RETURNING entry_id, account, pool
         ), booked_ids AS (
             -- The retractions' entries by account and machine, looked up by key below rather
             -- than joined: both CTEs are estimated at a row or two whatever the site, and a
             -- join of them was planned as a nested loop, quadratic (1.4 s of CPU for 10 000
             -- accounts and 2 600 retractions).
-            SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.cluster)::text, b.entry_id)
+            SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.pool)::text, b.entry_id)
                        AS entries
             FROM booked b
         ), logged AS (
@@ -458,9 +461,9 @@ CREATE VIEW @extschema@.regulation_report AS
     WITH cfg AS MATERIALIZED (
         SELECT (SELECT @extschema@.site_today()) AS today
     ), events AS MATERIALIZED (
-        SELECT l.entry_id, l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        SELECT l.entry_id, l.account, l.pool AS machine, l.kind, l.amount, l.valid_from, l.valid_until
         FROM @extschema@.ledger l
-        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
     ), months AS MATERIALIZED (
         SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
                EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,

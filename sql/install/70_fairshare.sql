@@ -3,7 +3,7 @@
 --
 -- A pool is where allocations and usage meet: a resource's charges count in its pool
 -- (coalesce(resource.pool, resource.cluster)), an allocation row of the ledger (any kind
--- but charge) counts in the pool named by its `cluster`. A pool is further split by unit,
+-- but charge) counts in the pool named by its `pool`. A pool is further split by unit,
 -- so a cluster with CPU and GPU partitions charged in different units has two pools.
 -- Generation weights are rates: a resource row's rate holds the weight for its validity
 -- range (a K20 hour costs 2 GPU-hours while the C2050 is the reference), and a new
@@ -19,7 +19,7 @@ CREATE TABLE @extschema@.pool (
 );
 COMMENT ON TABLE @extschema@.pool IS
     'Allocation pools with their own allocation year (first month); other pools take setting year_start_month';
-COMMENT ON COLUMN @extschema@.pool.name IS 'The pool: a resource''s pool (or cluster), an allocation''s ledger cluster';
+COMMENT ON COLUMN @extschema@.pool.name IS 'The pool: a resource''s pool (or cluster), an allocation''s ledger.pool';
 
 -- Shares of users inside an account (all pools). Users not listed have 1 share, so users
 -- share an account equally by default. Listing a user with shares 0 takes them out.
@@ -206,7 +206,7 @@ COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
 -- Allocation of each account in each pool for the allocation year: every allocation row
 -- of the ledger (grant, supplement, deposit, retraction, transfer, refund) in the pool,
 -- pro rata by the days of its validity inside the year (a grant for the year counts whole,
--- a grant over two years by its days in each). A row names its pool in `cluster`; one
+-- a grant over two years by its days in each). A row names its pool in `pool`; one
 -- without (the quarterly bank's deposits, transfers and refunds) is credit for every pool
 -- charged in its unit, and counts in each: one bank, one allocation.
 CREATE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
@@ -215,11 +215,11 @@ CREATE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH allocations AS MATERIALIZED (
-            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+            SELECT coalesce(l.pool, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
             FROM @extschema@.ledger l
             LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
-              ON l.cluster IS NULL AND u.unit = l.unit
-            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              ON l.pool IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.pool, u.pool) IS NOT NULL
         ), years AS MATERIALIZED (
             SELECT p.pool, y.first_day, y.last_day
             FROM (SELECT DISTINCT a.pool FROM allocations a) p
@@ -234,7 +234,7 @@ CREATE FUNCTION @extschema@.year_allocations(for_year integer, at timestamptz)
         GROUP BY a.pool, a.unit, a.account
     $$;
 COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
-    'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
+    'Allocation of each account in each pool (ledger.pool; without one, every pool charged in its unit) '
     'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
 
 -- Usage by resource (cluster and partition) for the allocation year.
@@ -460,16 +460,16 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
             FROM cfg
         ), alloc AS (
-            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- as in year_allocations: a row without a pool (the quarterly bank's deposits,
             -- transfers, refunds) is credit for every pool charged in its unit
-            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            SELECT coalesce(l.pool, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l
             CROSS JOIN cfg
             LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
-              ON l.cluster IS NULL AND u.unit = l.unit
-            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              ON l.pool IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.pool, u.pool) IS NOT NULL
               AND cfg.day BETWEEN l.valid_from AND l.valid_until
-            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+            GROUP BY coalesce(l.pool, u.pool), l.unit, l.account
         ), jobs AS (
             -- the charges and reversals themselves: a reversal decays exactly as the charge it
             -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its

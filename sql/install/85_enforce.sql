@@ -127,10 +127,10 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         IF 'regulation' = ANY (pol) THEN
             SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
             INTO machines, open_machines
-            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+            FROM (SELECT DISTINCT l.pool FROM @extschema@.ledger l
                   WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
                     AND l.valid_from <= at AND l.valid_until >= at) m
-            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.pool, at) s;
             IF machines = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
                            format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;

@@ -10,15 +10,9 @@
 -- explicitly below.
 -- ---------------------------------------------------------------------------------------
 
--- One row per sacct line, every field as the text sacct printed. Columns are named after
--- sacct's fields (lower case); the required ones are cluster, jobid, account, user,
--- partition, submit, start, end, alloctres and state, the others are kept with quarantined
--- lines. `problem` is set by a loader that could not split the line (wrong number of fields).
--- Unlogged: hpcacct-sacct stages and loads in one transaction, so a crash loses no line it
--- has not loaded (the watermark has not moved); a site staging lines in a transaction of its
--- own loses them in a crash and exports them again.
-CREATE UNLOGGED TABLE @extschema@.sacct_staging (
-    lineno     bigint,
+-- The fields of a line, one list for the staging table and the quarantine (LIKE copies the
+-- columns; the tables do not depend on the type, which is dropped below).
+CREATE TYPE hpcacct_internal.sacct_fields AS (
     line       text,
     problem    text,
     cluster    text,
@@ -37,6 +31,18 @@ CREATE UNLOGGED TABLE @extschema@.sacct_staging (
     qos        text,
     nodelist   text
 );
+
+-- One row per sacct line, every field as the text sacct printed. Columns are named after
+-- sacct's fields (lower case); the required ones are cluster, jobid, account, user,
+-- partition, submit, start, end, alloctres and state, the others are kept with quarantined
+-- lines. `problem` is set by a loader that could not split the line (wrong number of fields).
+-- Unlogged: hpcacct-sacct stages and loads in one transaction, so a crash loses no line it
+-- has not loaded (the watermark has not moved); a site staging lines in a transaction of its
+-- own loses them in a crash and exports them again.
+CREATE UNLOGGED TABLE @extschema@.sacct_staging (
+    lineno     bigint,
+    LIKE hpcacct_internal.sacct_fields
+);
 COMMENT ON TABLE @extschema@.sacct_staging IS
     'sacct lines as text, field by field (COPY them here, then SELECT hpcacct.load_sacct()); emptied by every load';
 
@@ -52,25 +58,10 @@ CREATE TABLE @extschema@.sacct_quarantine (
     attempts    integer NOT NULL DEFAULT 1,
     resolved_at timestamptz,
     resolution  text,
-    line       text,
-    problem    text,
-    cluster    text,
-    jobid      text,
-    jobidraw   text,
-    account    text,
-    "user"     text,
-    partition  text,
-    submit     text,
-    start      text,
-    "end"      text,
-    alloctres  text,
-    state      text,
-    elapsedraw text,
-    reqtres    text,
-    qos        text,
-    nodelist   text,
+    LIKE hpcacct_internal.sacct_fields,
     CONSTRAINT sacct_quarantine_resolution CHECK ((resolved_at IS NULL) = (resolution IS NULL))
 );
+DROP TYPE hpcacct_internal.sacct_fields;
 CREATE UNIQUE INDEX sacct_quarantine_open ON @extschema@.sacct_quarantine (job_key) WHERE resolved_at IS NULL;
 COMMENT ON TABLE @extschema@.sacct_quarantine IS
     'sacct lines a load could not charge: the line, the reason and its SQLSTATE; retried by every load until resolved';

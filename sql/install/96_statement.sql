@@ -283,11 +283,11 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                                          (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
                                                           - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
                                           FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
                                             AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
                                          (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
                                           FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
                                             AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
                                          (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                   y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
@@ -301,7 +301,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                      WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
                         AND l.valid_from <= upto AND l.valid_until >= y_start);
         IF section IS NOT NULL THEN
             sections := sections || jsonb_build_object('regulation', section);
@@ -397,7 +397,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                         FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                      WHERE l.account = a.name AND l.cluster = s.machine
+                                                      WHERE l.account = a.name AND l.pool = s.machine
                                                         AND l.kind IN ('grant', 'supplement', 'retraction')
                                                         AND l.valid_from <= at
                                                         AND l.valid_until >= date_trunc('year', at)::date)),

@@ -9743,6 +9743,147 @@ CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_subscribe_slot(sub text,
     LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;  -- defined below (final definitions)
 REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) FROM PUBLIC;
 
+-- ==== ledger.pool: an allocation's pool, ledger.cluster a charge's only (issue 18, house) ----
+-- Under 0.3 ledger.cluster held a charge's cluster and, on every other row, the pool the
+-- allocation counts in (GENCI's machine). The pool moves to a column of its own; two named
+-- constraints keep the two apart, their error (23514) raised by this function with a hint.
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_column_refused(constraint_name text, kind text, value text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF constraint_name = 'ledger_charge_has_no_pool' THEN
+            RAISE EXCEPTION 'a charge has no pool (pool "%" given)', value
+                USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'ledger',
+                      SCHEMA = '@extschema@',
+                      HINT = 'A charge counts in its resource''s pool (resource.pool, or its cluster): leave pool NULL.';
+        END IF;
+        RAISE EXCEPTION 'a % row has no cluster (cluster "%" given): only a charge names a cluster', kind, value
+            USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'ledger',
+                  SCHEMA = '@extschema@',
+                  HINT = format('Name the %s''s pool in the column pool instead (pool = %L); a NULL pool is every '
+                                'pool charged in its unit.', kind, value);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_column_refused(text, text, text) IS
+    'The error (23514, with a hint) of the ledger''s constraints ledger_charge_has_no_pool and '
+    'ledger_allocation_has_no_cluster, raised when one fails';
+ALTER TABLE @extschema@.ledger ADD COLUMN pool text;
+COMMENT ON COLUMN @extschema@.ledger.cluster IS
+    'A charge''s cluster: the cluster its job ran on (with jobid, the job); NULL for every other entry (see pool)';
+COMMENT ON COLUMN @extschema@.ledger.pool IS
+    'An allocation entry''s pool (any kind but charge): the pool it counts in (GENCI''s machine); NULL: every pool '
+    'charged in its unit (the quarterly bank''s credits); NULL for a charge, which counts in its resource''s pool';
+COMMENT ON COLUMN @extschema@.regulation_machine.machine IS
+    'GENCI''s machine, a pool: the ledger.pool of its grants, supplements and retractions, and the pool '
+    '(resource.pool, or the cluster) of the resources whose charges are its consumption';
+-- The ledger is append-only: its trigger ledger_append_only is disabled for this one UPDATE
+-- and enabled again, in the update's transaction (no other session sees it disabled). The
+-- rows' pool is what their cluster said; no amount, kind or date changes.
+ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
+UPDATE @extschema@.ledger SET pool = cluster, cluster = NULL WHERE kind <> 'charge' AND cluster IS NOT NULL;
+ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
+ALTER TABLE @extschema@.ledger
+    ADD CONSTRAINT ledger_charge_has_no_pool CHECK (
+        kind <> 'charge' OR pool IS NULL
+        OR hpcacct_internal.ledger_column_refused('ledger_charge_has_no_pool', kind, pool)),
+    ADD CONSTRAINT ledger_allocation_has_no_cluster CHECK (
+        kind = 'charge' OR cluster IS NULL
+        OR hpcacct_internal.ledger_column_refused('ledger_allocation_has_no_cluster', kind, cluster)),
+    ADD CONSTRAINT ledger_pool_named CHECK (pool <> '');
+COMMENT ON TABLE @extschema@.regulation_machine IS
+    'GENCI regulation settings per machine (a pool: ledger.pool of its grants): monthly threshold, annual percentages, month convention';
+COMMENT ON COLUMN @extschema@.pool.name IS 'The pool: a resource''s pool (or cluster), an allocation''s ledger.pool';
+-- regulation_report reads the allocations' pool (the functions that read it are defined
+-- below, final definitions)
+CREATE OR REPLACE VIEW @extschema@.regulation_report AS
+    WITH cfg AS MATERIALIZED (
+        SELECT (SELECT @extschema@.site_today()) AS today
+    ), events AS MATERIALIZED (
+        SELECT l.entry_id, l.account, l.pool AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
+    ), months AS MATERIALIZED (
+        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
+               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
+               s.monthly_threshold, s.month_convention
+        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
+              FROM events e GROUP BY e.account, e.machine) a
+        JOIN @extschema@.regulation_machine s ON s.machine = a.machine
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
+                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
+                                                      interval '1 month') AS m(month)
+        WHERE m.month::date + 14 <= cfg.today
+    ), bounds AS MATERIALIZED (
+        -- The instants consumption is taken before, numbered j = 1, 2, ... in order: 1 January
+        -- and the 16th (the day after the 15th) of every month of the report's years, 13 a year
+        -- (the boundaries of consumption_rollup).
+        SELECT min(m.year) AS first_year, (max(m.year) - min(m.year) + 1) * 13 AS count
+        FROM months m
+    ), status AS (  -- allocation_status() of each row: the events
+        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
+               -- the numbers of the day after as_of and of 1 January
+               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
+               coalesce(sum(e.amount), 0) AS alloc,
+               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
+               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
+               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL)
+                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
+                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
+        FROM months m
+        CROSS JOIN bounds b
+        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
+                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
+                          -- the figures the run decided on: not yet its own retraction
+                          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                                          WHERE g.entry_id = e.entry_id AND g.run_date = m.as_of)
+        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
+    ), before AS (
+        -- consumption_before(account, machine, instant j) for every j, from the consumption
+        -- rollup, summed exactly as consumption_before() sums: a job ended by instant j counts
+        -- its amount from there on ("whole", j with the rows of earlier boundaries), a job
+        -- running across instant j its share before it ("part")
+        SELECT c.account, c.machine, greatest(c.j, 1) AS j, sum(c.ended) AS whole,
+               sum(c.running) FILTER (WHERE c.j >= 1) AS part
+        FROM (SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.ended, c.running,
+                     -- the boundary's number (1 January: k = 0; the 16th of month k)
+                     (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
+                     + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
+                            ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
+              FROM @extschema@.consumption_rollup c
+              JOIN @extschema@.resource r USING (resource_id)
+              JOIN @extschema@.regulation_machine s ON s.machine = coalesce(r.pool, r.cluster)
+              CROSS JOIN bounds b) c
+        WHERE c.j <= (SELECT b.count FROM bounds b)
+        GROUP BY 1, 2, 3
+    ), grid AS (  -- consumption_before(account, machine, instant j) for every account, machine and j
+        SELECT p.account, p.machine, j.j,
+               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
+               + coalesce(bf.part, 0) AS amount
+        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
+        CROSS JOIN bounds b
+        CROSS JOIN LATERAL pg_catalog.generate_series(1, b.count) AS j(j)
+        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
+    )
+    SELECT st.account, st.machine, st.month, st.as_of,
+           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
+           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
+           CASE WHEN st.granted >= st.monthly_threshold
+                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
+           g.outcome AS logged_outcome, g.retracted
+    FROM status st
+    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
+    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
+    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
+    LEFT JOIN @extschema@.regulation_log g
+      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
+ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);
+-- end of ledger.pool
+
 -- Issue 19 (scale): the reports per submitter read a year of the charge rollup by an
 -- index-only scan (as sql/install/47_rollup.sql).
 CREATE INDEX charge_rollup_month ON @extschema@.charge_rollup (month)
@@ -9754,9 +9895,9 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
     WITH cfg AS MATERIALIZED (
         SELECT (SELECT @extschema@.site_today()) AS today
     ), events AS MATERIALIZED (
-        SELECT l.entry_id, l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        SELECT l.entry_id, l.account, l.pool AS machine, l.kind, l.amount, l.valid_from, l.valid_until
         FROM @extschema@.ledger l
-        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
     ), months AS MATERIALIZED (
         SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
                EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
@@ -9923,16 +10064,16 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
             FROM cfg
         ), alloc AS (
-            -- as in year_allocations: a row without a cluster (the quarterly bank's deposits,
+            -- as in year_allocations: a row without a pool (the quarterly bank's deposits,
             -- transfers, refunds) is credit for every pool charged in its unit
-            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            SELECT coalesce(l.pool, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
             FROM @extschema@.ledger l
             CROSS JOIN cfg
             LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
-              ON l.cluster IS NULL AND u.unit = l.unit
-            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              ON l.pool IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.pool, u.pool) IS NOT NULL
               AND cfg.day BETWEEN l.valid_from AND l.valid_until
-            GROUP BY coalesce(l.cluster, u.pool), l.unit, l.account
+            GROUP BY coalesce(l.pool, u.pool), l.unit, l.account
         ), jobs AS (
             -- the charges and reversals themselves: a reversal decays exactly as the charge it
             -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
@@ -10336,11 +10477,11 @@ CREATE OR REPLACE FUNCTION @extschema@.year_allocations(for_year integer, at tim
     SET search_path = pg_catalog, pg_temp
     AS $$
         WITH allocations AS MATERIALIZED (
-            SELECT coalesce(l.cluster, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+            SELECT coalesce(l.pool, u.pool) AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
             FROM @extschema@.ledger l
             LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
-              ON l.cluster IS NULL AND u.unit = l.unit
-            WHERE l.kind <> 'charge' AND coalesce(l.cluster, u.pool) IS NOT NULL
+              ON l.pool IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.pool, u.pool) IS NOT NULL
         ), years AS MATERIALIZED (
             SELECT p.pool, y.first_day, y.last_day
             FROM (SELECT DISTINCT a.pool FROM allocations a) p
@@ -10355,7 +10496,7 @@ CREATE OR REPLACE FUNCTION @extschema@.year_allocations(for_year integer, at tim
         GROUP BY a.pool, a.unit, a.account
     $$;
 COMMENT ON FUNCTION @extschema@.year_allocations(integer, timestamptz) IS
-    'Allocation of each account in each pool (ledger cluster; without one, every pool charged in its unit) '
+    'Allocation of each account in each pool (ledger.pool; without one, every pool charged in its unit) '
     'and unit for the allocation year, allocation rows pro rata by their days of validity inside it';
 CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effective_from timestamptz,
                                    note text DEFAULT NULL)
@@ -10644,10 +10785,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         IF 'regulation' = ANY (pol) THEN
             SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
             INTO machines, open_machines
-            FROM (SELECT DISTINCT l.cluster FROM @extschema@.ledger l
+            FROM (SELECT DISTINCT l.pool FROM @extschema@.ledger l
                   WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
                     AND l.valid_from <= at AND l.valid_until >= at) m
-            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.cluster, at) s;
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.pool, at) s;
             IF machines = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
                            format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
@@ -11337,11 +11478,11 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                                          (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
                                                           - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
                                           FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
                                             AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
                                          (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
                                           FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
                                             AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
                                          (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                   y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
@@ -11355,7 +11496,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                      WHERE l.account = a.name AND l.cluster = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                      WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
                         AND l.valid_from <= upto AND l.valid_until >= y_start);
         IF section IS NOT NULL THEN
             sections := sections || jsonb_build_object('regulation', section);
@@ -11449,7 +11590,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                         FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                      WHERE l.account = a.name AND l.cluster = s.machine
+                                                      WHERE l.account = a.name AND l.pool = s.machine
                                                         AND l.kind IN ('grant', 'supplement', 'retraction')
                                                         AND l.valid_from <= at
                                                         AND l.valid_until >= date_trunc('year', at)::date)),
@@ -12156,7 +12297,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
         -- consumption rollup, which holds those very terms: it reads the rollup. An annual
         -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
         WITH events AS (
-            SELECT l.account, l.cluster AS machine, s.monthly_threshold, s.annual_warning_percent,
+            SELECT l.account, l.pool AS machine, s.monthly_threshold, s.annual_warning_percent,
                    s.annual_retraction_percent,
                    coalesce(sum(l.amount), 0) AS alloc,
                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
@@ -12165,10 +12306,10 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
                             0) AS tc
             FROM @extschema@.ledger l
-            JOIN @extschema@.regulation_machine s ON s.machine = l.cluster
-            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+            JOIN @extschema@.regulation_machine s ON s.machine = l.pool
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
               AND l.valid_from <= as_of AND l.valid_until >= y_start
-            GROUP BY l.account, l.cluster, s.machine
+            GROUP BY l.account, l.pool, s.machine
         ), bounds AS (
             SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
         ), per_resource AS (
@@ -12231,11 +12372,11 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                 END AS result
             ) x
         ), booked AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
             SELECT o.account, 'retraction', -o.hours,
                    (SELECT l.unit
                     FROM @extschema@.ledger l
-                    WHERE l.account = o.account AND l.cluster = o.machine
+                    WHERE l.account = o.account AND l.pool = o.machine
                       AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
                     ORDER BY l.valid_from DESC, l.entry_id DESC
                     LIMIT 1),
@@ -12245,13 +12386,13 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
             FROM outcome o
             WHERE o.hours > 0
             ORDER BY o.machine, o.account
-            RETURNING entry_id, account, cluster
+            RETURNING entry_id, account, pool
         ), booked_ids AS (
             -- The retractions' entries by account and machine, looked up by key below rather
             -- than joined: both CTEs are estimated at a row or two whatever the site, and a
             -- join of them was planned as a nested loop, quadratic (1.4 s of CPU for 10 000
             -- accounts and 2 600 retractions).
-            SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.cluster)::text, b.entry_id)
+            SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.pool)::text, b.entry_id)
                        AS entries
             FROM booked b
         ), logged AS (
@@ -13394,7 +13535,7 @@ CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine t
                             0) AS tc
             FROM @extschema@.ledger l
             CROSS JOIN period p
-            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
               AND l.valid_from <= $3 AND l.valid_until >= p.year_start
         ), used AS (
             SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
@@ -13437,7 +13578,7 @@ CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine tex
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
             FROM @extschema@.ledger l
-            WHERE l.account = $1 AND l.cluster = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
               AND l.valid_from <= y_end AND l.valid_until >= y_start
         ), bounds AS (
             SELECT b.day
@@ -13991,6 +14132,27 @@ CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_subscribe_slot(sub text,
     $$;
 COMMENT ON PROCEDURE hpcacct_internal.federation_subscribe_slot(text, text, text[], text[]) IS
     'Subscription to publications on the slot of its name the other side made, copying existing rows; commits';
+CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_column_refused(constraint_name text, kind text, value text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF constraint_name = 'ledger_charge_has_no_pool' THEN
+            RAISE EXCEPTION 'a charge has no pool (pool "%" given)', value
+                USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'ledger',
+                      SCHEMA = '@extschema@',
+                      HINT = 'A charge counts in its resource''s pool (resource.pool, or its cluster): leave pool NULL.';
+        END IF;
+        RAISE EXCEPTION 'a % row has no cluster (cluster "%" given): only a charge names a cluster', kind, value
+            USING ERRCODE = 'check_violation', CONSTRAINT = constraint_name, TABLE = 'ledger',
+                  SCHEMA = '@extschema@',
+                  HINT = format('Name the %s''s pool in the column pool instead (pool = %L); a NULL pool is every '
+                                'pool charged in its unit.', kind, value);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_column_refused(text, text, text) IS
+    'The error (23514, with a hint) of the ledger''s constraints ledger_charge_has_no_pool and '
+    'ledger_allocation_has_no_cluster, raised when one fails';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN

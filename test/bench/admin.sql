@@ -76,7 +76,7 @@ CREATE FUNCTION bench.regulate_hand(d date) RETURNS void
             SELECT d AS as_of, make_date(extract(year FROM d)::integer, 1, 1) AS year_start,
                    make_date(extract(year FROM d)::integer, 12, 31) AS year_end, hpcacct.site_timezone() AS tz
         ), st AS MATERIALIZED (
-            SELECT l.account, l.cluster AS machine, s.monthly_threshold,
+            SELECT l.account, l.pool AS machine, s.monthly_threshold,
                    sum(l.amount) AS alloc,
                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
                    coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, cfg.as_of, s.month_convention), 0) AS tmc,
@@ -85,11 +85,11 @@ CREATE FUNCTION bench.regulate_hand(d date) RETURNS void
                             0) AS tc,
                    (array_agg(l.unit ORDER BY l.valid_from DESC, l.entry_id DESC))[1] AS unit
             FROM hpcacct.ledger l
-            JOIN hpcacct.regulation_machine s ON s.machine = l.cluster
+            JOIN hpcacct.regulation_machine s ON s.machine = l.pool
             CROSS JOIN cfg
-            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
               AND l.valid_from <= cfg.as_of AND l.valid_until >= cfg.year_start
-            GROUP BY l.account, l.cluster, s.monthly_threshold
+            GROUP BY l.account, l.pool, s.monthly_threshold
         ), used AS (
             SELECT l.account, coalesce(r.pool, r.cluster) AS machine,
                    sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, cfg.year_start::timestamp AT TIME ZONE cfg.tz,
@@ -112,19 +112,19 @@ CREATE FUNCTION bench.regulate_hand(d date) RETURNS void
               AND NOT EXISTS (SELECT 1 FROM hpcacct.regulation_log g
                               WHERE g.account = st.account AND g.machine = st.machine AND g.run_date = d AND g.run = 'monthly')
         ), booked AS (
-            INSERT INTO hpcacct.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+            INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
             SELECT o.account, 'retraction', -round(o.tmc::numeric, 6), o.unit, o.machine, d, cfg.year_end,
                    format('hpcacct.regulate(%s): monthly regulation', d)
             FROM outcome o, cfg
             WHERE o.result = 'retraction' AND round(o.tmc::numeric, 6) > 0
-            RETURNING entry_id, account, cluster
+            RETURNING entry_id, account, pool
         )
         INSERT INTO hpcacct.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc, granted,
                                             consumption, tc, tmc, delta, used_percent, retracted, entry_id)
         SELECT d, 'monthly', o.account, o.machine, d, o.result, o.alloc, o.granted, o.consumption, o.tc, o.tmc,
                o.delta, NULL, CASE WHEN b.entry_id IS NULL THEN 0 ELSE round(o.tmc::numeric, 6) END, b.entry_id
         FROM outcome o
-        LEFT JOIN booked b ON b.account = o.account AND b.cluster = o.machine
+        LEFT JOIN booked b ON b.account = o.account AND b.pool = o.machine
     $$;
 
 -- open_quarter(q), set-based: top-ups of the members of active projects in one INSERT, then

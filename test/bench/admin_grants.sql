@@ -3,7 +3,7 @@
 -- retracted on the regulation day. Then statistics.
 SET client_min_messages = warning;
 SET search_path = public, hpcacct;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
 SELECT a.name, 'grant',
        greatest(1000, round(coalesce(u.used, 0) * 365 / greatest(1, s.anchor - s.year_start)
                             * (0.5 + bench.u(substr(a.name, 2)::bigint, 68)))),

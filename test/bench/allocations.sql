@@ -35,7 +35,7 @@ WITH years AS (
     FROM bench.acct a CROSS JOIN years y
     WHERE a.centre = 'genci'
 )
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
 SELECT b.name, e.kind, round(e.amount), 'hours', b.machine, e.f, e.u, e.note
 FROM base b
 CROSS JOIN LATERAL (
@@ -58,7 +58,7 @@ UPDATE regulation_machine s
 SET monthly_threshold = (
     SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY g.granted)
     FROM (SELECT sum(l.amount) AS granted FROM ledger l
-          WHERE l.cluster = s.machine AND l.kind IN ('grant', 'supplement')
+          WHERE l.pool = s.machine AND l.kind IN ('grant', 'supplement')
           GROUP BY l.account, extract(year FROM l.valid_from)) g);
 
 -- ---- HLRN: quarterly deposits (one project in ten has none from this quarter on: expired),
@@ -149,7 +149,7 @@ WITH pools (centre, pool, unit, m) AS (
            * (0.6 + 0.9 * bench.u(a.n * 10000 + extract(year FROM y.first_day)::integer * 10 + length(y.unit), 41)) AS x
     FROM bench.acct a JOIN years y ON y.centre = a.centre
 )
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
 SELECT b.name, e.kind, round(e.amount), b.unit, b.pool, b.first_day, b.next_first - 1, e.note
 FROM base b
 CROSS JOIN LATERAL (VALUES

@@ -225,7 +225,7 @@ CREATE FUNCTION bench.regulate_job_by_job(d date)
                    (d + 1)::timestamp AT TIME ZONE cfg.tz AS b2
             FROM cfg
         ), events AS (
-            SELECT l.account, l.cluster AS machine, s.monthly_threshold,
+            SELECT l.account, l.pool AS machine, s.monthly_threshold,
                    sum(l.amount) AS alloc,
                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
                    coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, d, s.month_convention), 0) AS tmc,
@@ -233,10 +233,10 @@ CREATE FUNCTION bench.regulate_job_by_job(d date)
                             - hpcacct.tc(l.valid_from, l.valid_until, l.amount::float8, b.year_start - 1, s.month_convention),
                             0) AS tc
             FROM hpcacct.ledger l
-            JOIN hpcacct.regulation_machine s ON s.machine = l.cluster
+            JOIN hpcacct.regulation_machine s ON s.machine = l.pool
             CROSS JOIN b
             WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= d AND l.valid_until >= b.year_start
-            GROUP BY l.account, l.cluster, s.monthly_threshold
+            GROUP BY l.account, l.pool, s.monthly_threshold
         ), used AS (
             SELECT l.account, coalesce(r.pool, r.cluster) AS machine,
                    sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount

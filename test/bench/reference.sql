@@ -60,9 +60,9 @@ CREATE VIEW bench.regulation_report_hand AS
 WITH cfg AS MATERIALIZED (
     SELECT hpcacct.site_timezone() AS tz, hpcacct.site_today() AS today
 ), ev AS MATERIALIZED (
-    SELECT l.entry_id, l.account, l.cluster AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+    SELECT l.entry_id, l.account, l.pool AS machine, l.kind, l.amount, l.valid_from, l.valid_until
     FROM hpcacct.ledger l
-    WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.cluster IS NOT NULL
+    WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
 ), rm AS MATERIALIZED (
     SELECT am.account, am.machine, m::date AS month, m::date + 14 AS as_of,
            make_date(extract(year FROM m)::integer, 1, 1) AS year_start,
@@ -301,7 +301,7 @@ WITH s AS MATERIALIZED (
     SELECT p.pool, y.*
     FROM (SELECT coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r
           UNION
-          SELECT l.cluster FROM hpcacct.ledger l WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL) p
+          SELECT l.pool FROM hpcacct.ledger l WHERE l.kind <> 'charge' AND l.pool IS NOT NULL) p
     CROSS JOIN s
     CROSS JOIN LATERAL bench.pool_year(p.pool, now(), s.tz, s.m) y
 ), used AS (
@@ -309,14 +309,14 @@ WITH s AS MATERIALIZED (
     FROM bench.year_charges_hand c
     GROUP BY c.pool, c.unit, c.account
 ), pooled AS (
-    -- an allocation row without a cluster (the bank's) counts in every pool charged in its unit
-    SELECT l.cluster AS pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
-    FROM hpcacct.ledger l WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL
+    -- an allocation row without a pool (the bank's) counts in every pool charged in its unit
+    SELECT l.pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
+    FROM hpcacct.ledger l WHERE l.kind <> 'charge' AND l.pool IS NOT NULL
     UNION ALL
     SELECT p.pool, l.unit, l.account, l.amount, l.valid_from, l.valid_until
     FROM hpcacct.ledger l
     JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) p ON p.unit = l.unit
-    WHERE l.kind <> 'charge' AND l.cluster IS NULL
+    WHERE l.kind <> 'charge' AND l.pool IS NULL
 ), alloc AS (
     SELECT l.pool, l.unit, l.account,
            sum(l.amount * greatest(0, least(l.valid_until, y.last_day) + 1 - greatest(l.valid_from, y.first_day))
@@ -399,15 +399,15 @@ WITH cfg AS MATERIALIZED (
            hpcacct.setting_value('exhausted_factor')::float8 AS penalty
 ), alloc AS (
     SELECT p.pool, p.unit, p.account, greatest(sum(p.amount), 0) AS allocation
-    FROM (SELECT l.cluster AS pool, l.unit, l.account, l.amount
+    FROM (SELECT l.pool, l.unit, l.account, l.amount
           FROM hpcacct.ledger l, cfg
-          WHERE l.kind <> 'charge' AND l.cluster IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
-          UNION ALL  -- the bank's rows, without a cluster: every pool charged in their unit
+          WHERE l.kind <> 'charge' AND l.pool IS NOT NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until
+          UNION ALL  -- the bank's rows, without a pool: every pool charged in their unit
           SELECT u.pool, l.unit, l.account, l.amount
           FROM hpcacct.ledger l
           CROSS JOIN cfg
           JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) u ON u.unit = l.unit
-          WHERE l.kind <> 'charge' AND l.cluster IS NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until) p
+          WHERE l.kind <> 'charge' AND l.pool IS NULL AND cfg.day BETWEEN l.valid_from AND l.valid_until) p
     GROUP BY p.pool, p.unit, p.account
 ), decayed AS (
     SELECT coalesce(r.pool, r.cluster) AS pool, l.unit, l.account, l.submitter,

@@ -37,6 +37,16 @@ done
 # the site's roles, as setup_roles() made them under the previous release, and a portal user
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'CALL hpcacct.setup_roles()' \
     -c 'CREATE ROLE hp_upgrade_portal LOGIN IN ROLE hpcacct_portal' >/dev/null
+# ledger.pool (issue 18): under the previous release an allocation row named its pool in
+# `cluster` -- the demo's GENCI grants (machine ada) and, here, an HLRN deposit booked on a
+# cluster; the update moves them to `pool`, and charges keep their cluster
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+        VALUES ('hbp00042', 'deposit', 500, 'NPL', 'hlrn', '2024-10-01', '2024-12-31', 'deposit on a cluster')" >/dev/null
+allocation_clusters=$(psql -X -At -d hpcacct_upgrade -c "SELECT string_agg(format('%s:%s', entry_id, cluster), ' ' ORDER BY entry_id)
+    FROM hpcacct.ledger WHERE kind <> 'charge' AND cluster IS NOT NULL")
+charge_clusters=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) || ' ' || md5(string_agg(format('%s:%s', entry_id, cluster), ' ' ORDER BY entry_id))
+    FROM hpcacct.ledger WHERE kind = 'charge'")
 sed -f test/compat/previous_names.sed test/compat/reports.sql | psql -X -q -d hpcacct_upgrade >"$work/before.txt" 2>&1
 
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'ALTER EXTENSION hpcacct UPDATE' 2>"$work/update.err"
@@ -57,6 +67,22 @@ check "after the update a portal user still reads every report (the new rollup i
 check "the data and every report are unchanged by the update ($(wc -l <"$work/before.txt") lines)" \
     "$(cmp -s "$work/before.txt" "$work/after.txt" && echo t)"
 diff "$work/before.txt" "$work/after.txt" | head -10
+
+# ledger.pool (issue 18): each allocation row's pool is what its cluster said, no allocation
+# row has a cluster, and the charges keep theirs, without a pool
+allocation_pools=$(psql -X -At -d hpcacct_upgrade -c "SELECT string_agg(format('%s:%s', entry_id, pool), ' ' ORDER BY entry_id)
+    FROM hpcacct.ledger WHERE kind <> 'charge' AND pool IS NOT NULL")
+moved=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) FILTER (WHERE kind = 'grant' AND pool = 'ada') || ' GENCI grants, '
+        || count(*) FILTER (WHERE kind = 'deposit' AND pool = 'hlrn') || ' HLRN deposit, '
+        || count(*) FILTER (WHERE kind <> 'charge' AND cluster IS NOT NULL) || ' allocation rows with a cluster'
+    FROM hpcacct.ledger")
+check "allocation rows name their pool in pool after the update ($moved)" \
+    "$([ -n "$allocation_clusters" ] && [ "$allocation_clusters" = "$allocation_pools" ] \
+       && case "$moved" in "0 "*) ;; *" 1 HLRN deposit, 0 allocation rows with a cluster") echo t ;; esac)"
+[ "$allocation_clusters" = "$allocation_pools" ] || echo "    before: ${allocation_clusters:0:200}"$'\n'"    after:  ${allocation_pools:0:200}"
+check "charges keep their cluster and have no pool after the update" \
+    "$([ "$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) || ' ' || md5(string_agg(format('%s:%s', entry_id, cluster), ' ' ORDER BY entry_id))
+            FROM hpcacct.ledger WHERE kind = 'charge' AND pool IS NULL")" = "$charge_clusters" ] && echo t)"
 
 # the loader's key (issue 14): every existing charge of a job names the job's run afterwards
 unnamed=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) FILTER (WHERE l.job_submit IS DISTINCT FROM j.submit) || ' of ' || count(*)

@@ -19,7 +19,7 @@ INSERT INTO account (name, kind, description) VALUES
 -- Allocations: P's as in the document, except its retraction of 15 March, which the
 -- regulation run of that day makes. The second session and the supplement are booked with
 -- their validity (from 1 July, from 16 November).
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note) VALUES
     ('P', 'grant',      1200000, 'hours', 'ada', '2024-01-01', '2024-12-31', 'first DARI session'),
     ('P', 'grant',       400000, 'hours', 'ada', '2024-07-01', '2024-12-31', 'second DARI session'),
     ('P', 'supplement',  100000, 'hours', 'ada', '2024-11-16', '2024-12-31', 'supplement requested on 15 November'),
@@ -79,7 +79,7 @@ WITH y AS (SELECT * FROM regulation_year('P', 'ada', 2024)),
         FROM ledger l
         CROSS JOIN LATERAL (SELECT tmc(v.f, v.u, v.a, v.f)
                             FROM (VALUES (l.valid_from, l.valid_until, l.amount::float8)) AS v(f, u, a)) AS m(tmc)
-        WHERE l.account = 'P' AND l.cluster = 'ada' AND l.kind IN ('grant', 'supplement', 'retraction')),
+        WHERE l.account = 'P' AND l.pool = 'ada' AND l.kind IN ('grant', 'supplement', 'retraction')),
      starting AS (  -- the events that start each interval, as the document writes them
         SELECT e.valid_from AS first_day,
                string_agg(CASE WHEN e.amount < 0 THEN ' - ' ELSE ' + ' END
@@ -120,7 +120,7 @@ WHERE g.run <> 'monthly' ORDER BY g.run_date, g.account;
 \echo
 \echo '== The retractions the runs booked in the ledger =='
 SELECT account, kind, amount, unit, valid_from, valid_until, note
-FROM ledger WHERE kind = 'retraction' AND cluster = 'ada' ORDER BY valid_from, account;
+FROM ledger WHERE kind = 'retraction' AND pool = 'ada' ORDER BY valid_from, account;
 
 \echo
 \echo '== Running it again for 15 March changes nothing =='

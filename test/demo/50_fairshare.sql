@@ -14,8 +14,8 @@ INSERT INTO pool (name, year_start_month, description) VALUES
 -- Allocations for 2023-24 and 2024-25 as ledger grants: core-years and GPU-years, booked in
 -- hours (× 8 760). A resource's pool is its cluster, split by unit, so CPU and GPU
 -- allocations of one cluster are separate pools (Compute Canada keeps them apart).
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
-SELECT a.account, 'grant', a.years * 8760, a.unit, a.cluster,
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
+SELECT a.account, 'grant', a.years * 8760, a.unit, a.pool,
        make_date(y, 4, 1), make_date(y + 1, 3, 31), format('%s %s-years for %s-%s', a.years, a.kind, y, y + 1)
 FROM (VALUES ('rrg-jones', 'cedar', 'core-equivalent-hours', 'core', 5.0),
              ('rpp-lee', 'cedar', 'core-equivalent-hours', 'core', 4.0),
@@ -34,7 +34,7 @@ FROM (VALUES ('rrg-jones', 'cedar', 'core-equivalent-hours', 'core', 5.0),
              ('def-smith', 'graham', 'GPU-equivalent-hours', 'GPU', 1.0),
              ('rrg-jones', 'beluga', 'GPU-equivalent-hours', 'GPU', 0.5),
              ('rpp-lee', 'beluga', 'GPU-equivalent-hours', 'GPU', 0.5),
-             ('def-smith', 'beluga', 'GPU-equivalent-hours', 'GPU', 0.25)) AS a(account, cluster, unit, kind, years)
+             ('def-smith', 'beluga', 'GPU-equivalent-hours', 'GPU', 0.25)) AS a(account, pool, unit, kind, years)
 CROSS JOIN generate_series(2023, 2024) AS y;
 
 \echo

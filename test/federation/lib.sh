@@ -113,7 +113,7 @@ SELECT add_member('p' || a, 'u' || u) FROM generate_series(1, 12) a, generate_se
 SELECT add_member('shared', 'u0');
 SELECT deposit('p' || a, q::date, 500000) FROM generate_series(1, 12) a,
        generate_series('2026-01-01'::date, '2026-10-01', '3 months') q;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT 'p' || a, 'grant', 20000 + 1000 * a, 'NPL', m, '2026-01-01', '2026-12-31'
 FROM generate_series(1, 12) a, (VALUES ('alpha'), ('beta')) c(m);
 "

@@ -153,11 +153,11 @@ q centre "CALL regulate('2026-11-15')" single >/dev/null
 compare "regulate('2026-11-15'): its log" \
     "SELECT string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s', run, account, machine, outcome, alloc, round(consumption::numeric, 6), round(tc::numeric, 6), retracted), E'\n' ORDER BY account, machine) FROM regulation_log"
 compare "regulate('2026-11-15'): the retractions it booked" \
-    "SELECT coalesce(string_agg(format('%s/%s/%s', account, cluster, amount), ' ' ORDER BY account, cluster), 'none') FROM ledger WHERE kind = 'retraction'"
+    "SELECT coalesce(string_agg(format('%s/%s/%s', account, pool, amount), ' ' ORDER BY account, pool), 'none') FROM ledger WHERE kind = 'retraction'"
 is "$(q centre "SELECT count(*) > 0 FROM ledger WHERE kind = 'retraction'")" "t" "regulate() booked retractions (the comparison is not vacuous)"
-retractions=$(q centre "SELECT string_agg(format('%s/%s/%s', account, cluster, amount), ' ' ORDER BY account, cluster) FROM ledger WHERE kind = 'retraction'")
+retractions=$(q centre "SELECT string_agg(format('%s/%s/%s', account, pool, amount), ' ' ORDER BY account, pool) FROM ledger WHERE kind = 'retraction'")
 for site in alpha beta; do
-    ms=$(wait_for "$site" "SELECT string_agg(format('%s/%s/%s', account, cluster, amount), ' ' ORDER BY account, cluster) FROM ledger WHERE kind = 'retraction'" "$retractions")
+    ms=$(wait_for "$site" "SELECT string_agg(format('%s/%s/%s', account, pool, amount), ' ' ORDER BY account, pool) FROM ledger WHERE kind = 'retraction'" "$retractions")
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "$site received regulate()'s retractions"
 done
 ALL=1 compare "allocation_status() after regulate(): the retractions count at every site" \
@@ -234,14 +234,14 @@ done
 p1_check="SELECT coalesce((check_submit('u1', 'p1', '2026-11-20')).reason, 'ok')"
 is "$(q alpha "$p1_check")/$(q beta "$p1_check")" "ok/ok" "p1 may submit at both sites before the retraction"
 left="SELECT m.c, s.alloc FROM (VALUES ('alpha'), ('beta')) m(c), LATERAL allocation_status('p1', m.c, '2026-11-20') s"
-q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+q centre "INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
           SELECT 'p1', 'retraction', -x.alloc, 'NPL', x.c, '2026-01-01', '2026-12-31', 'federation test' FROM ($left) x" >/dev/null
 for site in alpha beta; do
     ms=$(wait_for "$site" "$p1_check" "allocation_exhausted")
     ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "a retraction at the centre makes $site refuse p1 as allocation_exhausted ($ms ms)"
 done
-q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
-          SELECT 'p1', 'supplement', -l.amount, 'NPL', l.cluster, '2026-01-01', '2026-12-31', 'federation test'
+q centre "INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
+          SELECT 'p1', 'supplement', -l.amount, 'NPL', l.pool, '2026-01-01', '2026-12-31', 'federation test'
           FROM ledger l WHERE l.account = 'p1' AND l.kind = 'retraction' AND l.note = 'federation test'" >/dev/null
 for site in alpha beta; do wait_for "$site" "$p1_check" "ok" >/dev/null; done
 is "$(q alpha "$p1_check")/$(q beta "$p1_check")" "ok/ok" "supplements of as much let both sites accept p1 again"
@@ -335,7 +335,7 @@ ms=$(wait_for centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_
 ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "centre updated first: the sites' charges still reach it ($ms ms)"
 is "$(q alpha "SELECT (check_submit('u1', 'p2', '2026-11-20')).ok")" "t" "alpha, not yet updated, still charges and checks"
 q alpha "$add_column" >/dev/null
-q centre "INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, rollout_tag)
+q centre "INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, rollout_tag)
           VALUES ('p1', 'deposit', 7, 'NPL', NULL, '2026-10-01', '2026-12-31', 'after-update')" >/dev/null
 ms=$(wait_for alpha "SELECT count(*) FROM ledger WHERE rollout_tag = 'after-update'" "1")
 ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "alpha, updated, receives the centre's rows with the new column filled ($ms ms)"

@@ -119,7 +119,7 @@ INSERT INTO account (name) SELECT 'p' || lpad(i::text, 2, '0') FROM generate_ser
 INSERT INTO membership (account, username, role)
 SELECT 'p' || lpad(i::text, 2, '0'), 'u' || (3 * i - k), CASE WHEN k = 0 THEN 'member' ELSE 'admin' END
 FROM generate_series(1, 12) i, generate_series(0, 2) k;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT 'p' || lpad(i::text, 2, '0'), 'grant', 1200000, 'hours', 'ada', '2024-01-01', '2024-12-31'
 FROM generate_series(1, 12) i;
 CALL regulate('2024-02-15');
@@ -175,7 +175,7 @@ is "$(cat "$work/n")" 24 "the retraction notices carry the allocation before and
 stop_sink
 sql -c "INSERT INTO hpcacct.account (name) VALUES ('q01'), ('q02')" \
     -c "INSERT INTO hpcacct.membership VALUES ('q01', 'u1', 'admin'), ('q02', 'u2', 'admin')" \
-    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
         VALUES ('q01', 'grant', 1200000, 'hours', 'ada', '2024-01-01', '2024-12-31'),
                ('q02', 'grant', 1200000, 'hours', 'ada', '2024-01-01', '2024-12-31')" \
     -c "CALL hpcacct.regulate('2024-04-15')" 2>/dev/null

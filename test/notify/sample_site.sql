@@ -11,7 +11,7 @@ INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('jean-zay', 
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('jean-zay', 'cpu', 'cpu=40', 'cpu=1', 1, 'hours');
 INSERT INTO account (name, description) VALUES ('gen7001', 'Turbulent flows (DARI A17)');
 INSERT INTO membership VALUES ('gen7001', 'alice', 'admin'), ('gen7001', 'bob', 'member');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('gen7001', 'grant', 1200000, 'hours', 'jean-zay', '2025-01-01', '2025-12-31');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
 SELECT 'jean-zay', 'g' || i, 'gen7001', CASE WHEN i % 3 = 0 THEN 'bob' ELSE 'alice' END, 'cpu',
@@ -58,7 +58,7 @@ VALUES ('cedar', 'cpubase', 'cpu=48,mem=192G', 'cpu=1,mem=4G', 1, 'core-equivale
        ('graham', 'cpubase', 'cpu=32,mem=128G', 'cpu=1,mem=4G', 1, 'core-equivalent-hours', 'cc-cpu');
 INSERT INTO account (name, description) VALUES ('def-smith', 'Default allocation, Smith lab');
 INSERT INTO membership VALUES ('def-smith', 'alice', 'admin'), ('def-smith', 'carol', 'member');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('def-smith', 'grant', 350000, 'core-equivalent-hours', 'cc-cpu', '2025-04-01', '2026-03-31');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
 SELECT CASE WHEN i % 3 = 0 THEN 'graham' ELSE 'cedar' END, 'c' || i, 'def-smith', CASE WHEN i % 2 = 0 THEN 'alice' ELSE 'carol' END,
@@ -74,7 +74,7 @@ VALUES ('lq1', 'k20', 'gres/gpu=4,cpu=16', 'gres/gpu=1', 2, 'gpu-hours', 'lq-gpu
        ('lq1', 'c2050', 'gres/gpu=4,cpu=16', 'gres/gpu=1', 1, 'gpu-hours', 'lq-gpu');
 INSERT INTO account (name, description) VALUES ('lqcd-hisq', 'HISQ ensembles');
 INSERT INTO membership VALUES ('lqcd-hisq', 'bob', 'admin'), ('lqcd-hisq', 'alice', 'member');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('lqcd-hisq', 'grant', 60000, 'gpu-hours', 'lq-gpu', '2025-07-01', '2026-06-30');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
 SELECT 'lq1', 'l' || i, 'lqcd-hisq', CASE WHEN i % 2 = 0 THEN 'bob' ELSE 'alice' END, CASE WHEN i % 3 = 0 THEN 'c2050' ELSE 'k20' END,

@@ -1,4 +1,4 @@
--- One bank, one allocation: the quarterly bank's deposits (ledger rows without a cluster)
+-- One bank, one allocation: the quarterly bank's deposits (ledger rows without a pool)
 -- are the allocation of every report — usage by account and the fair share — in the pools
 -- charged in the bank's unit, not an allocation of 0 with overuse and a factor of 0.
 BEGIN;

@@ -29,7 +29,7 @@ SELECT add_user('dg_pa', '2024-01-05'), add_user('dg_member', '2024-01-05'), add
        add_user('dg_new', '2024-01-05');
 SELECT add_member('dg_a', 'dg_pa', 'admin'), add_member('dg_a', 'dg_member'), add_member('dg_b', 'dg_other', 'admin');
 SELECT deposit('dg_a', '2024-01-01', 1000), deposit('dg_b', '2024-01-01', 1000);
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('dg_a', 'grant', 100, 'NPL', 'dgc', '2024-01-01', '2024-12-31'),
        ('dg_b', 'grant', 300, 'NPL', 'dgc', '2024-01-01', '2024-12-31');
 INSERT INTO job VALUES

@@ -21,7 +21,7 @@ SELECT deposit('e_old', '2024-01-01', 1000);               -- only a past quarte
 SELECT add_quota_period('e_rwth', '2024-01-01', '2024-12-31', 100, 'enfw', 'core-hours');
 SELECT add_quota_period('e_both', '2024-01-01', '2024-12-31', 100, 'enfw', 'core-hours');
 SELECT deposit('e_both', '2024-04-01', 1000);
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('e_genci', 'grant', 1200, 'hours', 'enfg', '2024-01-01', '2024-12-31');
 
 -- Which rules bind each account, derived from what it has.
@@ -96,7 +96,7 @@ SELECT is((check_submit('eu', 'e_rwth', '2024-07-10')).ok, true, 'two months lat
 INSERT INTO job VALUES ('enfg', 'g1', 'e_genci', 'eu', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-03 12:00+00',
                         'cpu=16', 'COMPLETED');          -- 960 hours of 1 200
 SELECT is((check_submit('eu', 'e_genci', '2024-05-10')).ok, true, '960 of 1 200 hours used: accepted');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('e_genci', 'retraction', -300, 'hours', 'enfg', '2024-03-15', '2024-12-31');
 SELECT is((check_submit('eu', 'e_genci', '2024-05-10')).reason, 'allocation_exhausted',
           'a retraction of 300 leaves 900 < 960 used: refused');

@@ -190,7 +190,7 @@ UPDATE job SET "end" = "end" + interval '90 minutes' WHERE jobid LIKE 'g%' AND s
 UPDATE job SET account = 'fsa0', "user" = 'fsu0' WHERE jobid LIKE 'g%' AND substr(jobid, 2)::int % 10 = 7;
 DELETE FROM job WHERE jobid LIKE 'g%' AND substr(jobid, 2)::int % 10 = 9;
 -- Allocations: a grant per account, pool and year; supplements, retractions, a two-year grant.
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT 'fsa' || a, 'grant', 1000 * (1 + (a + p.n) % 5) * CASE WHEN p.unit LIKE 'GPU%' THEN 0.1 ELSE 1 END, p.unit, p.pool,
        make_date(y, p.m, 1), (make_date(y, p.m, 1) + interval '1 year')::date - 1
 FROM generate_series(0, 5) AS a, generate_series(2023, 2024) AS y,
@@ -198,7 +198,7 @@ FROM generate_series(0, 5) AS a, generate_series(2023, 2024) AS y,
              (2, 'fsc-graham', 'core-equivalent-hours', 4), (3, 'fsc-graham-gpu', 'GPU-equivalent-hours', 1))
          AS p(n, pool, unit, m)
 WHERE (a + p.n + y) % 7 <> 0;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
     ('fsa1', 'supplement', 777, 'core-equivalent-hours', 'fsc-cedar', '2024-09-16', '2025-03-31'),
     ('fsa2', 'retraction', -500, 'core-equivalent-hours', 'fsc-graham', '2024-06-15', '2025-03-31'),
     ('fsa3', 'grant', 5000, 'GPU-equivalent-hours', 'fsc-graham-gpu', '2023-07-01', '2025-06-30'),
@@ -232,12 +232,12 @@ SELECT y.y, j.*, y.ys, y.ye,
 FROM fs_jobs j JOIN fs_years y USING (pool)
 WHERE j."end" <= :at AND j."end" > y.ys AND j.start < least(y.ye, :at);
 CREATE TEMP TABLE fs_alloc AS
-SELECT y.y, l.cluster AS pool, l.unit, l.account,
+SELECT y.y, l.pool, l.unit, l.account,
        sum(l.amount * (least(l.valid_until, y.last_day) - greatest(l.valid_from, y.first_day) + 1)
            / (l.valid_until - l.valid_from + 1)) AS allocation
-FROM ledger l JOIN fs_years y ON y.pool = l.cluster
+FROM ledger l JOIN fs_years y ON y.pool = l.pool
 WHERE l.kind <> 'charge' AND l.valid_from <= y.last_day AND l.valid_until >= y.first_day
-GROUP BY y.y, l.cluster, l.unit, l.account;
+GROUP BY y.y, l.pool, l.unit, l.account;
 CREATE TEMP TABLE fs_expected_account AS
 SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit, coalesce(a.account, u.account) AS account,
        coalesce(a.y, u.y) AS y, coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
@@ -346,9 +346,9 @@ BEGIN
         FROM fs_jobs j CROSS JOIN (SELECT timestamptz '2024-11-15 10:00-05' AS at) c
         WHERE j."end" <= c.at
     ), alloc AS (
-        SELECT l.cluster AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+        SELECT l.pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
         FROM hpcacct.ledger l
-        WHERE l.kind <> 'charge' AND l.cluster LIKE 'fsc-%%' AND date '2024-11-15' BETWEEN l.valid_from AND l.valid_until
+        WHERE l.kind <> 'charge' AND l.pool LIKE 'fsc-%%' AND date '2024-11-15' BETWEEN l.valid_from AND l.valid_until
         GROUP BY 1, 2, 3
     ), acc AS (
         SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit, coalesce(a.account, u.account) AS account,

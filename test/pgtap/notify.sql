@@ -51,7 +51,7 @@ UPDATE contact SET email = 'alice@lab.example.org', notify = true WHERE username
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('n_ada', 1000000);
 INSERT INTO account (name) VALUES ('n_gp');
 SELECT add_member('n_gp', 'n_alice', 'admin'), add_member('n_gp', 'n_bob', 'member');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('n_gp', 'grant', 1200000, 'hours', 'n_ada', '2024-01-01', '2024-12-31');
 
 -- a rolled-back run writes no message
@@ -93,7 +93,7 @@ SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_gp'), 2::bigint, 'runn
 -- ---- GENCI annual regulation: warning on 1 May, retraction on 1 June --------------------
 INSERT INTO account (name) VALUES ('n_small');
 SELECT add_member('n_small', 'n_carol', 'admin');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('n_small', 'grant', 100000, 'hours', 'n_ada', '2024-01-01', '2024-12-31');
 CALL regulate('2024-05-01');
 CALL regulate('2024-06-01');

@@ -35,7 +35,7 @@ INSERT INTO job VALUES
     ('privc', 'a1', 'priv_a', 'hp_alice', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-01 05:00+00', 'cpu=4', 'COMPLETED'),
     ('privc', 'b1', 'priv_b', 'hp_bob', 'cpu', NULL, '2024-02-01 00:00+00', '2024-02-01 05:00+00', 'cpu=8', 'COMPLETED');
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('privc', 100);
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('priv_a', 'grant', 12000, 'NPL', 'privc', '2024-01-01', '2024-12-31'),
        ('priv_b', 'grant', 12000, 'NPL', 'privc', '2024-01-01', '2024-12-31');
 CALL regulate('2024-03-15');

@@ -22,7 +22,7 @@ INSERT INTO pool (name, year_start_month) VALUES ('q_gpu', 7);
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
     ('q_lq', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'gpu-hours', 'q_gpu'),
     ('q_lq', 'c2050', 'gres/gpu=4', 'gres/gpu=1', 1, 'gpu-hours', 'q_gpu');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT a, 'grant', x, 'gpu-hours', 'q_gpu', current_date - 30, current_date + 300
 FROM (VALUES ('q_a', 1800), ('q_b', 900), ('q_c', 300)) AS g(a, x);
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES

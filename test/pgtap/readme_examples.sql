@@ -14,7 +14,7 @@ INSERT INTO pool (name, year_start_month) VALUES ('gpu', 7);
 INSERT INTO account (name) VALUES ('lattice'), ('hadron'), ('nuclear');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
     ('example', 'k20', 'cpu=16,gres/gpu=100', 'gres/gpu=1', 1, 'GPU-hours', 'gpu');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
     ('lattice', 'grant', 1800, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30'),
     ('hadron',  'grant',  900, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30'),
     ('nuclear', 'grant',  300, 'GPU-hours', 'gpu', '2023-07-01', '2024-06-30');

@@ -11,7 +11,7 @@ INSERT INTO account (name) VALUES ('Z'), ('C'), ('T'), ('S'), ('E'), ('F'), ('U'
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('ada', 'cpu', 'cpu=32', 'cpu=1', 1, 'hours');
 -- Z consumes nothing; C consumes 140 cores all year; T sits exactly at the threshold.
 -- S, E, F and U are annual: S, E, F consume nothing, U 43 % by April.
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT account, 'grant', amount, 'hours', 'ada', '2025-01-01', '2025-12-31'
 FROM (VALUES ('Z', 1200000), ('C', 1200000), ('T', 1000000), ('S', 500000), ('E', 500000), ('F', 500000),
              ('U', 500000)) AS v(account, amount);
@@ -148,7 +148,7 @@ SELECT is(pg_temp.outcome('C', '2025-03-15'), 'ok', 'C, which consumes regularly
 SELECT is(pg_temp.outcome('T', '2025-01-15'), 'ok', 'an allocation exactly at the threshold is regulated monthly');
 SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE account IN ('S', 'E', 'F', 'U')), 0::bigint,
           'accounts below the threshold are not in the monthly runs');
-SELECT row_eq($$SELECT l.kind, l.amount, l.unit, l.cluster, l.valid_from, l.valid_until
+SELECT row_eq($$SELECT l.kind, l.amount, l.unit, l.pool, l.valid_from, l.valid_until
                FROM hpcacct.ledger l JOIN hpcacct.regulation_log g USING (entry_id)
                WHERE g.account = 'Z' AND g.run_date = '2025-03-15'$$,
               ROW('retraction'::text, -100000.000000::numeric, 'hours'::text, 'ada'::text, '2025-03-15'::date, '2025-12-31'::date),
@@ -199,7 +199,7 @@ SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE kind = 'retraction' AND acc
           'the annual retraction is booked once');
 
 -- ---- A bad allocation event stops the whole run: nothing is written ----
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('C', 'grant', 1200000, 'hours', 'ada', '2023-01-01', '2023-12-31'),
        ('Z', 'grant', 2000000, 'hours', 'ada', '2023-03-01', '2023-03-05');
 CREATE TEMP TABLE counts_before_bad AS SELECT pg_temp.ledger_rows() AS ledger_rows, pg_temp.log_rows() AS log_rows;
@@ -235,7 +235,7 @@ SELECT ok(cron.unschedule('hpcacct-regulate'), 'unscheduled');
 -- x1 runs 6 of its 12 hours in 2025, x2 4 of its 12 hours before 16 February 00:00 (Paris),
 -- x3 is inside: 32 cores x (6 + 4 + 24) h = 1 088 h, as consumption_before() counts job by job.
 INSERT INTO account (name) VALUES ('X');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('X', 'grant', 1200000, 'hours', 'ada', '2025-01-01', '2025-12-31');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
     ('ada', 'x1', 'X', 'xavier', 'cpu', '2024-12-31 18:00 Europe/Paris', '2025-01-01 06:00 Europe/Paris', 'cpu=32', 'COMPLETED'),

@@ -286,7 +286,7 @@ SELECT ok((SELECT count(DISTINCT consumption_before(i.account, 'ruc', i.at)) FRO
 SELECT is_empty('SELECT * FROM consumption_vs_ledger',
                 'after re-rating, deletion, compaction and a change of time zone: consumption still exact');
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ruc', 100);
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT 'rua' || a, 'grant', 5000, 'core-hours', 'ruc', '2026-01-01', '2026-12-31' FROM generate_series(0, 3) AS a;
 SELECT ok((SELECT count(*) FROM regulation_report WHERE machine = 'ruc' AND consumption > 0) >= 20,
           'the regulation report has months with consumption');

@@ -136,7 +136,7 @@ DELETE FROM setting WHERE name = 'half_life';
 CREATE TEMP TABLE sec_seen (world int, pool text, account text, submitter text, allocation numeric,
                             share float8, usage float8, norm_usage float8, factor float8);
 GRANT ALL ON sec_seen TO PUBLIC;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('sec_a', 'grant', 1000, 'CH', 'secc', current_date - 30, current_date + 30),
        ('sec_b', 'grant', 1000, 'CH', 'secc', current_date - 30, current_date + 30);
 INSERT INTO job VALUES
@@ -151,7 +151,7 @@ SELECT throws_ok($$SELECT * FROM hpcacct.fairshare(now() - interval '1 day')$$, 
                  'a portal user cannot ask for fair share at an instant of their choosing');
 SELECT lives_ok($$SELECT * FROM hpcacct.fairshare(NULL)$$, 'fairshare(NULL) is now');
 RESET SESSION AUTHORIZATION;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('sec_b', 'grant', 1000, 'CH', 'secc', current_date - 30, current_date + 30);
 INSERT INTO job VALUES
     ('secc', 'fb2', 'sec_b', 'bob', 'cpu', NULL, date_trunc('hour', now()) - interval '110 minutes',

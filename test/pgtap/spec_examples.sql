@@ -28,7 +28,7 @@ SELECT results_eq($$SELECT month, amount FROM charge_by_month WHERE account = 's
 -- ---- §2 Turing's threshold: 5 M hours ----
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('turing', 5000000);
 INSERT INTO account (name) VALUES ('tu5'), ('tu4');
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until) VALUES
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
     ('tu5', 'grant', 5000000, 'hours', 'turing', '2025-01-01', '2025-12-31'),
     ('tu4', 'grant', 4999999, 'hours', 'turing', '2025-01-01', '2025-12-31');
 CALL regulate('2025-01-15');
@@ -48,7 +48,7 @@ CREATE TEMP TABLE annual (machine text, account text, hours interval);
 INSERT INTO annual VALUES ('ada', 'p30', '150 hours'), ('ada', 'p29', '149 hours 57 minutes'),
                           ('ada3', 'q40', '200 hours'), ('ada3', 'q10', '50 hours');
 INSERT INTO account (name) SELECT account FROM annual;
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 SELECT account, 'grant', 500000, 'hours', machine, '2025-01-01', '2025-12-31' FROM annual;
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres)
 SELECT machine, 'j-' || account, account, 'pu', 'cpu', '2025-04-01 00:00 Europe/Berlin',

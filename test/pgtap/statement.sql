@@ -15,7 +15,7 @@ INSERT INTO membership VALUES ('s_a', 's_alice', 'admin'), ('s_b', 's_bob', 'adm
 SELECT deposit('s_a', '2024-04-01', 1000), deposit('s_b', '2024-04-01', 1000);
 SELECT add_quota_period('s_a', '2024-01-01', '2024-06-30', 100, 's_c', 'NPL');
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('s_c', 100);
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
 VALUES ('s_a', 'grant', 1200, 'NPL', 's_c', '2024-01-01', '2024-12-31');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_g', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'NPL');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)

@@ -10,6 +10,6 @@ SELECT count(deposit('p' || i, '2024-04-01', 5000)) FROM generate_series(1, 20) 
 SELECT count(deposit('p' || i, '2024-07-01', 5000)) FROM generate_series(1, 20) AS i;
 -- GENCI-style yearly grants on the stress machine, regulated monthly.
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('stress', 10000);
-INSERT INTO ledger (account, kind, amount, unit, cluster, valid_from, valid_until, note)
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
 SELECT 'p' || i, 'grant', 120000, 'NPL', 'stress', '2024-01-01', '2024-12-31', 'first session'
 FROM generate_series(1, 20) AS i;
