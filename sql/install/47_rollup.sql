@@ -32,10 +32,6 @@ CREATE TABLE @extschema@.charge_rollup (
 CREATE INDEX charge_rollup_account ON @extschema@.charge_rollup (account, month);
 -- The rows not yet folded (the current month's, late reversals): what reports read next to the bases.
 CREATE INDEX charge_rollup_unfolded ON @extschema@.charge_rollup (end_month) WHERE NOT folded;
--- A year's rows with their submitters (usage_by_submitter, usage_by_month), by an index-only
--- scan: fetched from the heap, a third of it in no useful order, they took a quarter of the CPU.
-CREATE INDEX charge_rollup_month ON @extschema@.charge_rollup (month)
-    INCLUDE (account, resource_id, unit, submitter, end_month, amount);
 -- The folded rows: one per group, which compact_rollup() adds late rows of folded months to.
 CREATE UNIQUE INDEX charge_rollup_folded ON @extschema@.charge_rollup
     (account, resource_id, unit, submitter, month, end_month) NULLS NOT DISTINCT WHERE folded;
@@ -437,13 +433,10 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
           AND r.month BETWEEN $2 AND $3
         UNION ALL
         -- the same rows as above, but only those not folded: a branch of its own, so that the
-        -- planner can read them through the partial index charge_rollup_unfolded -- alone
-        -- (OFFSET 0): it took the month range, estimated at 0.5 % as parameters are, for
-        -- selective, and ANDed in a year's entries of charge_rollup_month
+        -- planner can read them through the partial index charge_rollup_unfolded
         SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
-        FROM (SELECT u.account, u.resource_id, u.unit, u.month, u.end_month, u.amount
-              FROM @extschema@.charge_rollup u WHERE NOT u.folded OFFSET 0) r, z
-        WHERE z.from_base
+        FROM @extschema@.charge_rollup r, z
+        WHERE z.from_base AND NOT r.folded
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL

@@ -9887,11 +9887,6 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
 ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);
 -- end of ledger.pool
 
--- Issue 19 (scale): the reports per submitter read a year of the charge rollup by an
--- index-only scan (as sql/install/47_rollup.sql).
-CREATE INDEX charge_rollup_month ON @extschema@.charge_rollup (month)
-    INCLUDE (account, resource_id, unit, submitter, end_month, amount);
-
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13928,13 +13923,10 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
           AND r.month BETWEEN $2 AND $3
         UNION ALL
         -- the same rows as above, but only those not folded: a branch of its own, so that the
-        -- planner can read them through the partial index charge_rollup_unfolded -- alone
-        -- (OFFSET 0): it took the month range, estimated at 0.5 % as parameters are, for
-        -- selective, and ANDed in a year's entries of charge_rollup_month
+        -- planner can read them through the partial index charge_rollup_unfolded
         SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
-        FROM (SELECT u.account, u.resource_id, u.unit, u.month, u.end_month, u.amount
-              FROM @extschema@.charge_rollup u WHERE NOT u.folded OFFSET 0) r, z
-        WHERE z.from_base
+        FROM @extschema@.charge_rollup r, z
+        WHERE z.from_base AND NOT r.folded
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
         UNION ALL
