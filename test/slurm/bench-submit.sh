@@ -56,7 +56,10 @@ LUA
     export HPCACCT_SLURM_CONF_EXTRA=$'JobSubmitPlugins=lua\nMaxJobCount=100000'
     # BENCH_SUBMIT_LUA: another job_submit.lua to measure (e.g. an earlier version's)
     export HPCACCT_SLURM_JOB_SUBMIT_LUA=${BENCH_SUBMIT_LUA:-$root/src/slurm/job_submit.lua}
-    exec test/slurm/with-slurm.sh "$root/test/slurm/bench-submit.sh" "$n" "$rounds" --inside --slurm
+    # not exec: the EXIT trap above removes $work afterwards
+    rc=0
+    test/slurm/with-slurm.sh "$root/test/slurm/bench-submit.sh" "$n" "$rounds" --inside --slurm || rc=$?
+    exit $rc
 fi
 
 work=$HPCACCT_BENCH_WORK

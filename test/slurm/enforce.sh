@@ -81,7 +81,10 @@ CONF
     export HPCACCT_SLURM_CONF_EXTRA='JobSubmitPlugins=lua'
     export HPCACCT_SLURM_JOB_SUBMIT_LUA=$root/src/slurm/job_submit.lua
     export HPCACCT_SLURM_ENFORCE=associations,limits,qos
-    exec timeout 600 test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm   # bounded: 10 minutes
+    # not exec: the EXIT trap above removes $work afterwards
+    rc=0
+    timeout 600 test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm || rc=$?   # bounded: 10 minutes
+    exit $rc
 fi
 
 # ---- inside Slurm as well -----------------------------------------------------------------------
