@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . test/scripts/checks.sh
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
 
 createdb hpcacct_dump_src

@@ -14,6 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . test/scripts/checks.sh
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" hpcacct.control)
 previous=$(ls sql/versions/hpcacct--*--"$current".sql 2>/dev/null | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' \
