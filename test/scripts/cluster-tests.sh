@@ -12,7 +12,8 @@ psql -q -X -v ON_ERROR_STOP=1 -d hpcacct_tap \
     && test/scripts/cron.sh schedule hpcacct_tap
 
 # pg_regress: one test per file in sql/.
-regress_log=$(mktemp)
+regress_log=$(mktemp) tap_log=
+trap 'rm -f "$regress_log" ${tap_log:+"$tap_log"}' EXIT
 make -s PG_CONFIG="$PG_CONFIG" installcheck 2>&1 | tee "$regress_log"
 regress_total=$(ls sql/*.sql | wc -l)
 regress_failed=$(sed -n 's/.* \([0-9]*\) of [0-9]* tests failed.*/\1/p' "$regress_log")
