@@ -62,14 +62,22 @@ ALTER TABLE hpcacct.job DISABLE TRIGGER bench_charge_row;
 -- Puts the job table in the state of an ingestion variant, empty, with an empty ledger:
 --   charge_jobs  hpcacct's statement triggers      plpgsql  the row trigger above
 --   plain        no trigger at all (the table with its primary key, as COPY alone costs)
+--   charge_jobs_deferred  charge_jobs with the setting rollup = deferred (every other: immediate)
 CREATE FUNCTION bench.prepare_ingest(variant text) RETURNS void
     LANGUAGE plpgsql
     AS $$
     BEGIN
         SET LOCAL session_replication_role = replica;  -- the ledger's TRUNCATE guard stays quiet
-        TRUNCATE hpcacct.job, hpcacct.ledger, hpcacct.charge_rollup, hpcacct.consumption_rollup;
+        TRUNCATE hpcacct.job, hpcacct.ledger, hpcacct.charge_rollup, hpcacct.consumption_rollup,
+                 hpcacct.rollup_pending;
         SET LOCAL session_replication_role = DEFAULT;
-        IF variant = 'charge_jobs' THEN
+        IF variant = 'charge_jobs_deferred' THEN
+            INSERT INTO hpcacct.setting VALUES ('rollup', 'deferred')
+            ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+        ELSE
+            DELETE FROM hpcacct.setting WHERE name = 'rollup';
+        END IF;
+        IF variant IN ('charge_jobs', 'charge_jobs_deferred') THEN
             ALTER TABLE hpcacct.job ENABLE TRIGGER USER;
             ALTER TABLE hpcacct.job DISABLE TRIGGER bench_charge_row;
         ELSIF variant = 'plpgsql' THEN
