@@ -261,7 +261,8 @@ COMMENT ON TABLE @extschema@.rollup_pending IS
 COMMENT ON COLUMN @extschema@.rollup_pending.first_entry_id IS 'First entry id of the range';
 COMMENT ON COLUMN @extschema@.rollup_pending.last_entry_id IS 'Last entry id of the range (included)';
 
--- The ledger rows in the pending ranges (one range: an index range scan of the ledger).
+-- The ledger rows in the pending ranges (one range: an index range scan of the ledger); with
+-- nothing pending, a one-time filter skips the whole query (its time zone and settings too).
 -- The views run as their caller (security_invoker): the ledger's row-level security shows a
 -- portal user the pending rows of its accounts only, as the rollups' own policies do.
 DO $do$
@@ -272,10 +273,12 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS '
         'SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, '
-        'p.decayed, false AS folded FROM (%s) p', hpcacct_internal.rollup_select_sql(pending));
+        'p.decayed, false AS folded FROM (%s) p WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.rollup_select_sql(pending));
     EXECUTE pg_catalog.format(
         'CREATE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS '
-        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p',
+        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p '
+        'WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
         hpcacct_internal.consumption_rollup_select_sql(pending));
 END
 $do$;

@@ -9913,10 +9913,12 @@ BEGIN
     EXECUTE pg_catalog.format(
         'CREATE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS '
         'SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, '
-        'p.decayed, false AS folded FROM (%s) p', hpcacct_internal.rollup_select_sql(pending));
+        'p.decayed, false AS folded FROM (%s) p WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.rollup_select_sql(pending));
     EXECUTE pg_catalog.format(
         'CREATE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS '
-        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p',
+        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p '
+        'WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
         hpcacct_internal.consumption_rollup_select_sql(pending));
 END
 $do$;

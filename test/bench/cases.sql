@@ -63,7 +63,9 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
     (15, 'ingest: roll_up_pending() after the deferred COPY', 'ingest', 'roll_up_pending', 'plain',
      'COPY, no trigger', '', NULL, NULL, NULL),
     (16, 'ingest: deferred COPY + roll_up_pending(), one run', 'ingest', 'deferred_and_roll_up', 'plain',
-     'COPY, no trigger', '', NULL, NULL, NULL);
+     'COPY, no trigger', '',
+     format('SELECT * FROM bench.ingest_rollup(''charge_jobs_deferred'', %L)', :'ingest_file'),
+     format('SELECT * FROM bench.ingest_rollup(''charge_jobs'', %L)', :'ingest_file'), '{k}');
 
 -- ---- the sacct loader (issue 14): hpcacct-sacct load of the same jobs as sacct text ------
 -- Timed by driver.sh around the command (client parsing, COPY into staging, load_sacct()),

@@ -103,3 +103,23 @@ CREATE FUNCTION bench.ingest_ledger(variant text, file text)
                      FROM hpcacct.ledger l WHERE l.kind = 'charge';
     END
     $$;
+
+-- For the check of the deferred variant: ingest the file with a variant, roll up what is
+-- pending, and return the rollups' sums per group (charge and consumption).
+CREATE FUNCTION bench.ingest_rollup(variant text, file text)
+    RETURNS TABLE (k text, a numeric, b numeric)
+    LANGUAGE plpgsql
+    AS $$
+    BEGIN
+        PERFORM bench.prepare_ingest(variant);
+        EXECUTE format('COPY hpcacct.job FROM %L', file);
+        PERFORM hpcacct.roll_up_pending();
+        RETURN QUERY
+            SELECT concat_ws('/', 'charge', c.account, c.resource_id, c.submitter, c.month, c.end_month),
+                   sum(c.amount), sum(c.job_amount)
+            FROM hpcacct.charge_rollup c GROUP BY c.account, c.resource_id, c.submitter, c.month, c.end_month
+            UNION ALL
+            SELECT concat_ws('/', 'consumption', c.account, c.resource_id, c.boundary), sum(c.ended), sum(c.running)
+            FROM hpcacct.consumption_rollup c GROUP BY c.account, c.resource_id, c.boundary;
+    END
+    $$;
