@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(36);
+SELECT plan(37);
 
 -- ---- objects and the setting ----
 SELECT has_table('hpcacct', 'rollup_pending', 'the pending ranges table exists');
@@ -24,6 +24,8 @@ SELECT is((SELECT count(*) FROM pg_class c
                            'hpcacct_internal.consumption_rollup_exact'::regclass)
              AND 'security_invoker=true' = ANY (c.reloptions)),
           4::bigint, 'the pending and exact views run as their caller');
+SELECT ok(NOT 'hpcacct.rollup_pending'::regclass = ANY (federation_reference_tables()),
+          'rollup_pending is local: not among the tables the centre publishes');
 
 -- ---- a site: a monthly-regulated machine, a bank unit, a window quota ----
 INSERT INTO setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
