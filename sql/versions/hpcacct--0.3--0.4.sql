@@ -14354,6 +14354,7 @@ COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_select_sql(text) IS
 CREATE OR REPLACE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $$
     DECLARE
         taken constant text := '(SELECT l.* FROM @extschema@.ledger l '
