@@ -35,7 +35,10 @@ BEGIN ATOMIC
                ('exhausted_factor', '0.01',
                 'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
                ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
-               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'))
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'),
+               ('rollup', 'immediate',
+                'immediate: each statement that books charges rolls them up; deferred: it records their entry ids '
+                'in rollup_pending, roll_up_pending() rolls them up (run it every minute), reports stay exact'))
             AS v(name, default_value, description);
 END;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
@@ -130,6 +133,7 @@ CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
                 WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
                 WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
                 WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                WHEN 'rollup' THEN NEW.value IN ('immediate', 'deferred')
                 ELSE true
             END;
         EXCEPTION WHEN data_exception THEN

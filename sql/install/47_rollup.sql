@@ -130,10 +130,11 @@ COMMENT ON FUNCTION @extschema@.regulation_boundary_after(timestamp) IS
     'First regulation boundary (1 January, or the 16th of a month, at 00:00) strictly after a local time';
 
 -- The rollup rows of the charges in `source` (a table or a parenthesized query with the
--- ledger's columns), as one INSERT statement's text: the trigger runs it over its
--- transition table, rebuild_rollup() over the whole ledger. A job inside one month (almost
--- all) takes the short branch without splitting.
-CREATE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
+-- ledger's columns), as one query's text: the trigger inserts them for its transition table,
+-- rebuild_rollup() for the whole ledger, roll_up_pending() for the pending ranges, and the
+-- view charge_rollup_pending computes them on read. A job inside one month (almost all)
+-- takes the short branch without splitting.
+CREATE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -153,10 +154,8 @@ CREATE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
                       WHERE e.kind = 'charge'
                       OFFSET 0) e  -- each month once per row, not once per use
             )
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed)
-            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
-                   sum(s.job_amount), sum(s.decayed)
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount) AS amount,
+                   sum(s.job_amount) AS job_amount, sum(s.decayed) AS decayed
             FROM (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
                        e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
@@ -175,12 +174,22 @@ CREATE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
             GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
             $q$, source)
     $$;
+COMMENT ON FUNCTION hpcacct_internal.rollup_select_sql(text) IS
+    'The query of the charge rollup rows of the ledger rows in a table or query';
+
+CREATE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT 'INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount, '
+               'job_amount, decayed)' || hpcacct_internal.rollup_select_sql(source)
+    $$;
 COMMENT ON FUNCTION hpcacct_internal.rollup_insert_sql(text) IS
     'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
 
 -- The same for the consumption rollup. A job that crosses no boundary (almost all) gives
 -- one row; one that runs across boundaries also a share before each of them.
-CREATE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
+CREATE FUNCTION hpcacct_internal.consumption_rollup_select_sql(source text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
@@ -201,8 +210,7 @@ CREATE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETU
                       WHERE e.kind = 'charge'
                       OFFSET 0) e  -- local times once per row, not once per use in the inlined function
             )
-            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
-            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended) AS ended, sum(s.running) AS running
             FROM (
                 SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
                 FROM entries e
@@ -224,18 +232,117 @@ CREATE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETU
             GROUP BY s.account, s.resource_id, s.boundary
             $q$, source)
     $$;
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_select_sql(text) IS
+    'The query of the consumption rollup rows of the ledger rows in a table or query';
+
+CREATE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT 'INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)'
+               || hpcacct_internal.consumption_rollup_select_sql(source)
+    $$;
 COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
+
+-- Deferred rollups (setting rollup = deferred): the trigger records the entry ids of each
+-- statement's charges as ranges of consecutive ids here, in the loader's transaction, and
+-- roll_up_pending() rolls them up later. Until then the views *_rollup_pending compute their
+-- rollup rows on read, so that reports, which read the rollups with them, stay exact.
+-- Local derived state: not dumped (a restore charges the ledger again), never published.
+CREATE TABLE @extschema@.rollup_pending (
+    first_entry_id bigint PRIMARY KEY,
+    last_entry_id  bigint NOT NULL,
+    CONSTRAINT rollup_pending_range CHECK (last_entry_id >= first_entry_id)
+);
+COMMENT ON TABLE @extschema@.rollup_pending IS
+    'Ranges of ledger entry ids of charges not rolled up yet (setting rollup = deferred): roll_up_pending() rolls '
+    'them up; reports add their rollup rows on read';
+COMMENT ON COLUMN @extschema@.rollup_pending.first_entry_id IS 'First entry id of the range';
+COMMENT ON COLUMN @extschema@.rollup_pending.last_entry_id IS 'Last entry id of the range (included)';
+
+-- The ledger rows in the pending ranges (one range: an index range scan of the ledger); with
+-- nothing pending, a one-time filter skips the whole query (its time zone and settings too).
+-- The views run as their caller (security_invoker): the ledger's row-level security shows a
+-- portal user the pending rows of its accounts only, as the rollups' own policies do.
+DO $do$
+DECLARE
+    pending constant text := '(SELECT l.* FROM @extschema@.ledger l JOIN @extschema@.rollup_pending p '
+                             'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS '
+        'SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, '
+        'p.decayed, false AS folded FROM (%s) p WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.rollup_select_sql(pending));
+    EXECUTE pg_catalog.format(
+        'CREATE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS '
+        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p '
+        'WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.consumption_rollup_select_sql(pending));
+END
+$do$;
+COMMENT ON VIEW hpcacct_internal.charge_rollup_pending IS
+    'The charge rollup rows of the pending charges (rollup_pending), computed on read: new rows, not folded';
+COMMENT ON VIEW hpcacct_internal.consumption_rollup_pending IS
+    'The consumption rollup rows of the pending charges (rollup_pending), computed on read: delta rows, not merged';
+
+-- What reports read: the rollups with the rows of the pending charges, exact at every instant.
+-- With nothing pending, the second branch is a scan of the empty rollup_pending.
+CREATE VIEW hpcacct_internal.charge_rollup_exact WITH (security_invoker = true) AS
+    SELECT c.account, c.resource_id, c.unit, c.submitter, c.month, c.end_month, c.amount, c.job_amount, c.decayed,
+           c.folded
+    FROM @extschema@.charge_rollup c
+    UNION ALL
+    SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, p.decayed,
+           p.folded
+    FROM hpcacct_internal.charge_rollup_pending p;
+COMMENT ON VIEW hpcacct_internal.charge_rollup_exact IS
+    'hpcacct.charge_rollup and the rows of the charges not rolled up yet: what reports read';
+CREATE VIEW hpcacct_internal.consumption_rollup_exact WITH (security_invoker = true) AS
+    SELECT c.account, c.resource_id, c.boundary, c.ended, c.running, c.merged
+    FROM @extschema@.consumption_rollup c
+    UNION ALL
+    SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, p.merged
+    FROM hpcacct_internal.consumption_rollup_pending p;
+COMMENT ON VIEW hpcacct_internal.consumption_rollup_exact IS
+    'hpcacct.consumption_rollup and the rows of the charges not rolled up yet: what reports read';
+-- Invoker's rights: a caller reads through them what the ledger, the rollups and
+-- rollup_pending let it read, no more.
+GRANT SELECT ON hpcacct_internal.charge_rollup_pending, hpcacct_internal.consumption_rollup_pending,
+                hpcacct_internal.charge_rollup_exact, hpcacct_internal.consumption_rollup_exact TO PUBLIC;
 
 -- The trigger runs those statements as static SQL, so that PL/pgSQL keeps their plans: a
 -- loader inserting one job per statement does not plan them again for every job. Their text
 -- is pasted in from the two *_insert_sql('new_entries') when the function is created.
+-- Deferred: the statement's charge ids as ranges of consecutive ids (gaps and islands; a
+-- concurrent loader's ids interleave, and a range of consecutive ids of the transition table
+-- holds this statement's rows only); one range, without sorting, when the ids have no gap.
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp AS %L',
-        pg_catalog.format(E'\n    BEGIN\n'
+        pg_catalog.format(E'\n    DECLARE\n'
+                          '        first_id bigint;\n'
+                          '        last_id bigint;\n'
+                          '        charges bigint;\n'
+                          '    BEGIN\n'
+                          '        IF @extschema@.setting_value(''rollup'') = ''deferred'' THEN\n'
+                          '            SELECT min(e.entry_id), max(e.entry_id), count(*) INTO first_id, last_id, charges\n'
+                          '            FROM new_entries e WHERE e.kind = ''charge'';\n'
+                          '            IF charges = last_id - first_id + 1 THEN\n'
+                          '                INSERT INTO @extschema@.rollup_pending (first_entry_id, last_entry_id)\n'
+                          '                VALUES (first_id, last_id);\n'
+                          '            ELSIF charges > 0 THEN\n'
+                          '                INSERT INTO @extschema@.rollup_pending (first_entry_id, last_entry_id)\n'
+                          '                SELECT min(i.entry_id), max(i.entry_id)\n'
+                          '                FROM (SELECT e.entry_id, e.entry_id - pg_catalog.row_number() OVER (ORDER BY e.entry_id) AS island\n'
+                          '                      FROM new_entries e WHERE e.kind = ''charge'') i\n'
+                          '                GROUP BY i.island;\n'
+                          '            END IF;\n'
+                          '            RETURN NULL;\n'
+                          '        END IF;\n'
                           '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
                           '            RETURN NULL;\n'
                           '        END IF;\n'
@@ -247,7 +354,8 @@ BEGIN
 END
 $do$;
 COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
-    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges';
+    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges '
+    '(rollup = deferred: records their entry ids in rollup_pending)';
 CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
     FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.roll_up_charges();
@@ -266,6 +374,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         DELETE FROM @extschema@.fairshare_base;
         DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
+        DELETE FROM @extschema@.rollup_pending;  -- every charge is rolled up below
         EXECUTE hpcacct_internal.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
         DELETE FROM @extschema@.consumption_rollup;
@@ -275,8 +384,53 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
     $$;
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
-    'or half-life changes); returns the rows of charge_rollup';
+    'or half-life changes) and empties rollup_pending; returns the rows of charge_rollup';
 REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
+
+-- Rolls up the pending charges (setting rollup = deferred) with the trigger's statements, over
+-- the ledger rows of the ranges it takes out of rollup_pending. Run it every minute (pg_cron).
+-- Concurrency: it waits for compactions and rebuilds (their advisory lock), and two calls wait
+-- for each other on it. Without that lock the DELETE's row locks would still do: a second
+-- call's DELETE waits for the first's transaction and then skips the ranges it deleted, so no
+-- range is rolled up twice. Ranges a loader commits meanwhile stay for the next call. No
+-- deadlock with rebuild_rollup(), which locks the ledger (SHARE) before this lock: this
+-- function only reads the ledger (ACCESS SHARE, which SHARE does not block). A re-run finds
+-- nothing and changes nothing. Returns the charges (ledger rows) it rolled up. No JIT: the
+-- statements' month series are costed at 333 rows a charge, so 20 000 pending charges were
+-- compiled (0.3 s, with inlining) for a run of 0.3 s whose per-row work compiled code cannot shorten.
+CREATE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $$
+    DECLARE
+        taken constant text := '(SELECT l.* FROM @extschema@.ledger l '
+                               'JOIN ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::bigint[])) '
+                               'AS p(first_entry_id, last_entry_id) '
+                               'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+        firsts bigint[];
+        lasts bigint[];
+        charges bigint;
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        WITH deleted AS (
+            DELETE FROM @extschema@.rollup_pending p RETURNING p.first_entry_id, p.last_entry_id
+        )
+        SELECT pg_catalog.array_agg(d.first_entry_id), pg_catalog.array_agg(d.last_entry_id),
+               coalesce(sum(d.last_entry_id - d.first_entry_id + 1), 0)
+        INTO firsts, lasts, charges
+        FROM deleted d;
+        IF charges > 0 THEN
+            EXECUTE hpcacct_internal.rollup_insert_sql(taken) USING firsts, lasts;
+            EXECUTE hpcacct_internal.consumption_rollup_insert_sql(taken) USING firsts, lasts;
+        END IF;
+        RETURN charges;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.roll_up_pending() IS
+    'Rolls up the charges recorded in rollup_pending (setting rollup = deferred) and empties it; returns the charges '
+    'rolled up (0 when nothing is pending)';
+REVOKE EXECUTE ON FUNCTION @extschema@.roll_up_pending() FROM PUBLIC;
 
 -- Folds the rollups' new rows, up to the month through_month: merges the consumption
 -- rollup's delta rows into its merged rows, and the charge rollup's rows not folded (the
@@ -308,6 +462,7 @@ CREATE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        PERFORM @extschema@.roll_up_pending();  -- the pending charges first
         SELECT greatest((SELECT max(b.through) FROM @extschema@.fairshare_base b),
                         (SELECT max(b.through) FROM @extschema@.usage_base b))
             INTO base_through;
@@ -427,7 +582,7 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
         WHERE z.from_base AND b.month BETWEEN $2 AND $3
         UNION ALL
         SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
-        FROM @extschema@.charge_rollup r, z
+        FROM hpcacct_internal.charge_rollup_exact r, z
         WHERE NOT z.from_base
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
@@ -435,7 +590,7 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
         -- the same rows as above, but only those not folded: a branch of its own, so that the
         -- planner can read them through the partial index charge_rollup_unfolded
         SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
-        FROM @extschema@.charge_rollup r, z
+        FROM hpcacct_internal.charge_rollup_exact r, z
         WHERE z.from_base AND NOT r.folded
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
@@ -469,7 +624,7 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
             FROM (SELECT @extschema@.site_timezone() AS tz) t
         )
         SELECT coalesce((SELECT sum(c.job_amount)
-                         FROM @extschema@.charge_rollup c
+                         FROM hpcacct_internal.charge_rollup_exact c
                          JOIN @extschema@.resource r USING (resource_id), z
                          WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < z.month), 0)
              + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
@@ -508,3 +663,23 @@ COMMENT ON FUNCTION hpcacct_internal.rebuild_rollup_trigger() IS
 CREATE TRIGGER setting_rebuilds_rollup AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.rebuild_rollup_trigger('timezone', 'half_life');
 
+-- Switching rollup back to immediate (or removing the setting) rolls up what is pending.
+CREATE FUNCTION hpcacct_internal.roll_up_pending_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        immediate_again boolean;
+    BEGIN
+        immediate_again := CASE TG_OP WHEN 'DELETE' THEN OLD.name = 'rollup'
+                                      ELSE NEW.name = 'rollup' AND NEW.value = 'immediate' END;
+        IF immediate_again THEN
+            PERFORM @extschema@.roll_up_pending();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.roll_up_pending_trigger() IS
+    'Trigger of hpcacct.setting: rolls up the pending charges when the setting rollup returns to immediate';
+CREATE TRIGGER setting_rolls_up_pending AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.roll_up_pending_trigger();

@@ -360,7 +360,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                    sum(CASE WHEN c.boundary = y_start THEN -c.running
                             WHEN c.boundary = as_of + 1 THEN c.ended + c.running
                             ELSE c.ended END)
-            FROM @extschema@.consumption_rollup c
+            FROM hpcacct_internal.consumption_rollup_exact c
             WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
             GROUP BY c.account, c.resource_id
         ), used AS (
@@ -515,7 +515,7 @@ CREATE VIEW @extschema@.regulation_report AS
                      (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
                      + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
                             ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
-              FROM @extschema@.consumption_rollup c
+              FROM hpcacct_internal.consumption_rollup_exact c
               JOIN @extschema@.resource r USING (resource_id)
               JOIN @extschema@.regulation_machine s ON s.machine = coalesce(r.pool, r.cluster)
               CROSS JOIN bounds b) c

@@ -153,7 +153,7 @@ CREATE FUNCTION @extschema@.window_quota_usage(
         ), consumed AS (
             SELECT c.month, sum(c.amount) AS amount
             FROM period p
-            JOIN @extschema@.charge_rollup c
+            JOIN hpcacct_internal.charge_rollup_exact c
               ON c.account = $1 AND c.unit = p.unit
              AND c.month >= p.period_start AND c.month <= p.period_end
              AND c.month <= p.day

@@ -447,7 +447,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             CROSS JOIN (SELECT min(c.end_month) AS first_month,
                                (pg_catalog.date_part('year', min(c.end_month)) * 12
                                 + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
-                        FROM @extschema@.charge_rollup c) f
+                        FROM hpcacct_internal.charge_rollup_exact c) f
             CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
                                                           w.at_month - CASE WHEN w.closed_form THEN interval '0'
                                                                             ELSE interval '1 month' END,
@@ -514,7 +514,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
                                - (SELECT f.first_index FROM factors f)]),
                        sum(c.job_amount)
-                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                FROM (SELECT c.* FROM hpcacct_internal.charge_rollup_exact c WHERE NOT c.folded  -- its partial index
                       UNION ALL
                       SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
                 JOIN @extschema@.resource r USING (resource_id)

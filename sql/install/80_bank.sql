@@ -160,7 +160,7 @@ BEGIN ATOMIC
           AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
         UNION ALL
         SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
-        FROM @extschema@.charge_rollup c
+        FROM hpcacct_internal.charge_rollup_exact c
         WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
         GROUP BY c.account, @extschema@.quarter_start(c.month);

@@ -9803,6 +9803,367 @@ CREATE OR REPLACE VIEW @extschema@.regulation_report AS
 ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);
 -- end of ledger.pool
 
+-- ==== deferred rollups (issue 19, item 4) ----------------------------------------------
+-- Setting rollup = deferred: the ledger trigger records each statement's charge ids in
+-- rollup_pending; roll_up_pending() rolls them up; reports read the rollups with the pending
+-- rows' rollup rows (hpcacct_internal.*_rollup_exact). The two *_insert_sql become a SELECT
+-- part and the INSERT around it (final definitions below; the trigger is generated again there).
+CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
+            )
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount) AS amount,
+                   sum(s.job_amount) AS job_amount, sum(s.decayed) AS decayed
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rollup_select_sql(text) IS
+    'The query of the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_select_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
+            )
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended) AS ended, sum(s.running) AS running
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(
+                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
+                    interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_select_sql(text) IS
+    'The query of the consumption rollup rows of the ledger rows in a table or query';
+CREATE TABLE @extschema@.rollup_pending (
+    first_entry_id bigint PRIMARY KEY,
+    last_entry_id  bigint NOT NULL,
+    CONSTRAINT rollup_pending_range CHECK (last_entry_id >= first_entry_id)
+);
+COMMENT ON TABLE @extschema@.rollup_pending IS
+    'Ranges of ledger entry ids of charges not rolled up yet (setting rollup = deferred): roll_up_pending() rolls '
+    'them up; reports add their rollup rows on read';
+COMMENT ON COLUMN @extschema@.rollup_pending.first_entry_id IS 'First entry id of the range';
+COMMENT ON COLUMN @extschema@.rollup_pending.last_entry_id IS 'Last entry id of the range (included)';
+DO $do$
+DECLARE
+    pending constant text := '(SELECT l.* FROM @extschema@.ledger l JOIN @extschema@.rollup_pending p '
+                             'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS '
+        'SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, '
+        'p.decayed, false AS folded FROM (%s) p WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.rollup_select_sql(pending));
+    EXECUTE pg_catalog.format(
+        'CREATE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS '
+        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p '
+        'WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.consumption_rollup_select_sql(pending));
+END
+$do$;
+COMMENT ON VIEW hpcacct_internal.charge_rollup_pending IS
+    'The charge rollup rows of the pending charges (rollup_pending), computed on read: new rows, not folded';
+COMMENT ON VIEW hpcacct_internal.consumption_rollup_pending IS
+    'The consumption rollup rows of the pending charges (rollup_pending), computed on read: delta rows, not merged';
+CREATE VIEW hpcacct_internal.charge_rollup_exact WITH (security_invoker = true) AS
+    SELECT c.account, c.resource_id, c.unit, c.submitter, c.month, c.end_month, c.amount, c.job_amount, c.decayed,
+           c.folded
+    FROM @extschema@.charge_rollup c
+    UNION ALL
+    SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, p.decayed,
+           p.folded
+    FROM hpcacct_internal.charge_rollup_pending p;
+COMMENT ON VIEW hpcacct_internal.charge_rollup_exact IS
+    'hpcacct.charge_rollup and the rows of the charges not rolled up yet: what reports read';
+CREATE VIEW hpcacct_internal.consumption_rollup_exact WITH (security_invoker = true) AS
+    SELECT c.account, c.resource_id, c.boundary, c.ended, c.running, c.merged
+    FROM @extschema@.consumption_rollup c
+    UNION ALL
+    SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, p.merged
+    FROM hpcacct_internal.consumption_rollup_pending p;
+COMMENT ON VIEW hpcacct_internal.consumption_rollup_exact IS
+    'hpcacct.consumption_rollup and the rows of the charges not rolled up yet: what reports read';
+GRANT SELECT ON hpcacct_internal.charge_rollup_pending, hpcacct_internal.consumption_rollup_pending,
+                hpcacct_internal.charge_rollup_exact, hpcacct_internal.consumption_rollup_exact TO PUBLIC;
+CREATE OR REPLACE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        taken constant text := '(SELECT l.* FROM @extschema@.ledger l '
+                               'JOIN ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::bigint[])) '
+                               'AS p(first_entry_id, last_entry_id) '
+                               'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+        firsts bigint[];
+        lasts bigint[];
+        charges bigint;
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        WITH deleted AS (
+            DELETE FROM @extschema@.rollup_pending p RETURNING p.first_entry_id, p.last_entry_id
+        )
+        SELECT pg_catalog.array_agg(d.first_entry_id), pg_catalog.array_agg(d.last_entry_id),
+               coalesce(sum(d.last_entry_id - d.first_entry_id + 1), 0)
+        INTO firsts, lasts, charges
+        FROM deleted d;
+        IF charges > 0 THEN
+            EXECUTE hpcacct_internal.rollup_insert_sql(taken) USING firsts, lasts;
+            EXECUTE hpcacct_internal.consumption_rollup_insert_sql(taken) USING firsts, lasts;
+        END IF;
+        RETURN charges;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.roll_up_pending() IS
+    'Rolls up the charges recorded in rollup_pending (setting rollup = deferred) and empties it; returns the charges '
+    'rolled up (0 when nothing is pending)';
+REVOKE EXECUTE ON FUNCTION @extschema@.roll_up_pending() FROM PUBLIC;
+CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_pending_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        immediate_again boolean;
+    BEGIN
+        immediate_again := CASE TG_OP WHEN 'DELETE' THEN OLD.name = 'rollup'
+                                      ELSE NEW.name = 'rollup' AND NEW.value = 'immediate' END;
+        IF immediate_again THEN
+            PERFORM @extschema@.roll_up_pending();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.roll_up_pending_trigger() IS
+    'Trigger of hpcacct.setting: rolls up the pending charges when the setting rollup returns to immediate';
+CREATE TRIGGER setting_rolls_up_pending AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.roll_up_pending_trigger();
+-- readers: consumption_before() (final definition below), regulation_report, bank_ledger()
+CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, pg_catalog.date_trunc('month', $3 AT TIME ZONE t.tz) AS month
+            FROM (SELECT @extschema@.site_timezone() AS tz) t
+        )
+        SELECT coalesce((SELECT sum(c.job_amount)
+                         FROM hpcacct_internal.charge_rollup_exact c
+                         JOIN @extschema@.resource r USING (resource_id), z
+                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < z.month), 0)
+             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
+                         FROM @extschema@.ledger l
+                         JOIN @extschema@.resource r USING (resource_id), z
+                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                           AND l.job_end >= z.month AT TIME ZONE z.tz AND l.job_start < $3), 0)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
+CREATE OR REPLACE VIEW @extschema@.regulation_report AS
+    WITH cfg AS MATERIALIZED (
+        SELECT (SELECT @extschema@.site_today()) AS today
+    ), events AS MATERIALIZED (
+        SELECT l.entry_id, l.account, l.pool AS machine, l.kind, l.amount, l.valid_from, l.valid_until
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
+    ), months AS MATERIALIZED (
+        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
+               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
+               s.monthly_threshold, s.month_convention
+        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
+              FROM events e GROUP BY e.account, e.machine) a
+        JOIN @extschema@.regulation_machine s ON s.machine = a.machine
+        CROSS JOIN cfg
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
+                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
+                                                      interval '1 month') AS m(month)
+        WHERE m.month::date + 14 <= cfg.today
+    ), bounds AS MATERIALIZED (
+        -- The instants consumption is taken before, numbered j = 1, 2, ... in order: 1 January
+        -- and the 16th (the day after the 15th) of every month of the report's years, 13 a year
+        -- (the boundaries of consumption_rollup).
+        SELECT min(m.year) AS first_year, (max(m.year) - min(m.year) + 1) * 13 AS count
+        FROM months m
+    ), status AS (  -- allocation_status() of each row: the events
+        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
+               -- the numbers of the day after as_of and of 1 January
+               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
+               coalesce(sum(e.amount), 0) AS alloc,
+               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
+               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
+               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL)
+                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
+                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
+                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
+        FROM months m
+        CROSS JOIN bounds b
+        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
+                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
+                          -- the figures the run decided on: not yet its own retraction
+                          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                                          WHERE g.entry_id = e.entry_id AND g.run_date = m.as_of)
+        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
+    ), before AS (
+        -- consumption_before(account, machine, instant j) for every j, from the consumption
+        -- rollup, summed exactly as consumption_before() sums: a job ended by instant j counts
+        -- its amount from there on ("whole", j with the rows of earlier boundaries), a job
+        -- running across instant j its share before it ("part")
+        SELECT c.account, c.machine, greatest(c.j, 1) AS j, sum(c.ended) AS whole,
+               sum(c.running) FILTER (WHERE c.j >= 1) AS part
+        FROM (SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.ended, c.running,
+                     -- the boundary's number (1 January: k = 0; the 16th of month k)
+                     (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
+                     + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
+                            ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
+              FROM hpcacct_internal.consumption_rollup_exact c
+              JOIN @extschema@.resource r USING (resource_id)
+              JOIN @extschema@.regulation_machine s ON s.machine = coalesce(r.pool, r.cluster)
+              CROSS JOIN bounds b) c
+        WHERE c.j <= (SELECT b.count FROM bounds b)
+        GROUP BY 1, 2, 3
+    ), grid AS (  -- consumption_before(account, machine, instant j) for every account, machine and j
+        SELECT p.account, p.machine, j.j,
+               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
+               + coalesce(bf.part, 0) AS amount
+        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
+        CROSS JOIN bounds b
+        -- unnested from an array: PostgreSQL 15 estimates it at 10 rows, a series with bounds
+        -- it cannot see at 1 000, for 13 a year (at 3 M jobs the grid at 267 000 rows for
+        -- 15 600, the view's cost past jit_above_cost, and 75 ms of CPU compiling it)
+        CROSS JOIN LATERAL pg_catalog.unnest(ARRAY(SELECT pg_catalog.generate_series(1, b.count))) AS j(j)
+        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
+    )
+    SELECT st.account, st.machine, st.month, st.as_of,
+           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
+           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
+           CASE WHEN st.granted >= st.monthly_threshold
+                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
+           g.outcome AS logged_outcome, g.retracted
+    FROM status st
+    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
+    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
+    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
+    LEFT JOIN @extschema@.regulation_log g
+      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
+ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);
+CREATE OR REPLACE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
+    RETURNS TABLE (account text, kind text, day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT l.account, l.kind, l.valid_from, l.amount
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT hpcacct_internal.bank_unit())
+          AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
+        UNION ALL
+        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
+        FROM hpcacct_internal.charge_rollup_exact c
+        WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
+          AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
+        GROUP BY c.account, @extschema@.quarter_start(c.month);
+END;
+-- the setting rollup
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
+    RETURNS TABLE (name text, default_value text, description text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
+                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
+                'which a client can send when it connects: set it)'),
+               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
+               ('personal_allotment', '2500',
+                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
+               ('max_job_length', '366 days',
+                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
+                'the rollups with months it never ran in'),
+               ('require_membership', 'off',
+                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               -- fair share and usage reports (rules §5)
+               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'),
+               ('rollup', 'immediate',
+                'immediate: each statement that books charges rolls them up; deferred: it records their entry ids '
+                'in rollup_pending, roll_up_pending() rolls them up (run it every minute), reports stay exact'))
+            AS v(name, default_value, description);
+END;
+-- the ledger trigger (generated again in the final definitions)
+COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
+    'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges '
+    '(rollup = deferred: records their entry ids in rollup_pending)';
+-- end of deferred rollups (issue 19, item 4)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -9873,7 +10234,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             CROSS JOIN (SELECT min(c.end_month) AS first_month,
                                (pg_catalog.date_part('year', min(c.end_month)) * 12
                                 + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
-                        FROM @extschema@.charge_rollup c) f
+                        FROM hpcacct_internal.charge_rollup_exact c) f
             CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
                                                           w.at_month - CASE WHEN w.closed_form THEN interval '0'
                                                                             ELSE interval '1 month' END,
@@ -9940,7 +10301,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                                (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
                                - (SELECT f.first_index FROM factors f)]),
                        sum(c.job_amount)
-                FROM (SELECT c.* FROM @extschema@.charge_rollup c WHERE NOT c.folded  -- its partial index
+                FROM (SELECT c.* FROM hpcacct_internal.charge_rollup_exact c WHERE NOT c.folded  -- its partial index
                       UNION ALL
                       SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
                 JOIN @extschema@.resource r USING (resource_id)
@@ -10259,7 +10620,7 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
         ), consumed AS (
             SELECT c.month, sum(c.amount) AS amount
             FROM period p
-            JOIN @extschema@.charge_rollup c
+            JOIN hpcacct_internal.charge_rollup_exact c
               ON c.account = $1 AND c.unit = p.unit
              AND c.month >= p.period_start AND c.month <= p.period_end
              AND c.month <= p.day
@@ -12153,7 +12514,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                    sum(CASE WHEN c.boundary = y_start THEN -c.running
                             WHEN c.boundary = as_of + 1 THEN c.ended + c.running
                             ELSE c.ended END)
-            FROM @extschema@.consumption_rollup c
+            FROM hpcacct_internal.consumption_rollup_exact c
             WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
             GROUP BY c.account, c.resource_id
         ), used AS (
@@ -12301,6 +12662,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
                 WHEN 'exhausted_factor' THEN NEW.value::float8 BETWEEN 0 AND 1
                 WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
                 WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
+                WHEN 'rollup' THEN NEW.value IN ('immediate', 'deferred')
                 ELSE true
             END;
         EXCEPTION WHEN data_exception THEN
@@ -12808,7 +13170,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
     BEGIN
         GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
         GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
-                        @extschema@.charge_rollup, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.charge_rollup, @extschema@.rollup_pending, @extschema@.setting, @extschema@.settings, @extschema@.resource,
                         @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
             TO hpcacct_submit;
         GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
@@ -13605,43 +13967,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_insert_sql(source text) RETUR
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT pg_catalog.format($q$
-            WITH z AS MATERIALIZED (  -- once per statement
-                SELECT @extschema@.site_timezone() AS tz,
-                       @extschema@.setting_value('half_life')::interval AS half_life
-            ), entries AS (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
-                       e.first_month, e.last_month,
-                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
-                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
-                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
-                      FROM %s e, z
-                      WHERE e.kind = 'charge'
-                      OFFSET 0) e  -- each month once per row, not once per use
-            )
-            INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount,
-                                                   job_amount, decayed)
-            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount),
-                   sum(s.job_amount), sum(s.decayed)
-            FROM (
-                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
-                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
-                FROM entries e
-                WHERE e.first_month = e.last_month
-                UNION ALL
-                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
-                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
-                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
-                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
-                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
-                FROM entries e
-                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
-                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
-            ) s
-            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
-            $q$, source)
+        SELECT 'INSERT INTO @extschema@.charge_rollup (account, resource_id, unit, submitter, month, end_month, amount, '
+               'job_amount, decayed)' || hpcacct_internal.rollup_select_sql(source)
     $$;
 COMMENT ON FUNCTION hpcacct_internal.rollup_insert_sql(text) IS
     'The INSERT statement adding the charge rollup rows of the ledger rows in a table or query';
@@ -13649,45 +13976,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_insert_sql(source
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT pg_catalog.format($q$
-            WITH z AS MATERIALIZED (
-                SELECT @extschema@.site_timezone() AS tz
-            ), entries AS (
-                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
-                       -- ended by: the first boundary at or after the end (a job of zero length:
-                       -- after its start, where it counts)
-                       @extschema@.regulation_boundary_after(
-                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
-                                ELSE e.local_start END) AS ended_by,
-                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
-                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
-                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
-                      FROM %s e, z
-                      WHERE e.kind = 'charge'
-                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
-            )
-            INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)
-            SELECT s.account, s.resource_id, s.boundary, sum(s.ended), sum(s.running)
-            FROM (
-                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
-                FROM entries e
-                UNION ALL
-                -- the boundaries from the first after the start up to the one it ended by
-                SELECT e.account, e.resource_id, b.boundary, 0,
-                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
-                                                           b.boundary::timestamp AT TIME ZONE e.tz)
-                FROM entries e
-                CROSS JOIN LATERAL pg_catalog.generate_series(
-                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
-                    interval '1 month') AS m(month)
-                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
-                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
-                                                 THEN m.month::date END)) AS b(boundary)
-                WHERE e.first_after_start < e.ended_by
-                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
-            ) s
-            GROUP BY s.account, s.resource_id, s.boundary
-            $q$, source)
+        SELECT 'INSERT INTO @extschema@.consumption_rollup (account, resource_id, boundary, ended, running)'
+               || hpcacct_internal.consumption_rollup_select_sql(source)
     $$;
 COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_insert_sql(text) IS
     'The INSERT statement adding the consumption rollup rows of the ledger rows in a table or query';
@@ -13713,6 +14003,7 @@ CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         DELETE FROM @extschema@.fairshare_base;
         DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
+        DELETE FROM @extschema@.rollup_pending;  -- every charge is rolled up below
         EXECUTE hpcacct_internal.rollup_insert_sql('@extschema@.ledger');
         GET DIAGNOSTICS rows_added = ROW_COUNT;
         DELETE FROM @extschema@.consumption_rollup;
@@ -13722,7 +14013,7 @@ CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
     $$;
 COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
-    'or half-life changes); returns the rows of charge_rollup';
+    'or half-life changes) and empties rollup_pending; returns the rows of charge_rollup';
 CREATE OR REPLACE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -13742,6 +14033,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETU
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        PERFORM @extschema@.roll_up_pending();  -- the pending charges first
         SELECT greatest((SELECT max(b.through) FROM @extschema@.fairshare_base b),
                         (SELECT max(b.through) FROM @extschema@.usage_base b))
             INTO base_through;
@@ -13833,7 +14125,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
         WHERE z.from_base AND b.month BETWEEN $2 AND $3
         UNION ALL
         SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
-        FROM @extschema@.charge_rollup r, z
+        FROM hpcacct_internal.charge_rollup_exact r, z
         WHERE NOT z.from_base
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
@@ -13841,7 +14133,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
         -- the same rows as above, but only those not folded: a branch of its own, so that the
         -- planner can read them through the partial index charge_rollup_unfolded
         SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
-        FROM @extschema@.charge_rollup r, z
+        FROM hpcacct_internal.charge_rollup_exact r, z
         WHERE z.from_base AND NOT r.folded
           AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
           AND r.month BETWEEN $2 AND $3
@@ -13972,13 +14264,189 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.ledger_column_refused(constraint_nam
 COMMENT ON FUNCTION hpcacct_internal.ledger_column_refused(text, text, text) IS
     'The error (23514, with a hint) of the ledger''s constraints ledger_charge_has_no_pool and '
     'ledger_allocation_has_no_cluster, raised when one fails';
+CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (  -- once per statement
+                SELECT @extschema@.site_timezone() AS tz,
+                       @extschema@.setting_value('half_life')::interval AS half_life
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
+                       e.first_month, e.last_month,
+                       e.amount::float8 * @extschema@.decay_weight(e.job_end,
+                           (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
+                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
+                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
+                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- each month once per row, not once per use
+            )
+            SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount) AS amount,
+                   sum(s.job_amount) AS job_amount, sum(s.decayed) AS decayed
+            FROM (
+                SELECT e.account, e.resource_id, e.unit, e.submitter, e.first_month::date AS month,
+                       e.last_month::date AS end_month, e.amount, e.amount AS job_amount, e.decayed
+                FROM entries e
+                WHERE e.first_month = e.last_month
+                UNION ALL
+                SELECT e.account, e.resource_id, e.unit, e.submitter, m.month::date, e.last_month::date,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, m.month AT TIME ZONE e.tz,
+                                                           (m.month + interval '1 month') AT TIME ZONE e.tz),
+                       CASE WHEN m.month = e.first_month THEN e.amount ELSE 0 END,
+                       CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
+                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+            ) s
+            GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rollup_select_sql(text) IS
+    'The query of the charge rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_select_sql(source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format($q$
+            WITH z AS MATERIALIZED (
+                SELECT @extschema@.site_timezone() AS tz
+            ), entries AS (
+                SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, e.tz,
+                       -- ended by: the first boundary at or after the end (a job of zero length:
+                       -- after its start, where it counts)
+                       @extschema@.regulation_boundary_after(
+                           CASE WHEN e.job_end > e.job_start THEN e.local_end - interval '1 microsecond'
+                                ELSE e.local_start END) AS ended_by,
+                       @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
+                FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
+                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                      FROM %s e, z
+                      WHERE e.kind = 'charge'
+                      OFFSET 0) e  -- local times once per row, not once per use in the inlined function
+            )
+            SELECT s.account, s.resource_id, s.boundary, sum(s.ended) AS ended, sum(s.running) AS running
+            FROM (
+                SELECT e.account, e.resource_id, e.ended_by AS boundary, e.amount AS ended, 0 AS running
+                FROM entries e
+                UNION ALL
+                -- the boundaries from the first after the start up to the one it ended by
+                SELECT e.account, e.resource_id, b.boundary, 0,
+                       e.amount * @extschema@.period_share(e.job_start, e.job_end, '-infinity',
+                                                           b.boundary::timestamp AT TIME ZONE e.tz)
+                FROM entries e
+                CROSS JOIN LATERAL pg_catalog.generate_series(
+                    pg_catalog.date_trunc('month', e.first_after_start::timestamp), e.ended_by::timestamp,
+                    interval '1 month') AS m(month)
+                CROSS JOIN LATERAL (VALUES ((m.month + interval '15 days')::date),
+                                           (CASE WHEN pg_catalog.date_part('month', m.month) = 1
+                                                 THEN m.month::date END)) AS b(boundary)
+                WHERE e.first_after_start < e.ended_by
+                  AND b.boundary >= e.first_after_start AND b.boundary < e.ended_by
+            ) s
+            GROUP BY s.account, s.resource_id, s.boundary
+            $q$, source)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_select_sql(text) IS
+    'The query of the consumption rollup rows of the ledger rows in a table or query';
+CREATE OR REPLACE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $$
+    DECLARE
+        taken constant text := '(SELECT l.* FROM @extschema@.ledger l '
+                               'JOIN ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::bigint[])) '
+                               'AS p(first_entry_id, last_entry_id) '
+                               'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+        firsts bigint[];
+        lasts bigint[];
+        charges bigint;
+    BEGIN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        WITH deleted AS (
+            DELETE FROM @extschema@.rollup_pending p RETURNING p.first_entry_id, p.last_entry_id
+        )
+        SELECT pg_catalog.array_agg(d.first_entry_id), pg_catalog.array_agg(d.last_entry_id),
+               coalesce(sum(d.last_entry_id - d.first_entry_id + 1), 0)
+        INTO firsts, lasts, charges
+        FROM deleted d;
+        IF charges > 0 THEN
+            EXECUTE hpcacct_internal.rollup_insert_sql(taken) USING firsts, lasts;
+            EXECUTE hpcacct_internal.consumption_rollup_insert_sql(taken) USING firsts, lasts;
+        END IF;
+        RETURN charges;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.roll_up_pending() IS
+    'Rolls up the charges recorded in rollup_pending (setting rollup = deferred) and empties it; returns the charges '
+    'rolled up (0 when nothing is pending)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_pending_trigger() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        immediate_again boolean;
+    BEGIN
+        immediate_again := CASE TG_OP WHEN 'DELETE' THEN OLD.name = 'rollup'
+                                      ELSE NEW.name = 'rollup' AND NEW.value = 'immediate' END;
+        IF immediate_again THEN
+            PERFORM @extschema@.roll_up_pending();
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.roll_up_pending_trigger() IS
+    'Trigger of hpcacct.setting: rolls up the pending charges when the setting rollup returns to immediate';
+CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, pg_catalog.date_trunc('month', $3 AT TIME ZONE t.tz) AS month
+            FROM (SELECT @extschema@.site_timezone() AS tz) t
+        )
+        SELECT coalesce((SELECT sum(c.job_amount)
+                         FROM hpcacct_internal.charge_rollup_exact c
+                         JOIN @extschema@.resource r USING (resource_id), z
+                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < z.month), 0)
+             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
+                         FROM @extschema@.ledger l
+                         JOIN @extschema@.resource r USING (resource_id), z
+                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                           AND l.job_end >= z.month AT TIME ZONE z.tz AND l.job_start < $3), 0)
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
         'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
         'SET search_path = pg_catalog, pg_temp AS %L',
-        pg_catalog.format(E'\n    BEGIN\n'
+        pg_catalog.format(E'\n    DECLARE\n'
+                          '        first_id bigint;\n'
+                          '        last_id bigint;\n'
+                          '        charges bigint;\n'
+                          '    BEGIN\n'
+                          '        IF @extschema@.setting_value(''rollup'') = ''deferred'' THEN\n'
+                          '            SELECT min(e.entry_id), max(e.entry_id), count(*) INTO first_id, last_id, charges\n'
+                          '            FROM new_entries e WHERE e.kind = ''charge'';\n'
+                          '            IF charges = last_id - first_id + 1 THEN\n'
+                          '                INSERT INTO @extschema@.rollup_pending (first_entry_id, last_entry_id)\n'
+                          '                VALUES (first_id, last_id);\n'
+                          '            ELSIF charges > 0 THEN\n'
+                          '                INSERT INTO @extschema@.rollup_pending (first_entry_id, last_entry_id)\n'
+                          '                SELECT min(i.entry_id), max(i.entry_id)\n'
+                          '                FROM (SELECT e.entry_id, e.entry_id - pg_catalog.row_number() OVER (ORDER BY e.entry_id) AS island\n'
+                          '                      FROM new_entries e WHERE e.kind = ''charge'') i\n'
+                          '                GROUP BY i.island;\n'
+                          '            END IF;\n'
+                          '            RETURN NULL;\n'
+                          '        END IF;\n'
                           '        IF NOT EXISTS (SELECT 1 FROM new_entries e WHERE e.kind = ''charge'') THEN\n'
                           '            RETURN NULL;\n'
                           '        END IF;\n'

@@ -41,7 +41,15 @@ CREATE TABLE bench.pair (
 INSERT INTO bench.grp VALUES ('ingest', 10, 'ingest', format('SELECT %s', :'ingest_jobs'), false);
 INSERT INTO bench.variant (grp, variant, before, sql)
 SELECT 'ingest', v, format('SELECT bench.prepare_ingest(%L); CHECKPOINT;', v), format('COPY hpcacct.job FROM %L', :'ingest_file')
-FROM unnest(ARRAY['charge_jobs', 'plain', 'plpgsql']) AS v;
+FROM unnest(ARRAY['charge_jobs', 'charge_jobs_deferred', 'plain', 'plpgsql']) AS v;
+-- deferred rollups: the roll_up_pending() after a deferred COPY (committed, untimed), and the
+-- two in one timed run (the work moved out of the loader's transaction, not hidden)
+INSERT INTO bench.variant (grp, variant, before, sql) VALUES
+    ('ingest', 'roll_up_pending',
+     format('SELECT bench.prepare_ingest(''charge_jobs_deferred''); COPY hpcacct.job FROM %L; CHECKPOINT;', :'ingest_file'),
+     'SELECT hpcacct.roll_up_pending()'),
+    ('ingest', 'deferred_and_roll_up', 'SELECT bench.prepare_ingest(''charge_jobs_deferred''); CHECKPOINT;',
+     format('DO $do$ BEGIN COPY hpcacct.job FROM %L; PERFORM hpcacct.roll_up_pending(); END $do$', :'ingest_file'));
 INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
     (10, 'ingest: COPY, charge_jobs trigger', 'ingest', 'charge_jobs', 'plain', 'COPY, no trigger',
      'ratio <= 3.0', NULL, NULL, NULL),
@@ -49,7 +57,15 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      'ratio <= 0.1',
      format('SELECT * FROM bench.ingest_ledger(''charge_jobs'', %L)', :'ingest_file'),
      format('SELECT * FROM bench.ingest_ledger(''plpgsql'', %L)', :'ingest_file'),
-     '{cluster,jobid,amount}');
+     '{cluster,jobid,amount}'),
+    (14, 'ingest: COPY, charge_jobs trigger, rollups deferred', 'ingest', 'charge_jobs_deferred', 'plain',
+     'COPY, no trigger', 'ratio <= 3.0', NULL, NULL, NULL),
+    (15, 'ingest: roll_up_pending() after the deferred COPY', 'ingest', 'roll_up_pending', 'plain',
+     'COPY, no trigger', '', NULL, NULL, NULL),
+    (16, 'ingest: deferred COPY + roll_up_pending(), one run', 'ingest', 'deferred_and_roll_up', 'plain',
+     'COPY, no trigger', '',
+     format('SELECT * FROM bench.ingest_rollup(''charge_jobs_deferred'', %L)', :'ingest_file'),
+     format('SELECT * FROM bench.ingest_rollup(''charge_jobs'', %L)', :'ingest_file'), '{k}');
 
 -- ---- the sacct loader (issue 14): hpcacct-sacct load of the same jobs as sacct text ------
 -- Timed by driver.sh around the command (client parsing, COPY into staging, load_sacct()),

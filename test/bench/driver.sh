@@ -393,12 +393,21 @@ q -d $main -c "CREATE TABLE bench.timing (grp text, variant text, run integer, m
     -c "CREATE TABLE bench.grp_rows (grp text, rows text)" \
     -c "\\copy bench.timing FROM '$out/timings.tsv'" -c "\\copy bench.grp_rows FROM '$out/rows.tsv'"
 value -d $main -v jobs="$JOBS" -f report.sql >"$out/results.txt"
+# the ingestion runs one by one (their spread on a shared machine)
+value -d $main -c "SELECT format('  %-22s %s ms', variant, string_agg(round(ms)::text, ' ' ORDER BY run))
+                   FROM bench.timing WHERE grp = 'ingest' AND NOT warmup GROUP BY variant ORDER BY variant" \
+    >"$out/ingest_runs.txt"
 {
     echo
     echo "hpcacct bench: JOBS=$JOBS SEED=$SEED RUNS=$RUNS ANCHOR=$ANCHOR JIT=$JIT, $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(value -d postgres -c 'SELECT version()' | cut -d, -f1)"
     echo "site: $(tr '\n' ' ' <"$out/site.txt")"
     echo
     cat "$out/results.txt"
+    if [ -s "$out/ingest_runs.txt" ]; then
+        echo
+        echo "ingestion, every timed run:"
+        cat "$out/ingest_runs.txt"
+    fi
     if [ -s "$out/checks.tsv" ]; then
         echo
         echo "checks (fast path = reference):"

@@ -62,14 +62,22 @@ ALTER TABLE hpcacct.job DISABLE TRIGGER bench_charge_row;
 -- Puts the job table in the state of an ingestion variant, empty, with an empty ledger:
 --   charge_jobs  hpcacct's statement triggers      plpgsql  the row trigger above
 --   plain        no trigger at all (the table with its primary key, as COPY alone costs)
+--   charge_jobs_deferred  charge_jobs with the setting rollup = deferred (every other: immediate)
 CREATE FUNCTION bench.prepare_ingest(variant text) RETURNS void
     LANGUAGE plpgsql
     AS $$
     BEGIN
         SET LOCAL session_replication_role = replica;  -- the ledger's TRUNCATE guard stays quiet
-        TRUNCATE hpcacct.job, hpcacct.ledger, hpcacct.charge_rollup, hpcacct.consumption_rollup;
+        TRUNCATE hpcacct.job, hpcacct.ledger, hpcacct.charge_rollup, hpcacct.consumption_rollup,
+                 hpcacct.rollup_pending;
         SET LOCAL session_replication_role = DEFAULT;
-        IF variant = 'charge_jobs' THEN
+        IF variant = 'charge_jobs_deferred' THEN
+            INSERT INTO hpcacct.setting VALUES ('rollup', 'deferred')
+            ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+        ELSE
+            DELETE FROM hpcacct.setting WHERE name = 'rollup';
+        END IF;
+        IF variant IN ('charge_jobs', 'charge_jobs_deferred') THEN
             ALTER TABLE hpcacct.job ENABLE TRIGGER USER;
             ALTER TABLE hpcacct.job DISABLE TRIGGER bench_charge_row;
         ELSIF variant = 'plpgsql' THEN
@@ -93,5 +101,25 @@ CREATE FUNCTION bench.ingest_ledger(variant text, file text)
         RETURN QUERY SELECT l.cluster, l.jobid, l.account, l.submitter, l.amount, l.unit, l.resource_id,
                             l.job_start, l.job_end
                      FROM hpcacct.ledger l WHERE l.kind = 'charge';
+    END
+    $$;
+
+-- For the check of the deferred variant: ingest the file with a variant, roll up what is
+-- pending, and return the rollups' sums per group (charge and consumption).
+CREATE FUNCTION bench.ingest_rollup(variant text, file text)
+    RETURNS TABLE (k text, a numeric, b numeric)
+    LANGUAGE plpgsql
+    AS $$
+    BEGIN
+        PERFORM bench.prepare_ingest(variant);
+        EXECUTE format('COPY hpcacct.job FROM %L', file);
+        PERFORM hpcacct.roll_up_pending();
+        RETURN QUERY
+            SELECT concat_ws('/', 'charge', c.account, c.resource_id, c.submitter, c.month, c.end_month),
+                   sum(c.amount), sum(c.job_amount)
+            FROM hpcacct.charge_rollup c GROUP BY c.account, c.resource_id, c.submitter, c.month, c.end_month
+            UNION ALL
+            SELECT concat_ws('/', 'consumption', c.account, c.resource_id, c.boundary), sum(c.ended), sum(c.running)
+            FROM hpcacct.consumption_rollup c GROUP BY c.account, c.resource_id, c.boundary;
     END
     $$;

@@ -2,7 +2,8 @@
 # Runs inside with-cluster.sh: concurrent clients through pgbench, then a backend killed in
 # the middle of a large COPY; after each, the ledger invariants (invariants.sql) must hold.
 # Then concurrent top-ups, deletes racing loads (delete_race.sh), and sacct loads beside
-# sessions staging lines (loader_race.sh).
+# sessions staging lines (loader_race.sh), and deferred rollups beside two loaders
+# (deferred_race.sh).
 # Prints one line per check and appends "stress passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -120,5 +121,9 @@ rm -f "$HPCACCT_SCRATCH.rr"
 
 # load_sacct() beside sessions that stage lines: every committed line loaded once.
 . ./loader_race.sh
+
+# Deferred rollups: two loaders and two roll_up_pending() sessions at once, then the rollups
+# equal rebuild_rollup()'s.
+. ./deferred_race.sh
 
 report stress
