@@ -6,7 +6,8 @@
 -- A SQL-standard body (names bound at creation) without SET options, so that the planner
 -- inlines it into the settings view, which every setting lookup (the time zone of today, at
 -- every submit check) reads. Written "name (" as every BEGIN ATOMIC function: the update
--- script's final block cannot carry such a body, so the update defines it once, finally.
+-- script's final block cannot carry such a body, so the update script defines it once, in its
+-- first section, as 0.4 has it: a change that adds a setting edits that definition too.
 CREATE FUNCTION @extschema@.setting_catalog ()
     RETURNS TABLE (name text, default_value text, description text)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE

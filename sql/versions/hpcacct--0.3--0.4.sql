@@ -6,12 +6,13 @@
 -- security (issue 20) ------------------------------------------------------------------
 
 -- settings: max_job_length, require_membership
-CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
+-- setting_catalog() is defined here once, as 0.4 has it, with every setting the sections below
+-- add (a SQL-standard body, which the final block cannot carry; no SET option: it is inlined).
+CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
     RETURNS TABLE (name text, default_value text, description text)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        VALUES ('timezone', NULL::text,
+BEGIN ATOMIC
+        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
                 'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
                 'which a client can send when it connects: set it)'),
                ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
@@ -22,8 +23,25 @@ CREATE OR REPLACE FUNCTION @extschema@.setting_catalog()
                 'the rollups with months it never ran in'),
                ('require_membership', 'off',
                 'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it')
-    $$;
+                'is trusted, as Slurm''s own associations already checked it'),
+               ('expiry_warning_days', '14',
+                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
+                'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               -- fair share and usage reports (rules §5)
+               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
+               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
+               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
+               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
+               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
+               ('exhausted_factor', '0.01',
+                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
+               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
+               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'),
+               ('rollup', 'immediate',
+                'immediate: each statement that books charges rolls them up; deferred: it records their entry ids '
+                'in rollup_pending, roll_up_pending() rolls them up (run it every minute), reports stay exact'))
+            AS v(name, default_value, description);
+END;
 COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 CREATE OR REPLACE FUNCTION @extschema@.check_setting() RETURNS trigger
     LANGUAGE plpgsql
@@ -5089,30 +5107,6 @@ CREATE VIEW @extschema@.quarter_balances WITH (security_invoker = true) AS
 COMMENT ON VIEW @extschema@.quarter_balances IS
     'Per account and quarter: deposits, charges, transfers, refunds, balance (exact), state (active/inactive/expired/deleted)';
 
--- Functions with SQL-standard bodies (BEGIN ATOMIC) are defined here finally, written "name (":
--- the final block below cannot carry such a body (the upgrade test compares them with a fresh
--- install). setting_catalog() loses its SET option, so that the planner inlines it.
-CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-BEGIN ATOMIC
-        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
-                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
-                'which a client can send when it connects: set it)'),
-               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
-               ('personal_allotment', '2500',
-                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
-               ('max_job_length', '366 days',
-                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
-                'the rollups with months it never ran in'),
-               ('require_membership', 'off',
-                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it'),
-               ('expiry_warning_days', '14',
-                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)')) AS v(name, default_value, description);
-END;
-
 -- sees_all_accounts() becomes PL/pgSQL (final definitions below); what
 -- setup_roles() grants on the new and remade views, for roles an earlier version made
 DO $do$
@@ -7905,37 +7899,6 @@ COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
 -- The fair-share and usage-report settings join hpcacct.setting: one table, one catalog, one
 -- check, one rebuild trigger (on timezone and half_life); their rows move over. 0.3 had no
 -- federation, so no site receives them twice.
-CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-BEGIN ATOMIC
-        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
-                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
-                'which a client can send when it connects: set it)'),
-               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
-               ('personal_allotment', '2500',
-                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
-               ('max_job_length', '366 days',
-                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
-                'the rollups with months it never ran in'),
-               ('require_membership', 'off',
-                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it'),
-               ('expiry_warning_days', '14',
-                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)'),
-               -- fair share and usage reports (rules §5)
-               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
-               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
-               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
-               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
-               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
-               ('exhausted_factor', '0.01',
-                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
-               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
-               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'))
-            AS v(name, default_value, description);
-END;
 CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -10123,41 +10086,6 @@ BEGIN ATOMIC
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
         GROUP BY c.account, @extschema@.quarter_start(c.month);
 END;
--- the setting rollup
-CREATE OR REPLACE FUNCTION @extschema@.setting_catalog ()
-    RETURNS TABLE (name text, default_value text, description text)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-BEGIN ATOMIC
-        SELECT v.name, v.default_value, v.description FROM (VALUES ('timezone', NULL::text,
-                'Time zone of the site''s days, months and quarters (default: the TimeZone a session starts with, '
-                'which a client can send when it connects: set it)'),
-               ('bank_unit', 'NPL', 'Unit of the quarterly bank (HLRN): entries in other units do not count'),
-               ('personal_allotment', '2500',
-                'Credits a personal account is topped up to per quarter (HLRN: 2500 NPL; at most double per account)'),
-               ('max_job_length', '366 days',
-                'Longest run a job may claim (end - start); a longer one is refused (HA004), so no job can flood '
-                'the rollups with months it never ran in'),
-               ('require_membership', 'off',
-                'on: a job is charged only when its user is a member of its account (HA005); off: the job table '
-                'is trusted, as Slurm''s own associations already checked it'),
-               ('expiry_warning_days', '14',
-                'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
-                'its managers and members that it runs out (0 to 92; 0: no warning)'),
-               -- fair share and usage reports (rules §5)
-               ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
-               ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
-               ('period', '5 days', 'Fair-share period for decay = interval (LQCD: 5 days; an interval without months)'),
-               ('period_decay', '0.8', 'Weight of each older period for decay = interval, between 0 and 1'),
-               ('depth', '8', 'Number of periods counted for decay = interval, at least 1'),
-               ('exhausted_factor', '0.01',
-                'The fair-share factor of an account whose allocation for the year is used up is multiplied by this'),
-               ('year_start_month', '1', 'First month of the allocation year for pools not in hpcacct.pool'),
-               ('hours_per_year', '8760', 'Hours in a core-year or GPU-year (365 days of 24 hours)'),
-               ('rollup', 'immediate',
-                'immediate: each statement that books charges rolls them up; deferred: it records their entry ids '
-                'in rollup_pending, roll_up_pending() rolls them up (run it every minute), reports stay exact'))
-            AS v(name, default_value, description);
-END;
 -- the ledger trigger (generated again in the final definitions)
 COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
     'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges '
@@ -10168,7 +10096,6 @@ COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
 -- update ends where a fresh install of 0.4 starts.
-COMMENT ON FUNCTION @extschema@.setting_catalog() IS 'Every setting with its default and meaning';
 CREATE OR REPLACE FUNCTION @extschema@.decay_weight(ts timestamptz, at timestamptz, half_life interval) RETURNS float8
     AS 'MODULE_PATHNAME', 'hpcacct_decay_weight' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.decay_weight(timestamptz, timestamptz, interval) IS
