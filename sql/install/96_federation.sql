@@ -289,8 +289,9 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
                                       pg_catalog.lower(ids));
         END IF;
 
-        -- triggers that must fire for rows received: the rollups of replicated charges, and a
-        -- rebuild of the rollups when the time zone or half-life they depend on changes
+        -- triggers that must fire for rows received: the rollups of replicated charges, a
+        -- rebuild of the rollups when the time zone or half-life they depend on changes, and
+        -- the roll-up of what is pending when the setting rollup returns to immediate
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                        WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
             CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
@@ -298,6 +299,7 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         END IF;
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
+        ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rolls_up_pending;
         -- at a site, the reference tables are written by replication only
         IF role = 'site' THEN
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP

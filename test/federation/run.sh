@@ -398,6 +398,20 @@ ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "after the refresh alpha has the whole
 is "$(psql "$(conninfo alpha)" -XAtq -c "CALL hpcacct.federation_join(1, '$(conninfo centre)')" 2>&1 >/dev/null)" "" \
    "federation_join warns no more"
 
+# ---- deferred rollups, a setting of the centre's: a site defers its own loads' rollups, and
+# rolls them up when the centre sets rollup back to immediate ----
+q centre "INSERT INTO setting VALUES ('rollup', 'deferred')" >/dev/null
+ms=$(wait_for alpha "SELECT setting_value('rollup')" deferred)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "alpha receives the centre's rollup = deferred ($ms ms)"
+q alpha "$(jobs_sql alpha 95001 95200)" >/dev/null
+is "$(q alpha "SELECT sum(last_entry_id - first_entry_id + 1) FROM rollup_pending")" "200" \
+   "alpha's 200 new charges wait in rollup_pending"
+q centre "UPDATE setting SET value = 'immediate' WHERE name = 'rollup'" >/dev/null
+ms=$(wait_for alpha "SELECT count(*) FROM rollup_pending" 0)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "the centre sets rollup = immediate again: alpha rolls up what was pending ($ms ms)"
+is "$(q alpha "SELECT count(*) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' GROUP BY 1 EXCEPT SELECT account, sum(amount) FROM charge_rollup GROUP BY 1) x")" "0" \
+   "alpha: the charge rollup equals the ledger's charges after the roll-up"
+
 # a row that looped back to where it came from, or came twice, would have stopped an apply
 # worker on the ledger's primary key: no server log says so
 for node in centre alpha beta; do
