@@ -9673,97 +9673,8 @@ ALTER TABLE @extschema@.ledger
 COMMENT ON TABLE @extschema@.regulation_machine IS
     'GENCI regulation settings per machine (a pool: ledger.pool of its grants): monthly threshold, annual percentages, month convention';
 COMMENT ON COLUMN @extschema@.pool.name IS 'The pool: a resource''s pool (or cluster), an allocation''s ledger.pool';
--- regulation_report reads the allocations' pool (the functions that read it are defined
--- below, final definitions), and its grid's estimate keeps it below jit_above_cost (issue 19)
-CREATE OR REPLACE VIEW @extschema@.regulation_report AS
-    WITH cfg AS MATERIALIZED (
-        SELECT (SELECT @extschema@.site_today()) AS today
-    ), events AS MATERIALIZED (
-        SELECT l.entry_id, l.account, l.pool AS machine, l.kind, l.amount, l.valid_from, l.valid_until
-        FROM @extschema@.ledger l
-        WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
-    ), months AS MATERIALIZED (
-        SELECT a.account, a.machine, m.month::date AS month, m.month::date + 14 AS as_of,
-               EXTRACT(year FROM m.month)::integer AS year, EXTRACT(month FROM m.month)::integer AS month_of_year,
-               s.monthly_threshold, s.month_convention
-        FROM (SELECT e.account, e.machine, min(e.valid_from) AS first_day, max(e.valid_until) AS last_day
-              FROM events e GROUP BY e.account, e.machine) a
-        JOIN @extschema@.regulation_machine s ON s.machine = a.machine
-        CROSS JOIN cfg
-        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', a.first_day::timestamp),
-                                                      pg_catalog.date_trunc('month', a.last_day::timestamp),
-                                                      interval '1 month') AS m(month)
-        WHERE m.month::date + 14 <= cfg.today
-    ), bounds AS MATERIALIZED (
-        -- The instants consumption is taken before, numbered j = 1, 2, ... in order: 1 January
-        -- and the 16th (the day after the 15th) of every month of the report's years, 13 a year
-        -- (the boundaries of consumption_rollup).
-        SELECT min(m.year) AS first_year, (max(m.year) - min(m.year) + 1) * 13 AS count
-        FROM months m
-    ), status AS (  -- allocation_status() of each row: the events
-        SELECT m.account, m.machine, m.month, m.as_of, m.monthly_threshold,
-               -- the numbers of the day after as_of and of 1 January
-               (m.year - b.first_year) * 13 + 1 + m.month_of_year AS j_end, (m.year - b.first_year) * 13 + 1 AS j_start,
-               coalesce(sum(e.amount), 0) AS alloc,
-               coalesce(sum(e.amount) FILTER (WHERE e.kind <> 'retraction'), 0) AS granted,
-               coalesce(@extschema@.tmc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
-                            FILTER (WHERE e.account IS NOT NULL), 0) AS tmc,
-               coalesce(@extschema@.tc(e.valid_from, e.valid_until, e.amount::float8, m.as_of, m.month_convention)
-                            FILTER (WHERE e.account IS NOT NULL)
-                        - @extschema@.tc(e.valid_from, e.valid_until, e.amount::float8,
-                                         pg_catalog.make_date(m.year, 1, 1) - 1, m.month_convention)
-                            FILTER (WHERE e.account IS NOT NULL), 0) AS tc
-        FROM months m
-        CROSS JOIN bounds b
-        LEFT JOIN events e ON e.account = m.account AND e.machine = m.machine
-                          AND e.valid_from <= m.as_of AND e.valid_until >= pg_catalog.make_date(m.year, 1, 1)
-                          -- the figures the run decided on: not yet its own retraction
-                          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
-                                          WHERE g.entry_id = e.entry_id AND g.run_date = m.as_of)
-        GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
-    ), before AS (
-        -- consumption_before(account, machine, instant j) for every j, from the consumption
-        -- rollup, summed exactly as consumption_before() sums: a job ended by instant j counts
-        -- its amount from there on ("whole", j with the rows of earlier boundaries), a job
-        -- running across instant j its share before it ("part")
-        SELECT c.account, c.machine, greatest(c.j, 1) AS j, sum(c.ended) AS whole,
-               sum(c.running) FILTER (WHERE c.j >= 1) AS part
-        FROM (SELECT c.account, coalesce(r.pool, r.cluster) AS machine, c.ended, c.running,
-                     -- the boundary's number (1 January: k = 0; the 16th of month k)
-                     (pg_catalog.date_part('year', c.boundary)::integer - b.first_year) * 13 + 1
-                     + CASE WHEN pg_catalog.date_part('day', c.boundary) = 1 THEN 0
-                            ELSE pg_catalog.date_part('month', c.boundary)::integer END AS j
-              FROM @extschema@.consumption_rollup c
-              JOIN @extschema@.resource r USING (resource_id)
-              JOIN @extschema@.regulation_machine s ON s.machine = coalesce(r.pool, r.cluster)
-              CROSS JOIN bounds b) c
-        WHERE c.j <= (SELECT b.count FROM bounds b)
-        GROUP BY 1, 2, 3
-    ), grid AS (  -- consumption_before(account, machine, instant j) for every account, machine and j
-        SELECT p.account, p.machine, j.j,
-               coalesce(sum(bf.whole) OVER (PARTITION BY p.account, p.machine ORDER BY j.j), 0)
-               + coalesce(bf.part, 0) AS amount
-        FROM (SELECT DISTINCT m.account, m.machine FROM months m) p
-        CROSS JOIN bounds b
-        -- unnested from an array: PostgreSQL 15 estimates it at 10 rows, a series with bounds
-        -- it cannot see at 1 000, for 13 a year (at 3 M jobs the grid at 267 000 rows for
-        -- 15 600, the view's cost past jit_above_cost, and 75 ms of CPU compiling it)
-        CROSS JOIN LATERAL pg_catalog.unnest(ARRAY(SELECT pg_catalog.generate_series(1, b.count))) AS j(j)
-        LEFT JOIN before bf ON bf.account = p.account AND bf.machine = p.machine AND bf.j = j.j
-    )
-    SELECT st.account, st.machine, st.month, st.as_of,
-           CASE WHEN st.granted >= st.monthly_threshold THEN 'monthly' ELSE 'annual' END AS regulation,
-           st.alloc, st.tmc, st.tc, u.consumption, u.consumption - st.tc AS delta,
-           CASE WHEN st.granted >= st.monthly_threshold
-                THEN @extschema@.regulation_status(u.consumption, st.tc, st.tmc) END AS status,
-           g.outcome AS logged_outcome, g.retracted
-    FROM status st
-    JOIN grid g_end ON g_end.account = st.account AND g_end.machine = st.machine AND g_end.j = st.j_end
-    JOIN grid g_start ON g_start.account = st.account AND g_start.machine = st.machine AND g_start.j = st.j_start
-    CROSS JOIN LATERAL (SELECT (g_end.amount - g_start.amount)::float8 AS consumption) u
-    LEFT JOIN @extschema@.regulation_log g
-      ON g.account = st.account AND g.machine = st.machine AND g.run_date = st.as_of AND g.run = 'monthly';
-ALTER VIEW @extschema@.regulation_report SET (security_invoker = true);
+-- regulation_report, which reads the allocations' pool, is defined once, in the deferred
+-- rollups' section below (it reads the rollup through charge_rollup_exact there).
 -- end of ledger.pool
 
 -- ==== deferred rollups (issue 19, item 4) ----------------------------------------------
@@ -9960,7 +9871,9 @@ COMMENT ON FUNCTION hpcacct_internal.roll_up_pending_trigger() IS
     'Trigger of hpcacct.setting: rolls up the pending charges when the setting rollup returns to immediate';
 CREATE TRIGGER setting_rolls_up_pending AFTER INSERT OR UPDATE OR DELETE ON @extschema@.setting
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.roll_up_pending_trigger();
--- readers: consumption_before() (final definition below), regulation_report, bank_ledger()
+-- readers: consumption_before() (final definition below), regulation_report (defined here
+-- once: it reads ledger.pool and the rollups with the pending rows; its grid's estimate keeps it
+-- below jit_above_cost), bank_ledger()
 CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
     RETURNS numeric
     LANGUAGE sql STABLE PARALLEL SAFE
