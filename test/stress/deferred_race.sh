@@ -8,7 +8,16 @@ psql -X -q -v ON_ERROR_STOP=1 -d $ddb -c 'CREATE EXTENSION hpcacct CASCADE' -c '
     INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris'), ('rollup', 'deferred');
     INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
     VALUES ('dr', 'cpu', 'cpu=32', 'cpu=1', 1, 'core-hours');
-    INSERT INTO hpcacct.account (name) VALUES ('da'), ('db');" >/dev/null || exit 1
+    INSERT INTO hpcacct.account (name) VALUES ('da'), ('db');" \
+    -c "-- every 50th ledger row waits 10 ms after taking its id: each loader's statement then
+        -- lasts long enough that the two overlap and their ids interleave (otherwise luck)
+        CREATE FUNCTION public.slow_ledger_insert() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN
+            IF NEW.entry_id % 50 = 0 THEN PERFORM pg_sleep(0.01); END IF;
+            RETURN NEW;
+        END \$\$;
+        CREATE TRIGGER slow_ledger_insert BEFORE INSERT ON hpcacct.ledger
+            FOR EACH ROW EXECUTE FUNCTION public.slow_ledger_insert();" >/dev/null || exit 1
 deferred_out=$(mktemp -d)
 statements=12 jobs=1500
 # loader NAME: $statements statements of $jobs jobs each, across months and the 16ths
