@@ -81,15 +81,15 @@ COMMENT ON TYPE @extschema@.bank_balance IS
     'An account''s quarter: deposits, charges, transfers (signed), refunds and balance (exact, 6 decimals)';
 
 CREATE FUNCTION hpcacct_internal.quarter_balance_transfn(internal, text, date, numeric, date) RETURNS internal
-    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_transfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 CREATE FUNCTION hpcacct_internal.quarter_balance_combinefn(internal, internal) RETURNS internal
-    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_combinefn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_combinefn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 CREATE FUNCTION hpcacct_internal.quarter_balance_serialfn(internal) RETURNS bytea
-    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_serialfn' LANGUAGE c STRICT PARALLEL SAFE;
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_serialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION hpcacct_internal.quarter_balance_deserialfn(bytea, internal) RETURNS internal
-    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_deserialfn' LANGUAGE c STRICT PARALLEL SAFE;
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_deserialfn' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) RETURNS @extschema@.bank_balance
-    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_finalfn' LANGUAGE c CALLED ON NULL INPUT PARALLEL SAFE;
+    AS 'MODULE_PATHNAME', 'hpcacct_quarter_balance_finalfn' LANGUAGE c IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION hpcacct_internal.quarter_balance_transfn(internal, text, date, numeric, date) IS
     'Support function of the aggregate quarter_balance';
 COMMENT ON FUNCTION hpcacct_internal.quarter_balance_combinefn(internal, internal) IS

@@ -10005,6 +10005,14 @@ COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
     '(rollup = deferred: records their entry ids in rollup_pending)';
 -- end of deferred rollups (issue 19, item 4)
 
+-- ==== quarter_balance's support functions IMMUTABLE, as every other aggregate's ----------
+ALTER FUNCTION hpcacct_internal.quarter_balance_transfn(internal, text, date, numeric, date) IMMUTABLE;
+ALTER FUNCTION hpcacct_internal.quarter_balance_combinefn(internal, internal) IMMUTABLE;
+ALTER FUNCTION hpcacct_internal.quarter_balance_serialfn(internal) IMMUTABLE;
+ALTER FUNCTION hpcacct_internal.quarter_balance_deserialfn(bytea, internal) IMMUTABLE;
+ALTER FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) IMMUTABLE;
+-- end of quarter_balance IMMUTABLE
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

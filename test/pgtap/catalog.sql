@@ -1,7 +1,7 @@
 -- The extension's catalog: every object says what it is, and the version installed is the one
 -- the control file names.
 BEGIN;
-SELECT plan(9);
+SELECT plan(10);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'),
           (SELECT default_version FROM pg_available_extensions WHERE name = 'hpcacct'),
@@ -54,6 +54,15 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
 SELECT ok(NOT has_schema_privilege('public', 'hpcacct_internal', 'USAGE')
           AND (SELECT count(*) FROM pg_proc WHERE pronamespace = 'hpcacct_internal'::regnamespace) > 50,
           'PUBLIC has no USAGE on hpcacct_internal, which holds the internal functions');
+-- an aggregate's support functions compute from their arguments only: IMMUTABLE, so that the
+-- planner may treat the aggregate's arguments and results as any other immutable expression
+SELECT is_empty($$SELECT f::regprocedure, p.provolatile FROM pg_aggregate a
+                  JOIN pg_proc ag ON ag.oid = a.aggfnoid,
+                  LATERAL unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn,
+                                       a.aggdeserialfn]::oid[]) f
+                  JOIN pg_proc p ON p.oid = f
+                  WHERE ag.pronamespace = 'hpcacct'::regnamespace AND f <> 0 AND p.provolatile <> 'i'$$,
+                'every support function of the extension''s aggregates is IMMUTABLE');
 
 SELECT * FROM finish();
 ROLLBACK;
