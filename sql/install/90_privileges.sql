@@ -20,12 +20,15 @@
 -- right on the ledger itself). Its search_path is pinned and everything it calls qualified.
 ALTER FUNCTION hpcacct_internal.charge_jobs() SECURITY DEFINER;
 
--- Views run with the privileges and row-level security of the role that queries them.
+-- Views run with the privileges and row-level security of the role that queries them. Only
+-- the extension's own views and tables: the schema may hold a job table that a dropped
+-- hpcacct left (DROP EXTENSION keeps it, the site's data) or a site's own objects.
 DO $$
 DECLARE
     v regclass;
 BEGIN
-    FOR v IN SELECT c.oid FROM pg_catalog.pg_class c
+    FOR v IN SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_depend d
+                 ON d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
              WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'v' LOOP
         EXECUTE pg_catalog.format('ALTER VIEW %s SET (security_invoker = true)', v);
     END LOOP;
@@ -33,7 +36,8 @@ END
 $$;
 
 SELECT count(*) FILTER (WHERE hpcacct_internal.protect_table(c.oid)) AS protected_tables
-FROM pg_catalog.pg_class c
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_depend d
+    ON d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
 WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 
 -- A share is an account's fraction of its pool, so computing one account's factor needs

@@ -35,5 +35,14 @@ psql -X -q -d hpcacct_dump_dst -c "INSERT INTO hpcacct.job SELECT cluster, jobid
 check "a job loaded after the restore is charged once" \
     "$([ "$(psql -X -At -d hpcacct_dump_dst -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid LIKE '%-new'")" = 1 ] && echo t)"
 
+# DROP EXTENSION ... CASCADE keeps the job table (the site's data; its alloctres column, of the
+# extension's type, goes), and a new CREATE EXTENSION must not touch a table it does not own.
+jobs=$(psql -X -At -d hpcacct_dump_src -c "SELECT count(*) FROM hpcacct.job")
+psql -X -q -d hpcacct_dump_src -c "SET client_min_messages = warning" -c "DROP EXTENSION hpcacct CASCADE" >/dev/null 2>&1
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_dump_src -c "CREATE EXTENSION hpcacct" >/dev/null 2>"$work/recreate.err"
+check "CREATE EXTENSION hpcacct again beside the job table a dropped one left ($jobs jobs kept)" \
+    "$([ $? -eq 0 ] && [ "$(psql -X -At -d hpcacct_dump_src -c "SELECT count(*) FROM hpcacct.job")" = "$jobs" ] && echo t)"
+sed 's/^/    /' "$work/recreate.err" | head -5
+
 rm -rf "$work"
 report compat
