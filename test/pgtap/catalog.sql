@@ -54,8 +54,8 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
 SELECT ok(NOT has_schema_privilege('public', 'hpcacct_internal', 'USAGE')
           AND (SELECT count(*) FROM pg_proc WHERE pronamespace = 'hpcacct_internal'::regnamespace) > 50,
           'PUBLIC has no USAGE on hpcacct_internal, which holds the internal functions');
--- an aggregate's support functions compute from their arguments only: IMMUTABLE, so that the
--- planner may treat the aggregate's arguments and results as any other immutable expression
+-- an aggregate's support functions compute from their arguments only, and say so (IMMUTABLE),
+-- as PostgreSQL's own do (the planner reads the aggregate's own volatility, which is IMMUTABLE)
 SELECT is_empty($$SELECT f::regprocedure, p.provolatile FROM pg_aggregate a
                   JOIN pg_proc ag ON ag.oid = a.aggfnoid,
                   LATERAL unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn,
