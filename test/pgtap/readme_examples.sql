@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(12);
+SELECT plan(15);
 
 -- As the README sets it up: timezone UTC, a GPU pool whose year starts on 1 July.
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
@@ -76,6 +76,13 @@ SELECT results_eq($$SELECT month, amount FROM charge_by_month WHERE account = 'n
                   'half in June, half in July (Europe/Berlin)');
 SELECT is((SELECT sum(amount) FROM ledger WHERE kind = 'charge' AND account = 'nip00001'), 10.000000,
           'the Quick Start''s last query: the charges per account');
+
+-- Rules §1, Compute Canada: with the bundle 1 core + 4 GB, 2 cores with 2 GB each are 2 core
+-- equivalents, 2 cores with 5 GB each 2.5; 2 cores and 5 GB in all are 2 (the memory is not the
+-- larger ratio), which the README once gave as 2.5.
+SELECT is(equivalents('cpu=2,mem=4G', 'cpu=1,mem=4G'), 2::float8, 'rules §1: 2 cores with 2 GB each are 2 core equivalents');
+SELECT is(equivalents('cpu=2,mem=10G', 'cpu=1,mem=4G'), 2.5::float8, 'rules §1: 2 cores with 5 GB each are 2.5');
+SELECT is(equivalents('cpu=2,mem=5G', 'cpu=1,mem=4G'), 2::float8, 'rules §1: 2 cores and 5 GB in all are 2, not 2.5');
 
 SELECT * FROM finish();
 ROLLBACK;
