@@ -10013,6 +10013,54 @@ ALTER FUNCTION hpcacct_internal.quarter_balance_deserialfn(bytea, internal) IMMU
 ALTER FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) IMMUTABLE;
 -- end of quarter_balance IMMUTABLE
 
+-- ==== allocation_status(): an account argument as every report's, a NULL day today ----------
+-- It was STRICT: a NULL day or account gave no row, an unknown or hidden account zeros and ok.
+CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    DECLARE
+        acct constant text := hpcacct_internal.require_account($1, 'allocation_status');
+        day constant date := hpcacct_internal.day_or_today($3, 'allocation_status');
+    BEGIN
+        IF $2 IS NULL THEN
+            RAISE EXCEPTION 'allocation_status: machine must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        RETURN QUERY
+        WITH period AS (
+            SELECT pg_catalog.make_date(EXTRACT(year FROM day)::integer, 1, 1) AS year_start,
+                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
+                            'half_month') AS convention,
+                   @extschema@.site_timezone() AS tz
+        ), events AS (
+            SELECT coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
+                            0) AS tc
+            FROM @extschema@.ledger l
+            CROSS JOIN period p
+            WHERE l.account = acct AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= day AND l.valid_until >= p.year_start
+        ), used AS (
+            SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+                   AS consumption
+            FROM period p
+        )
+        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e CROSS JOIN used u;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
+    'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone; NULL: today), delta and monthly status of an account on a machine, from 1 January of the date''s year';
+-- end of allocation_status
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

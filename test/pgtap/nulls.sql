@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(25);
+SELECT plan(30);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -52,6 +52,21 @@ SELECT throws_ok($$SELECT * FROM hpcacct.window_quota_usage('nobody')$$, '42704'
                  'window_quota_usage() of an unknown account');
 SELECT is(window_quota_state('nip00001', NULL), window_quota_state('nip00001'), 'window_quota_state(account, NULL) is today''s');
 SELECT is((SELECT count(*) FROM window_quota_usage('alice')), 0::bigint, 'an account without a quota period has no row');
+
+-- allocation_status(): a NULL day is today; a NULL or unknown account is an error, not zeros.
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('nip00001', 'grant', 1200, 'NPL', 'hlrn', make_date(extract(year FROM site_today())::int, 1, 1),
+        make_date(extract(year FROM site_today())::int, 12, 31));
+SELECT is((SELECT s FROM allocation_status('nip00001', 'hlrn', NULL) s),
+          (SELECT s FROM allocation_status('nip00001', 'hlrn', site_today()) s),
+          'allocation_status(account, machine, NULL) is today''s, not an empty result');
+SELECT is((SELECT alloc FROM allocation_status('nip00001', 'hlrn', NULL)), 1200.000000, 'with this year''s grant');
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status(NULL, 'hlrn', NULL)$$, '22004', NULL,
+                 'allocation_status(NULL, …) is an error, not an empty result');
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('nobody', 'hlrn', NULL)$$, '42704', NULL,
+                 'allocation_status() of an unknown account is an error, not zeros and ok');
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('nip00001', NULL, NULL)$$, '22004', NULL,
+                 'allocation_status() without a machine');
 
 -- Money movements and procedures: NULL is 22004, as the README's error table says.
 SELECT throws_ok($$SELECT hpcacct.deposit('nip00001', NULL, 1)$$, '22004', NULL, 'deposit() without a quarter');

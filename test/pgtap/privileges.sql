@@ -15,7 +15,7 @@ CREATE TEMP TABLE relations_with_account AS
       AND c.relname NOT IN ('sacct_staging', 'sacctmgr_staging')
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 32);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 34);
 
 CALL setup_roles();
 CREATE ROLE hp_alice LOGIN IN ROLE hpcacct_portal;
@@ -73,6 +73,11 @@ SELECT is((hpcacct.check_submit('hp_bob', 'priv_b', '2024-02-15')).reason, 'unkn
 SELECT throws_ok($$SELECT * FROM hpcacct.window_quota_usage('priv_b', '2024-02-15')$$, '42704',
                  'account "priv_b" does not exist or is not visible to you',
                  'window_quota_usage() of another project is the error of an unknown one');
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('priv_b', 'privc', '2024-03-15')$$, '42704',
+                 'account "priv_b" does not exist or is not visible to you',
+                 'allocation_status() of another project is the error of an unknown one, not zeros and ok');
+SELECT is((SELECT granted FROM hpcacct.allocation_status('priv_a', 'privc', '2024-03-15')), 12000.000000,
+          'allocation_status() of her own project');
 SELECT is_empty($$SELECT account FROM hpcacct.fairshare() WHERE account NOT IN ('hp_alice', 'priv_a')$$,
                 'fairshare() shows hp_alice only her accounts');
 SELECT is((SELECT count(*) FROM hpcacct.fairshare() WHERE share IS NOT NULL OR norm_usage IS NOT NULL), 0::bigint,
