@@ -435,6 +435,9 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     DECLARE
         q date := @extschema@.quarter_start(at);
     BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
             RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
         END IF;
@@ -512,6 +515,9 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
         PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_member: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
@@ -532,6 +538,9 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        IF account IS NULL OR username IS NULL THEN
+            RAISE EXCEPTION 'remove_member: account and username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
@@ -558,6 +567,9 @@ CREATE FUNCTION @extschema@.set_default_project(username text, account text) RET
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'set_default_project: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF account IS NOT NULL AND NOT EXISTS (
             SELECT 1 FROM @extschema@.membership m
             WHERE m.account = set_default_project.account AND m.username = set_default_project.username) THEN

@@ -10061,6 +10061,111 @@ COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
     'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone; NULL: today), delta and monthly status of an account on a machine, from 1 January of the date''s year';
 -- end of allocation_status
 
+-- ==== a NULL user of the user and member functions is 22004 ------------------------------
+-- add_user, add_member, remove_member and set_default_project raised 23502, 42704 or 42501
+-- for a NULL user (remove_member: 42704 for a NULL account too).
+CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date := @extschema@.quarter_start(at);
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
+            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
+        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
+        FOR i IN 0 .. 2 LOOP
+            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
+                                       @extschema@.personal_allotment(username));
+        END LOOP;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
+    'Creates a user with a personal account holding the allotment for this and the next two quarters';
+CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, role text DEFAULT 'member',
+                                       by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_member: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+        PERFORM hpcacct_internal.require_admin(account, by_user);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
+        ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_member(text, text, text, text) IS
+    'Grants a user access to an account as member or admin; a portal user must administer the account, '
+    'staff may name the administrator in by_user (NULL: staff acting directly)';
+CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text, by_user text DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        IF account IS NULL OR username IS NULL THEN
+            RAISE EXCEPTION 'remove_member: account and username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
+                         AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+        DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
+        UPDATE @extschema@.hpc_user u SET default_account = NULL
+        WHERE u.username = remove_member.username AND u.default_account = remove_member.account;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.remove_member(text, text, text) IS
+    'Removes a user''s access to an account (not its last administrator); resets their default project if it was this; '
+    'a portal user must administer the account';
+CREATE OR REPLACE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'set_default_project: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF account IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM @extschema@.membership m
+            WHERE m.account = set_default_project.account AND m.username = set_default_project.username) THEN
+            RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        UPDATE @extschema@.hpc_user u
+        SET default_account = NULLIF(set_default_project.account, set_default_project.username)
+        WHERE u.username = set_default_project.username;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.set_default_project(text, text) IS
+    'Sets the project a user''s jobs are charged to when they name none (NULL: the personal account)';
+-- end of a NULL user
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10679,6 +10784,9 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
         PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_member: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
@@ -10697,6 +10805,9 @@ CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text
     AS $$
     BEGIN
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        IF account IS NULL OR username IS NULL THEN
+            RAISE EXCEPTION 'remove_member: account and username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
@@ -13600,37 +13711,47 @@ COMMENT ON FUNCTION hpcacct_internal.roll_up_received() IS
 CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
     RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
                    consumption float8, delta float8, status text)
-    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+    #variable_conflict use_column
+    DECLARE
+        acct constant text := hpcacct_internal.require_account($1, 'allocation_status');
+        day constant date := hpcacct_internal.day_or_today($3, 'allocation_status');
+    BEGIN
+        IF $2 IS NULL THEN
+            RAISE EXCEPTION 'allocation_status: machine must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        RETURN QUERY
         WITH period AS (
-            SELECT pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1) AS year_start,
+            SELECT pg_catalog.make_date(EXTRACT(year FROM day)::integer, 1, 1) AS year_start,
                    coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
                             'half_month') AS convention,
                    @extschema@.site_timezone() AS tz
         ), events AS (
             SELECT coalesce(sum(l.amount), 0) AS alloc,
                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
-                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention), 0) AS tmc,
-                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, p.convention)
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
                             0) AS tc
             FROM @extschema@.ledger l
             CROSS JOIN period p
-            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
-              AND l.valid_from <= $3 AND l.valid_until >= p.year_start
+            WHERE l.account = acct AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= day AND l.valid_until >= p.year_start
         ), used AS (
-            SELECT (@extschema@.consumption_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE p.tz)
-                    - @extschema@.consumption_before($1, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
+            SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
+                    - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
                    AS consumption
             FROM period p
         )
         SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
                @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
-        FROM events e CROSS JOIN used u
+        FROM events e CROSS JOIN used u;
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS
-    'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone), delta and monthly status of an account on a machine, from 1 January of the date''s year';
+    'Alloc (net), granted (grants and supplements), TMC, TC, consumption up to the end of the day (site time zone; NULL: today), delta and monthly status of an account on a machine, from 1 January of the date''s year';
 CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine text, year integer, convention text DEFAULT NULL)
     RETURNS TABLE (first_day date, last_day date, alloc numeric, tmc float8, tc float8)
     LANGUAGE plpgsql STABLE PARALLEL SAFE

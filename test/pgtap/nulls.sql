@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(30);
+SELECT plan(36);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -77,6 +77,14 @@ SELECT throws_ok($$CALL hpcacct.regulate(NULL)$$, '22004', NULL, 'regulate(NULL)
 -- open_quarter() is being changed for issue 20 (trust model) in parallel; its NULL check
 -- still raises 22008. A TODO until that lands: `IF q IS NULL THEN RAISE … 'null_value_not_allowed'`.
 SELECT throws_ok($$CALL hpcacct.open_quarter(NULL)$$, '22004', NULL, 'open_quarter(NULL)');
+-- Users and members: a NULL user is 22004 too, not 42704 "unknown user" nor a NOT NULL violation.
+SELECT throws_ok($$SELECT hpcacct.add_user(NULL)$$, '22004', NULL, 'add_user(NULL)');
+SELECT throws_ok($$SELECT hpcacct.add_member('nip00001', NULL)$$, '22004', NULL, 'add_member() without a user');
+SELECT throws_ok($$SELECT hpcacct.remove_member('nip00001', NULL)$$, '22004', NULL, 'remove_member() without a user');
+SELECT throws_ok($$SELECT hpcacct.remove_member(NULL, 'alice')$$, '22004', NULL, 'remove_member() without an account');
+SELECT throws_ok($$SELECT hpcacct.set_default_project(NULL, 'nip00001')$$, '22004', NULL,
+                 'set_default_project() without a user');
+SELECT is((SELECT count(*) FROM membership WHERE account = 'nip00001'), 1::bigint, 'the members are unchanged');
 SELECT is((SELECT count(*) FROM ledger WHERE account = 'nip00001' AND kind = 'deposit'), 1::bigint,
           'the refused calls wrote nothing');
 
