@@ -104,26 +104,35 @@ COMMENT ON FUNCTION hpcacct_internal.check_resource_change() IS
 CREATE TRIGGER check_resource_change BEFORE INSERT OR UPDATE OR DELETE ON @extschema@.resource
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_resource_change();
 
--- BEFORE DELETE of an account: one the ledger names stays (the ledger is append-only); this
--- gives the hint, the ledger's foreign key is the guarantee.
+-- BEFORE DELETE or a rename of an account: one the ledger names stays, under its name (the
+-- ledger is append-only); this gives the hint, the ledger's foreign key is the guarantee.
 CREATE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF TG_OP = 'UPDATE' AND NEW.name IS NOT DISTINCT FROM OLD.name THEN
+            RETURN NEW;
+        END IF;
         IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            IF TG_OP = 'UPDATE' THEN
+                RAISE EXCEPTION 'account "%" has ledger entries and cannot be renamed', OLD.name
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = 'The ledger is append-only and its entries name the account. Keep the name; '
+                                 'put what the account is now in its description.';
+            END IF;
             RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
                 USING ERRCODE = 'foreign_key_violation',
                       HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
                              'allocating to it (without an allocation for the current quarter check_submit refuses '
                              'it as account_expired) and remove its members with hpcacct.remove_member().';
         END IF;
-        RETURN OLD;
+        RETURN CASE TG_OP WHEN 'UPDATE' THEN NEW ELSE OLD END;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
-    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
-CREATE TRIGGER check_account_delete BEFORE DELETE ON @extschema@.account
+    'Trigger: an account with ledger entries cannot be deleted or renamed; says what to do instead';
+CREATE TRIGGER check_account_delete BEFORE DELETE OR UPDATE OF name ON @extschema@.account
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_account_delete();
 
 -- Every re-rating: who, when, which rows, from when, and what it moved.

@@ -10166,6 +10166,39 @@ COMMENT ON FUNCTION @extschema@.set_default_project(text, text) IS
     'Sets the project a user''s jobs are charged to when they name none (NULL: the personal account)';
 -- end of a NULL user
 
+-- ==== an account the ledger names is not renamed either, with a hint -------------------------
+-- A rename failed on the ledger's foreign key (23503) without the hint a delete gets.
+CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF TG_OP = 'UPDATE' AND NEW.name IS NOT DISTINCT FROM OLD.name THEN
+            RETURN NEW;
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            IF TG_OP = 'UPDATE' THEN
+                RAISE EXCEPTION 'account "%" has ledger entries and cannot be renamed', OLD.name
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = 'The ledger is append-only and its entries name the account. Keep the name; '
+                                 'put what the account is now in its description.';
+            END IF;
+            RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
+                USING ERRCODE = 'foreign_key_violation',
+                      HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
+                             'allocating to it (without an allocation for the current quarter check_submit refuses '
+                             'it as account_expired) and remove its members with hpcacct.remove_member().';
+        END IF;
+        RETURN CASE TG_OP WHEN 'UPDATE' THEN NEW ELSE OLD END;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
+    'Trigger: an account with ledger entries cannot be deleted or renamed; says what to do instead';
+DROP TRIGGER check_account_delete ON @extschema@.account;
+CREATE TRIGGER check_account_delete BEFORE DELETE OR UPDATE OF name ON @extschema@.account
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_account_delete();
+-- end of the account rename
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12961,18 +12994,27 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_account_delete() RETURNS trigg
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF TG_OP = 'UPDATE' AND NEW.name IS NOT DISTINCT FROM OLD.name THEN
+            RETURN NEW;
+        END IF;
         IF EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.account = OLD.name) THEN
+            IF TG_OP = 'UPDATE' THEN
+                RAISE EXCEPTION 'account "%" has ledger entries and cannot be renamed', OLD.name
+                    USING ERRCODE = 'foreign_key_violation',
+                          HINT = 'The ledger is append-only and its entries name the account. Keep the name; '
+                                 'put what the account is now in its description.';
+            END IF;
             RAISE EXCEPTION 'account "%" has ledger entries and cannot be deleted', OLD.name
                 USING ERRCODE = 'foreign_key_violation',
                       HINT = 'The ledger is append-only, so its accounts stay. To end an account''s use, stop '
                              'allocating to it (without an allocation for the current quarter check_submit refuses '
                              'it as account_expired) and remove its members with hpcacct.remove_member().';
         END IF;
-        RETURN OLD;
+        RETURN CASE TG_OP WHEN 'UPDATE' THEN NEW ELSE OLD END;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.check_account_delete() IS
-    'Trigger: an account with ledger entries cannot be deleted; says what to do instead';
+    'Trigger: an account with ledger entries cannot be deleted or renamed; says what to do instead';
 CREATE OR REPLACE FUNCTION hpcacct_internal.require_bank_account(account text, caller text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp

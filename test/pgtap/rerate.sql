@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(33);
+SELECT plan(38);
 
 -- The SQLSTATE and hint of a statement's error.
 CREATE FUNCTION pg_temp.hint_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -70,6 +70,18 @@ SELECT matches(pg_temp.hint_of($$INSERT INTO hpcacct.resource (cluster, partitio
 SELECT throws_ok($$DELETE FROM hpcacct.account WHERE name = 'rr'$$, '23503', NULL, 'an account with charges stays');
 SELECT matches(pg_temp.hint_of($$DELETE FROM hpcacct.account WHERE name = 'rr'$$), '^23503 .*remove_member',
                'its hint says how to end its use instead');
+-- ... nor renamed (README: "cannot be deleted or renamed (23503, with a hint …)")
+SELECT throws_ok($$UPDATE hpcacct.account SET name = 'rr2' WHERE name = 'rr'$$, '23503', NULL,
+                 'an account with charges keeps its name');
+SELECT matches(pg_temp.hint_of($$UPDATE hpcacct.account SET name = 'rr2' WHERE name = 'rr'$$), '^23503 .*description',
+               'the rename''s hint says to keep the name');
+SELECT lives_ok($$UPDATE hpcacct.account SET description = 'still rr' WHERE name = 'rr'$$,
+                'other columns of the account can change');
+SELECT lives_ok($$UPDATE hpcacct.account SET name = 'unused2' WHERE name = 'unused'; UPDATE hpcacct.account SET name = 'unused' WHERE name = 'unused2'$$,
+                'an account without entries can be renamed');
+-- a charged resource row's cluster or partition is not renamed either: HA006, as its rate
+SELECT throws_ok(format('UPDATE hpcacct.resource SET partition = ''gpu2'' WHERE resource_id = %s', id), 'HA006', NULL,
+                 'renaming the partition of a charged resource row is refused (HA006)') FROM r0;
 SELECT lives_ok($$DELETE FROM hpcacct.account WHERE name = 'unused'$$, 'an account without entries can be deleted');
 
 -- ---- rerate(): from 1 April on, rate 1.5 ----
