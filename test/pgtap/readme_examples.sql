@@ -58,14 +58,24 @@ SELECT isnt((SELECT round(projected_usage, 2) FROM usage_by_account(NULL, '2024-
 -- The README's Quick Start: one core for one hour on an exclusive 24-core XC30 node at 1/12
 -- NPL per core-hour costs the whole node, 2 NPL; in Berlin, a job from 30 June 22:00 to
 -- 1 July 02:00 counts half in June and half in July.
+-- As the README's logins: the Quick Start's SQL as acct_admin, the jobs as acct_loader.
+CALL setup_roles();
+CREATE ROLE acct_admin LOGIN IN ROLE hpcacct_admin;
+CREATE ROLE acct_loader LOGIN IN ROLE hpcacct_ingest;
+SET SESSION AUTHORIZATION acct_admin;
+SET search_path = hpcacct, public;
 INSERT INTO account (name) VALUES ('nip00001');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive)
 VALUES ('hlrn', 'mpp1', 'cpu=24,mem=64G', 'cpu=1', 1.0 / 12, 'NPL', true);
+INSERT INTO slurm_account_map (slurm_account, account) VALUES ('root', NULL);
+SET SESSION AUTHORIZATION acct_loader;
 INSERT INTO job (cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state) VALUES
     ('hlrn', 'q1', 'nip00001', 'u', 'mpp1', NULL, '2024-05-02 10:00 Europe/Berlin', '2024-05-02 11:00 Europe/Berlin',
      'cpu=1,mem=1G,node=1', 'COMPLETED'),
     ('hlrn', 'q2', 'nip00001', 'u', 'mpp1', NULL, '2024-06-30 22:00 Europe/Berlin', '2024-07-01 02:00 Europe/Berlin',
      'cpu=24,node=1', 'COMPLETED');
+SET SESSION AUTHORIZATION acct_admin;
+SET search_path = hpcacct, public;
 SELECT is((SELECT amount FROM ledger WHERE kind = 'charge' AND jobid = 'q1'), 2.000000,
           'Quick Start: one core-hour on an exclusive XC30 node is 2 NPL');
 SELECT is((SELECT amount FROM ledger WHERE kind = 'charge' AND jobid = 'q2'), 8.000000,
@@ -76,6 +86,8 @@ SELECT results_eq($$SELECT month, amount FROM charge_by_month WHERE account = 'n
                   'half in June, half in July (Europe/Berlin)');
 SELECT is((SELECT sum(amount) FROM ledger WHERE kind = 'charge' AND account = 'nip00001'), 10.000000,
           'the Quick Start''s last query: the charges per account');
+RESET SESSION AUTHORIZATION;
+SET search_path = public, hpcacct;
 
 -- Rules §1, Compute Canada: with the bundle 1 core + 4 GB, 2 cores with 2 GB each are 2 core
 -- equivalents, 2 cores with 5 GB each 2.5; 2 cores and 5 GB in all are 2 (the memory is not the

@@ -2,7 +2,8 @@
 # cron.sh schedule|check DB: the README's pg_cron recipe, run by pg_cron itself on this
 # socket-only cluster (configured as the README says: cron.use_background_workers = on).
 #   schedule  schedules every `cron.schedule('hpcacct-…')` line of the README as written, then
-#             the same commands once more, every minute, under the names NAME-now;
+#             the same commands once more, every minute, under the names NAME-now, as a login
+#             in hpcacct_admin granted the schema cron by the README's GRANT line;
 #   check     waits until each NAME-now job has run (pg_cron 1.4 has minute granularity, and a
 #             scheduler that started before pg_cron existed in the database may load the jobs
 #             only at one minute boundary and run them at the next: up to 135 s after
@@ -19,19 +20,26 @@ q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
 # The README's lines, e.g. SELECT cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL …$$);
 recipe() { grep -o "SELECT cron.schedule('hpcacct-[^;]*;" README.md; }
+# The README's grant to an administrator's login, e.g. GRANT USAGE ON SCHEMA cron TO acct_admin;
+admin=hpcacct_cron_admin
+grant() { grep -o "GRANT USAGE ON SCHEMA cron TO [a-z_]*;" README.md | head -1 | sed "s/TO [a-z_]*;/TO $admin;/"; }
 
 case $mode in
 schedule)
     date +%s >"$stamp"
     recipe | q -f - >/dev/null || { echo "cron: the README's recipe failed" >&2; exit 1; }
+    { echo 'CALL hpcacct.setup_roles();'; echo "CREATE ROLE $admin LOGIN IN ROLE hpcacct_admin;"; grant; } \
+        | q -f - >/dev/null || { echo "cron: the README's grant to $admin failed" >&2; exit 1; }
     recipe | sed -E "s/cron.schedule\('(hpcacct-[a-z-]*)', '[^']*'/cron.schedule('\1-now', '* * * * *'/" \
-        | q -f - >/dev/null || { echo "cron: scheduling failed" >&2; exit 1; }
+        | q -U "$admin" -f - >/dev/null || { echo "cron: scheduling as $admin failed" >&2; exit 1; }
     ;;
 check)
     check "the cluster listens on a Unix socket only" "$(q -c "SELECT current_setting('listen_addresses') = ''")"
     check "cron.use_background_workers is on, as the README says" \
         "$(q -c "SELECT current_setting('cron.use_background_workers') = 'on'")"
     names=$(recipe | sed -E "s/.*cron.schedule\('(hpcacct-[a-z-]*)'.*/\1/")
+    check "the README's GRANT let an hpcacct_admin login schedule the commands (jobs of $admin)" \
+        "$(q -c "SELECT count(*) > 0 AND bool_and(username = '$admin') FROM cron.job WHERE jobname LIKE 'hpcacct-%-now'")"
     check "the README schedules regulate, open_quarter and compact_rollup ($(echo $names))" \
         "$(q -c "SELECT count(*) = $(echo "$names" | wc -l) AND count(*) >= 4 FROM cron.job
                   WHERE jobname IN ($(echo "$names" | sed "s/.*/'&'/" | paste -sd,))")"
@@ -60,6 +68,7 @@ check)
                     AND NOT EXISTS (SELECT FROM hpcacct.quarter_log)")"
     q -c "SELECT count(cron.unschedule(jobid)) FROM cron.job WHERE jobname LIKE 'hpcacct-%'" >/dev/null
     check "every job the test made is unscheduled" "$(q -c "SELECT count(*) = 0 FROM cron.job WHERE jobname LIKE 'hpcacct-%'")"
+    q -c "REVOKE USAGE ON SCHEMA cron FROM $admin" -c "DROP ROLE $admin" >/dev/null
     rm -f "$stamp"
     report cron
     ;;
