@@ -15,7 +15,7 @@ CREATE TEMP TABLE relations_with_account AS
       AND c.relname NOT IN ('sacct_staging', 'sacctmgr_staging')
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 34);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 36);
 
 CALL setup_roles();
 CREATE ROLE hp_alice LOGIN IN ROLE hpcacct_portal;
@@ -122,6 +122,10 @@ SELECT is((SELECT count(DISTINCT account) FROM hpcacct.ledger WHERE account IN (
           'an administrator sees every account');
 SELECT lives_ok($$SELECT hpcacct.deposit('priv_b', '2024-04-01', 10)$$, 'and deposits');
 SELECT lives_ok($$CALL hpcacct.regulate('2024-04-15')$$, 'and runs regulate()');
+SELECT throws_ok($$UPDATE hpcacct.ledger SET note = 'x' WHERE account = 'priv_a'$$, 'HA001', NULL,
+                 'but does not update the ledger (HA001)');
+SELECT throws_ok($$TRUNCATE hpcacct.ledger CASCADE$$, '42501', NULL,
+                 'nor truncate it: not granted (42501; a superuser gets HA001)');
 RESET SESSION AUTHORIZATION;
 
 -- Functions that run with their owner's rights pin their search_path; every SQL or PL/pgSQL
