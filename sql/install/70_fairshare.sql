@@ -402,10 +402,10 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
     SET jit = off
     AS $$
         WITH cfg AS MATERIALIZED (
-            SELECT $1 AS at,
-                   ($1 AT TIME ZONE z.tz)::date AS day,
+            SELECT coalesce($1, pg_catalog.now()) AS at,
+                   (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
                    z.tz,
-                   pg_catalog.date_trunc('month', $1 AT TIME ZONE z.tz) AS at_month,
+                   pg_catalog.date_trunc('month', coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz) AS at_month,
                    @extschema@.setting_value('decay') AS form,
                    @extschema@.setting_value('half_life')::interval AS half_life,
                    @extschema@.setting_value('period')::interval AS period,
@@ -428,7 +428,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
                    -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
                    AND (SELECT max(l.job_end) FROM @extschema@.ledger l
-                        WHERE l.kind = 'charge' AND l.job_end > $1
+                        WHERE l.kind = 'charge' AND l.job_end > coalesce($1, pg_catalog.now())
                           AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
                        AS closed_form
             FROM cfg
@@ -554,7 +554,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                    y.usage AS year_usage,
                    coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
             FROM accounts a
-            LEFT JOIN @extschema@.usage_by_account(NULL, $1) y
+            LEFT JOIN @extschema@.usage_by_account(NULL, coalesce($1, pg_catalog.now())) y
               ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
             WINDOW w AS (PARTITION BY a.pool, a.unit)
         ), members AS (
@@ -589,7 +589,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
         ORDER BY 1, 2, 3, 4 NULLS FIRST
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
-    'Fair share at at per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
+    'Fair share at at (NULL: now) per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
     'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
 REVOKE EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) FROM PUBLIC;

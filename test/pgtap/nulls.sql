@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(36);
+SELECT plan(38);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -67,6 +67,12 @@ SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('nobody', 'hlrn', NUL
                  'allocation_status() of an unknown account is an error, not zeros and ok');
 SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('nip00001', NULL, NULL)$$, '22004', NULL,
                  'allocation_status() without a machine');
+
+-- fairshare_all(): a NULL instant is now, as fairshare()'s, not an empty result.
+SELECT cmp_ok((SELECT count(*) FROM fairshare_all(NULL)), '>', 0::bigint, 'fairshare_all(NULL) has rows');
+SELECT results_eq($$SELECT account, submitter, factor FROM hpcacct.fairshare_all(NULL) ORDER BY 1, 2$$,
+                  $$SELECT account, submitter, factor FROM hpcacct.fairshare_all(now()) ORDER BY 1, 2$$,
+                  'fairshare_all(NULL) is fairshare_all(now())');
 
 -- Money movements and procedures: NULL is 22004, as the README's error table says.
 SELECT throws_ok($$SELECT hpcacct.deposit('nip00001', NULL, 1)$$, '22004', NULL, 'deposit() without a quarter');
