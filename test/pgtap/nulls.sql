@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(38);
+SELECT plan(41);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -73,6 +73,12 @@ SELECT cmp_ok((SELECT count(*) FROM fairshare_all(NULL)), '>', 0::bigint, 'fairs
 SELECT results_eq($$SELECT account, submitter, factor FROM hpcacct.fairshare_all(NULL) ORDER BY 1, 2$$,
                   $$SELECT account, submitter, factor FROM hpcacct.fairshare_all(now()) ORDER BY 1, 2$$,
                   'fairshare_all(NULL) is fairshare_all(now())');
+
+-- The usage reports: a NULL instant is 22004 (the README: "22004 for the usage reports");
+-- a NULL day of the portal's page and of the scan too.
+SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_account(NULL, NULL)$$, '22004', NULL, 'usage_by_account(year, NULL)');
+SELECT throws_ok($$SELECT hpcacct.my_accounts(NULL)$$, '22004', NULL, 'my_accounts(NULL)');
+SELECT throws_ok($$SELECT hpcacct.notify_scan(NULL)$$, '22004', NULL, 'notify_scan(NULL)');
 
 -- Money movements and procedures: NULL is 22004, as the README's error table says.
 SELECT throws_ok($$SELECT hpcacct.deposit('nip00001', NULL, 1)$$, '22004', NULL, 'deposit() without a quarter');
