@@ -112,6 +112,7 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        SELECT hpcacct_internal.require_account($1, 'add_quota_period');
         INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
         VALUES ($1, $2, $3, $5, $6);
         INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)

@@ -10400,6 +10400,26 @@ COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
     'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
 -- end of fairshare_all(NULL)
 
+-- ==== add_quota_period(): its account checked as every account argument --------------------
+-- A NULL account was 23502 and an unknown one 23503 from the tables' constraints.
+CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
+                                             monthly_allowance float8, cluster text DEFAULT NULL,
+                                             unit text DEFAULT 'core-hours')
+    RETURNS void
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT hpcacct_internal.require_account($1, 'add_quota_period');
+        INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
+        VALUES ($1, $2, $3, $5, $6);
+        INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
+        SELECT $1, $2, $3, m.month::date, $4
+        FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
+    $$;
+COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
+    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+-- end of add_quota_period
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(41);
+SELECT plan(44);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -79,6 +79,13 @@ SELECT results_eq($$SELECT account, submitter, factor FROM hpcacct.fairshare_all
 SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_account(NULL, NULL)$$, '22004', NULL, 'usage_by_account(year, NULL)');
 SELECT throws_ok($$SELECT hpcacct.my_accounts(NULL)$$, '22004', NULL, 'my_accounts(NULL)');
 SELECT throws_ok($$SELECT hpcacct.notify_scan(NULL)$$, '22004', NULL, 'notify_scan(NULL)');
+
+-- add_quota_period(): a NULL account is 22004, an unknown one 42704 (not 23502, 23503).
+SELECT throws_ok($$SELECT hpcacct.add_quota_period(NULL, '2030-01-01', '2030-01-31', 5)$$, '22004', NULL,
+                 'add_quota_period(NULL, …)');
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('nobody', '2030-01-01', '2030-01-31', 5)$$, '42704', NULL,
+                 'add_quota_period() of an unknown account');
+SELECT is((SELECT count(*) FROM quota_period WHERE period_start = '2030-01-01'), 0::bigint, 'and wrote no period');
 
 -- Money movements and procedures: NULL is 22004, as the README's error table says.
 SELECT throws_ok($$SELECT hpcacct.deposit('nip00001', NULL, 1)$$, '22004', NULL, 'deposit() without a quarter');

@@ -77,7 +77,7 @@ SELECT lives_ok($$SELECT hpcacct.add_quota_period('wq_a', '2012-01-01', '2012-06
 CREATE FUNCTION pg_temp.quota_rows() RETURNS bigint LANGUAGE sql
     AS 'SELECT (SELECT count(*) FROM hpcacct.quota_period) + (SELECT count(*) FROM hpcacct.monthly_allowance)';
 SELECT is(pg_temp.quota_rows(), 7::bigint, 'one period with six months');
-SELECT throws_ok($$SELECT hpcacct.add_quota_period('nobody', '2012-01-01', '2012-06-30', 1000)$$, '23503', NULL,
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('nobody', '2012-01-01', '2012-06-30', 1000)$$, '42704', NULL,
                  'unknown account');
 SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-02', '2012-06-30', 1000)$$, '23514', NULL,
                  'period not starting on the first');
