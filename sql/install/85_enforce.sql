@@ -173,7 +173,12 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
-        IF verdict.reason IN ('unknown_account', 'account_deleted') THEN
+        IF verdict.reason = 'unknown_account' AND account IS NULL THEN
+            -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
+            RETURN ROW(false, chosen, 'unknown_account',
+                       format('user %s has no default project and no personal account: submit with an account '
+                              '(sbatch -A)', username))::@extschema@.submit_decision;
+        ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
             RETURN verdict;
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m

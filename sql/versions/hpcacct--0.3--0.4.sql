@@ -10420,6 +10420,55 @@ COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text,
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
 -- end of add_quota_period
 
+-- ==== check_submit(): a user without a default project or personal account is told so -------
+-- (a user that sync_slurm_accounts() added submitting without -A was told to check the account
+-- they gave)
+CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
+                                         at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        chosen text := account;
+        verdict @extschema@.submit_decision;
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF chosen IS NULL THEN
+            SELECT coalesce(u.default_account, u.username) INTO chosen
+            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
+            IF NOT FOUND THEN
+                RETURN ROW(false, NULL::text, 'unknown_user',
+                           format('user %s is not known to the accounting system: submit with an account '
+                                  '(sbatch -A) or ask support to register you', username))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+        verdict := @extschema@.account_verdict(chosen, at);
+        IF verdict.reason = 'unknown_account' AND account IS NULL THEN
+            -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
+            RETURN ROW(false, chosen, 'unknown_account',
+                       format('user %s has no default project and no personal account: submit with an account '
+                              '(sbatch -A)', username))::@extschema@.submit_decision;
+        ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
+            RETURN verdict;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                       WHERE m.account = chosen AND m.username = check_submit.username) THEN
+            RETURN ROW(false, chosen, 'no_access',
+                       format('user %s is not a member of account %s: ask one of its project administrators '
+                              'to add you, or submit with another account', username, chosen))::@extschema@.submit_decision;
+        END IF;
+        RETURN verdict;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
+    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, unknown_account, '
+    'account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, no_allocation, '
+    'allocation_exhausted, with a message';
+-- end of check_submit's message
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10836,7 +10885,12 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
-        IF verdict.reason IN ('unknown_account', 'account_deleted') THEN
+        IF verdict.reason = 'unknown_account' AND account IS NULL THEN
+            -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
+            RETURN ROW(false, chosen, 'unknown_account',
+                       format('user %s has no default project and no personal account: submit with an account '
+                              '(sbatch -A)', username))::@extschema@.submit_decision;
+        ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
             RETURN verdict;
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m

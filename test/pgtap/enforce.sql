@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(56);
+SELECT plan(58);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -57,6 +57,13 @@ SELECT is((SELECT reason FROM d WHERE account = 'nosuch'), 'unknown_account', 'a
 SELECT is((SELECT ok FROM d WHERE account = 'e_genci'), true, 'a GENCI project with a valid grant is accepted');
 SELECT is((check_submit('ghost', NULL, '2024-05-10')).reason, 'unknown_user', 'an unknown user without -A');
 SELECT is((check_submit('ghost', 'e_bank', '2024-05-10')).reason, 'no_access', 'a non-member');
+-- a user with no personal account (as sync_slurm_accounts() adds them), without -A: unknown_account,
+-- and the message does not blame an account the user did not give
+INSERT INTO hpc_user (username) VALUES ('synced');
+SELECT is((check_submit('synced', NULL, '2024-05-10')).reason, 'unknown_account', 'a user without a personal account, without -A');
+SELECT is((check_submit('synced', NULL, '2024-05-10')).message,
+          'user synced has no default project and no personal account: submit with an account (sbatch -A)',
+          'is told to name an account');
 SELECT is(account_state('e_future', '2024-05-10'), 'inactive', 'account_state: inactive before its quarter');
 SELECT is(account_state('e_future', '2024-10-02'), 'active', 'and active in it');
 SELECT is(account_state('e_old', '2024-05-10'), 'expired', 'account_state: expired');
