@@ -82,6 +82,9 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         reason text;
         message text;
     BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account_verdict: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN

@@ -10469,6 +10469,91 @@ COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
     'allocation_exhausted, with a message';
 -- end of check_submit's message
 
+-- ==== account_verdict(NULL) is 22004 (it answered unknown_account for "account  ") --------
+CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
+    RETURNS @extschema@.submit_decision
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        pol text[];
+        bank record;
+        wq record;
+        machines integer;
+        open_machines integer;
+        reason text;
+        message text;
+    BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account_verdict: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
+        IF NOT FOUND THEN
+            RETURN ROW(false, account, 'unknown_account',
+                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+        ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
+            RETURN ROW(false, account, 'account_deleted',
+                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+        END IF;
+        pol := @extschema@.account_policies(account);
+
+        IF 'bank' = ANY (pol) THEN
+            SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
+            IF bank.state = 'expired' THEN
+                RETURN ROW(false, account, 'account_expired',
+                           format('account %s has no allocation for this or a later quarter: ask for a new '
+                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+            ELSIF bank.state = 'inactive' THEN
+                RETURN ROW(false, account, 'account_inactive',
+                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
+                                  'ask staff to move allocation into this quarter, or submit with another account',
+                                  account, bank.next_allocation))::@extschema@.submit_decision;
+            ELSIF bank.balance < 0 THEN
+                RETURN ROW(false, account, 'negative_balance',
+                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
+                                  'or a deposit, or submit with another account',
+                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'window_quota' = ANY (pol) THEN
+            SELECT u.state, u.monthly, u.consumed_current, u.unit INTO wq
+            FROM @extschema@.window_quota_usage(a.name, at) u;
+            IF wq.state = 'blocked' THEN
+                RETURN ROW(false, account, 'quota_blocked',
+                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
+                                  'monthly allowance %s): submit with another account',
+                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
+                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        IF 'regulation' = ANY (pol) THEN
+            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
+            INTO machines, open_machines
+            FROM (SELECT DISTINCT l.pool FROM @extschema@.ledger l
+                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                    AND l.valid_from <= at AND l.valid_until >= at) m
+            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.pool, at) s;
+            IF machines = 0 THEN
+                RETURN ROW(false, account, 'no_allocation',
+                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+            ELSIF open_machines = 0 THEN
+                RETURN ROW(false, account, 'allocation_exhausted',
+                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
+                                  'or submit with another account', account))::@extschema@.submit_decision;
+            END IF;
+        END IF;
+
+        RETURN ROW(true, account, NULL::text, NULL::text)::@extschema@.submit_decision;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
+    'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
+-- end of account_verdict(NULL)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11238,6 +11323,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         reason text;
         message text;
     BEGIN
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'account_verdict: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN

@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(44);
+SELECT plan(45);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -37,6 +37,8 @@ SELECT is(check_submit('alice', 'nip00001', NULL), check_submit('alice', 'nip000
 SELECT throws_ok($$SELECT hpcacct.check_submit(NULL, 'nip00001')$$, '22004', NULL, 'check_submit() without a user');
 SELECT throws_ok($$SELECT hpcacct.check_submit('alice', 'nip00001', '-infinity')$$, '22008', NULL,
                  'check_submit() at -infinity');
+SELECT throws_ok($$SELECT hpcacct.account_verdict(NULL)$$, '22004', NULL,
+                 'account_verdict(NULL) is an error, not unknown_account for an account without a name');
 
 -- account_state()
 SELECT is(account_state('nip00001', NULL), 'active', 'account_state(account, NULL) is today''s state');
