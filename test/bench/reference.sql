@@ -572,8 +572,11 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                CASE y.reason
                    WHEN 'unknown_user' THEN format('user %s is not known to the accounting system: submit with an '
                                                    'account (sbatch -A) or ask support to register you', $1)
-                   WHEN 'unknown_account' THEN format('account %s does not exist: check the account you gave (sbatch -A)',
-                                                      y.chosen)
+                   WHEN 'unknown_account' THEN
+                       CASE WHEN $2 IS NULL
+                            THEN format('user %s has no default project and no personal account: submit with an '
+                                        'account (sbatch -A)', $1)
+                            ELSE format('account %s does not exist: check the account you gave (sbatch -A)', y.chosen) END
                    WHEN 'account_deleted' THEN format('account %s has been deleted and cannot be used again', y.chosen)
                    WHEN 'no_access' THEN format('user %s is not a member of account %s: ask one of its project '
                                                 'administrators to add you, or submit with another account', $1, y.chosen)
