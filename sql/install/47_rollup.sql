@@ -616,22 +616,28 @@ COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolea
 -- is exactly the job-by-job one (numeric addition is exact, a whole share is exactly 1).
 CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
     RETURNS numeric
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        WITH z AS MATERIALIZED (
-            SELECT t.tz, pg_catalog.date_trunc('month', $3 AT TIME ZONE t.tz) AS month
-            FROM (SELECT @extschema@.site_timezone() AS tz) t
-        )
-        SELECT coalesce((SELECT sum(c.job_amount)
+    DECLARE
+        site_tz constant text := @extschema@.site_timezone();
+        month_start timestamp;
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'consumption_before');
+        IF $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        month_start := pg_catalog.date_trunc('month', $3 AT TIME ZONE site_tz);
+        RETURN coalesce((SELECT sum(c.job_amount)
                          FROM hpcacct_internal.charge_rollup_exact c
-                         JOIN @extschema@.resource r USING (resource_id), z
-                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < z.month), 0)
+                         JOIN @extschema@.resource r USING (resource_id)
+                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < month_start), 0)
              + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
                          FROM @extschema@.ledger l
-                         JOIN @extschema@.resource r USING (resource_id), z
+                         JOIN @extschema@.resource r USING (resource_id)
                          WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
-                           AND l.job_end >= z.month AT TIME ZONE z.tz AND l.job_start < $3), 0)
+                           AND l.job_end >= month_start AT TIME ZONE site_tz AND l.job_start < $3), 0);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
     'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';

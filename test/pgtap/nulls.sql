@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(45);
+SELECT plan(49);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -69,6 +69,16 @@ SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('nobody', 'hlrn', NUL
                  'allocation_status() of an unknown account is an error, not zeros and ok');
 SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('nip00001', NULL, NULL)$$, '22004', NULL,
                  'allocation_status() without a machine');
+
+-- consumption_before(), which allocation_status() reads: the same argument rules, never a 0.
+SELECT throws_ok($$SELECT hpcacct.consumption_before(NULL, 'hlrn', now())$$, '22004', NULL,
+                 'consumption_before(NULL, …) is an error, not 0');
+SELECT throws_ok($$SELECT hpcacct.consumption_before('nobody', 'hlrn', now())$$, '42704', NULL,
+                 'consumption_before() of an unknown account is an error, not 0');
+SELECT throws_ok($$SELECT hpcacct.consumption_before('nip00001', NULL, now())$$, '22004', NULL,
+                 'consumption_before() without a pool');
+SELECT throws_ok($$SELECT hpcacct.consumption_before('nip00001', 'hlrn', NULL)$$, '22004', NULL,
+                 'consumption_before() without an instant');
 
 -- fairshare_all(): a NULL instant is now, as fairshare()'s, not an empty result.
 SELECT cmp_ok((SELECT count(*) FROM fairshare_all(NULL)), '>', 0::bigint, 'fairshare_all(NULL) has rows');
