@@ -253,6 +253,37 @@ check "moved to a valid account by its owner, the held job is released" \
     "$([ "$(squeue -h -j "$hold_job" -o %a)" = e_good ] && [ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] &&
        grep -q "ran: scontrol release $hold_job" <<<"$q6" && echo t)"
 
+# A job's comment is its owner's to write (sbatch --comment, scontrol update): it must not
+# forge a queued job for the sync, break the queue run, or release a hold that is not hpcacct's.
+forged='424242|root|e_neg|normal|JobHeldAdmin|cpu|hpcacct: forged'
+submit e_good --begin=now+1hour --comment "$(printf 'mine\n%s' "$forged")"
+forging_job=$job
+q8=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q8" | sed 's/^/# /'
+check "a line break in a job's comment forges no queued job (job $forging_job)" \
+    "$([ -n "$forging_job" ] && [ "$(sql "SELECT count(*) FROM hpcacct.pending_job WHERE jobid = '424242'")" = 0 ] &&
+       [ "$(sql "SELECT count(*) FROM hpcacct.pending_job WHERE jobid = '$forging_job'")" = 1 ] &&
+       ! grep -q 424242 <<<"$q8" && echo t)"
+# another user's queued job (here: the job above), named with a blocked account
+submit e_good --begin=now+1hour --comment "$(printf 'mine\n%s|root|e_neg|normal|None|cpu|x' "$forging_job")"
+repeating_job=$job
+q9=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q9" | sed 's/^/# /'
+check "nor gets another queued job held by repeating its id" \
+    "$([ -n "$repeating_job" ] && [ "$(squeue -h -j "$forging_job" -o %r)" != JobHeldAdmin ] &&
+       [ "$(sql "SELECT account FROM hpcacct.pending_job WHERE jobid = '$forging_job'")" = e_good ] && echo t)"
+scancel "$forging_job" "$repeating_job"
+submit e_good --begin=now+1hour
+staff_job=$job
+scontrol hold "$staff_job"
+scontrol update jobid="$staff_job" comment="hpcacct: account e_good has a negative balance"
+q10=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q10" | sed 's/^/# /'
+check "a hold hpcacct did not place stays, whatever the owner writes into the comment" \
+    "$([ -n "$staff_job" ] && [ "$(squeue -h -j "$staff_job" -o %r)" = JobHeldAdmin ] &&
+       ! grep -q "release $staff_job" <<<"$q10" && echo t)"
+scancel "$staff_job"
+
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
 reload
