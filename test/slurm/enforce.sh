@@ -284,6 +284,31 @@ check "a hold hpcacct did not place stays, whatever the owner writes into the co
        ! grep -q "release $staff_job" <<<"$q10" && echo t)"
 scancel "$staff_job"
 
+# a release that fails (scontrol refuses) is retried by the next run
+printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit e_hold --begin=now+1hour       # e_hold is negative (job big2)
+retry_job=$job
+sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+hpcacct-slurm-sync --queue >/dev/null 2>&1
+held_first=$(squeue -h -j "$retry_job" -o %r)
+sql "SELECT hpcacct.deposit('e_hold', current_date, 10000000)" >/dev/null
+mkdir -p "$work/shim"
+printf '#!/bin/sh\n[ "$1" = release ] && { echo refused >&2; exit 1; }\nexec %s "$@"\n' "$(command -v scontrol)" \
+    >"$work/shim/scontrol"
+chmod +x "$work/shim/scontrol"
+q11=$(PATH=$work/shim:$PATH hpcacct-slurm-sync --queue 2>&1)
+echo "$q11" | sed 's/^/# /'
+held_after_failure=$(squeue -h -j "$retry_job" -o %r)
+q12=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$q12" | sed 's/^/# /'
+check "a release that failed is retried by the next run" \
+    "$([ "$held_first" = JobHeldAdmin ] && grep -q "FAILED: scontrol release $retry_job" <<<"$q11" &&
+       [ "$held_after_failure" = JobHeldAdmin ] && grep -q "ran: scontrol release $retry_job" <<<"$q12" &&
+       [ "$(squeue -h -j "$retry_job" -o %r)" != JobHeldAdmin ] && echo t)"
+scancel "$retry_job"
+
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
 reload
