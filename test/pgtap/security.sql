@@ -4,7 +4,7 @@
 -- a job may not claim more than the site allows.
 BEGIN;
 SET search_path = hpcacct, public;
-SELECT plan(27);
+SELECT plan(31);
 
 CALL setup_roles();
 CREATE ROLE sec_staff LOGIN IN ROLE hpcacct_admin;   -- a non-superuser administrator
@@ -44,6 +44,41 @@ SELECT throws_ok($$INSERT INTO myjobs VALUES ('secc', ROW('x'), 'sec_a', 'u', 'c
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT rolsuper FROM pg_roles WHERE rolname = 'sec_staff'), false,
           'the administrator did not become superuser through a cast');
+
+-- a trigger without the transition tables charging reads: the names new_jobs and old_jobs
+-- would find the caller's own temporary relations, read with the owner's rights
+SET SESSION AUTHORIZATION sec_staff;
+CREATE FUNCTION pg_temp.evil_cluster() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+        EXECUTE 'ALTER ROLE sec_staff SUPERUSER';
+    END IF;
+    RETURN 'secc';
+END $$;
+CREATE TEMP TABLE plainjobs (cluster text, jobid text, account text, "user" text, partition text,
+                             start timestamptz, "end" timestamptz, alloctres text);
+CREATE TEMP VIEW new_jobs AS
+    SELECT pg_temp.evil_cluster() AS cluster, 'tv1'::text AS jobid, 'sec_a'::text AS account, 'u'::text AS "user",
+           'cpu'::text AS partition, '2024-05-01 00:00+00'::timestamptz AS start,
+           '2024-05-01 01:00+00'::timestamptz AS "end", 'cpu=1'::text AS alloctres;
+CREATE TEMP VIEW old_jobs AS SELECT * FROM new_jobs;
+CREATE TRIGGER no_tables AFTER INSERT OR UPDATE OR DELETE ON plainjobs
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs();
+SELECT throws_ok($$INSERT INTO plainjobs VALUES ('secc', 'tv0', 'sec_a', 'u', 'cpu', '2024-05-01 00:00+00',
+                                                 '2024-05-01 01:00+00', 'cpu=1')$$,
+                 '39P01', NULL, 'a charging trigger without its transition table new_jobs is refused');
+DROP TRIGGER no_tables ON plainjobs;
+-- an UPDATE trigger naming only new_jobs would read old_jobs from the temporary schema
+CREATE TRIGGER half_tables AFTER UPDATE ON plainjobs REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs();
+INSERT INTO plainjobs VALUES ('secc', 'tv0', 'sec_a', 'u', 'cpu', '2024-05-01 00:00+00', '2024-05-01 01:00+00', 'cpu=1');
+SELECT throws_ok($$UPDATE plainjobs SET alloctres = 'cpu=2'$$,
+                 '39P01', NULL, 'an update trigger without old_jobs is refused too');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT rolsuper FROM pg_roles WHERE rolname = 'sec_staff'), false,
+          'the administrator did not become superuser through a temporary view named new_jobs');
+SELECT is((SELECT count(*) FROM ledger WHERE cluster = 'secc' AND jobid LIKE 'tv%'), 0::bigint,
+          'and nothing was charged');
 
 -- a site table attached by a superuser, whose owner then changes a column's type
 CREATE TABLE sec_site.jobs (cluster text, job_id text, account text, "user" text, partition text,
