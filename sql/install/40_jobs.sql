@@ -265,6 +265,16 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Attach it with hpcacct.attach_charging(table).';
         END IF;
+        -- The statements below read new_jobs and old_jobs with the owner's rights. Without
+        -- those transition tables the names would find the caller's temporary relations.
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid = TG_RELID AND t.tgname = TG_NAME
+                         AND (TG_OP = 'DELETE' OR t.tgnewtable IS NOT DISTINCT FROM 'new_jobs')
+                         AND (TG_OP = 'INSERT' OR t.tgoldtable IS NOT DISTINCT FROM 'old_jobs')) THEN
+            RAISE EXCEPTION 'trigger % on % must name its transition tables new_jobs and old_jobs', TG_NAME, TG_RELID::regclass
+                USING ERRCODE = 'trigger_protocol_violated',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
         col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
         relevant := format('%s::text AS cluster, %s::text AS jobid, %s::text AS account, %s::text AS submitter, '
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '

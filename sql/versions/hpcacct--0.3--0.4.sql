@@ -10583,6 +10583,11 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
     'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
 
+-- ==== charge_jobs() checks its transition tables (security) ----------------------------
+-- Without them, new_jobs and old_jobs named the caller's temporary relations, read with the
+-- owner's rights: charge_jobs() is defined again, with the check, in the final definitions.
+-- end of charge_jobs() transition tables
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14289,6 +14294,16 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
             RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
                 USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Attach it with hpcacct.attach_charging(table).';
+        END IF;
+        -- The statements below read new_jobs and old_jobs with the owner's rights. Without
+        -- those transition tables the names would find the caller's temporary relations.
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid = TG_RELID AND t.tgname = TG_NAME
+                         AND (TG_OP = 'DELETE' OR t.tgnewtable IS NOT DISTINCT FROM 'new_jobs')
+                         AND (TG_OP = 'INSERT' OR t.tgoldtable IS NOT DISTINCT FROM 'old_jobs')) THEN
+            RAISE EXCEPTION 'trigger % on % must name its transition tables new_jobs and old_jobs', TG_NAME, TG_RELID::regclass
+                USING ERRCODE = 'trigger_protocol_violated',
                       HINT = 'Attach it with hpcacct.attach_charging(table).';
         END IF;
         col := hpcacct_internal.job_columns(TG_RELID, TG_ARGV);
