@@ -93,3 +93,11 @@ ok $? "--all without a directory: exit 2" "$out (exit $rc)"
 out=$("$report" -d 'dbname=hpcacct_no_such_db' def-smith 2025-05 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'cannot connect to the database' <<<"$out"
 ok $? "a database that does not exist: exit 1" "$out (exit $rc)"
+# the temporary file is created afresh (the directory may be shared, and its name guessed): a
+# link planted at the name the process id would give is left alone, not written through
+echo precious >"$work/victim"
+bash -c 'ln -s "$1" "$2.tmp.$$" && exec "$3" -d hpcacct_statements -o "$2" def-smith 2025-10' _ \
+     "$work/victim" "$work/planted.html" "$report" 2>"$work/report.err"; rc=$?
+[ $rc -eq 0 ] && [ "$(cat "$work/victim")" = precious ] && cmp -s "$work/planted.html" "$work/expected.html" &&
+    [ -z "$(find "$work" -maxdepth 1 -name 'planted.html.tmp.*' ! -type l)" ]
+ok $? "-o FILE writes no file through a link planted at a guessable temporary name" "$(cat "$work/report.err") (exit $rc)"
