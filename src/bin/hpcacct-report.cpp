@@ -23,6 +23,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -152,11 +153,25 @@ std::string file_name_of(const std::string &account) {
 }
 
 // Writes the whole text to path through a temporary file in the same directory, renamed into
-// place: a reader never sees half a statement, and a failure leaves no file behind.
+// place: a reader never sees half a statement, and a failure leaves no file behind. The
+// temporary file is created afresh (mkstemp), never opened through what another user put at
+// a guessable name; it gets the mode a plain create would (0666 less the umask).
 void write_file(const std::string &path, const std::string &text) {
-    std::string tmp = path + ".tmp." + std::to_string(getpid());
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Failure("cannot write " + path + ": " + std::strerror(errno));
+    std::vector<char> name(path.begin(), path.end());
+    const char suffix[] = ".tmp.XXXXXX";
+    name.insert(name.end(), suffix, suffix + sizeof suffix);  // with the terminating NUL
+    int fd = mkstemp(name.data());
+    if (fd < 0) throw Failure("cannot write " + path + ": " + std::strerror(errno));
+    const std::string tmp(name.data());
+    const mode_t mask = umask(0);
+    umask(mask);
+    FILE *f = fchmod(fd, 0666 & ~mask) == 0 ? fdopen(fd, "wb") : nullptr;
+    if (!f) {
+        int err = errno;
+        close(fd);
+        std::remove(tmp.c_str());
+        throw Failure("cannot write " + path + ": " + std::strerror(err));
+    }
     bool good = std::fwrite(text.data(), 1, text.size(), f) == text.size();
     good = (std::fclose(f) == 0) && good;
     if (!good || std::rename(tmp.c_str(), path.c_str()) != 0) {
