@@ -85,6 +85,14 @@ q centre "CALL federation_subscribe(2, '$(conninfo beta)')" >/dev/null
 q centre "CALL federation_subscribe(2, '$(conninfo beta)')" >/dev/null  # idempotent
 is "$(sqlstate alpha "SELECT hpcacct.add_user('newcomer')")" "HA013" "a site refuses to write reference data of its own (HA013)"
 is "$(sqlstate beta "INSERT INTO hpcacct.setting VALUES ('bank_unit', 'CHF')")" "HA013" "a site refuses to change a setting (HA013)"
+# a site's ledger rows reach the centre's bank: a site's own administrators book none there
+q alpha "CALL setup_roles(); CREATE ROLE fed_site_staff IN ROLE hpcacct_admin" >/dev/null
+is "$(sqlstate alpha "SET ROLE fed_site_staff; INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
+                      VALUES ('p1', 'deposit', 1000000, 'NPL', '2026-10-01', '2026-12-31')")" "HA013" \
+   "a site's administrator cannot book a deposit there (HA013)"
+is "$(sqlstate alpha "SET ROLE fed_site_staff; INSERT INTO hpcacct.ledger (account, kind, amount, unit, cluster, jobid)
+                      VALUES ('p1', 'charge', -1000000, 'NPL', 'alpha', 'credit')")" "HA013" \
+   "nor a charge of their own making (a negative one is a credit) (HA013)"
 for site in alpha beta; do q "$site" "SELECT create_job_table()" >/dev/null; done
 q centre "SELECT create_job_table()" single >/dev/null
 
