@@ -226,6 +226,31 @@ CREATE FUNCTION hpcacct_internal.federation_refuse_local_write() RETURNS trigger
 COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_write() IS
     'Trigger of the reference tables at a federation site: refuses writes of the site''s own sessions (HA013)';
 
+-- At a site, the ledger is written by charging (charge_jobs(), which runs as the extension's
+-- owner) and by replication. A row booked by a site's own session otherwise (a deposit, a
+-- grant, a charge of its own making) would reach the centre's bank and every site: a
+-- statement trigger refuses it (HA013) unless the session's role is the owner or a superuser.
+CREATE FUNCTION hpcacct_internal.federation_refuse_local_entry() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = pg_catalog.current_user()
+                         AND (r.rolsuper OR r.oid = (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID))) THEN
+            RAISE EXCEPTION 'at a federation site the ledger is written by charging jobs only, not by role %',
+                            pg_catalog.current_user()
+                USING ERRCODE = 'HA013',
+                      HINT = 'Book deposits, grants, transfers and corrections in the central database; they reach '
+                             'every site by replication.';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
+    'Statement trigger of hpcacct.ledger at a federation site: refuses entries of the site''s own sessions but '
+    'charging''s (HA013)';
+
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the
 -- triggers that must fire for replicated rows. Idempotent. Called by the procedures below.
@@ -300,8 +325,13 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rolls_up_pending;
-        -- at a site, the reference tables are written by replication only
+        -- at a site, the reference tables are written by replication only, the ledger also by charging
         IF role = 'site' THEN
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                           WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'federation_charges_only') THEN
+                CREATE TRIGGER federation_charges_only BEFORE INSERT ON @extschema@.ledger
+                    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_refuse_local_entry();
+            END IF;
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
                 IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                                WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN

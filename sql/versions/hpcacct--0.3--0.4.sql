@@ -10588,6 +10588,34 @@ COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
 -- owner's rights: charge_jobs() is defined again, with the check, in the final definitions.
 -- end of charge_jobs() transition tables
 
+-- ==== a federation site's ledger: charges only (security) -------------------------------
+-- At a site, the ledger is written by charging (charge_jobs(), which runs as the extension's
+-- owner) and by replication. A row booked by a site's own session otherwise (a deposit, a
+-- grant, a charge of its own making) would reach the centre's bank and every site: a
+-- statement trigger refuses it (HA013) unless the session's role is the owner or a superuser.
+CREATE FUNCTION hpcacct_internal.federation_refuse_local_entry() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = pg_catalog.current_user()
+                         AND (r.rolsuper OR r.oid = (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID))) THEN
+            RAISE EXCEPTION 'at a federation site the ledger is written by charging jobs only, not by role %',
+                            pg_catalog.current_user()
+                USING ERRCODE = 'HA013',
+                      HINT = 'Book deposits, grants, transfers and corrections in the central database; they reach '
+                             'every site by replication.';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
+    'Statement trigger of hpcacct.ledger at a federation site: refuses entries of the site''s own sessions but '
+    'charging''s (HA013)';
+-- federation_prepare() creates its trigger at a site: defined again in the final definitions
+-- end of a federation site's ledger
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11496,6 +11524,30 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_reference_tables() RETURNS reg
     $$;
 COMMENT ON FUNCTION @extschema@.federation_reference_tables() IS
     'The reference tables the centre publishes to every site (written at the centre only)';
+-- At a site, the ledger is written by charging (charge_jobs(), which runs as the extension's
+-- owner) and by replication. A row booked by a site's own session otherwise (a deposit, a
+-- grant, a charge of its own making) would reach the centre's bank and every site: a
+-- statement trigger refuses it (HA013) unless the session's role is the owner or a superuser.
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_refuse_local_entry() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = pg_catalog.current_user()
+                         AND (r.rolsuper OR r.oid = (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID))) THEN
+            RAISE EXCEPTION 'at a federation site the ledger is written by charging jobs only, not by role %',
+                            pg_catalog.current_user()
+                USING ERRCODE = 'HA013',
+                      HINT = 'Book deposits, grants, transfers and corrections in the central database; they reach '
+                             'every site by replication.';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
+    'Statement trigger of hpcacct.ledger at a federation site: refuses entries of the site''s own sessions but '
+    'charging''s (HA013)';
 CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -11567,8 +11619,13 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
         ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
         ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rolls_up_pending;
-        -- at a site, the reference tables are written by replication only
+        -- at a site, the reference tables are written by replication only, the ledger also by charging
         IF role = 'site' THEN
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                           WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'federation_charges_only') THEN
+                CREATE TRIGGER federation_charges_only BEFORE INSERT ON @extschema@.ledger
+                    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_refuse_local_entry();
+            END IF;
             FOREACH tab IN ARRAY @extschema@.federation_reference_tables() LOOP
                 IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                                WHERE t.tgrelid = tab AND t.tgname = 'federation_centre_only') THEN
