@@ -4,7 +4,7 @@
 -- a job may not claim more than the site allows.
 BEGIN;
 SET search_path = hpcacct, public;
-SELECT plan(31);
+SELECT plan(40);
 
 CALL setup_roles();
 CREATE ROLE sec_staff LOGIN IN ROLE hpcacct_admin;   -- a non-superuser administrator
@@ -80,6 +80,30 @@ SELECT is((SELECT rolsuper FROM pg_roles WHERE rolname = 'sec_staff'), false,
 SELECT is((SELECT count(*) FROM ledger WHERE cluster = 'secc' AND jobid LIKE 'tv%'), 0::bigint,
           'and nothing was charged');
 
+-- the rollups are the ledger's sums, which balances, reports and check_submit read: an
+-- administrator books in the ledger, and cannot change the sums around it
+SET SESSION AUTHORIZATION sec_staff;
+SELECT throws_ok($$UPDATE hpcacct.charge_rollup SET amount = 0$$, '42501', NULL,
+                 'an administrator cannot zero the charge rollup (balances would lose charges the ledger holds)');
+SELECT throws_ok($$DELETE FROM hpcacct.consumption_rollup$$, '42501', NULL, 'nor delete the consumption rollup');
+SELECT throws_ok($$DELETE FROM hpcacct.fairshare_base$$, '42501', NULL, 'nor the folded fair-share usage');
+SELECT throws_ok($$INSERT INTO hpcacct.usage_base (account, resource_id, unit, month, through, amount)
+                   VALUES ('sec_a', 1, 'CH', '2024-01-01', '2024-01-01', -1000)$$, '42501', NULL,
+                 'nor add folded usage');
+SELECT throws_ok($$INSERT INTO hpcacct.rollup_pending VALUES (1, 9223372036854775806)$$, '42501', NULL,
+                 'nor mark rolled-up charges pending again (reports would count them twice)');
+-- what an administrator does still keeps the rollups: a charge booked by hand, a rebuild, a compaction
+INSERT INTO hpcacct.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter, job_start, job_end)
+SELECT 'sec_b', 'charge', 7, 'CH', r.resource_id, 'secc', 'by-hand', 'u', '2024-05-05 00:00+00', '2024-05-05 01:00+00'
+FROM hpcacct.resource r WHERE r.cluster = 'secc';
+SELECT is((SELECT sum(amount) FROM hpcacct.charge_rollup WHERE account = 'sec_b'), 7::numeric,
+          'a charge an administrator books by hand is rolled up');
+SELECT lives_ok($$SELECT hpcacct.rebuild_rollup()$$, 'an administrator rebuilds the rollups');
+SELECT lives_ok($$SELECT hpcacct.compact_rollup()$$, 'and compacts them');
+SELECT is((SELECT sum(amount) FROM hpcacct.charge_rollup WHERE account = 'sec_b'), 7::numeric,
+          'and they still hold the ledger''s sums');
+RESET SESSION AUTHORIZATION;
+
 -- a site table attached by a superuser, whose owner then changes a column's type
 CREATE TABLE sec_site.jobs (cluster text, job_id text, account text, "user" text, partition text,
                             start timestamptz, "end" timestamptz, alloctres hpcacct.tres);
@@ -112,7 +136,7 @@ SELECT throws_ok($$INSERT INTO sec_site.jobs VALUES ('secc', 'd1', 'sec_a', 'u',
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT rolsuper FROM pg_roles WHERE rolname = 'sec_owner'), false,
           'the table owner did not become superuser through a cast');
-SELECT is((SELECT count(*) FROM ledger WHERE cluster = 'secc' AND jobid <> 'ok1'), 0::bigint,
+SELECT is((SELECT count(*) FROM ledger WHERE cluster = 'secc' AND jobid NOT IN ('ok1', 'by-hand')), 0::bigint,
           'and none of the refused jobs was charged');
 -- integer job ids and timestamp columns are built-in: still charged
 CREATE TABLE sec_site.int_jobs (cluster varchar, jobid bigint, account text, "user" text, partition text,
