@@ -321,13 +321,17 @@ GRANT SELECT ON hpcacct_internal.charge_rollup_pending, hpcacct_internal.consump
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'CREATE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER '
         'SET search_path = pg_catalog, pg_temp AS %L',
         pg_catalog.format(E'\n    DECLARE\n'
                           '        first_id bigint;\n'
                           '        last_id bigint;\n'
                           '        charges bigint;\n'
                           '    BEGIN\n'
+                          '        IF TG_RELID <> ''@extschema@.ledger''::regclass OR TG_OP <> ''INSERT'' OR TG_LEVEL <> ''STATEMENT'' THEN\n'
+                          '            RAISE EXCEPTION ''roll_up_charges() is the statement trigger of hpcacct.ledger only''\n'
+                          '                USING ERRCODE = ''trigger_protocol_violated'';\n'
+                          '        END IF;\n'
                           '        IF @extschema@.setting_value(''rollup'') = ''deferred'' THEN\n'
                           '            SELECT min(e.entry_id), max(e.entry_id), count(*) INTO first_id, last_id, charges\n'
                           '            FROM new_entries e WHERE e.kind = ''charge'';\n'
@@ -363,7 +367,7 @@ CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
 -- Recomputes the rollup from the ledger: after a change of the site's time zone or the
 -- fair-share half-life, which its months and decay depend on.
 CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -399,7 +403,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
 -- statements' month series are costed at 333 rows a charge, so 20 000 pending charges were
 -- compiled (0.3 s, with inlining) for a run of 0.3 s whose per-row work compiled code cannot shorten.
 CREATE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
@@ -444,7 +448,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.roll_up_pending() FROM PUBLIC;
 -- float8's rounding. The base never moves back: an earlier through_month folds up to the
 -- base's month. Internal: compact_rollup() folds up to the month before the current.
 CREATE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE

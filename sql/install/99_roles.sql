@@ -46,6 +46,11 @@ CREATE PROCEDURE @extschema@.setup_roles()
         END LOOP;
         GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        -- the rollups are the ledger's sums: written by the functions that compute them, which run
+        -- as the owner (the ledger's trigger, rebuild_rollup, roll_up_pending, compact_rollup)
+        REVOKE INSERT, UPDATE, DELETE ON @extschema@.charge_rollup, @extschema@.consumption_rollup,
+                                         @extschema@.fairshare_base, @extschema@.usage_base, @extschema@.rollup_pending
+            FROM hpcacct_admin;
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin;
         GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;

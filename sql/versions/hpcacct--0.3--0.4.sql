@@ -10616,6 +10616,12 @@ COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
 -- federation_prepare() creates its trigger at a site: defined again in the final definitions
 -- end of a federation site's ledger
 
+-- ==== the rollups are written by their functions only (security) -----------------------
+-- roll_up_charges(), rebuild_rollup(), roll_up_pending() and fold_rollup() run as the owner
+-- and setup_roles() revokes the administrators' writes on them: all defined again in
+-- the final definitions; the update runs setup_roles() after them.
+-- end of the rollups written by their functions only
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11304,6 +11310,11 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         END LOOP;
         GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor;
         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_admin;
+        -- the rollups are the ledger's sums: written by the functions that compute them, which run
+        -- as the owner (the ledger's trigger, rebuild_rollup, roll_up_pending, compact_rollup)
+        REVOKE INSERT, UPDATE, DELETE ON @extschema@.charge_rollup, @extschema@.consumption_rollup,
+                                         @extschema@.fairshare_base, @extschema@.usage_base, @extschema@.rollup_pending
+            FROM hpcacct_admin;
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA @extschema@ TO hpcacct_admin;
         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@, hpcacct_internal TO hpcacct_admin;
         GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA @extschema@ TO hpcacct_admin;
@@ -14517,7 +14528,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.bank_unit() RETURNS text
     $$;
 COMMENT ON FUNCTION hpcacct_internal.bank_unit() IS 'The setting bank_unit (cheaply: what setting_value(''bank_unit'') gives)';
 CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -14540,7 +14551,7 @@ COMMENT ON FUNCTION @extschema@.rebuild_rollup() IS
     'Recomputes hpcacct.charge_rollup and hpcacct.consumption_rollup from the ledger (automatic when the time zone '
     'or half-life changes) and empties rollup_pending; returns the rows of charge_rollup';
 CREATE OR REPLACE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
@@ -14877,7 +14888,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_select_sql(source
 COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_select_sql(text) IS
     'The query of the consumption rollup rows of the ledger rows in a table or query';
 CREATE OR REPLACE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
@@ -14956,13 +14967,17 @@ COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
 DO $do$
 BEGIN
     EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql '
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.roll_up_charges() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER '
         'SET search_path = pg_catalog, pg_temp AS %L',
         pg_catalog.format(E'\n    DECLARE\n'
                           '        first_id bigint;\n'
                           '        last_id bigint;\n'
                           '        charges bigint;\n'
                           '    BEGIN\n'
+                          '        IF TG_RELID <> ''@extschema@.ledger''::regclass OR TG_OP <> ''INSERT'' OR TG_LEVEL <> ''STATEMENT'' THEN\n'
+                          '            RAISE EXCEPTION ''roll_up_charges() is the statement trigger of hpcacct.ledger only''\n'
+                          '                USING ERRCODE = ''trigger_protocol_violated'';\n'
+                          '        END IF;\n'
                           '        IF @extschema@.setting_value(''rollup'') = ''deferred'' THEN\n'
                           '            SELECT min(e.entry_id), max(e.entry_id), count(*) INTO first_id, last_id, charges\n'
                           '            FROM new_entries e WHERE e.kind = ''charge'';\n'

@@ -156,8 +156,9 @@ SELECT cmp_ok((SELECT count(*) FROM pg_proc p
               '>=', 3::bigint, 'the federation''s three set-up procedures are among them (the check is not vacuous)');
 SELECT is((SELECT count(*) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef),
-          7::bigint, 'exactly seven functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare, '
-                     'add_member, remove_member, load_sacct, sacct_window_start)');
+          11::bigint, 'exactly eleven functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare, '
+                      'add_member, remove_member, load_sacct, sacct_window_start, and the rollups'' writers '
+                      'roll_up_charges, rebuild_rollup, roll_up_pending, fold_rollup)');
 SELECT is((SELECT count(*) FROM pg_class c
            WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v'
              AND NOT coalesce(c.reloptions @> ARRAY['security_invoker=true'], false)),
