@@ -4,7 +4,7 @@
 -- a job may not claim more than the site allows.
 BEGIN;
 SET search_path = hpcacct, public;
-SELECT plan(40);
+SELECT plan(41);
 
 CALL setup_roles();
 CREATE ROLE sec_staff LOGIN IN ROLE hpcacct_admin;   -- a non-superuser administrator
@@ -102,6 +102,16 @@ SELECT lives_ok($$SELECT hpcacct.rebuild_rollup()$$, 'an administrator rebuilds 
 SELECT lives_ok($$SELECT hpcacct.compact_rollup()$$, 'and compacts them');
 SELECT is((SELECT sum(amount) FROM hpcacct.charge_rollup WHERE account = 'sec_b'), 7::numeric,
           'and they still hold the ledger''s sums');
+-- the ledger's trigger runs as the owner: on a table of one's own it would roll up invented charges
+CREATE TEMP TABLE fake_entries (LIKE hpcacct.ledger);
+CREATE TRIGGER fake_roll_up AFTER INSERT ON fake_entries REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.roll_up_charges();
+SELECT throws_ok($$INSERT INTO fake_entries (entry_id, booked_at, account, kind, amount, unit, resource_id, cluster, jobid,
+                                             submitter, job_start, job_end)
+                   SELECT 1, now(), 'sec_b', 'charge', -1000, 'CH', r.resource_id, 'secc', 'fake', 'u',
+                          '2024-05-05 00:00+00', '2024-05-05 01:00+00'
+                   FROM hpcacct.resource r WHERE r.cluster = 'secc'$$,
+                 '39P01', NULL, 'the ledger''s roll-up trigger refuses to run on any other table');
 RESET SESSION AUTHORIZATION;
 
 -- a site table attached by a superuser, whose owner then changes a column's type
