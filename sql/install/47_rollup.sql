@@ -360,6 +360,8 @@ $do$;
 COMMENT ON FUNCTION hpcacct_internal.roll_up_charges() IS
     'Statement trigger of hpcacct.ledger: adds the charge and consumption rollup rows of the statement''s charges '
     '(rollup = deferred: records their entry ids in rollup_pending)';
+-- it writes the rollups with the owner's rights: not for PUBLIC (and it refuses any table but the ledger)
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.roll_up_charges() FROM PUBLIC;
 CREATE TRIGGER ledger_roll_up AFTER INSERT ON @extschema@.ledger
     REFERENCING NEW TABLE AS new_entries
     FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.roll_up_charges();

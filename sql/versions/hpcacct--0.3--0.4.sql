@@ -10620,6 +10620,7 @@ COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
 -- roll_up_charges(), rebuild_rollup(), roll_up_pending() and fold_rollup() run as the owner
 -- and setup_roles() revokes the administrators' writes on them: all defined again in
 -- the final definitions; the update runs setup_roles() after them.
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.roll_up_charges() FROM PUBLIC;
 -- end of the rollups written by their functions only
 
 -- ==== final definitions ---------------------------------------------------------------
