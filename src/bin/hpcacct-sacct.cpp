@@ -380,10 +380,15 @@ int command_run(Connection& db, std::vector<std::string> clusters, const std::st
                     throw Failure("cluster " + cluster + " was never loaded: give the first window's start with --since "
                                   "(e.g. --since 2024-01-01T00:00:00)");
                 }
-                start = sacct::local_time_argument(static_cast<std::time_t>(std::atoll(PQgetvalue(r.get(), 0, 0))));
+                start = sacct::utc_time_argument(static_cast<std::time_t>(std::atoll(PQgetvalue(r.get(), 0, 0))));
             }
-            const std::string end = sacct::local_time_argument(now);
-            Child child("sacct", sacct::sacct_arguments(cluster, start, end), {{"SLURM_TIME_FORMAT", sacct::kTimeFormat}});
+            // A window from the watermark is given to sacct in UTC (TZ=UTC0): local text is
+            // ambiguous in the hour a DST change repeats. --since is local time, as given.
+            const bool utc = since.empty();
+            const std::string end = utc ? sacct::utc_time_argument(now) : sacct::local_time_argument(now);
+            std::vector<std::pair<std::string, std::string>> env = {{"SLURM_TIME_FORMAT", sacct::kTimeFormat}};
+            if (utc) env.emplace_back("TZ", sacct::kUtcZone);
+            Child child("sacct", sacct::sacct_arguments(cluster, start, end), env);
             stage_sacct(db, child.out(), "sacct -M " + cluster);
             child.finish();  // a sacct that failed loads nothing, and the watermark stays
             const std::string through = std::to_string(static_cast<long long>(now));
@@ -395,7 +400,8 @@ int command_run(Connection& db, std::vector<std::string> clusters, const std::st
                 array += c;
             }
             array += "\"}";
-            load_and_report(db, "cluster " + cluster + " " + start + " .. " + end, through_text.c_str(), array.c_str());
+            load_and_report(db, "cluster " + cluster + " " + start + " .. " + end + (utc ? " UTC" : ""),
+                            through_text.c_str(), array.c_str());
             db.exec("COMMIT");
         } catch (const Failure& e) {
             db.rollback();

@@ -258,6 +258,16 @@ std::string local_time_argument(std::time_t instant) {
     return buffer;
 }
 
+std::string utc_time_argument(std::time_t instant) {
+    std::tm utc{};
+    if (gmtime_r(&instant, &utc) == nullptr) {
+        throw Error(ErrorKind::invalid_datetime, "cannot convert the time to UTC");
+    }
+    char buffer[32];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &utc);
+    return buffer;
+}
+
 std::vector<std::string> sacct_arguments(const std::string& cluster, const std::string& start,
                                          const std::string& end) {
     return {

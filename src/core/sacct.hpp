@@ -73,6 +73,10 @@ Time parse_time(std::string_view text) noexcept;
 
 // sacct's -S/-E argument for an instant, in the local time of the machine (sacct reads it so).
 std::string local_time_argument(std::time_t instant);
+// The same in UTC, for a sacct run with TZ=UTC0 (kUtcZone): local text in the hour a DST
+// change repeats is ambiguous, and sacct (mktime) reads it as the later hour.
+std::string utc_time_argument(std::time_t instant);
+inline constexpr const char* kUtcZone = "UTC0";
 
 // The arguments (argv[1..]) of the sacct call of `run`: all users, allocations only, every
 // run of a requeued job, one cluster, the window [start, end] (both local time text).

@@ -8,7 +8,8 @@
 # sacct's own ElapsedRaw and AllocTRES (to 6 decimals); a re-run writes no ledger row; the
 # unknown account is quarantined and charged once created; both runs of the requeued job are
 # charged; steps and root are not; with `run --every 30` a job is charged within 60 s of
-# its end. Leaves nothing running. TAP lines; appends "loader PASSED FAILED" to
+# its end; a run whose window starts in the hour a DST change repeats (Europe/Berlin) misses no
+# job. Leaves nothing running. TAP lines; appends "loader PASSED FAILED" to
 # $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -217,6 +218,33 @@ sed 's/^/    # /' "$work/bad.txt" "$work/bad2.txt" | grep -v '^    # sacct' | he
 check "and leaves the watermark where it was" \
     "$([ "$(q -c "SELECT loaded_through FROM hpcacct.sacct_watermark WHERE cluster = '$cluster'")" = "$watermark" ] &&
        [ "$(q -c "SELECT count(*) FROM hpcacct.sacct_watermark WHERE cluster = 'no_such_cluster'")" = 0 ] && echo t)"
+# --- a DST change (Europe/Berlin): the job ran 02:21-02:40 CEST on the day the clocks go back,
+# the last run was at 02:35 CEST (the job still running), the next has --overlap 600: its -S
+# is 02:25 CEST, which as local text sacct reads as 02:25 CET, an hour later, and missed the job.
+# The job's times are moved there in slurmdbd's database.
+dst=$(sb -A proj_b -p cpu -c 1 --mem=100M --wrap 'sleep 1')
+# until slurmdbd has the whole job: a short job's end may come before its start record (an
+# empty Partition meanwhile), and a record that comes after the move makes a row of its own
+for i in $(seq 1 60); do
+    sacct -n -X -P -j "$dst" -o End,Partition,AllocTRES | grep -qE '^[0-9T:-]+\|cpu\|.*cpu=' && break
+    sleep 0.5
+done
+year=$(date -u +%Y)
+last_sunday() { date -u -d "$1-10-31 -$(date -u -d "$1-10-31" +%w) days" +%F; }
+day=$(last_sunday "$year")
+[ "$(date -u -d "$day" +%s)" -ge $(($(date -u +%s) - 86400)) ] && day=$(last_sunday $((year - 1)))
+at() { date -u -d "$day $1 UTC" +%s; }   # the clocks go back at 01:00 UTC
+mariadb --no-defaults -S "$HPCACCT_SLURM_DB_SOCKET" -u root slurm_acct_db -e \
+    "UPDATE ${cluster}_job_table SET time_submit = $(at 00:20), time_eligible = $(at 00:20),
+         time_start = $(at 00:21), time_end = $(at 00:40) WHERE id_job = $dst"
+q -c "UPDATE hpcacct.sacct_watermark SET loaded_through = to_timestamp($(at 00:35)) WHERE cluster = '$cluster'"
+TZ=Europe/Berlin ld run -M "$cluster" --overlap 600 >"$work/dst.txt" 2>&1
+sed 's/^/    # /' "$work/dst.txt"
+check "a job that ended in the hour a DST change repeats is loaded by the next run (its -S in that hour)" \
+    "$([ "$(q -c "SELECT sum(amount) FROM hpcacct.ledger WHERE jobid = '$dst' AND job_submit = to_timestamp($(at 00:20))")" = 0.316667 ] && echo t)"
+SLURM_TIME_FORMAT=%s sacct -a -X -D --parsable2 -j "$dst" --format=JobID,Submit,Eligible,Start,End,State | sed 's/^/    # sacct: /'
+q -c "SELECT jobid, reason, line FROM hpcacct.sacct_quarantine WHERE resolved_at IS NULL" | sed 's/^/    # quarantined: /'
+
 # anchored: another installation's hpcacct-sacct (a path ending in this one's) is not this test's
 check "nothing of the loader is left running" "$([ -z "$(pgrep -f "^$loader( |\$)" || true)" ] && echo t)"
 

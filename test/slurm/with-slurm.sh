@@ -22,6 +22,9 @@
 #                          slurmdbd, AccountingStoragePass=...); other SLURM_* are unset
 #   HPCACCT_SLURM_DIR      the private directory (logs under log/, a scratch dir work/)
 #   HPCACCT_SLURM_CLUSTER  the cluster's name (testcl)
+#   HPCACCT_SLURM_DB_SOCKET  slurmdbd's MariaDB socket (user root, no password; database
+#                          slurm_acct_db, jobs in testcl_job_table): a test may move a job's
+#                          times there, e.g. to a DST change in the past
 # Its environment may set:
 #   HPCACCT_SLURM_CONF_EXTRA      lines appended to slurm.conf (e.g. JobSubmitPlugins=lua)
 #   HPCACCT_SLURM_JOB_SUBMIT_LUA  a job_submit.lua copied next to slurm.conf, where
@@ -46,7 +49,11 @@
 # - Times: sacct honours SLURM_TIME_FORMAT (a strftime format), but cuts every time to its
 #   field's width (19) even under --parsable2: %FT%T%z alone loses the offset, hence
 #   Submit%40 etc. Other fields are not cut under --parsable2 (only in the fixed-width output,
-#   with a '+'). -S/-E are read in the local time zone (TZ), and printed in it.
+#   with a '+'). -S/-E are read in the local time zone (TZ), and printed in it; a time in the
+#   hour a DST change repeats is read as the later hour (TZ=Europe/Berlin: -S 02:25 on the day
+#   the clocks go back is 01:25 UTC, not 00:25).
+# - A job of a second or two may show, for a moment, with End and AllocTRES but Partition
+#   empty, QOS Unknown, ReqTRES empty (slurmdbd got its end before its start record).
 # - Unknown: Start and End of a pending job, End of a running one (ElapsedRaw then counts up
 #   to now), Eligible of a held one. A job cancelled while pending has Start None (held for
 #   seconds) or Start = End (cancelled within its first second, or waiting on --begin): the
@@ -336,7 +343,7 @@ done
 nodes_idle() { [ "$(timeout 10 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
 wait_for 30 "the four slurmd" nodes_idle
 
-export HPCACCT_SLURM_DIR=$base HPCACCT_SLURM_CLUSTER=$cluster
+export HPCACCT_SLURM_DIR=$base HPCACCT_SLURM_CLUSTER=$cluster HPCACCT_SLURM_DB_SOCKET=$run/mysqld.sock
 # in the background, so that INT or TERM reach teardown at once; stdin stays the caller's
 # (when it has one: CI may run us with it closed)
 if { : <&0; } 2>/dev/null; then

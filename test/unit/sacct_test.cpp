@@ -124,6 +124,12 @@ TEST(SacctRun, LocalTimeArgumentIsIsoWithoutOffset) {
     EXPECT_EQ(t[10], 'T');
 }
 
+TEST(SacctRun, UtcTimeArgumentIgnoresTheLocalZone) {
+    EXPECT_EQ(sacct::utc_time_argument(0), "1970-01-01T00:00:00");
+    // 02:25 CEST on the day Europe/Berlin's clocks go back: in UTC, not ambiguous
+    EXPECT_EQ(sacct::utc_time_argument(1792887900), "2026-10-25T00:25:00");
+}
+
 TEST(SacctAssoc, ReadsClusterAccountUser) {
     const auto h = sacct::AssocHeader::parse("Cluster|Account|User|Partition");
     std::string out;
