@@ -219,15 +219,22 @@ local function decide(what, user, account, job_desc)
     return slurm.SUCCESS
 end
 
+-- Slurm's account names are lower case (sacctmgr stores them so): sbatch -A PROJ1 runs on proj1
+local function slurm_account(account)
+    if account == nil then return nil end
+    return string.lower(account)
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
-    return decide("submission", user_name(job_desc, job_desc.user_id or submit_uid), job_desc.account, job_desc)
+    return decide("submission", user_name(job_desc, job_desc.user_id or submit_uid), slurm_account(job_desc.account),
+                  job_desc)
 end
 
 -- A pending job's account changed (scontrol update jobid=N account=X): the new one must be valid.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     if job_desc.account == nil or job_rec == nil then return slurm.SUCCESS end
     local user = name_of_uid(job_rec.user_id or modify_uid)
-    return decide("account change", user, job_desc.account, nil)
+    return decide("account change", user, slurm_account(job_desc.account), nil)
 end
 
 slurm.log_info("%s: job_submit/lua loaded (configuration %s, on_db_error=%s)", NAME, conf_path, conf.on_db_error)

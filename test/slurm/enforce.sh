@@ -145,6 +145,10 @@ submit e_good
 check "a good account is accepted (job $job)" "$([ $rc -eq 0 ] && [ -n "$job" ] && echo t)"
 submit e_staff
 check "a staff (special) account without deposits is accepted (job $job)" "$([ $rc -eq 0 ] && echo t)"
+submit E_GOOD
+check "an account named in upper case is Slurm's lower-case one: accepted (job $job, on $(squeue -h -j "$job" -o %a))" \
+    "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
+[ $rc -ne 0 ] && echo "# sbatch said: $out"
 submit ""
 check "a job without -A gets hpcacct's default project (e_good)" \
     "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
