@@ -4,7 +4,8 @@
 # Starts a throw-away PostgreSQL cluster (test/scripts/with-cluster.sh) and inside it a
 # throw-away Slurm (test/slurm/with-slurm.sh) with JobSubmitPlugins=lua running the shipped
 # src/slurm/job_submit.lua, AccountingStorageEnforce=associations,limits,qos and a low QOS;
-# then submits with sbatch, runs hpcacct-slurm-sync and checks what Slurm does. Prints TAP
+# then submits with sbatch, runs hpcacct-slurm-sync and checks what Slurm does (also with the
+# database stopped, and with its backend not answering). Prints TAP
 # lines and appends "enforce PASSED FAILED" to $HPCACCT_TALLY (when set). Needs hpcacct
 # installed for $PG_CONFIG (make install) and root. Leaves nothing running.
 set -uo pipefail
@@ -351,4 +352,26 @@ check "the job accepted unchecked is held by the next queue run" \
     "$([ -n "$fo_job" ] && [ "$(squeue -h -j "$fo_job" -o %r)" = JobHeldAdmin ] &&
        squeue -h -j "$fo_job" -o %k | grep -q '^hpcacct: account e_nosuch does not exist' && echo t)"
 [ -n "$fo_job" ] && scancel "$fo_job" 2>/dev/null
+
+# a database that does not answer (its backend stopped): the submission waits for it (README)
+submit e_good   # the plugin connects again after the restart
+[ -n "$job" ] && scancel "$job"
+backend=$(sql "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%' LIMIT 1")
+frozen_out= frozen_rc=
+if [ -n "$backend" ]; then
+    kill -STOP "$backend"
+    frozen_out=$(timeout 60 sbatch --parsable -J hpcacct-frozen -A e_good -p cpu -n 1 -t 5 -o /dev/null --wrap 'sleep 600' 2>&1)
+    frozen_rc=$?
+    kill -CONT "$backend"
+fi
+echo "# backend ${backend:-none} stopped: sbatch said: $frozen_out"
+frozen_job=
+for i in $(seq 1 50); do
+    frozen_job=$(squeue -h -n hpcacct-frozen -o %A)
+    [ -n "$frozen_job" ] && break
+    sleep 0.2
+done
+check "the database not answering: sbatch times out, and the job is created once it answers" \
+    "$([ "$frozen_rc" = 1 ] && grep -q 'Socket timed out' <<<"$frozen_out" && [ -n "$frozen_job" ] && echo t)"
+[ -n "$frozen_job" ] && scancel "$frozen_job" 2>/dev/null
 [ "$failed" -eq 0 ]
