@@ -215,6 +215,8 @@ scancel "$low2_job"
 # holds and releases of pending jobs
 submit e_hold
 hold_job=$job
+submit e_hold --array=1-4%2   # pending as one line, N_[1-4%2]: not a job id scontrol takes
+hold_array=$job
 q1=$(hpcacct-slurm-sync --queue 2>&1)
 check "a pending job of a valid account is left alone" \
     "$([ "$(squeue -h -j "$hold_job" -o %r)" != JobHeldAdmin ] && ! grep -q "hold $hold_job" <<<"$q1" && echo t)"
@@ -228,6 +230,10 @@ echo "$q2" | sed 's/^/# /'
 check "the account ran negative: its pending job is held" "$([ "$(squeue -h -j "$hold_job" -o %r)" = JobHeldAdmin ] && echo t)"
 check "with the reason in the job's comment" \
     "$(squeue -h -j "$hold_job" -o %k | grep -q '^hpcacct: account e_hold has a negative balance' && echo t)"
+squeue -h -j "$hold_array" -o '%i %r' | sed 's/^/# the array: /'
+check "a throttled job array of the account is held too, with the reason" \
+    "$([ "$(squeue -h -j "$hold_array" -o %r | sort -u)" = JobHeldAdmin ] &&
+       squeue -h -j "$hold_array" -o %k | grep -q '^hpcacct: account e_hold has a negative balance' && echo t)"
 q3=$(hpcacct-slurm-sync --queue 2>&1)
 check "a second run holds nothing again" "$(grep -q 'pending jobs: nothing to change' <<<"$q3" && echo t)"
 sql "SELECT hpcacct.deposit('e_hold', current_date, 100000)" >/dev/null
@@ -239,6 +245,9 @@ check "after a deposit the job is released, pending again without hpcacct's comm
        [ -z "$(squeue -h -j "$hold_job" -o %k | sed 's/^(null)$//')" ] && echo t)"
 q5=$(hpcacct-slurm-sync --queue 2>&1)
 check "a second run releases nothing again" "$(grep -q 'pending jobs: nothing to change' <<<"$q5" && echo t)"
+check "and the array is released" \
+    "$([ -n "$(squeue -h -j "$hold_array" -o %r)" ] && ! squeue -h -j "$hold_array" -o %r | grep -q JobHeldAdmin && echo t)"
+scancel "$hold_array"
 
 # the owner corrects the reason by moving the held job to a valid account (HLRN)
 sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
