@@ -366,7 +366,7 @@ check "the job accepted unchecked is held by the next queue run" \
 submit e_good   # the plugin connects again after the restart
 [ -n "$job" ] && scancel "$job"
 backend=$(sql "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%' LIMIT 1")
-frozen_out= frozen_rc=
+frozen_out='' frozen_rc=''
 if [ -n "$backend" ]; then
     kill -STOP "$backend"
     frozen_out=$(timeout 60 sbatch --parsable -J hpcacct-frozen -A e_good -p cpu -n 1 -t 5 -o /dev/null --wrap 'sleep 600' 2>&1)
@@ -375,7 +375,7 @@ if [ -n "$backend" ]; then
 fi
 echo "# backend ${backend:-none} stopped: sbatch said: $frozen_out"
 frozen_job=
-for i in $(seq 1 50); do
+for _ in $(seq 1 50); do
     frozen_job=$(squeue -h -n hpcacct-frozen -o %A)
     [ -n "$frozen_job" ] && break
     sleep 0.2

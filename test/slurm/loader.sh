@@ -225,7 +225,7 @@ check "and leaves the watermark where it was" \
 dst=$(sb -A proj_b -p cpu -c 1 --mem=100M --wrap 'sleep 1')
 # until slurmdbd has the whole job: a short job's end may come before its start record (an
 # empty Partition meanwhile), and a record that comes after the move makes a row of its own
-for i in $(seq 1 60); do
+for _ in $(seq 1 60); do
     sacct -n -X -P -j "$dst" -o End,Partition,AllocTRES | grep -qE '^[0-9T:-]+\|cpu\|.*cpu=' && break
     sleep 0.5
 done
