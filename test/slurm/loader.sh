@@ -221,12 +221,14 @@ check "and leaves the watermark where it was" \
 # --- a DST change (Europe/Berlin): the job ran 02:21-02:40 CEST on the day the clocks go back,
 # the last run was at 02:35 CEST (the job still running), the next has --overlap 600: its -S
 # is 02:25 CEST, which as local text sacct reads as 02:25 CET, an hour later, and missed the job.
-# The job's times are moved there in slurmdbd's database.
+# Another ran across the change, 02:21 CEST to 02:40 CET: 79 minutes. The jobs' times are
+# moved there in slurmdbd's database.
 dst=$(sb -A proj_b -p cpu -c 1 --mem=100M --wrap 'sleep 1')
-# until slurmdbd has the whole job: a short job's end may come before its start record (an
+across=$(sb -A proj_b -p cpu -c 1 --mem=100M --wrap 'sleep 1')
+# until slurmdbd has the whole jobs: a short job's end may come before its start record (an
 # empty Partition meanwhile), and a record that comes after the move makes a row of its own
 for _ in $(seq 1 60); do
-    sacct -n -X -P -j "$dst" -o End,Partition,AllocTRES | grep -qE '^[0-9T:-]+\|cpu\|.*cpu=' && break
+    [ "$(sacct -n -X -P -j "$dst,$across" -o End,Partition,AllocTRES | grep -cE '^[0-9T:-]+\|cpu\|.*cpu=')" = 2 ] && break
     sleep 0.5
 done
 year=$(date -u +%Y)
@@ -236,13 +238,17 @@ day=$(last_sunday "$year")
 at() { date -u -d "$day $1 UTC" +%s; }   # the clocks go back at 01:00 UTC
 mariadb --no-defaults -S "$HPCACCT_SLURM_DB_SOCKET" -u root slurm_acct_db -e \
     "UPDATE ${cluster}_job_table SET time_submit = $(at 00:20), time_eligible = $(at 00:20),
-         time_start = $(at 00:21), time_end = $(at 00:40) WHERE id_job = $dst"
+         time_start = $(at 00:21), time_end = $(at 00:40) WHERE id_job = $dst;
+     UPDATE ${cluster}_job_table SET time_submit = $(at 00:10), time_eligible = $(at 00:10),
+         time_start = $(at 00:21), time_end = $(at 01:40) WHERE id_job = $across"
 q -c "UPDATE hpcacct.sacct_watermark SET loaded_through = to_timestamp($(at 00:35)) WHERE cluster = '$cluster'"
 TZ=Europe/Berlin ld run -M "$cluster" --overlap 600 >"$work/dst.txt" 2>&1
 sed 's/^/    # /' "$work/dst.txt"
 check "a job that ended in the hour a DST change repeats is loaded by the next run (its -S in that hour)" \
     "$([ "$(q -c "SELECT sum(amount) FROM hpcacct.ledger WHERE jobid = '$dst' AND job_submit = to_timestamp($(at 00:20))")" = 0.316667 ] && echo t)"
-SLURM_TIME_FORMAT=%s sacct -a -X -D --parsable2 -j "$dst" --format=JobID,Submit,Eligible,Start,End,State | sed 's/^/    # sacct: /'
+check "a job across the change is charged its 79 minutes" \
+    "$([ "$(q -c "SELECT sum(amount) FROM hpcacct.ledger WHERE jobid = '$across' AND job_submit = to_timestamp($(at 00:10))")" = 1.316667 ] && echo t)"
+SLURM_TIME_FORMAT=%s sacct -a -X -D --parsable2 -j "$dst,$across" --format=JobID,Submit,Eligible,Start,End,State | sed 's/^/    # sacct: /'
 q -c "SELECT jobid, reason, line FROM hpcacct.sacct_quarantine WHERE resolved_at IS NULL" | sed 's/^/    # quarantined: /'
 
 # anchored: another installation's hpcacct-sacct (a path ending in this one's) is not this test's
