@@ -208,14 +208,15 @@ private:
     bool waited_ = false;
 };
 
-long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, bool& copying);
+long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, std::string_view delimiter,
+                            bool& copying);
 
 // Streams sacct text from `in` into the staging table (COPY); returns the number of lines.
 // A failure while copying ends the COPY with an error, so the transaction can roll back.
-long long stage_sacct(Connection& db, FILE* in, const std::string& source) {
+long long stage_sacct(Connection& db, FILE* in, const std::string& source, std::string_view delimiter = "|") {
     bool copying = false;
     try {
-        return stage_sacct_lines(db, in, source, copying);
+        return stage_sacct_lines(db, in, source, delimiter, copying);
     } catch (...) {
         if (copying) {
             try {
@@ -264,20 +265,21 @@ long long copy_lines(Connection& db, FILE* in, const std::string& copy, const st
     return rows;
 }
 
-long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, bool& copying) {
+long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, std::string_view delimiter,
+                            bool& copying) {
     sacct::Header header = sacct::Header();
     return copy_lines(
         db, in, "COPY hpcacct.sacct_staging (" + sacct::staging_columns() + ") FROM STDIN",
         source + ": no sacct header line (empty input)", copying,
         [&](std::string_view line) {
             try {
-                header = sacct::Header::parse(line);
+                header = sacct::Header::parse(line, delimiter);
             } catch (const hpcacct::Error& e) {
                 throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : "\n  " + e.detail()));
             }
         },
         [&](std::string_view line, long long lineno, std::string& chunk) {
-            if (!sacct::copy_row(header, line, lineno, chunk)) {
+            if (!sacct::copy_row(header, line, lineno, chunk, delimiter)) {
                 std::fprintf(stderr, "hpcacct-sacct: %s:%lld: wrong number of fields or not UTF-8 (quarantined)\n",
                              source.c_str(), lineno);
             }
@@ -389,7 +391,7 @@ int command_run(Connection& db, std::vector<std::string> clusters, const std::st
             std::vector<std::pair<std::string, std::string>> env = {{"SLURM_TIME_FORMAT", sacct::kTimeFormat}};
             if (utc) env.emplace_back("TZ", sacct::kUtcZone);
             Child child("sacct", sacct::sacct_arguments(cluster, start, end), env);
-            stage_sacct(db, child.out(), "sacct -M " + cluster);
+            stage_sacct(db, child.out(), "sacct -M " + cluster, sacct::kDelimiter);
             child.finish();  // a sacct that failed loads nothing, and the watermark stays
             const std::string through = std::to_string(static_cast<long long>(now));
             Result t = db.exec("SELECT to_timestamp($1::double precision)::text", {through.c_str()});

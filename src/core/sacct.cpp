@@ -112,24 +112,25 @@ std::string_view chomp(std::string_view line) {
     return line;
 }
 
-std::vector<std::string_view> split(std::string_view line) {
+std::vector<std::string_view> split(std::string_view line, std::string_view delimiter) {
     std::vector<std::string_view> fields;
+    if (delimiter.empty()) delimiter = "|";
     std::size_t from = 0;
     for (;;) {
-        const std::size_t bar = line.find('|', from);
+        const std::size_t bar = line.find(delimiter, from);
         if (bar == std::string_view::npos) {
             fields.push_back(line.substr(from));
             return fields;
         }
         fields.push_back(line.substr(from, bar - from));
-        from = bar + 1;
+        from = bar + delimiter.size();
     }
 }
 
-Header Header::parse(std::string_view line) {
+Header Header::parse(std::string_view line, std::string_view delimiter) {
     Header h;
     h.positions_.fill(-1);
-    const std::vector<std::string_view> names = split(chomp(line));
+    const std::vector<std::string_view> names = split(chomp(line), delimiter);
     h.width_ = names.size();
     for (std::size_t i = 0; i < names.size(); ++i) {
         const std::string name = lower(trim(names[i]));
@@ -207,10 +208,19 @@ bool valid_utf8(std::string_view text) {
     return true;
 }
 
-bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out) {
+bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out,
+              std::string_view delimiter) {
     line = chomp(line);
     const bool utf8 = valid_utf8(line);
-    const std::vector<std::string_view> fields = split(line);
+    const std::vector<std::string_view> fields = split(line, delimiter);
+    std::string shown_line;  // the line as --parsable2 prints it, '|' between the fields
+    if (!delimiter.empty() && delimiter != "|") {
+        for (std::size_t i = 0; i < fields.size(); ++i) {
+            if (i > 0) shown_line += '|';
+            shown_line += fields[i];
+        }
+        line = shown_line;
+    }
     const bool fits = utf8 && fields.size() == header.width();
     out += std::to_string(lineno);
     out += '\t';
@@ -275,6 +285,7 @@ std::vector<std::string> sacct_arguments(const std::string& cluster, const std::
         "--allusers",          // every user's jobs, not only the caller's
         "--allocations",       // the allocation line of each job, not its steps
         "--duplicates",        // every run of a requeued job (same JobID, another Submit)
+        "--delimiter=" + std::string(kDelimiter),  // not '|': an account name may contain it
         "--clusters=" + cluster,
         "--starttime=" + start,  // jobs eligible or running in [start, end]: both ends included
         "--endtime=" + end,

@@ -29,7 +29,7 @@ class Header {
 public:
     // Throws Error(invalid_argument) when a required field is missing or a field is named
     // twice. Unknown fields are ignored; an empty name (the trailing '|' of --parsable) too.
-    static Header parse(std::string_view line);
+    static Header parse(std::string_view line, std::string_view delimiter = "|");
 
     std::size_t width() const { return width_; }  // fields per line
     int position(std::size_t field) const { return positions_[field]; }
@@ -39,8 +39,11 @@ private:
     std::size_t width_ = 0;
 };
 
-// Splits on '|' (sacct --parsable2 does not escape it: none of the fields read contain it).
-std::vector<std::string_view> split(std::string_view line);
+// Splits on '|' or another delimiter (sacct --parsable2 does not escape it; sacctmgr lets an
+// account name contain '|', so `run` asks sacct for kDelimiter instead).
+std::vector<std::string_view> split(std::string_view line, std::string_view delimiter = "|");
+// sacct's --delimiter for `run`: ASCII unit separator, which no name contains in practice.
+inline constexpr std::string_view kDelimiter = "\x1f";
 
 // Removes a trailing '\r' (a file written on another system).
 std::string_view chomp(std::string_view line);
@@ -53,9 +56,10 @@ bool valid_utf8(std::string_view text);
 
 // Appends one COPY text row for a sacct line: lineno, the line, a problem (NULL unless the
 // line has the wrong number of fields or is not valid UTF-8 — then every field is NULL, and
-// the invalid bytes of the line are shown as '?'), the fields. Returns false when the line
-// had a problem.
-bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out);
+// the invalid bytes of the line are shown as '?'), the fields. Fields are split on
+// `delimiter`; the line is kept with '|' in its place. Returns false when the line had a problem.
+bool copy_row(const Header& header, std::string_view line, long long lineno, std::string& out,
+              std::string_view delimiter = "|");
 
 // A time as sacct prints it, read as hpcacct.sacct_time() documents: up to 11 digits are
 // seconds since the epoch; YYYY-MM-DD[T ]hh:mm:ss (a real date, year 0001-9999) followed by

@@ -97,6 +97,7 @@ TEST(SacctRun, AsksForEveryUserEveryRunAllocationsOnlyOneClusterAndTheWindow) {
     EXPECT_TRUE(has("--allusers"));
     EXPECT_TRUE(has("--allocations"));
     EXPECT_TRUE(has("--duplicates"));
+    EXPECT_TRUE(has("--delimiter=" + std::string(sacct::kDelimiter)));
     EXPECT_TRUE(has("--clusters=hlrn"));
     EXPECT_TRUE(has("--starttime=2024-01-01T00:00:00"));
     EXPECT_TRUE(has("--endtime=2024-01-01T01:00:00"));
@@ -122,6 +123,20 @@ TEST(SacctRun, LocalTimeArgumentIsIsoWithoutOffset) {
     const std::string t = sacct::local_time_argument(0);
     ASSERT_EQ(t.size(), 19u);
     EXPECT_EQ(t[10], 'T');
+}
+
+TEST(SacctRow, AnotherDelimiterLetsANameContainABar) {
+    const std::string d(sacct::kDelimiter);
+    const std::string header = "Cluster" + d + "JobID" + d + "Account" + d + "User" + d + "Partition" + d + "Submit" +
+                               d + "Start" + d + "End" + d + "AllocTRES" + d + "State";
+    const std::string line = "c" + d + "7" + d + "p|q" + d + "u" + d + "cpu" + d + "1" + d + "2" + d + "3" + d +
+                             "cpu=1" + d + "COMPLETED";
+    std::string out;
+    EXPECT_TRUE(sacct::copy_row(sacct::Header::parse(header, d), line, 2, out, d));
+    // the line as --parsable2 would show it; the fields split right
+    EXPECT_EQ(out, "2\tc|7|p|q|u|cpu|1|2|3|cpu=1|COMPLETED\t\\N\tc\t7\t\\N\tp|q\tu\tcpu\t1\t2\t3\tcpu=1\tCOMPLETED"
+                   "\t\\N\t\\N\t\\N\t\\N\n");
+    EXPECT_EQ(sacct::split("a" + d + "b|c", d).size(), 2u);
 }
 
 TEST(SacctRun, UtcTimeArgumentIgnoresTheLocalZone) {
