@@ -61,5 +61,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                        "a line that does not fit must have NULL fields");
         }
     }
+    // the same lines split on run's delimiter: rows as well formed, the line shown with '|'
+    sacct::Header other;
+    try {
+        other = sacct::Header::parse(text.substr(0, end_of_header), sacct::kDelimiter);
+    } catch (const Error&) {
+        return 0;
+    }
+    from = end_of_header + 1;
+    while (from < text.size()) {
+        const std::size_t nl = std::min(text.find('\n', from), text.size());
+        const std::string_view line = text.substr(from, nl - from);
+        from = nl + 1;
+        std::string out;
+        const bool fits = sacct::copy_row(other, line, ++lineno, out, sacct::kDelimiter);
+        FUZZ_CHECK(!out.empty() && out.back() == '\n', "row does not end in a newline (delimiter)");
+        const std::string_view body(out.data(), out.size() - 1);
+        FUZZ_CHECK(body.find('\n') == std::string_view::npos && body.find('\r') == std::string_view::npos,
+                   "raw newline inside a row (delimiter)");
+        const std::size_t columns = static_cast<std::size_t>(std::count(body.begin(), body.end(), '\t')) + 1;
+        FUZZ_CHECK(columns == 3 + sacct::kFieldCount, "%zu columns (delimiter)", columns);
+        FUZZ_CHECK(fits == (sacct::valid_utf8(sacct::chomp(line)) &&
+                            sacct::split(sacct::chomp(line), sacct::kDelimiter).size() == other.width()),
+                   "fit misreported (delimiter)");
+        FUZZ_CHECK(sacct::valid_utf8(body), "a row that is not UTF-8 would fail the whole COPY (delimiter)");
+        FUZZ_CHECK(body.find(sacct::kDelimiter) == std::string_view::npos, "the delimiter left in the row");
+    }
     return 0;
 }
