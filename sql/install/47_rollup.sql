@@ -617,9 +617,11 @@ COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolea
     '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
--- pro rata before it. Jobs that ended before the instant's month count whole (the rollup's
--- job_amount); the others, read from the ledger, by their share before the instant. The sum
--- is exactly the job-by-job one (numeric addition is exact, a whole share is exactly 1).
+-- pro rata before it. At a regulation boundary (1 January or the 16th at 00:00, site time
+-- zone: allocation_status()'s start of the year) it is the consumption rollup's; otherwise
+-- jobs that ended before the instant's month count whole (the charge rollup's job_amount)
+-- and the others, read from the ledger, by their share before the instant. The sum is
+-- exactly the job-by-job one (numeric addition is exact, a whole share is exactly 1).
 CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
     RETURNS numeric
     LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -627,13 +629,22 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
     AS $$
     DECLARE
         site_tz constant text := @extschema@.site_timezone();
+        local_before timestamp;
         month_start timestamp;
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        month_start := pg_catalog.date_trunc('month', $3 AT TIME ZONE site_tz);
+        local_before := $3 AT TIME ZONE site_tz;
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             JOIN @extschema@.resource r USING (resource_id)
+                             WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                               AND c.boundary <= local_before), 0);
+        END IF;
+        month_start := pg_catalog.date_trunc('month', local_before);
         RETURN coalesce((SELECT sum(c.job_amount)
                          FROM hpcacct_internal.charge_rollup_exact c
                          JOIN @extschema@.resource r USING (resource_id)

@@ -12,7 +12,8 @@ CREATE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
     BEGIN
         GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
         GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
-                        @extschema@.charge_rollup, @extschema@.rollup_pending, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.charge_rollup, @extschema@.consumption_rollup, @extschema@.rollup_pending, @extschema@.setting,
+                        @extschema@.settings, @extschema@.resource,
                         @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
             TO hpcacct_submit;
         GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;

@@ -10554,35 +10554,6 @@ COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
     'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
 -- end of account_verdict(NULL)
 
--- ==== consumption_before(): an account argument as every report's, a NULL pool or instant 22004 ---
-CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
-    RETURNS numeric
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        site_tz constant text := @extschema@.site_timezone();
-        month_start timestamp;
-    BEGIN
-        PERFORM hpcacct_internal.require_account($1, 'consumption_before');
-        IF $2 IS NULL OR $3 IS NULL THEN
-            RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        month_start := pg_catalog.date_trunc('month', $3 AT TIME ZONE site_tz);
-        RETURN coalesce((SELECT sum(c.job_amount)
-                         FROM hpcacct_internal.charge_rollup_exact c
-                         JOIN @extschema@.resource r USING (resource_id)
-                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < month_start), 0)
-             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
-                         FROM @extschema@.ledger l
-                         JOIN @extschema@.resource r USING (resource_id)
-                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
-                           AND l.job_end >= month_start AT TIME ZONE site_tz AND l.job_start < $3), 0);
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
-    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
-
 -- ==== charge_jobs() checks its transition tables (security) ----------------------------
 -- Without them, new_jobs and old_jobs named the caller's temporary relations, read with the
 -- owner's rights: charge_jobs() is defined again, with the check, in the final definitions.
@@ -10622,6 +10593,54 @@ COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
 -- the final definitions; the update runs setup_roles() after them.
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.roll_up_charges() FROM PUBLIC;
 -- end of the rollups written by their functions only
+
+-- ==== consumption_before(): account checked, NULLs 22004; at a regulation boundary the consumption rollup's ---
+CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        site_tz constant text := @extschema@.site_timezone();
+        local_before timestamp;
+        month_start timestamp;
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'consumption_before');
+        IF $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        local_before := $3 AT TIME ZONE site_tz;
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             JOIN @extschema@.resource r USING (resource_id)
+                             WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                               AND c.boundary <= local_before), 0);
+        END IF;
+        month_start := pg_catalog.date_trunc('month', local_before);
+        RETURN coalesce((SELECT sum(c.job_amount)
+                         FROM hpcacct_internal.charge_rollup_exact c
+                         JOIN @extschema@.resource r USING (resource_id)
+                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < month_start), 0)
+             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
+                         FROM @extschema@.ledger l
+                         JOIN @extschema@.resource r USING (resource_id)
+                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                           AND l.job_end >= month_start AT TIME ZONE site_tz AND l.job_start < $3), 0);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
+
+-- check_submit reads the consumption rollup (allocation_status at 1 January): the submit role
+-- of an installation that has it may read it (grant_submit_role(), final definitions)
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_submit') THEN
+        GRANT SELECT ON @extschema@.consumption_rollup TO hpcacct_submit;
+    END IF;
+END
+$do$;
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -13687,12 +13706,14 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.grant_submit_role() RETURNS void
     BEGIN
         GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_submit;
         GRANT SELECT ON @extschema@.account, @extschema@.hpc_user, @extschema@.membership, @extschema@.ledger,
-                        @extschema@.charge_rollup, @extschema@.rollup_pending, @extschema@.setting, @extschema@.settings, @extschema@.resource,
+                        @extschema@.charge_rollup, @extschema@.consumption_rollup, @extschema@.rollup_pending, @extschema@.setting,
+                        @extschema@.settings, @extschema@.resource,
                         @extschema@.quota_period, @extschema@.monthly_allowance, @extschema@.regulation_machine
             TO hpcacct_submit;
         GRANT EXECUTE ON FUNCTION @extschema@.check_submit(text, text, date) TO hpcacct_submit;
     END
     $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_submit_role() FROM PUBLIC;
 COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
     'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
 CREATE OR REPLACE FUNCTION hpcacct_internal.note_replicated_charge() RETURNS trigger
@@ -14944,13 +14965,22 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
     AS $$
     DECLARE
         site_tz constant text := @extschema@.site_timezone();
+        local_before timestamp;
         month_start timestamp;
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        month_start := pg_catalog.date_trunc('month', $3 AT TIME ZONE site_tz);
+        local_before := $3 AT TIME ZONE site_tz;
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             JOIN @extschema@.resource r USING (resource_id)
+                             WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2
+                               AND c.boundary <= local_before), 0);
+        END IF;
+        month_start := pg_catalog.date_trunc('month', local_before);
         RETURN coalesce((SELECT sum(c.job_amount)
                          FROM hpcacct_internal.charge_rollup_exact c
                          JOIN @extschema@.resource r USING (resource_id)

@@ -269,7 +269,10 @@ CREATE TEMP TABLE instants AS
     SELECT a.account, i.at
     FROM (SELECT 'rua' || n AS account FROM generate_series(0, 3) AS n) a
     CROSS JOIN (VALUES (timestamptz '2026-02-10 09:30-08'), ('2026-03-01 00:00-08'), ('2026-01-01 00:00+01'),
-                       ('2026-06-30 23:59-07'), ('2025-12-01 00:00-08')) AS i(at);
+                       ('2026-06-30 23:59-07'), ('2025-12-01 00:00-08'),
+                       -- regulation boundaries (Vancouver): read from the consumption rollup
+                       ('2026-01-01 00:00-08'), ('2026-01-16 00:00-08'), ('2026-03-16 00:00-07'),
+                       ('2025-12-16 00:00-08')) AS i(at);
 SELECT is_empty($$
     SELECT i.account, i.at, consumption_before(i.account, 'ruc', i.at) AS fast,
            (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '-infinity', i.at)), 0)
@@ -278,7 +281,7 @@ SELECT is_empty($$
     WHERE consumption_before(i.account, 'ruc', i.at)
           <> (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '-infinity', i.at)), 0)
               FROM ledger l WHERE l.kind = 'charge' AND l.account = i.account AND l.job_start < i.at)$$,
-    'consumption_before() equals the job-by-job sum exactly, mid-month, at month starts, before any job');
+    'consumption_before() equals the job-by-job sum exactly, mid-month, at month starts and boundaries, before any job');
 SELECT ok((SELECT count(DISTINCT consumption_before(i.account, 'ruc', i.at)) FROM instants i) > 10,
           'and it is not trivially the same number');
 
