@@ -287,6 +287,7 @@ extern "C" size_t read_body(char *buffer, size_t size, size_t nitems, void *user
 struct Outcome {
     std::string state;  // delivered, retry, failed, uncertain, or "" (lease lost: leave it)
     std::string error;
+    bool this_recipient = false;  // a retry for this recipient only (4xx to RCPT): go on
 };
 
 Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
@@ -333,8 +334,10 @@ Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
         // Nothing reached the point of no return: the server has no message. Only a
         // permanent refusal of this recipient fails it; anything else (the server down, a
         // refused login or sender, TLS) is the server's or the configuration's and retried.
-        if (rc == CURLE_SEND_ERROR && code >= 500 && code < 600 && std::strncmp(errbuf, "RCPT failed", 11) == 0)
-            return {"failed", what};
+        bool rcpt = rc == CURLE_SEND_ERROR && std::strncmp(errbuf, "RCPT failed", 11) == 0;
+        if (rcpt && code >= 500 && code < 600) return {"failed", what};
+        // a mailbox full or greylisted: only this recipient waits
+        if (rcpt && code >= 400 && code < 500) return {"retry", what, true};
         return {"retry", what};
     }
     // After 'sending': only an explicit answer to the final "." says it was not taken.
@@ -375,7 +378,7 @@ bool deliver_due(Db &db, CURL *curl, const Config &cfg, int &sent) {
                      o.state + (o.error.empty() ? "" : " (" + o.error + ")"));
             if (o.state == "delivered") ++sent;
             if (!done) return false;  // the lease runs out; a delivered one becomes uncertain, never resent
-            if (o.state == "retry") {
+            if (o.state == "retry" && !o.this_recipient) {
                 // the server is down or refuses: the rest of the batch would fare alike, so it
                 // waits for its own back-off instead of its lease
                 for (int j = i + 1; j < n; ++j) {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """SMTP sink for test/notify/run.sh: accepts every message on 127.0.0.1:PORT and writes it,
 once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"); --auth
-requires a login, --refuse answers RCPT TO of an address with 550, --tls requires STARTTLS. The file
+requires a login, --refuse answers RCPT TO of an address with 550, --defer with 450, --tls requires STARTTLS. The file
 is written before the server answers the final ".": from then on the server "has" it, as
 a real MTA would. --delay waits before that answer, so that a sender killed in between
 leaves a message the server has but the sender never heard of. Test use only."""
@@ -15,6 +15,7 @@ parser.add_argument('--dir', required=True)
 parser.add_argument('--delay', type=float, default=0.0)
 parser.add_argument('--auth', help='LOGIN:PASSWORD: require AUTH (without TLS: test use only)')
 parser.add_argument('--refuse', action='append', default=[], help='answer RCPT TO of this address with 550')
+parser.add_argument('--defer', action='append', default=[], help='answer RCPT TO of this address with 450')
 parser.add_argument('--tls', nargs=2, metavar=('CERT', 'KEY'), help='offer and require STARTTLS with this certificate')
 args = parser.parse_args()
 counter = itertools.count(1)
@@ -24,6 +25,8 @@ class Sink:
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if address in args.refuse:
             return '550 5.1.1 No such user here'
+        if address in args.defer:
+            return '450 4.2.2 Mailbox full, try later'
         envelope.rcpt_tos.append(address)
         return '250 OK'
 
