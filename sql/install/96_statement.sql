@@ -65,6 +65,7 @@ CREATE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[],
         mag := power(10, floor(log((hi - lo) / 5)));
         step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
                      WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        step := greatest(step, 1);  -- labels are whole figures: a smaller step repeats them
         lo := floor(lo / step) * step;
         hi := ceil(hi / step) * step;
         svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '

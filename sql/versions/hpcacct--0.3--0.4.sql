@@ -10642,6 +10642,139 @@ BEGIN
 END
 $do$;
 
+-- ==== svg_chart(): y steps of at least 1 (whole-figure labels repeated under it) -----------
+CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[], series jsonb,
+                                      width integer DEFAULT 760, height integer DEFAULT 300)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        n integer := coalesce(pg_catalog.array_length(labels, 1), 0);
+        left_x constant float8 := 78;
+        top_y constant float8 := 34;
+        plot_w float8 := width - left_x - 16;
+        plot_h float8 := height - top_y - 58;
+        lo float8;
+        hi float8;
+        step float8;
+        mag float8;
+        svg text;
+        s jsonb;
+        k integer := 0;
+        bars integer;
+        bar_i integer := 0;
+        pts text;
+        i integer;
+        v float8;
+        tick float8;
+        legend_x float8 := left_x;
+    BEGIN
+        IF n = 0 OR series IS NULL OR pg_catalog.jsonb_typeof(series) <> 'array' THEN
+            RAISE EXCEPTION 'svg_chart needs labels and an array of series' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT least(0, min(x)), max(x) INTO lo, hi
+        FROM (SELECT (e.value #>> '{}')::float8 AS x
+              FROM pg_catalog.jsonb_array_elements(series) ser,
+                   LATERAL pg_catalog.jsonb_array_elements(coalesce(ser.value -> 'values', '[]') || coalesce(ser.value -> 'lower', '[]')
+                                                           || coalesce(ser.value -> 'upper', '[]')) e
+              WHERE pg_catalog.jsonb_typeof(e.value) = 'number') t;
+        IF hi IS NULL OR hi <= lo THEN
+            hi := lo + 1;
+        END IF;
+        -- a round step: 1, 2 or 5 times a power of ten, about five of them
+        mag := power(10, floor(log((hi - lo) / 5)));
+        step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
+                     WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        step := greatest(step, 1);  -- labels are whole figures: a smaller step repeats them
+        lo := floor(lo / step) * step;
+        hi := ceil(hi / step) * step;
+        svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '
+                      'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
+            || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
+            || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
+                      left_x, hpcacct_internal.html_escape(title))
+            || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
+                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
+        -- grid and y labels
+        tick := lo;
+        WHILE tick <= hi + step / 2 LOOP
+            svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
+                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
+                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 hpcacct_internal.notify_number(tick::numeric));
+            tick := tick + step;
+        END LOOP;
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
+        -- x labels
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN coalesce(labels[i], '') = '';
+            svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 hpcacct_internal.html_escape(labels[i]));
+        END LOOP;
+        SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
+        FOR s IN SELECT e.value FROM jsonb_array_elements(series) e LOOP
+            k := k + 1;
+            IF s ->> 'kind' = 'bar' THEN
+                svg := svg || format('<g class="series" data-series="%s" fill="%s">', hpcacct_internal.html_escape(s ->> 'name'),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')));
+                FOR i IN 1 .. n LOOP
+                    v := (s -> 'values' ->> (i - 1))::float8;
+                    CONTINUE WHEN v IS NULL;
+                    svg := svg || format('<rect x="%s" y="%s" width="%s" height="%s"/>',
+                        round((left_x + (i - 1) * plot_w / n + plot_w / n * (0.15 + 0.7 * bar_i / bars))::numeric, 1),
+                        round((top_y + plot_h - (greatest(v, 0) - lo) / (hi - lo) * plot_h)::numeric, 1),
+                        round((plot_w / n * 0.7 / bars)::numeric, 1),
+                        round((abs(v) / (hi - lo) * plot_h)::numeric, 1));
+                END LOOP;
+                svg := svg || '</g>';
+                bar_i := bar_i + 1;
+            ELSIF s ->> 'kind' = 'band' THEN
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'upper' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                       || ' ' ||
+                       string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'lower' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j DESC)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'upper' ->> (j - 1) IS NOT NULL AND s -> 'lower' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polygon class="series" data-series="%s" points="%s" fill="%s" fill-opacity="0.18" stroke="none"/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#2ca02c')));
+            ELSE
+                SELECT string_agg(format('%s,%s', round((left_x + (j - 0.5) * plot_w / n)::numeric, 1),
+                                         round((top_y + plot_h - ((s -> 'values' ->> (j - 1))::float8 - lo) / (hi - lo) * plot_h)::numeric, 1)),
+                                  ' ' ORDER BY j)
+                INTO pts
+                FROM generate_series(1, n) j
+                WHERE s -> 'values' ->> (j - 1) IS NOT NULL;
+                svg := svg || format('<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="2"%s/>',
+                                     hpcacct_internal.html_escape(s ->> 'name'), coalesce(pts, ''),
+                                     hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                     CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
+            END IF;
+            -- legend
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+                                 hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
+                                 CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                                 height - 10, hpcacct_internal.html_escape(s ->> 'name'));
+            legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
+        END LOOP;
+        RETURN svg || '</svg>';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
+    'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13979,6 +14112,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, lab
         mag := power(10, floor(log((hi - lo) / 5)));
         step := CASE WHEN (hi - lo) / 5 <= mag THEN mag WHEN (hi - lo) / 5 <= 2 * mag THEN 2 * mag
                      WHEN (hi - lo) / 5 <= 5 * mag THEN 5 * mag ELSE 10 * mag END;
+        step := greatest(step, 1);  -- labels are whole figures: a smaller step repeats them
         lo := floor(lo / step) * step;
         hi := ceil(hi / step) * step;
         svg := format('<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%s" height="%s" viewBox="0 0 %s %s" '

@@ -55,6 +55,13 @@ computecanada def-smith 2025-10-01 2 0
 lqcd lqcd-hisq 2025-12-01 2 0
 CASES
 
+# a chart of small figures (2 NPL; an empty quota) labels each grid line with its own figure
+labels=$(psql -X -At -d hpcacct_statements -c "SELECT hpcacct_internal.svg_chart('t', 'NPL', ARRAY['a', 'b'],
+             '[{\"name\": \"x\", \"kind\": \"line\", \"color\": \"#1f77b4\", \"values\": [0, 2]}]')" |
+         grep -o 'text-anchor="end">[^<]*<' | sed 's/.*>//; s/<$//' | paste -sd' ')
+[ -n "$labels" ] && [ -z "$(tr ' ' '\n' <<<"$labels" | sort | uniq -d)" ]
+ok $? "a chart from 0 to 2 has no repeated y label ($labels)"
+
 # ---- hpcacct-report: the statements to files, with libpq's connection options ----
 report=$("$pg_config" --bindir)/hpcacct-report
 [ -x "$report" ]; ok $? "hpcacct-report is installed in PostgreSQL's bindir"
