@@ -426,3 +426,22 @@ for node in centre alpha beta; do
     ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
        "$node: no replicated row ever conflicted with one already there"
 done
+
+# ---- removing a site whose database is gone: the centre's steps of the README ----
+stop_node beta
+q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_2 DISABLE" >/dev/null
+q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_2 SET (slot_name = NONE)" >/dev/null
+q centre "DROP SUBSCRIPTION hpcacct_fed_s2c_2" >/dev/null
+q centre "SELECT pg_drop_replication_slot('hpcacct_fed_c2s_2')" >/dev/null
+q centre "DROP PUBLICATION hpcacct_fed_c2s_2" >/dev/null
+is "$(q centre "SELECT string_agg(format('%s/%s/%s', site, direction, connected), ' ' ORDER BY site, direction) FROM federation_status")" \
+   "1/from/t 1/to/t" "beta removed: the centre shows alpha's two links only"
+is "$(q centre "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name ~ '_2\$')
+                     + (SELECT count(*) FROM pg_subscription WHERE subname ~ '_2\$')
+                     + (SELECT count(*) FROM pg_publication WHERE pubname ~ '_2\$')")" "0" \
+   "beta removed: no slot, subscription or publication of site 2 left at the centre"
+q centre "SELECT deposit('p2', '2026-10-01', 3.5)" >/dev/null
+ms=$(wait_for alpha "SELECT count(*) FROM ledger WHERE account = 'p2' AND kind = 'deposit' AND amount = 3.5" 1)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "beta removed: a deposit at the centre still reaches alpha ($ms ms)"
+is "$(sqlstate centre "CALL hpcacct.federation_publish(2, 'gamma')")" "23505" \
+   "beta removed: its number is not given to another site (23505)"
