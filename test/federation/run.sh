@@ -427,6 +427,21 @@ for node in centre alpha beta; do
        "$node: no replicated row ever conflicted with one already there"
 done
 
+# ---- a receiver stopped after a burst: rows it received less than a second after its last
+# report stay counted as pending at the sender until it is back ----
+sleep 1.1
+q alpha "BEGIN; $(jobs_sql alpha 96000 96000); COMMIT; BEGIN; $(jobs_sql alpha 96001 96050); COMMIT" >/dev/null
+wait_for beta "SELECT count(*) FROM ledger WHERE jobid ~ '^alpha-960[0-5][0-9]\$'" 51 >/dev/null
+ms=$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'" 0)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "beta holds alpha's 51 new charges; the centre shows none pending to it ($ms ms)"
+stop_node beta
+q centre "SELECT deposit('p2', '2026-10-01', 2.5)" >/dev/null
+is "$(q centre "SELECT format('%s/%s', connected, rows_pending) FROM federation_status WHERE site = 2 AND direction = 'to'")" "f/51" \
+   "beta stopped, then a deposit at the centre: 51 rows pending (the deposit, and the 50 charges beta received unreported)"
+start_node beta
+ms=$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'" 0)
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "beta back: nothing pending ($ms ms)"
+
 # ---- removing a site whose database is gone: the centre's steps of the README ----
 stop_node beta
 q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_2 DISABLE" >/dev/null
