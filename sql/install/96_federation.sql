@@ -529,6 +529,12 @@ CREATE PROCEDURE @extschema@.federation_publish(site integer, name text)
         -- the ledger rows the site receives, and what the centre reports it received from the site
         CALL hpcacct_internal.federation_publish_ledger(pub, ids, true,
                                                         pg_catalog.format('receiver = 0 AND origin = %s', site));
+        -- a slot invalidated by max_slot_wal_keep_size stays lost: running the calls again does not help
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                   WHERE r.slot_name = pub AND r.wal_status = 'lost') THEN
+            RAISE WARNING 'the slot % of site % is lost: the site no longer receives the centre''s rows', pub, site
+                USING HINT = 'Running the set-up calls again does not recover it; see README, "Several clusters, one bank".';
+        END IF;
     END
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.federation_publish(integer, text) FROM PUBLIC;

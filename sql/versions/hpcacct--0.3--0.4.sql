@@ -10775,6 +10775,56 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, lab
 COMMENT ON FUNCTION hpcacct_internal.svg_chart(text, text, text[], jsonb, integer, integer) IS
     'An inline SVG chart: line, dashed, bar and band series over labelled x positions; one element of class series each';
 
+-- ==== federation_publish warns of a lost slot (max_slot_wal_keep_size) ---------------------
+CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name text)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        ids    int8range;
+        pub    text;
+        known  @extschema@.federation_site;
+        tables text;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL OR name IS NULL THEN
+            RAISE EXCEPTION 'site and name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF site NOT BETWEEN 1 AND 32767 OR name !~ '^[a-z0-9_]{1,40}$' THEN
+            RAISE EXCEPTION 'invalid site % "%"', site, name
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Sites are numbered 1 to 32767 and named with 1 to 40 of a-z, 0-9 and _.';
+        END IF;
+        PERFORM @extschema@.federation_prepare(0, 'centre');
+        SELECT * INTO known FROM @extschema@.federation_site s WHERE s.site = federation_publish.site OR s.name = federation_publish.name;
+        IF FOUND AND (known.site <> federation_publish.site OR known.name <> federation_publish.name) THEN
+            RAISE EXCEPTION 'site % "%" conflicts with site % "%"', site, name, known.site, known.name
+                USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.federation_site (site, name) VALUES (site, name) ON CONFLICT DO NOTHING;
+
+        SELECT pg_catalog.string_agg(t::text, ', ') INTO tables
+        FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = 'hpcacct_fed_reference') THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION hpcacct_fed_reference FOR TABLE %s '
+                                      'WITH (publish = ''insert, update, delete'')', tables);
+        ELSE
+            EXECUTE pg_catalog.format('ALTER PUBLICATION hpcacct_fed_reference SET TABLE %s', tables);
+        END IF;
+
+        ids := @extschema@.federation_id_range(site);
+        pub := 'hpcacct_fed_c2s_' || site;
+        -- the ledger rows the site receives, and what the centre reports it received from the site
+        CALL hpcacct_internal.federation_publish_ledger(pub, ids, true,
+                                                        pg_catalog.format('receiver = 0 AND origin = %s', site));
+        -- a slot invalidated by max_slot_wal_keep_size stays lost: running the calls again does not help
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                   WHERE r.slot_name = pub AND r.wal_status = 'lost') THEN
+            RAISE WARNING 'the slot % of site % is lost: the site no longer receives the centre''s rows', pub, site
+                USING HINT = 'Running the set-up calls again does not recover it; see README, "Several clusters, one bank".';
+        END IF;
+    END
+    $$;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11844,6 +11894,12 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name te
         -- the ledger rows the site receives, and what the centre reports it received from the site
         CALL hpcacct_internal.federation_publish_ledger(pub, ids, true,
                                                         pg_catalog.format('receiver = 0 AND origin = %s', site));
+        -- a slot invalidated by max_slot_wal_keep_size stays lost: running the calls again does not help
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                   WHERE r.slot_name = pub AND r.wal_status = 'lost') THEN
+            RAISE WARNING 'the slot % of site % is lost: the site no longer receives the centre''s rows', pub, site
+                USING HINT = 'Running the set-up calls again does not recover it; see README, "Several clusters, one bank".';
+        END IF;
     END
     $$;
 COMMENT ON PROCEDURE @extschema@.federation_publish(integer, text) IS

@@ -460,3 +460,20 @@ ms=$(wait_for alpha "SELECT count(*) FROM ledger WHERE account = 'p2' AND kind =
 ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "beta removed: a deposit at the centre still reaches alpha ($ms ms)"
 is "$(sqlstate centre "CALL hpcacct.federation_publish(2, 'gamma')")" "23505" \
    "beta removed: its number is not given to another site (23505)"
+
+# ---- a slot invalidated by max_slot_wal_keep_size (alpha stopped): the set-up calls do not
+# recover it, and federation_publish says so ----
+stop_node alpha
+q centre "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'" >/dev/null
+q centre "SELECT pg_reload_conf()" >/dev/null
+q centre "CREATE TABLE public.wal_filler AS SELECT g, repeat('x', 200) AS x FROM generate_series(1, 150000) g" >/dev/null
+q centre "SELECT pg_switch_wal()" >/dev/null
+q centre "CHECKPOINT" >/dev/null
+is "$(q centre "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_c2s_1'")" "lost" \
+   "alpha stopped while the centre wrote more WAL than max_slot_wal_keep_size: its slot is lost"
+warning=$(psql "$(conninfo centre)" -XAtq -c "CALL hpcacct.federation_publish(1, 'alpha')" 2>&1 >/dev/null)
+ok $(grep -q 'WARNING:  the slot hpcacct_fed_c2s_1 of site 1 is lost' <<<"$warning" && echo 0 || echo 1) \
+   "federation_publish run again warns that alpha's slot is lost"
+is "$(q centre "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_c2s_1'")" "lost" \
+   "and the slot stays lost: running the set-up calls again does not recover it"
+q centre "DROP TABLE public.wal_filler; ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null 2>&1 || true
