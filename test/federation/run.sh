@@ -461,6 +461,20 @@ ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "beta removed: a deposit at the centre
 is "$(sqlstate centre "CALL hpcacct.federation_publish(2, 'gamma')")" "23505" \
    "beta removed: its number is not given to another site (23505)"
 
+# ---- a site cut off from the centre (its subscription disabled) refuses who and what is new
+# there: a new member as no_access, a new user without an account as unknown_user, a new
+# account as unknown_account; all pass once the link is back ----
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 DISABLE" >/dev/null
+q centre "SELECT add_user('newcomer2'); SELECT add_member('p1', 'newcomer2'); INSERT INTO account (name) VALUES ('fresh');
+          SELECT add_member('fresh', 'u1'); SELECT deposit('fresh', '2026-10-01', 100)" >/dev/null
+new_checks="SELECT format('%s %s %s', (check_submit('newcomer2', 'p1', '2026-11-20')).reason,
+                       (check_submit('newcomer2', NULL, '2026-11-20')).reason, (check_submit('u1', 'fresh', '2026-11-20')).reason)"
+is "$(q alpha "$new_checks")" "no_access unknown_user unknown_account" \
+   "alpha cut off: a new member is no_access, a new user without an account unknown_user, a new account unknown_account"
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 ENABLE" >/dev/null
+ms=$(wait_for alpha "SELECT format('%s %s', (check_submit('newcomer2', 'p1', '2026-11-20')).ok, (check_submit('u1', 'fresh', '2026-11-20')).ok)" "t t")
+ok $([ "$ms" -ge 0 ] && echo 0 || echo 1) "alpha, linked again, accepts the new member and the new account ($ms ms)"
+
 # ---- a slot invalidated by max_slot_wal_keep_size (alpha stopped): the set-up calls do not
 # recover it, and federation_publish says so ----
 stop_node alpha
