@@ -258,24 +258,28 @@ bool copy_row(const Header& header, std::string_view line, long long lineno, std
     return fits;
 }
 
+namespace {
+
+std::string time_argument_text(const std::tm& time) {
+    char buffer[32];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &time);
+    return buffer;
+}
+
+}  // namespace
+
 std::string local_time_argument(std::time_t instant) {
     std::tm local{};
     if (localtime_r(&instant, &local) == nullptr) {
         throw Error(ErrorKind::invalid_datetime, "cannot convert the time to local time");
     }
-    char buffer[32];
-    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &local);
-    return buffer;
+    return time_argument_text(local);
 }
 
 std::string utc_time_argument(std::time_t instant) {
     std::tm utc{};
-    if (gmtime_r(&instant, &utc) == nullptr) {
-        throw Error(ErrorKind::invalid_datetime, "cannot convert the time to UTC");
-    }
-    char buffer[32];
-    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &utc);
-    return buffer;
+    if (gmtime_r(&instant, &utc) == nullptr) throw Error(ErrorKind::invalid_datetime, "cannot convert the time to UTC");
+    return time_argument_text(utc);
 }
 
 std::vector<std::string> sacct_arguments(const std::string& cluster, const std::string& start,
