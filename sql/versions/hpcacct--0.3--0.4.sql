@@ -10125,26 +10125,7 @@ COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text,
 -- owner) and by replication. A row booked by a site's own session otherwise (a deposit, a
 -- grant, a charge of its own making) would reach the centre's bank and every site: a
 -- statement trigger refuses it (HA013) unless the session's role is the owner or a superuser.
-CREATE FUNCTION hpcacct_internal.federation_refuse_local_entry() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                       WHERE r.rolname = pg_catalog.current_user()
-                         AND (r.rolsuper OR r.oid = (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID))) THEN
-            RAISE EXCEPTION 'at a federation site the ledger is written by charging jobs only, not by role %',
-                            pg_catalog.current_user()
-                USING ERRCODE = 'HA013',
-                      HINT = 'Book deposits, grants, transfers and corrections in the central database; they reach '
-                             'every site by replication.';
-        END IF;
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
-    'Statement trigger of hpcacct.ledger at a federation site: refuses entries of the site''s own sessions but '
-    'charging''s (HA013)';
+-- federation_refuse_local_entry(): defined in the final definitions
 -- federation_prepare() creates its trigger at a site: defined again in the final definitions
 -- end of a federation site's ledger
 
