@@ -159,18 +159,19 @@ while IFS='|' read -r grp db explain; do
     slug=$(echo "$grp" | tr ' ' '_')
     if [ "$RUNS" = 0 ]; then
         :  # checks only
-    elif [ "$grp" = check_submit ]; then
+    elif [ "$grp" = check_submit ] || [ "$grp" = check_submit_genci ]; then
         # pgbench, one call per transaction, client round trip included (as a submit filter sees it)
-        n=$(value -d $db -c 'SELECT count(*) FROM bench.submit_sample')
-        value -d $main -c "SELECT variant FROM bench.variant WHERE grp = 'check_submit' ORDER BY variant" >"$out/variants"
+        sample=bench.submit_sample; [ "$grp" = check_submit ] || sample=bench.submit_sample_genci
+        n=$(value -d $db -c "SELECT count(*) FROM $sample")
+        value -d $main -c "SELECT variant FROM bench.variant WHERE grp = '$grp' ORDER BY variant" >"$out/variants"
         for run in $(seq 0 "$RUNS"); do
             while read -r variant; do
-                value -d $main -c "SELECT sql FROM bench.variant WHERE grp = 'check_submit' AND variant = '$variant'" \
+                value -d $main -c "SELECT sql FROM bench.variant WHERE grp = '$grp' AND variant = '$variant'" \
                     >"$out/script.pgbench"
                 tx=$([ "$run" -eq 0 ] && echo 200 || echo "$SUBMIT_CALLS")
                 ms=$(pgbench -n -M prepared -c 1 -j 1 -t "$tx" -D n="$n" -f "$out/script.pgbench" $db 2>&1 |
                      sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
-                [ -n "$ms" ] || { echo "pgbench failed for check_submit/$variant" >&2; exit 1; }
+                [ -n "$ms" ] || { echo "pgbench failed for $grp/$variant" >&2; exit 1; }
                 printf '%s\t%s\t%s\t%s\t%s\n' "$grp" "$variant" "$run" "$ms" "$([ "$run" -eq 0 ] && echo t || echo f)" \
                     >>"$out/timings.tsv"
             done <"$out/variants"

@@ -597,3 +597,57 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                END
         FROM y
     $$;
+
+-- GENCI projects: each project's principal investigator (a member, site.sql) submitting to it,
+-- on the site's today and on the 15th of the month before, whose next day is a regulation
+-- boundary (check_submit then reads the consumption rollup's exact figures).
+CREATE TABLE bench.submit_sample_genci AS
+SELECT (row_number() OVER (ORDER BY a.n, d.at))::integer AS i, 'pi_' || a.name AS username, a.name AS account, d.at
+FROM bench.acct a
+CROSS JOIN (SELECT s.anchor FROM bench.site s
+            UNION ALL
+            SELECT (date_trunc('month', s.anchor) - interval '1 month')::date + 14 FROM bench.site s) AS d(at)
+WHERE a.centre = 'genci';
+ALTER TABLE bench.submit_sample_genci ADD PRIMARY KEY (i);
+
+-- GENCI's rule for a submit, job by job: the account is open while one of the machines it has
+-- an allocation on at that day has TMC > 0 and a consumption this year, up to the end of the
+-- day (site time zone), below its allocation. Each charge counts by its share inside the
+-- period, summed in numeric; Alloc and TMC as allocation_status() reads them.
+CREATE FUNCTION bench.check_submit_genci_hand(user_name text, account_name text, at date)
+    RETURNS TABLE (ok boolean, account text, reason text)
+    LANGUAGE sql STABLE
+    AS $$
+        WITH cfg AS MATERIALIZED (
+            SELECT make_date(extract(year FROM $3)::integer, 1, 1)::timestamp AT TIME ZONE hpcacct.site_timezone() AS b1,
+                   ($3 + 1)::timestamp AT TIME ZONE hpcacct.site_timezone() AS b2,
+                   make_date(extract(year FROM $3)::integer, 1, 1) AS year_start
+        ), machines AS (
+            SELECT DISTINCT l.pool AS machine
+            FROM hpcacct.ledger l
+            WHERE l.account = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= $3 AND l.valid_until >= $3
+        ), figures AS (
+            SELECT m.machine,
+                   (SELECT coalesce(sum(l.amount), 0) FROM hpcacct.ledger l
+                    WHERE l.account = $2 AND l.pool = m.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                      AND l.valid_from <= $3 AND l.valid_until >= cfg.year_start) AS alloc,
+                   (SELECT coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, $3,
+                                                coalesce(s.month_convention, 'half_month')), 0)
+                    FROM hpcacct.ledger l
+                    LEFT JOIN hpcacct.regulation_machine s ON s.machine = l.pool
+                    WHERE l.account = $2 AND l.pool = m.machine AND l.kind IN ('grant', 'supplement', 'retraction')
+                      AND l.valid_from <= $3 AND l.valid_until >= cfg.year_start) AS tmc,
+                   (SELECT coalesce(sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, cfg.b1, cfg.b2)), 0)
+                    FROM hpcacct.ledger l
+                    JOIN hpcacct.resource r USING (resource_id)
+                    WHERE l.account = $2 AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = m.machine
+                      AND l.job_start < cfg.b2 AND l.job_end >= cfg.b1)::float8 AS consumption
+            FROM machines m CROSS JOIN cfg
+        )
+        SELECT count(*) FILTER (WHERE f.tmc > 0 AND f.consumption < f.alloc) > 0, $2,
+               CASE WHEN count(*) = 0 THEN 'no_allocation'
+                    WHEN count(*) FILTER (WHERE f.tmc > 0 AND f.consumption < f.alloc) = 0 THEN 'allocation_exhausted'
+               END
+        FROM figures f
+    $$;
