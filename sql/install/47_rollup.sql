@@ -108,6 +108,8 @@ CREATE TABLE @extschema@.consumption_rollup (
 CREATE INDEX consumption_rollup_unmerged ON @extschema@.consumption_rollup (boundary) WHERE NOT merged;
 CREATE UNIQUE INDEX consumption_rollup_merged ON @extschema@.consumption_rollup (account, resource_id, boundary)
     WHERE merged;
+-- One account's rows (consumption_before() at a boundary; the merged index holds only some).
+CREATE INDEX consumption_rollup_account ON @extschema@.consumption_rollup (account, boundary);
 COMMENT ON TABLE @extschema@.consumption_rollup IS
     'Charges per account, resource and regulation boundary (1 January, the 16th of each month): amounts of the '
     'jobs ended by it, shares before it of the jobs running across it; maintained with the ledger, derived from it';
@@ -617,43 +619,51 @@ COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolea
     '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
--- pro rata before it. At a regulation boundary (1 January or the 16th at 00:00, site time
--- zone: allocation_status()'s start of the year) it is the consumption rollup's; otherwise
--- jobs that ended before the instant's month count whole (the charge rollup's job_amount)
--- and the others, read from the ledger, by their share before the instant. The sum is
--- exactly the job-by-job one (numeric addition is exact, a whole share is exactly 1).
+-- pro rata before it. The consumption rollup gives it at the last regulation boundary at or
+-- before the instant (1 January or the 16th at 00:00, site time zone); the jobs that end
+-- after that boundary add, from the ledger, their share between it and the instant. The sum
+-- is exactly the job-by-job one (numeric arithmetic is exact, a whole share is exactly 1).
+-- Its statements are lookups of one account whose best plan does not depend on the values:
+-- planned once per session (custom plans of the rollup views cost more than running them).
 CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
     RETURNS numeric
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
         site_tz constant text := @extschema@.site_timezone();
         local_before timestamp;
-        month_start timestamp;
+        last_boundary timestamp;
+        pool_resources bigint[];
+        at_boundary numeric;
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         local_before := $3 AT TIME ZONE site_tz;
-        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
-            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
-                             FROM hpcacct_internal.consumption_rollup_exact c
-                             JOIN @extschema@.resource r USING (resource_id)
-                             WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2
-                               AND c.boundary <= local_before), 0);
+        last_boundary := CASE
+            WHEN local_before >= pg_catalog.date_trunc('month', local_before) + interval '15 days'
+                THEN pg_catalog.date_trunc('month', local_before) + interval '15 days'
+            WHEN pg_catalog.date_part('month', local_before) = 1 THEN pg_catalog.date_trunc('month', local_before)
+            ELSE pg_catalog.date_trunc('month', local_before) - interval '1 month' + interval '15 days'
+        END;
+        pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
+        at_boundary := coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = last_boundary), 0)
+                                 FROM hpcacct_internal.consumption_rollup_exact c
+                                 WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
+                                   AND c.boundary <= last_boundary), 0);
+        IF local_before = last_boundary THEN
+            RETURN at_boundary;
         END IF;
-        month_start := pg_catalog.date_trunc('month', local_before);
-        RETURN coalesce((SELECT sum(c.job_amount)
-                         FROM hpcacct_internal.charge_rollup_exact c
-                         JOIN @extschema@.resource r USING (resource_id)
-                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < month_start), 0)
-             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
-                         FROM @extschema@.ledger l
-                         JOIN @extschema@.resource r USING (resource_id)
-                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
-                           AND l.job_end >= month_start AT TIME ZONE site_tz AND l.job_start < $3), 0);
+        RETURN at_boundary
+               + coalesce((SELECT sum(l.amount * (@extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)
+                                                  - @extschema@.period_share(l.job_start, l.job_end, '-infinity',
+                                                                             last_boundary AT TIME ZONE site_tz)))
+                           FROM @extschema@.ledger l
+                           WHERE l.kind = 'charge' AND l.account = $1 AND l.resource_id = ANY (pool_resources)
+                             AND l.job_end >= last_boundary AT TIME ZONE site_tz AND l.job_start < $3), 0);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS

@@ -66,11 +66,14 @@ COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the 
 --   window_quota: quota_blocked;
 --   regulation:   no_allocation (no grant valid today on any machine), allocation_exhausted
 --                 (every machine's allocation, after retractions, used up this year).
--- Policies are applied in that order; the first refusal is the reason.
+-- Policies are applied in that order; the first refusal is the reason. A submit filter calls
+-- it on one connection for every job: its statements (one account's lookups, whose best plan
+-- does not depend on the values) are planned once per session, not at each call.
 CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
         a record;
@@ -158,6 +161,7 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
         chosen text := account;

@@ -10155,6 +10155,14 @@ $do$;
 -- ==== federation_publish warns of a lost slot (max_slot_wal_keep_size) ---------------------
 -- federation_publish(): defined in the final definitions
 
+-- ==== the submit check's speed: one account's consumption, plans kept per session ========
+-- consumption_before() scanned the whole consumption rollup at a boundary and every charge
+-- of the latest month otherwise, for each call; it now reads the rollup at the last boundary
+-- and the ledger after it, by account. consumption_before(), account_verdict() and
+-- check_submit() (planned once per session): defined in the final definitions.
+CREATE INDEX ledger_charge_account ON @extschema@.ledger (account, job_end) WHERE kind = 'charge';
+CREATE INDEX consumption_rollup_account ON @extschema@.consumption_rollup (account, boundary);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10553,6 +10561,7 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
         chosen text := account;
@@ -10918,6 +10927,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
         a record;
@@ -14482,34 +14492,41 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
     RETURNS numeric
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
         site_tz constant text := @extschema@.site_timezone();
         local_before timestamp;
-        month_start timestamp;
+        last_boundary timestamp;
+        pool_resources bigint[];
+        at_boundary numeric;
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         local_before := $3 AT TIME ZONE site_tz;
-        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
-            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
-                             FROM hpcacct_internal.consumption_rollup_exact c
-                             JOIN @extschema@.resource r USING (resource_id)
-                             WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2
-                               AND c.boundary <= local_before), 0);
+        last_boundary := CASE
+            WHEN local_before >= pg_catalog.date_trunc('month', local_before) + interval '15 days'
+                THEN pg_catalog.date_trunc('month', local_before) + interval '15 days'
+            WHEN pg_catalog.date_part('month', local_before) = 1 THEN pg_catalog.date_trunc('month', local_before)
+            ELSE pg_catalog.date_trunc('month', local_before) - interval '1 month' + interval '15 days'
+        END;
+        pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
+        at_boundary := coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = last_boundary), 0)
+                                 FROM hpcacct_internal.consumption_rollup_exact c
+                                 WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
+                                   AND c.boundary <= last_boundary), 0);
+        IF local_before = last_boundary THEN
+            RETURN at_boundary;
         END IF;
-        month_start := pg_catalog.date_trunc('month', local_before);
-        RETURN coalesce((SELECT sum(c.job_amount)
-                         FROM hpcacct_internal.charge_rollup_exact c
-                         JOIN @extschema@.resource r USING (resource_id)
-                         WHERE c.account = $1 AND coalesce(r.pool, r.cluster) = $2 AND c.end_month < month_start), 0)
-             + coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3))
-                         FROM @extschema@.ledger l
-                         JOIN @extschema@.resource r USING (resource_id)
-                         WHERE l.kind = 'charge' AND l.account = $1 AND coalesce(r.pool, r.cluster) = $2
-                           AND l.job_end >= month_start AT TIME ZONE site_tz AND l.job_start < $3), 0);
+        RETURN at_boundary
+               + coalesce((SELECT sum(l.amount * (@extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)
+                                                  - @extschema@.period_share(l.job_start, l.job_end, '-infinity',
+                                                                             last_boundary AT TIME ZONE site_tz)))
+                           FROM @extschema@.ledger l
+                           WHERE l.kind = 'charge' AND l.account = $1 AND l.resource_id = ANY (pool_resources)
+                             AND l.job_end >= last_boundary AT TIME ZONE site_tz AND l.job_start < $3), 0);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
