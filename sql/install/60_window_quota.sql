@@ -129,18 +129,22 @@ REVOKE EXECUTE ON FUNCTION @extschema@.add_quota_period(text, date, date, float8
 -- period is the account's one containing `at`, else its latest one before, else its first
 -- one after (outside its period an account has no quota: low_priority, figures 0). No row
 -- when the account has no quota period. A NULL `at` is today in the site's time zone; a NULL
--- account is 22004, one that does not exist or that the caller may not see 42704 (the first
--- statement checks both, whatever the query then reads).
-CREATE FUNCTION @extschema@.window_quota_usage(
-        account text,
-        at date DEFAULT @extschema@.site_today())
+-- account is 22004, one that does not exist or that the caller may not see 42704 (checked
+-- first, whatever the query then reads). PL/pgSQL, so that a session keeps the query's plan
+-- (a submit filter asks at every submission; an SQL function with SET is planned at each
+-- call); window_quota_usage() below is its public name, inlined into its callers.
+CREATE FUNCTION hpcacct_internal.window_quota_usage_rows(quota_account text, at date)
     RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
                    monthly float8, remaining_prev float8, consumed_current float8,
                    consumable_pct float8, consumable float8, cluster text, unit text)
-    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');
+    #variable_conflict use_column
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'window_quota_usage'),
+                hpcacct_internal.day_or_today($2, 'window_quota_usage');
+        RETURN QUERY
         WITH d AS MATERIALIZED (
             SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
         ), period AS (
@@ -173,8 +177,22 @@ CREATE FUNCTION @extschema@.window_quota_usage(
                                                   interval '1 month') AS g(month)) m
             LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
             LEFT JOIN consumed c ON c.month = m.month
-        ) w
+        ) w;
+    END
     $$;
+COMMENT ON FUNCTION hpcacct_internal.window_quota_usage_rows(text, date) IS
+    'The rows of hpcacct.window_quota_usage()';
+
+CREATE FUNCTION @extschema@.window_quota_usage(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
+    BEGIN ATOMIC
+        SELECT * FROM hpcacct_internal.window_quota_usage_rows(window_quota_usage.account, window_quota_usage.at);
+    END;
 COMMENT ON FUNCTION @extschema@.window_quota_usage(text, date) IS
     'r_wlm_usage -q of an account for the month containing at (default and NULL: today in the site time zone): '
     'period, state, monthly, remaining of previous month, consumed, consumable %, consumable';

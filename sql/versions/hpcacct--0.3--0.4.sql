@@ -10163,6 +10163,60 @@ $do$;
 CREATE INDEX ledger_charge_account ON @extschema@.ledger (account, job_end) WHERE kind = 'charge';
 CREATE INDEX consumption_rollup_account ON @extschema@.consumption_rollup (account, boundary);
 
+-- ==== window_quota_usage() keeps its plan per session (the RWTH submit check) ============
+-- An SQL function with SET was planned at every call (3-4 ms per check_submit() of an RWTH
+-- account at 300 000 jobs): the query moves to a PL/pgSQL function, which window_quota_usage()
+-- (final definitions) calls, inlined.
+CREATE FUNCTION hpcacct_internal.window_quota_usage_rows(quota_account text, at date)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'window_quota_usage'),
+                hpcacct_internal.day_or_today($2, 'window_quota_usage');
+        RETURN QUERY
+        WITH d AS MATERIALIZED (
+            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
+            FROM @extschema@.quota_period p, d
+            WHERE p.account = $1
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
+            LIMIT 1
+        ), consumed AS (
+            SELECT c.month, sum(c.amount) AS amount
+            FROM period p
+            JOIN hpcacct_internal.charge_rollup_exact c
+              ON c.account = $1 AND c.unit = p.unit
+             AND c.month >= p.period_start AND c.month <= p.period_end
+             AND c.month <= p.day
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
+            GROUP BY c.month
+        )
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
+               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
+               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
+        FROM period p
+        CROSS JOIN LATERAL (
+            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, p.day) AS q
+            FROM (SELECT g.month::date AS month
+                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
+                                                  interval '1 month') AS g(month)) m
+            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
+            LEFT JOIN consumed c ON c.month = m.month
+        ) w;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.window_quota_usage_rows(text, date) IS
+    'The rows of hpcacct.window_quota_usage()';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10607,44 +10661,10 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
     RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
                    monthly float8, remaining_prev float8, consumed_current float8,
                    consumable_pct float8, consumable float8, cluster text, unit text)
-    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT hpcacct_internal.require_account($1, 'window_quota_usage'), hpcacct_internal.day_or_today($2, 'window_quota_usage');
-        WITH d AS MATERIALIZED (
-            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
-        ), period AS (
-            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day
-            FROM @extschema@.quota_period p, d
-            WHERE p.account = $1
-            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
-                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
-                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
-            LIMIT 1
-        ), consumed AS (
-            SELECT c.month, sum(c.amount) AS amount
-            FROM period p
-            JOIN hpcacct_internal.charge_rollup_exact c
-              ON c.account = $1 AND c.unit = p.unit
-             AND c.month >= p.period_start AND c.month <= p.period_end
-             AND c.month <= p.day
-            JOIN @extschema@.resource r
-              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
-            GROUP BY c.month
-        )
-        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
-               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
-               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
-        FROM period p
-        CROSS JOIN LATERAL (
-            SELECT @extschema@.window_quota(m.month, coalesce(a.allowance, 0), coalesce(c.amount, 0)::float8, p.day) AS q
-            FROM (SELECT g.month::date AS month
-                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
-                                                  interval '1 month') AS g(month)) m
-            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
-            LEFT JOIN consumed c ON c.month = m.month
-        ) w
-    $$;
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
+    BEGIN ATOMIC
+        SELECT * FROM hpcacct_internal.window_quota_usage_rows(window_quota_usage.account, window_quota_usage.at);
+    END;
 COMMENT ON FUNCTION @extschema@.window_quota_usage(text, date) IS
     'r_wlm_usage -q of an account for the month containing at (default and NULL: today in the site time zone): '
     'period, state, monthly, remaining of previous month, consumed, consumable %, consumable';

@@ -203,6 +203,7 @@ INSERT INTO bench.grp VALUES
     ('open_quarter', 160, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE kind = ''personal''', false),
     ('check_submit', 170, 'main', 'SELECT 1', false),
     ('check_submit_genci', 172, 'main', 'SELECT 1', false),
+    ('check_submit_rwth', 174, 'main', 'SELECT 1', false),
     ('compact_rollup', 165, 'main', 'SELECT count(*) FROM hpcacct.charge_rollup', false),
     -- regulate() on the main site's GENCI projects (two machines, monthly and annual, jobs across
     -- 1 January and the 16ths, re-rated and deleted jobs): checked against the job-by-job figures
@@ -228,7 +229,11 @@ INSERT INTO bench.variant (grp, variant, kind, sql) VALUES
     ('check_submit_genci', 'job by job', 'pgbench', E'\\set i random(1, :n)\n'
         'SELECT c.* FROM bench.submit_sample_genci s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
     ('check_submit_genci', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT s.* FROM bench.submit_sample_genci s WHERE s.i = :i;\n');
+        'SELECT s.* FROM bench.submit_sample_genci s WHERE s.i = :i;\n'),
+    ('check_submit_rwth', 'function', 'pgbench', E'\\set i random(1, :n)\n'
+        'SELECT c.* FROM bench.submit_sample_rwth s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
+    ('check_submit_rwth', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
+        'SELECT s.* FROM bench.submit_sample_rwth s WHERE s.i = :i;\n');
 INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
     (150, format('regulate(), %s accounts', :'admin_accounts'), 'regulate', 'procedure', 'hand-written', 'set-based SQL, same writes',
      'ms < 1000',
@@ -263,7 +268,9 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      'SELECT s.i, c.* FROM bench.submit_sample_genci s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c',
      '{i}'),
     (173, 'check_submit(), GENCI projects, per call', 'check_submit_genci', 'function', 'select 1',
-     'a sample lookup alone (round trip)', '', NULL, NULL, NULL);
+     'a sample lookup alone (round trip)', '', NULL, NULL, NULL),
+    (174, 'check_submit(), RWTH projects, per call', 'check_submit_rwth', 'function', 'select 1',
+     'a sample lookup alone (round trip)', 'ms < 1', NULL, NULL, NULL);
 
 -- The psql script of a group's SQL variants: run 0 (a warm-up when cheap) to `runs`, the
 -- variants in a rotating order so that none always runs first. Prints variant|run|ms|warmup.

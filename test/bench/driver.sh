@@ -159,9 +159,9 @@ while IFS='|' read -r grp db explain; do
     slug=$(echo "$grp" | tr ' ' '_')
     if [ "$RUNS" = 0 ]; then
         :  # checks only
-    elif [ "$grp" = check_submit ] || [ "$grp" = check_submit_genci ]; then
+    elif [ "$grp" = check_submit ] || [ "$grp" = check_submit_genci ] || [ "$grp" = check_submit_rwth ]; then
         # pgbench, one call per transaction, client round trip included (as a submit filter sees it)
-        sample=bench.submit_sample; [ "$grp" = check_submit ] || sample=bench.submit_sample_genci
+        sample=bench.${grp/check_submit/submit_sample}
         n=$(value -d $db -c "SELECT count(*) FROM $sample")
         value -d $main -c "SELECT variant FROM bench.variant WHERE grp = '$grp' ORDER BY variant" >"$out/variants"
         for run in $(seq 0 "$RUNS"); do

@@ -610,6 +610,17 @@ CROSS JOIN (SELECT s.anchor FROM bench.site s
 WHERE a.centre = 'genci';
 ALTER TABLE bench.submit_sample_genci ADD PRIMARY KEY (i);
 
+-- RWTH projects (sliding-window quota), the same two days. Their decision is window_quota_usage()'s
+-- state, which the window_quota_usage view's check compares with hand-written SQL: timed only.
+CREATE TABLE bench.submit_sample_rwth AS
+SELECT (row_number() OVER (ORDER BY a.n, d.at))::integer AS i, 'pi_' || a.name AS username, a.name AS account, d.at
+FROM bench.acct a
+CROSS JOIN (SELECT s.anchor FROM bench.site s
+            UNION ALL
+            SELECT (date_trunc('month', s.anchor) - interval '1 month')::date + 14 FROM bench.site s) AS d(at)
+WHERE a.centre = 'rwth';
+ALTER TABLE bench.submit_sample_rwth ADD PRIMARY KEY (i);
+
 -- GENCI's rule for a submit, job by job: the account is open while one of the machines it has
 -- an allocation on at that day has TMC > 0 and a consumption this year, up to the end of the
 -- day (site time zone), below its allocation. Each charge counts by its share inside the

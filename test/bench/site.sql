@@ -102,11 +102,11 @@ SELECT name, name, 'admin', s.t0 FROM bench.acct, bench.site s WHERE centre = 'h
 INSERT INTO membership (account, username, role, added_at)
 SELECT m.project, m.username, CASE WHEN m.j = 0 THEN 'admin' ELSE 'member' END, s.t0
 FROM bench.member m, bench.site s;
--- GENCI projects: their principal investigator, who submits to them (check_submit's sample).
+-- GENCI and RWTH projects: their principal investigator, who submits to them (check_submit's samples).
 INSERT INTO hpc_user (username, created_at)
-SELECT 'pi_' || name, s.t0 FROM bench.acct, bench.site s WHERE centre = 'genci' ORDER BY n;
+SELECT 'pi_' || name, s.t0 FROM bench.acct, bench.site s WHERE centre IN ('genci', 'rwth') ORDER BY n;
 INSERT INTO membership (account, username, role, added_at)
-SELECT name, 'pi_' || name, 'admin', s.t0 FROM bench.acct, bench.site s WHERE centre = 'genci';
+SELECT name, 'pi_' || name, 'admin', s.t0 FROM bench.acct, bench.site s WHERE centre IN ('genci', 'rwth');
 -- three in ten users charge a project by default
 UPDATE hpc_user u SET default_account = m.project
 FROM bench.member m
