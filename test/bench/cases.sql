@@ -225,15 +225,15 @@ INSERT INTO bench.variant (grp, variant, kind, sql) VALUES
     ('check_submit', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
         'SELECT s.* FROM bench.submit_sample s WHERE s.i = :i;\n'),
     ('check_submit_genci', 'function', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT c.* FROM bench.submit_sample_genci s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
+        'SELECT c.* FROM bench.submit_sample_project s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.centre = ''genci'' AND s.i = :i;\n'),
     ('check_submit_genci', 'job by job', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT c.* FROM bench.submit_sample_genci s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
+        'SELECT c.* FROM bench.submit_sample_project s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c WHERE s.centre = ''genci'' AND s.i = :i;\n'),
     ('check_submit_genci', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT s.* FROM bench.submit_sample_genci s WHERE s.i = :i;\n'),
+        'SELECT s.* FROM bench.submit_sample_project s WHERE s.centre = ''genci'' AND s.i = :i;\n'),
     ('check_submit_rwth', 'function', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT c.* FROM bench.submit_sample_rwth s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.i = :i;\n'),
+        'SELECT c.* FROM bench.submit_sample_project s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.centre = ''rwth'' AND s.i = :i;\n'),
     ('check_submit_rwth', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT s.* FROM bench.submit_sample_rwth s WHERE s.i = :i;\n');
+        'SELECT s.* FROM bench.submit_sample_project s WHERE s.centre = ''rwth'' AND s.i = :i;\n');
 INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
     (150, format('regulate(), %s accounts', :'admin_accounts'), 'regulate', 'procedure', 'hand-written', 'set-based SQL, same writes',
      'ms < 1000',
@@ -264,8 +264,8 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      '', NULL, NULL, NULL),
     (172, 'check_submit(), GENCI projects, per call', 'check_submit_genci', 'function', 'job by job',
      'the charges of the year one by one, per call', 'ms < 1',
-     'SELECT s.i, c.ok, c.account, c.reason FROM bench.submit_sample_genci s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c',
-     'SELECT s.i, c.* FROM bench.submit_sample_genci s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c',
+     'SELECT s.i, c.ok, c.account, c.reason FROM bench.submit_sample_project s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.centre = ''genci''',
+     'SELECT s.i, c.* FROM bench.submit_sample_project s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c WHERE s.centre = ''genci''',
      '{i}'),
     (173, 'check_submit(), GENCI projects, per call', 'check_submit_genci', 'function', 'select 1',
      'a sample lookup alone (round trip)', '', NULL, NULL, NULL),

@@ -161,8 +161,10 @@ while IFS='|' read -r grp db explain; do
         :  # checks only
     elif [ "$grp" = check_submit ] || [ "$grp" = check_submit_genci ] || [ "$grp" = check_submit_rwth ]; then
         # pgbench, one call per transaction, client round trip included (as a submit filter sees it)
-        sample=bench.${grp/check_submit/submit_sample}
-        n=$(value -d $db -c "SELECT count(*) FROM $sample")
+        case $grp in
+            check_submit) n=$(value -d $db -c "SELECT count(*) FROM bench.submit_sample") ;;
+            *) n=$(value -d $db -c "SELECT count(*) FROM bench.submit_sample_project WHERE centre = '${grp#check_submit_}'") ;;
+        esac
         value -d $main -c "SELECT variant FROM bench.variant WHERE grp = '$grp' ORDER BY variant" >"$out/variants"
         for run in $(seq 0 "$RUNS"); do
             while read -r variant; do

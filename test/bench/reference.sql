@@ -598,28 +598,20 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
         FROM y
     $$;
 
--- GENCI projects: each project's principal investigator (a member, site.sql) submitting to it,
--- on the site's today and on the 15th of the month before, whose next day is a regulation
--- boundary (check_submit then reads the consumption rollup's exact figures).
-CREATE TABLE bench.submit_sample_genci AS
-SELECT (row_number() OVER (ORDER BY a.n, d.at))::integer AS i, 'pi_' || a.name AS username, a.name AS account, d.at
+-- GENCI and RWTH projects: each project's principal investigator (a member, site.sql)
+-- submitting to it, on the site's today and on the 15th of the month before, whose next day is
+-- a regulation boundary (check_submit then reads the consumption rollup's exact figures). The
+-- RWTH decision is window_quota_usage()'s state, which the window_quota_usage view's check
+-- compares with hand-written SQL: timed only.
+CREATE TABLE bench.submit_sample_project AS
+SELECT a.centre, (row_number() OVER (PARTITION BY a.centre ORDER BY a.n, d.at))::integer AS i,
+       'pi_' || a.name AS username, a.name AS account, d.at
 FROM bench.acct a
 CROSS JOIN (SELECT s.anchor FROM bench.site s
             UNION ALL
             SELECT (date_trunc('month', s.anchor) - interval '1 month')::date + 14 FROM bench.site s) AS d(at)
-WHERE a.centre = 'genci';
-ALTER TABLE bench.submit_sample_genci ADD PRIMARY KEY (i);
-
--- RWTH projects (sliding-window quota), the same two days. Their decision is window_quota_usage()'s
--- state, which the window_quota_usage view's check compares with hand-written SQL: timed only.
-CREATE TABLE bench.submit_sample_rwth AS
-SELECT (row_number() OVER (ORDER BY a.n, d.at))::integer AS i, 'pi_' || a.name AS username, a.name AS account, d.at
-FROM bench.acct a
-CROSS JOIN (SELECT s.anchor FROM bench.site s
-            UNION ALL
-            SELECT (date_trunc('month', s.anchor) - interval '1 month')::date + 14 FROM bench.site s) AS d(at)
-WHERE a.centre = 'rwth';
-ALTER TABLE bench.submit_sample_rwth ADD PRIMARY KEY (i);
+WHERE a.centre IN ('genci', 'rwth');
+ALTER TABLE bench.submit_sample_project ADD PRIMARY KEY (centre, i);
 
 -- GENCI's rule for a submit, job by job: the account is open while one of the machines it has
 -- an allocation on at that day has TMC > 0 and a consumption this year, up to the end of the
