@@ -17,18 +17,38 @@ namespace tres = hpcacct::tres;
 
 namespace {
 
-// Canonical values compare equal exactly when their bytes do.
-int compare_args(FunctionCallInfo fcinfo) {
-    const tres::View a = tres_arg(fcinfo, 0);
-    const tres::View b = tres_arg(fcinfo, 1);
-    return guarded([&] { return tres::compare(a, b); });
+// The comparison and hash functions free what they detoast: btree and hash call them in
+// long-lived contexts (a sort, an index build), where each copy would stay until the end.
+varlena* detoasted(FunctionCallInfo fcinfo, int argno) { return PG_DETOAST_DATUM_PACKED(PG_GETARG_DATUM(argno)); }
+
+void free_if_copy(FunctionCallInfo fcinfo, int argno, varlena* value) { PG_FREE_IF_COPY(value, argno); }
+
+tres::View view_of(const varlena* value) {
+    const auto* data = reinterpret_cast<const unsigned char*>(VARDATA_ANY(value));
+    const std::size_t size = VARSIZE_ANY_EXHDR(value);
+    return guarded([&] { return tres::View(data, size); });
 }
 
+int compare_args(FunctionCallInfo fcinfo) {
+    varlena* a = detoasted(fcinfo, 0);
+    varlena* b = detoasted(fcinfo, 1);
+    const tres::View view_a = view_of(a);
+    const tres::View view_b = view_of(b);
+    const int order = guarded([&] { return tres::compare(view_a, view_b); });
+    free_if_copy(fcinfo, 0, a);
+    free_if_copy(fcinfo, 1, b);
+    return order;
+}
+
+// Canonical values compare equal exactly when their bytes do.
 bool equal_args(FunctionCallInfo fcinfo) {
-    varlena* a = PG_DETOAST_DATUM_PACKED(PG_GETARG_DATUM(0));
-    varlena* b = PG_DETOAST_DATUM_PACKED(PG_GETARG_DATUM(1));
+    varlena* a = detoasted(fcinfo, 0);
+    varlena* b = detoasted(fcinfo, 1);
     const std::size_t size = VARSIZE_ANY_EXHDR(a);
-    return size == VARSIZE_ANY_EXHDR(b) && std::memcmp(VARDATA_ANY(a), VARDATA_ANY(b), size) == 0;
+    const bool equal = size == VARSIZE_ANY_EXHDR(b) && std::memcmp(VARDATA_ANY(a), VARDATA_ANY(b), size) == 0;
+    free_if_copy(fcinfo, 0, a);
+    free_if_copy(fcinfo, 1, b);
+    return equal;
 }
 
 Datum scaled(FunctionCallInfo fcinfo, int tres_argno, int factor_argno) {
@@ -147,16 +167,20 @@ Datum hpcacct_tres_cmp(PG_FUNCTION_ARGS) { PG_RETURN_INT32(compare_args(fcinfo))
 
 PG_FUNCTION_INFO_V1(hpcacct_tres_hash);
 Datum hpcacct_tres_hash(PG_FUNCTION_ARGS) {
-    varlena* value = PG_DETOAST_DATUM_PACKED(PG_GETARG_DATUM(0));
-    return hash_any(reinterpret_cast<const unsigned char*>(VARDATA_ANY(value)),
-                    static_cast<int>(VARSIZE_ANY_EXHDR(value)));
+    varlena* value = detoasted(fcinfo, 0);
+    const Datum hash = hash_any(reinterpret_cast<const unsigned char*>(VARDATA_ANY(value)),
+                                static_cast<int>(VARSIZE_ANY_EXHDR(value)));
+    free_if_copy(fcinfo, 0, value);
+    return hash;
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_tres_hash_extended);
 Datum hpcacct_tres_hash_extended(PG_FUNCTION_ARGS) {
-    varlena* value = PG_DETOAST_DATUM_PACKED(PG_GETARG_DATUM(0));
-    return hash_any_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(value)),
-                             static_cast<int>(VARSIZE_ANY_EXHDR(value)), PG_GETARG_INT64(1));
+    varlena* value = detoasted(fcinfo, 0);
+    const Datum hash = hash_any_extended(reinterpret_cast<const unsigned char*>(VARDATA_ANY(value)),
+                                         static_cast<int>(VARSIZE_ANY_EXHDR(value)), PG_GETARG_INT64(1));
+    free_if_copy(fcinfo, 0, value);
+    return hash;
 }
 
 }  // extern "C"
