@@ -35,7 +35,7 @@ EntryKind parse_entry_kind(std::string_view text) {
     if (text == "charge") return EntryKind::charge;
     if (text == "transfer") return EntryKind::transfer;
     if (text == "refund") return EntryKind::refund;
-    throw Error(ErrorKind::invalid_argument, "\"" + std::string(text) + "\" is not a bank entry kind",
+    throw Error(ErrorKind::invalid_argument, "\"" + excerpt(text) + "\" is not a bank entry kind",
                 "The quarterly bank counts deposit, charge, transfer and refund entries.");
 }
 
@@ -73,7 +73,7 @@ std::int64_t parse_micro_units(std::string_view decimal) {
         }
     }
     if (!any_digit || i != decimal.size()) {
-        throw Error(ErrorKind::invalid_text, "\"" + std::string(decimal) + "\" is not a decimal amount");
+        throw Error(ErrorKind::invalid_text, "\"" + excerpt(decimal) + "\" is not a decimal amount");
     }
     for (; decimals < 6; ++decimals) {
         if (__builtin_mul_overflow(magnitude, 10, &magnitude)) out_of_range();

@@ -2,8 +2,10 @@
 #pragma once
 #include "core/core_only.hpp"
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hpcacct {
 
@@ -29,5 +31,13 @@ private:
     ErrorKind kind_;
     std::string detail_;
 };
+
+// At most `shown` bytes of `text` for a message, "..." marking a cut: a message never copies
+// an input whole, which may be hundreds of MB.
+inline std::string excerpt(std::string_view text, std::size_t shown = 100) {
+    std::string out(text.substr(0, shown));
+    if (text.size() > shown) out.append("...");
+    return out;
+}
 
 }  // namespace hpcacct

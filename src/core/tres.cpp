@@ -36,14 +36,7 @@ bool starts_with(std::string_view s, std::string_view prefix) {
     return s.substr(0, prefix.size()) == prefix;
 }
 
-std::string quoted_literal(std::string_view text) {
-    constexpr std::size_t kShown = 100;
-    std::string out = "\"";
-    out.append(text.substr(0, kShown));
-    if (text.size() > kShown) out.append("...");
-    out.append("\"");
-    return out;
-}
+std::string quoted_literal(std::string_view text) { return "\"" + excerpt(text) + "\""; }
 
 [[noreturn]] void syntax_error(std::string_view text, const std::string& detail) {
     throw Error(ErrorKind::invalid_text, "invalid input syntax for type tres: " + quoted_literal(text), detail);
@@ -116,7 +109,7 @@ bool decimal_exceeds_power_of_two(std::string_view number, int exponent) {
 
 // Parses the value of one component; `literal` is the whole input, for messages.
 double parse_value(std::string_view literal, std::string_view key, std::string_view token) {
-    const auto component = [&] { return std::string(key) + "=" + std::string(token); };  // for messages only
+    const auto component = [&] { return std::string(key) + "=" + excerpt(token); };  // for messages only
     if (token.empty()) syntax_error(literal, "component \"" + component() + "\" has no value");
     if (non_finite_word(token)) range_error(literal, "\"" + std::string(key) + "\" is not a finite number");
     if (token[0] == '-') range_error(literal, "\"" + std::string(key) + "\" must not be negative");
@@ -151,7 +144,7 @@ double parse_value(std::string_view literal, std::string_view key, std::string_v
             }
         }
         if (unit == nullptr) {
-            syntax_error(literal, "unknown unit \"" + std::string(suffix) + "\" in \"" + component() +
+            syntax_error(literal, "unknown unit \"" + excerpt(suffix) + "\" in \"" + component() +
                                       "\" (expected K, M, G, T or P)");
         }
         power = unit->power;
@@ -357,10 +350,10 @@ void parse(std::string_view text, Vector& out) {
         if (component.empty()) syntax_error(text, "empty component at position " + std::to_string(position));
         const std::size_t equals = component.find('=');
         if (equals == std::string_view::npos) {
-            syntax_error(text, "component \"" + std::string(component) + "\" has no \"=\"");
+            syntax_error(text, "component \"" + excerpt(component) + "\" has no \"=\"");
         }
         const std::string_view key = component.substr(0, equals);
-        if (key.empty()) syntax_error(text, "empty key in component \"" + std::string(component) + "\"");
+        if (key.empty()) syntax_error(text, "empty key in component \"" + excerpt(component) + "\"");
         if (key.size() > kMaxKeyLength) {
             throw Error(ErrorKind::program_limit, "tres key too long",
                         "Keys are at most " + std::to_string(kMaxKeyLength) + " bytes.");

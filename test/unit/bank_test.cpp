@@ -171,6 +171,12 @@ TEST(Bank, RejectsMixedQuartersAndBadInput) {
     bank::accumulate(other, EntryKind::deposit, month(2024, 4), 1, month(2024, 4));
     EXPECT_THROW(bank::merge(s, other), Error);
     EXPECT_THROW(bank::parse_entry_kind("grant"), Error);
+    try {  // a long kind is shown shortened, not copied whole into the message
+        bank::parse_entry_kind(std::string(1 << 20, 'k'));
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_LT(std::string(e.what()).size(), 200u);
+    }
     EXPECT_EQ(bank::parse_entry_kind("refund"), EntryKind::refund);
 }
 

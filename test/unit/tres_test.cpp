@@ -155,6 +155,23 @@ TEST(Tres, ErrorMessagesQuoteTheLiteral) {
     }
 }
 
+// The detail shows a bounded excerpt of the offending component: copying a long one whole
+// (150 MB under a backend's ulimit -v) ran out of memory, so bad input gave 53200, not 22P02.
+TEST(Tres, ErrorDetailsAreBoundedWhateverTheInput) {
+    const std::string long_text(1 << 20, 'x');
+    for (const std::string& text : {long_text, "cpu=1" + long_text, "mem=1" + long_text, "=" + long_text,
+                                    "cpu=1," + long_text}) {
+        try {
+            parse(text);
+            ADD_FAILURE() << "accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::invalid_text);
+            EXPECT_LT(std::string(e.what()).size(), 200u);
+            EXPECT_LT(e.detail().size(), 400u) << e.detail().substr(0, 60);
+        }
+    }
+}
+
 TEST(Tres, AddMergesComponents) {
     tres::Vector sum;
     const Packed a = parse("cpu=2,mem=4G"), b = parse("cpu=1,gres/gpu=1");
