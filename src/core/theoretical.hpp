@@ -110,6 +110,25 @@ inline void Sum::add(double x) {
     compensation = c;
 }
 
+// The state of the aggregates tmc and tc: the sum, and the date and convention its rows are
+// evaluated at. TMC and TC are of one date: rows naming several would add figures of
+// different dates, so they are refused, as the other aggregates refuse several "at". All
+// zero is the state before the first row.
+struct State {
+    Sum sum;
+    std::int32_t at;          // days from 2000-01-01
+    std::int32_t convention;  // 1 + MonthConvention; 0 before the first row
+};
+static_assert(std::is_trivially_copyable_v<State> && std::is_standard_layout_v<State>);
+
+// Records a row's date and convention; Error(invalid_argument) if the state has others.
+void accept_row(State& state, std::int32_t at, MonthConvention convention);
+// An aggregate combine function; Error(invalid_argument) if the states' dates or conventions
+// differ, leaving `state` as it was.
+void merge(State& state, const State& other);
+// Error(internal) unless accept_row and Sum::add could have built the state (a deserialized one).
+void validate(const State& state);
+
 enum class RegulationStatus { ok, warning, retraction };
 
 // With delta = consumption - tc:  delta > -tmc: ok;  -2 tmc < delta <= -tmc: warning;

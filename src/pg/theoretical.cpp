@@ -1,12 +1,13 @@
 // SQL area: GENCI/IDRIS theoretical consumption (rules §2) — the aggregates hpcacct.tmc and
 // hpcacct.tc over allocation events, and hpcacct.regulation_status.
 //
-// Aggregate state: the core's theoretical::Sum (a flat, trivially copyable 16-byte Neumaier
-// sum) allocated in the aggregate memory context and passed as `internal`. It is 16 bytes, so
-// it cannot be a by-value Datum; a by-reference SQL type would need its own I/O functions
-// and would be copied on every row, whereas an internal state is updated in place. Partial
-// states cross process (and, with Citus or postgres_fdw, node) boundaries as 16 bytes of two
-// float8 in network byte order; deserialize checks the size and that both are finite.
+// Aggregate state: the core's theoretical::State (a flat, trivially copyable 24 bytes: a
+// Neumaier sum, and the date "at" and convention every row must share) allocated in the
+// aggregate memory context and passed as `internal`. It cannot be a by-value Datum; a
+// by-reference SQL type would need its own I/O functions and would be copied on every row,
+// whereas an internal state is updated in place. Partial states cross process (and, with
+// Citus or postgres_fdw, node) boundaries as two float8 and two int4 in network byte order;
+// deserialize checks the size and runs theoretical::validate.
 //
 // The transition functions are not STRICT: a NULL valid_from, valid_until, amount, at or
 // convention is an error (22004) rather than a row silently skipped, since a skipped
@@ -20,18 +21,17 @@ extern "C" {
 
 #include "core/theoretical.hpp"
 
-#include <cmath>
 #include <string_view>
 
 using hpcacct::pg::supported_day;
 using hpcacct::pg::guarded;
 namespace calendar = hpcacct::calendar;
 namespace theoretical = hpcacct::theoretical;
-using theoretical::Sum;
+using theoretical::State;
 
 namespace {
 
-constexpr int kSerializedSize = 2 * sizeof(float8);
+constexpr int kSerializedSize = 2 * sizeof(float8) + 2 * sizeof(int32);
 
 enum class Measure { tmc, tc };
 
@@ -59,12 +59,13 @@ Datum transition(FunctionCallInfo fcinfo, Measure measure, bool with_convention)
         text* name = PG_GETARG_TEXT_PP(5);
         convention_name = std::string_view(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
     }
-    Sum* state = hpcacct::pg::transition_state<Sum>(fcinfo, context);
+    State* state = hpcacct::pg::transition_state<State>(fcinfo, context);
     guarded([&] {
         const calendar::MonthConvention convention = with_convention
                                                          ? calendar::parse_month_convention(convention_name)
                                                          : calendar::MonthConvention::half_month;
-        state->add(measure == Measure::tmc ? theoretical::tmc_contribution(from, until, amount, at, convention)
+        theoretical::accept_row(*state, at.days, convention);
+        state->sum.add(measure == Measure::tmc ? theoretical::tmc_contribution(from, until, amount, at, convention)
                                            : theoretical::tc_contribution(from, until, amount, at, convention));
     });
     PG_RETURN_POINTER(state);
@@ -87,36 +88,38 @@ Datum hpcacct_tc_transfn(PG_FUNCTION_ARGS) {
 // Merges the second state into the first; either may be NULL (a worker that saw no row).
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_combinefn);
 Datum hpcacct_theoretical_combinefn(PG_FUNCTION_ARGS) {
-    return hpcacct::pg::combine_states<Sum>(fcinfo, kSupportedAggregates,
-                                            [](Sum& state, const Sum& other) { state.merge(other); });
+    return hpcacct::pg::combine_states<State>(fcinfo, kSupportedAggregates,
+                                              [](State& state, const State& other) { theoretical::merge(state, other); });
 }
 
 // The sum; NULL when the aggregate saw no row (as sum() does).
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_finalfn);
 Datum hpcacct_theoretical_finalfn(PG_FUNCTION_ARGS) {
-    const Sum* state = hpcacct::pg::final_state<Sum>(fcinfo, kSupportedAggregates);
+    const State* state = hpcacct::pg::final_state<State>(fcinfo, kSupportedAggregates);
     if (state == nullptr) PG_RETURN_NULL();
-    PG_RETURN_FLOAT8(guarded([&] { return state->value(); }));
+    PG_RETURN_FLOAT8(guarded([&] { return state->sum.value(); }));
 }
 
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_serialfn);
 Datum hpcacct_theoretical_serialfn(PG_FUNCTION_ARGS) {
-    return hpcacct::pg::serialize_state<Sum>(fcinfo, kSupportedAggregates, hpcacct::pg::send_sum);
+    return hpcacct::pg::serialize_state<State>(fcinfo, kSupportedAggregates, [](StringInfo buffer, const State& state) {
+        hpcacct::pg::send_sum(buffer, state.sum);
+        pq_sendint32(buffer, state.at);
+        pq_sendint32(buffer, state.convention);
+    });
 }
 
-// Validates what it reads as if it came from an attacker: exact size, finite numbers.
+// Validates what it reads as if it came from an attacker: exact size, then theoretical::validate.
 PG_FUNCTION_INFO_V1(hpcacct_theoretical_deserialfn);
 Datum hpcacct_theoretical_deserialfn(PG_FUNCTION_ARGS) {
-    return hpcacct::pg::deserialize_state<Sum>(
+    return hpcacct::pg::deserialize_state<State>(
         fcinfo, kSupportedAggregates, kSerializedSize,
-        [](StringInfo buffer, Sum& state) {
-            hpcacct::pg::receive_sum(buffer, state);
-            if (!std::isfinite(state.sum) || !std::isfinite(state.compensation)) {
-                ereport(ERROR, (errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-                                errmsg("invalid theoretical consumption state: non-finite sum")));
-            }
+        [](StringInfo buffer, State& state) {
+            hpcacct::pg::receive_sum(buffer, state.sum);
+            state.at = static_cast<int32>(pq_getmsgint(buffer, 4));
+            state.convention = static_cast<int32>(pq_getmsgint(buffer, 4));
         },
-        [](const Sum&) {});
+        theoretical::validate);
 }
 
 // regulation_status(consumption, tc, tmc): 'ok', 'warning' or 'retraction' (rules §2).

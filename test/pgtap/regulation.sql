@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(72);
+SELECT plan(76);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -66,6 +66,19 @@ SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''2025-01-01''', '''2025
                  '22003', NULL, 'infinite amount');
 SELECT throws_ok(pg_temp.agg('hpcacct.tc(f, u, a, d)', '''-infinity''', '''2025-12-31''', '1', '''2025-06-01'''),
                  '22008', NULL, 'infinite date');
+-- TMC and TC are of one date and one convention: rows naming several are refused, as the
+-- other aggregates refuse several "at" (they summed each row's figure at its own date).
+SELECT throws_ok($$SELECT hpcacct.tmc('2024-01-01', '2024-12-31', 1200, d)
+                   FROM (VALUES ('2024-01-01'::date), ('2024-05-01')) AS v(d)$$,
+                 '22023', 'every row of tmc or tc must name the same date "at"', 'tmc with two dates "at"');
+SELECT throws_ok($$SELECT hpcacct.tc('2024-01-01', '2024-12-31', 1200, d)
+                   FROM (VALUES ('2024-01-01'::date), ('2024-05-01')) AS v(d)$$,
+                 '22023', NULL, 'tc with two dates "at"');
+SELECT throws_ok($$SELECT hpcacct.tc('2024-01-01', '2024-12-31', 1200, '2024-05-01', c)
+                   FROM (VALUES ('day'), ('half_month')) AS v(c)$$,
+                 '22023', 'every row of tmc or tc must name the same month convention', 'tc with two conventions');
+SELECT is((SELECT hpcacct.tc('2024-01-01', '2024-12-31', 1200, d, 'day') FROM (VALUES ('2024-12-31'::date), ('2024-12-31')) AS v(d)),
+          2400::float8, 'rows naming the same date and convention are summed');
 SELECT throws_ok($$SELECT hpcacct.regulation_status('NaN', 0, 1)$$, '22003', NULL, 'regulation_status of NaN');
 SELECT is(hpcacct.regulation_status(0, 200, 100), 'retraction', 'delta = -2 TMC is a retraction');
 SELECT is((SELECT round(hpcacct.tc(f, u, a, d)::numeric, 6)

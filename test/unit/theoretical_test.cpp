@@ -225,6 +225,44 @@ TEST(Theoretical, NeumaierMergeEqualsSequentialSum) {
     EXPECT_EQ(empty.value(), 0.0);
 }
 
+// The aggregates' state: one date "at" and one convention for all rows, in transition and
+// combine alike; a deserialized state is validated.
+TEST(Theoretical, StateKeepsOneDateAndConvention) {
+    State a{};
+    EXPECT_NO_THROW(accept_row(a, 100, kHalf));
+    EXPECT_NO_THROW(accept_row(a, 100, kHalf));
+    EXPECT_EQ(kind_of([&] { accept_row(a, 101, kHalf); }), ErrorKind::invalid_argument);
+    EXPECT_EQ(kind_of([&] { accept_row(a, 100, kDay); }), ErrorKind::invalid_argument);
+    a.sum.add(5);
+    State b{};
+    accept_row(b, 100, kHalf);
+    b.sum.add(2);
+    merge(a, b);
+    EXPECT_EQ(a.sum.value(), 7);
+    State other_day{};
+    accept_row(other_day, 99, kHalf);
+    EXPECT_EQ(kind_of([&] { merge(a, other_day); }), ErrorKind::invalid_argument);
+    State other_convention{};
+    accept_row(other_convention, 100, kDay);
+    EXPECT_EQ(kind_of([&] { merge(a, other_convention); }), ErrorKind::invalid_argument);
+    EXPECT_EQ(a.sum.value(), 7) << "a refused merge leaves the state as it was";
+
+    EXPECT_NO_THROW(validate(a));
+    EXPECT_NO_THROW(validate(State{}));
+    State bad = a;
+    bad.convention = 3;
+    EXPECT_EQ(kind_of([&] { validate(bad); }), ErrorKind::internal);
+    bad = State{};
+    bad.sum.sum = 1;  // a sum without rows
+    EXPECT_EQ(kind_of([&] { validate(bad); }), ErrorKind::internal);
+    bad = a;
+    bad.at = hpcacct::calendar::kLastDay + 1;
+    EXPECT_EQ(kind_of([&] { validate(bad); }), ErrorKind::internal);
+    bad = a;
+    bad.sum.compensation = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_EQ(kind_of([&] { validate(bad); }), ErrorKind::internal);
+}
+
 TEST(Theoretical, SumRejectsNonFinite) {
     Sum s;
     EXPECT_EQ(kind_of([&] { s.add(std::numeric_limits<double>::quiet_NaN()); }), ErrorKind::out_of_range);
