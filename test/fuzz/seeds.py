@@ -189,6 +189,15 @@ def main():
     write("bank_state_fuzz", "regression_int_min",
           b"\0" * 96 + struct.pack("=i", -2 ** 31) + struct.pack("=Bbq", 0, 1, 1))
 
+    # theoretical::State: sum, compensation, at (days from 2000-01-01), 1 + convention; rows
+    # of [at - row's at][convention][summand]
+    t_at = 8766  # 2024-01-01
+    t1 = struct.pack("=ddii", 100.0, 0.0, t_at, 1)
+    t2 = struct.pack("=ddii", 50.0, 0.0, t_at, 1)
+    trows = b"".join(struct.pack("=bBd", d, c, x) for d, c, x in [(0, 0, 10.0), (0, 0, 2.5), (1, 0, 1.0), (0, 1, 1.0)])
+    write("theoretical_state_fuzz", "two_states", t1 + t2 + struct.pack("=i", t_at) + trows)
+    write("theoretical_state_fuzz", "empty", b"\0" * 52)
+
     usecs_day = 86400 * 10 ** 6
     at = 1_700_000_000 * 10 ** 6
     h1 = struct.pack("=qqqqdd", 2, 2, at, 14 * usecs_day, 150.0, 0.0)
