@@ -58,13 +58,13 @@ COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, da
 COMMENT ON FUNCTION hpcacct_internal.tc_transfn(internal, date, date, float8, date, text) IS
     'Transition function of hpcacct.tc with a month convention';
 COMMENT ON FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) IS
-    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums)';
+    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums of the same date and convention)';
 COMMENT ON FUNCTION hpcacct_internal.theoretical_finalfn(internal) IS
     'Final function of hpcacct.tmc and hpcacct.tc';
 COMMENT ON FUNCTION hpcacct_internal.theoretical_serialfn(internal) IS
-    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8, network byte order)';
+    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8 and two int4, network byte order)';
 COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
-    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size and that it is finite';
+    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size, that it is finite and its date and convention';
 
 CREATE AGGREGATE @extschema@.tmc(valid_from date, valid_until date, amount float8, at date) (
     SFUNC = hpcacct_internal.tmc_transfn, STYPE = internal, SSPACE = 16,

@@ -10217,6 +10217,17 @@ CREATE FUNCTION hpcacct_internal.window_quota_usage_rows(quota_account text, at 
 COMMENT ON FUNCTION hpcacct_internal.window_quota_usage_rows(text, date) IS
     'The rows of hpcacct.window_quota_usage()';
 
+-- ==== tmc and tc: one date "at" and one convention per aggregate --------------------------
+-- The state now keeps them (24 bytes: two float8 and two int4 serialized); the library
+-- refuses rows naming several. SSPACE stays 16: an estimate, and changing it would mean
+-- recreating the aggregates.
+COMMENT ON FUNCTION hpcacct_internal.theoretical_combinefn(internal, internal) IS
+    'Combine function of hpcacct.tmc and hpcacct.tc (merges two compensated sums of the same date and convention)';
+COMMENT ON FUNCTION hpcacct_internal.theoretical_serialfn(internal) IS
+    'Serializes a hpcacct.tmc / hpcacct.tc state (two float8 and two int4, network byte order)';
+COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
+    'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size, that it is finite and its date and convention';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
