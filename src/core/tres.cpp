@@ -290,16 +290,14 @@ void Vector::pack(unsigned char* out) const {
     }
 }
 
-View::View(const unsigned char* data, std::size_t size) {
+std::size_t View::checked_count(const unsigned char* data, std::size_t size) {
     std::uint16_t count = 0;
     if (size < sizeof count) throw Error(ErrorKind::internal, "corrupt tres value: too short");
     std::memcpy(&count, data, sizeof count);
-    body_ = data + sizeof count;
-    count_ = count;
     // Walk once so that cursors never read past the end.
     std::size_t remaining = size - sizeof count;
-    const unsigned char* p = body_;
-    for (std::size_t i = 0; i < count_; ++i) {
+    const unsigned char* p = data + sizeof count;
+    for (std::size_t i = 0; i < count; ++i) {
         if (remaining < 1 || remaining < 1u + p[0] + sizeof(double)) {
             throw Error(ErrorKind::internal, "corrupt tres value: truncated component");
         }
@@ -309,9 +307,10 @@ View::View(const unsigned char* data, std::size_t size) {
         p += step;
         remaining -= step;
     }
-    if (count_ > kMaxComponents || remaining != 0) {
+    if (count > kMaxComponents || remaining != 0) {
         throw Error(ErrorKind::internal, "corrupt tres value: bad length");
     }
+    return count;
 }
 
 bool View::Cursor::next() {
