@@ -10228,6 +10228,10 @@ COMMENT ON FUNCTION hpcacct_internal.theoretical_serialfn(internal) IS
 COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
     'Deserializes a hpcacct.tmc / hpcacct.tc state, checking its size, that it is finite and its date and convention';
 
+-- ==== statement_html() isolates names in running text (bdi) -------------------------------
+-- A right-to-left override in an account, description or machine name reordered the heading
+-- around it. statement_html(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11898,11 +11902,13 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                 'h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}'
                 'table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}'
                 'td.n{text-align:right}.meta{color:#555;font-size:13px}.chart{display:block;margin:8px 0}</style></head><body>'
-             || format('<h1>Statement of account %s &mdash; %s</h1>', hpcacct_internal.html_escape(d ->> 'account'),
+             -- names in running text are isolated (bdi): a right-to-left mark in one does not
+             -- reorder the text around it
+             || format('<h1>Statement of account <bdi>%s</bdi> &mdash; %s</h1>', hpcacct_internal.html_escape(d ->> 'account'),
                        to_char((d ->> 'month' || '-01')::date, 'FMMonth YYYY'))
              || format('<p class="meta">%s account%s. Figures at the end of %s (%s).</p>',
                        hpcacct_internal.html_escape(initcap(d ->> 'kind')),
-                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': ' || hpcacct_internal.html_escape(d ->> 'description') ELSE '' END,
+                       CASE WHEN d ->> 'description' IS NOT NULL THEN ': <bdi>' || hpcacct_internal.html_escape(d ->> 'description') || '</bdi>' ELSE '' END,
                        d ->> 'figures_at', hpcacct_internal.html_escape(d ->> 'time_zone'));
 
         -- the month's charges
@@ -11939,7 +11945,7 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 3)::numeric ORDER BY ord)))
             INTO labels, series
             FROM jsonb_array_elements(sec -> 'days') WITH ORDINALITY t(x, ord);
-            h := h || format('<h2>Regulation on %s (GENCI)</h2>', hpcacct_internal.html_escape(sec ->> 'machine'))
+            h := h || format('<h2>Regulation on <bdi>%s</bdi> (GENCI)</h2>', hpcacct_internal.html_escape(sec ->> 'machine'))
                    || hpcacct_internal.svg_chart(format('Consumption against theoretical consumption on %s', sec ->> 'machine'),
                                             'hours', labels, series)
                    || format('<table class="regulation"><tr><th>Alloc</th><th>TMC</th><th>TC</th><th>consumption</th><th>&Delta;</th><th>status</th></tr>'

@@ -80,7 +80,7 @@ mkdir "$work/all"
 is "$rc $(cd "$work/all" && ls | paste -sd' ')" \
    "0 $(psql -X -At -d hpcacct_statements -c "SELECT string_agg(a || '-2025-05.html', ' ' ORDER BY a) FROM hpcacct.statement_accounts('2025-05-01') a")" \
    "--all writes one file per account of the month, named ACCOUNT-YYYY-MM.html"
-grep -q 'Statement of account rwth0042' "$work/all/rwth0042-2025-05.html" && grep -q '^hpcacct-report: 4 statements' "$work/report.err"
+grep -q 'Statement of account <bdi>rwth0042</bdi>' "$work/all/rwth0042-2025-05.html" && grep -q '^hpcacct-report: 4 statements' "$work/report.err"
 ok $? "each with its account's statement, and says how many" "$(cat "$work/report.err")"
 out=$("$report" -d hpcacct_statements -o "$work/nobody.html" nobody 2025-05 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'account "nobody" does not exist or is not visible to you (SQLSTATE 42704)' <<<"$out" && [ ! -e "$work/nobody.html" ]
@@ -108,3 +108,60 @@ bash -c 'ln -s "$1" "$2.tmp.$$" && exec "$3" -d hpcacct_statements -o "$2" def-s
 [ $rc -eq 0 ] && [ "$(cat "$work/victim")" = precious ] && cmp -s "$work/planted.html" "$work/expected.html" &&
     [ -z "$(find "$work" -maxdepth 1 -name 'planted.html.tmp.*' ! -type l)" ]
 ok $? "-o FILE writes no file through a link planted at a guessable temporary name" "$(cat "$work/report.err") (exit $rc)"
+
+# ---- hostile names: markup, quotes, CR/LF, U+2028, a right-to-left override, a long name ----
+createdb hpcacct_hostile
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_hostile \
+     -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1 &&
+    psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_hostile -f test/notify/hostile_site.sql >"$work/hostile.log" 2>&1
+ok $? "the site of hostile names loads" "$(tail -3 "$work/hostile.log")"
+psql -X -At -d hpcacct_hostile -c "SELECT hpcacct.statement_html(name, '2025-05-01') FROM hpcacct.account
+                                   WHERE name LIKE '<script>%'" >"$work/hostile.html"
+u=$(mktemp -d "$work/chromium.XXXXXX")
+timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
+    --disable-component-update --disable-sync --user-data-dir="$u" --dump-dom "file://$work/hostile.html" \
+    >"$work/hostile.dom" 2>"$work/chromium.log"
+# the DOM Chromium built: its elements, and the text of the heading and of the cells
+"$python" - "$work/hostile.dom" >"$work/hostile.txt" <<'PY'
+import sys
+from html.parser import HTMLParser
+class Dom(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.path, self.tags, self.h1, self.bdi_in_h1, self.cells, self.events = [], set(), '', [], [], []
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.events += [k for k, _ in attrs if k.startswith('on')]
+        if tag == 'bdi' and 'h1' in self.path:
+            self.bdi_in_h1.append('')
+        if tag == 'td':
+            self.cells.append('')
+        self.path.append(tag)
+    def handle_endtag(self, tag):
+        while self.path and self.path.pop() != tag:
+            pass
+    def handle_data(self, d):
+        if 'h1' in self.path:
+            self.h1 += d
+            if 'bdi' in self.path:
+                self.bdi_in_h1[-1] += d
+        if 'td' in self.path:
+            self.cells[-1] += d
+d = Dom()
+d.feed(open(sys.argv[1], encoding='utf-8').read())
+print('tags', ' '.join(sorted(t for t in d.tags if t in ('script', 'img', 'b', 'u', 'desc'))) or '-')
+print('events', ' '.join(d.events) or '-')
+print('h1', repr(d.h1))
+print('bdi', repr(d.bdi_in_h1))
+print('cells', repr([c for c in d.cells if '<' in c]))
+PY
+name="'<script>alert(1)</script>\"q\\'&amp;\\nx\\u2028y\\u202eevil'"
+is "$(sed -n 's/^tags //p; s/^events //p' "$work/hostile.txt" | paste -sd' ')" "- -" \
+   "hostile names: Chromium's DOM has no script, img or other element and no handler from them"
+is "$(sed -n 's/^h1 //p' "$work/hostile.txt")" "'Statement of account ${name:1:-1} — May 2025'" \
+   "the heading shows the account's name as text (CR/LF as a line break, as HTML reads it)"
+is "$(sed -n 's/^cells //p' "$work/hostile.txt")" \
+   "['cl<b>\"&\\'\\u202e', 'p</text><script>alert(3)</script>', '<img src=x onerror=alert(2)>u\"\\'&\\u202e', 'NPL<u>&\"', 'NPL<u>&\"', '1,000.00 NPL<u>&\"', '880.00 NPL<u>&\"', 'cl<b>\"&\\'\\u202e', 'p</text><script>alert(3)</script>', 'NPL<u>&\"']" \
+   "cluster, partition, submitter and unit show as text in the cells"
+is "$(sed -n 's/^bdi //p' "$work/hostile.txt")" "[$name]" \
+   "the name is isolated (bdi): its right-to-left override does not turn the heading's month around"

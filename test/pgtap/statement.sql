@@ -101,7 +101,7 @@ SELECT is((SELECT x ->> 'role' FROM jsonb_array_elements(hpcacct.my_accounts('20
           'with her role');
 SELECT throws_ok($$SELECT hpcacct.account_month('s_b', '2024-05-01')$$, '42704', NULL,
                  's_alice cannot read s_b''s month: it is unknown to her');
-SELECT ok(hpcacct.statement_html('s_a', '2024-05-01') ~ 'Statement of account s_a', 's_alice gets her statement');
+SELECT ok(hpcacct.statement_html('s_a', '2024-05-01') ~ 'Statement of account <bdi>s_a</bdi>', 's_alice gets her statement');
 RESET SESSION AUTHORIZATION;
 SET SESSION AUTHORIZATION s_bob;
 SELECT is((SELECT array_agg(x ->> 'account' ORDER BY x ->> 'account')
