@@ -23,6 +23,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -134,7 +135,10 @@ struct Db {
 // ---- output ----------------------------------------------------------------------------
 
 // An account name as a file name: letters, digits, '.', '_' and '-' as they are (a leading
-// '.' escaped), every other byte as %XX, so that no name can leave the directory.
+// '.' escaped), every other byte as %XX, so that no name can leave the directory. An encoding
+// over 200 bytes is cut to 183 and ends in '~' and the 64-bit FNV-1a hash of the whole name in
+// hex ('~' is otherwise always %7E): with the suffix and the temporary name's, it stays under
+// the 255 bytes a file name may have, and one long name does not stop an --all run.
 std::string file_name_of(const std::string &account) {
     std::string out;
     for (size_t i = 0; i < account.size(); ++i) {
@@ -149,7 +153,14 @@ std::string file_name_of(const std::string &account) {
             out += hex;
         }
     }
-    return out;
+    if (out.size() <= 200) return out;
+    std::size_t cut = 183;
+    while (cut > 0 && (out[cut - 1] == '%' || (cut > 1 && out[cut - 2] == '%'))) --cut;  // no %XX split
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char c : account) h = (h ^ c) * 1099511628211ull;
+    char hex[18];
+    std::snprintf(hex, sizeof hex, "~%016llx", static_cast<unsigned long long>(h));
+    return out.substr(0, cut) + hex;
 }
 
 // Writes the whole text to path through a temporary file in the same directory, renamed into

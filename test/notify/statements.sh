@@ -165,3 +165,10 @@ is "$(sed -n 's/^cells //p' "$work/hostile.txt")" \
    "cluster, partition, submitter and unit show as text in the cells"
 is "$(sed -n 's/^bdi //p' "$work/hostile.txt")" "[$name]" \
    "the name is isolated (bdi): its right-to-left override does not turn the heading's month around"
+# --all: a name longer than a file name may be does not stop the run
+mkdir "$work/hostile"
+"$report" -d hpcacct_hostile --all -o "$work/hostile" 2025-05 2>"$work/report.err"; rc=$?
+is "$rc $(ls "$work/hostile" | wc -l) $(ls "$work/hostile" | awk 'length($0) > 255' | wc -l)" "0 3 0" \
+   "--all writes every statement when a name's file name would be too long (exit, files, names over 255 bytes)"
+ls "$work/hostile" | grep -q '^%C5%BE-after-2025-05.html$'; ok $? "the account after the long one (ž-after) has its statement" \
+   "$(ls "$work/hostile"; cat "$work/report.err")"
