@@ -324,11 +324,20 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
             sections := sections || jsonb_build_object('window_quota', section);
         END IF;
 
-        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far.
+        -- balance() counts the whole quarter's charges: less the part of them after upto, it is
+        -- the balance at the end of upto (balance() itself when none runs past it).
         q := @extschema@.quarter_start(m);
         SELECT jsonb_build_object(
                    'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
-                   'balance', @extschema@.balance(a.name, upto),
+                   'balance', @extschema@.balance(a.name, upto)
+                              + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                               (upto + 1)::timestamp AT TIME ZONE tz,
+                                                               (q + interval '3 months')::timestamp AT TIME ZONE tz)), 6)
+                                          FROM @extschema@.ledger l
+                                          WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                                            AND l.job_end >= (upto + 1)::timestamp AT TIME ZONE tz
+                                            AND l.job_start < (q + interval '3 months')::timestamp AT TIME ZONE tz), 0),
                    'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
                                 round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                         q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))

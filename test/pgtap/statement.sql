@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(36);
+SELECT plan(38);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -43,7 +43,13 @@ SELECT is((SELECT x ->> 'amount' FROM m, jsonb_array_elements(d -> 'charges' -> 
 SELECT is((SELECT x ->> 'usage' || ' / ' || (x ->> 'equivalent_hours') FROM m, jsonb_array_elements(d -> 'usage_by_resource') x
            WHERE x ->> 'cluster' = 's_g'), '12.000000 / 6.000000',
           'usage by resource: 6 GPU-hours at weight 2 are 12, shown beside the unweighted 6');
-SELECT is((SELECT (d -> 'bank' ->> 'balance')::numeric FROM m), balance('s_a', '2024-05-31'), 'the bank balance is balance()');
+-- balance() is the whole quarter's: the June half of j2 (16) is not spent at the end of May
+SELECT is((SELECT (d -> 'bank' ->> 'balance')::numeric FROM m), balance('s_a', '2024-05-31') + 16,
+          'the bank balance is the one at the end of May: balance() without the June half of j2');
+SELECT is((SELECT (d -> 'bank' ->> 'balance')::numeric FROM m), (SELECT (d -> 'bank' -> 'days' -> -1 ->> 1)::numeric FROM m),
+          'and the chart''s last day shows it');
+SELECT is((account_month('s_a', '2024-06-01') -> 'bank' ->> 'balance')::numeric, balance('s_a', '2024-06-30'),
+          'at the end of the quarter it is balance()');
 SELECT is((SELECT (d -> 'window_quota' -> -1 ->> 'consumable')::float8 FROM m),
           (SELECT consumable FROM window_quota_usage('s_a', '2024-05-31')), 'the window quota is window_quota_usage()');
 SELECT is((SELECT (d -> 'regulation' -> 0 ->> 'alloc')::numeric FROM m),
