@@ -10236,6 +10236,10 @@ COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
 -- It was balance(), which counts the whole quarter's charges: a May statement showed June's
 -- too, and disagreed with its own chart. account_month(): defined in the final definitions
 
+-- ==== account_month(): the projection counts wall-clock time -------------------------------
+-- It counted days, so across a DST change it differed from usage_by_resource()'s at the same
+-- instant. account_month(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11721,7 +11725,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                    'equivalent_hours', round(u.hours, 6),
                    'usage_years', round(u.usage / h.hours, 6),
                    'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
-                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_days / u.elapsed, 6) END)
+                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_length / u.elapsed, 6) END)
                    ORDER BY u.pool, u.cluster, u.partition), '[]')
         INTO section
         FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
@@ -11730,8 +11734,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                      -- of jobs no longer in the job table) still count
                      CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
                           THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
-                     (y.last_day - y.first_day + 1)::numeric AS year_days,
-                     (upto - y.first_day + 1)::numeric AS elapsed
+                     -- wall-clock seconds in the site's time zone, as usage_by_resource() counts
+                     -- them (a DST change makes a day 23 or 25 hours)
+                     date_part('epoch', (y.last_day + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz)::numeric AS year_length,
+                     date_part('epoch', (upto + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz)::numeric AS elapsed
               FROM @extschema@.charge_by_month c
               JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
               JOIN @extschema@.resource r ON r.resource_id = l.resource_id

@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(38);
+SELECT plan(39);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -91,6 +91,16 @@ SELECT 's_a', 'charge', -5, 'NPL', resource_id, 's_c', 'old1', 's_alice', '2024-
 FROM resource WHERE cluster = 's_c' AND partition = 'p' AND valid @> timestamptz '2024-05-12 00:00+00';
 SELECT is((SELECT x ->> 'core_hours' FROM usage_s_c), '76.000000', 'once that charge is reversed, the core-hours are known again');
 ROLLBACK TO SAVEPOINT core_hours;
+
+-- the projection counts wall-clock time, as usage_by_resource() does: in Berlin, April 2024
+-- has had 121 days less the hour of the DST change (12 x 8 784 / 2 903, not 12 x 366 / 121)
+SAVEPOINT berlin;
+UPDATE setting SET value = 'Europe/Berlin' WHERE name = 'timezone';
+SELECT is((SELECT (x ->> 'projected_usage')::numeric FROM jsonb_array_elements(account_month('s_a', '2024-04-01') -> 'usage_by_resource') x
+           WHERE x ->> 'cluster' = 's_g'),
+          (SELECT round(projected_usage, 6) FROM usage_by_resource(2024, '2024-05-01 00:00 Europe/Berlin') WHERE cluster = 's_g'),
+          'Europe/Berlin: the April statement''s projection is usage_by_resource()''s at the end of April (36.310024)');
+ROLLBACK TO SAVEPOINT berlin;
 
 SELECT is((SELECT array_agg(a ORDER BY a) FROM statement_accounts('2024-05-01') a WHERE a LIKE 's\_%'), ARRAY['s_a', 's_b'],
           'the statements of May: the accounts with charges or allocations in it');
