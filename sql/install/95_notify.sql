@@ -118,7 +118,10 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
             INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
-            SELECT m.topic, m.decision_key, m.account, m.subject, m.body, coalesce(m.figures, '{}'),
+            -- a subject is one header line: a control character of a name in it (an account
+            -- named with a line break) is a space, so that the decision is not refused for it
+            SELECT m.topic, m.decision_key, m.account, pg_catalog.regexp_replace(m.subject, '[[:cntrl:]]', ' ', 'g'),
+                   m.body, coalesce(m.figures, '{}'),
                    ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
                          UNION
                          SELECT ms.username FROM @extschema@.membership ms

@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(87);
+SELECT plan(89);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -167,6 +167,18 @@ SELECT is(balance('n_hp', '2024-05-01'), 160::numeric, 'setup: 840 of 1 000 NPL 
 SELECT is(notify_scan('2024-05-01'), 1, 'below 20 %: one message');
 SELECT ok((SELECT body FROM outbox WHERE account = 'n_hp') ~ 'holds 160 NPL of the 1,000 NPL', 'with the balance');
 SELECT is(notify_scan('2024-05-02'), 0, 'once per quarter and threshold');
+-- an account whose name has a line break: the subject's check (no control characters) failed
+-- the deciding transaction, here the whole scan; the subject shows the break as a space
+SAVEPOINT control_name;
+INSERT INTO account (name) VALUES (E'n_hp\r\nBcc: x');
+SELECT add_member(E'n_hp\r\nBcc: x', 'n_bob', 'admin');
+SELECT deposit(E'n_hp\r\nBcc: x', '2024-04-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('n_hlrn', 'h1x', E'n_hp\r\nBcc: x', 'n_bob', 'mpp', '2024-04-10 00:00+00', '2024-04-20 00:00+00', 'cpu=42', 'COMPLETED');
+SELECT lives_ok($$SELECT hpcacct.notify_scan('2024-05-03')$$, 'a line break in an account name does not stop the scan');
+SELECT is((SELECT subject FROM outbox WHERE account = E'n_hp\r\nBcc: x'), '[hpcacct] n_hp  Bcc: x: less than 20 % of the quarter''s credits left',
+          'its message is written, the break a space in the subject');
+ROLLBACK TO SAVEPOINT control_name;
 
 -- ---- HLRN: a warning before an account's allocation runs out (notify_scan) --------------
 -- (2025: the personal accounts above were deleted at the start of the year)
