@@ -10243,47 +10243,7 @@ COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
 -- ==== a control character in a name no longer refuses a decision's message ---------------
 -- outbox.subject admits no control character, and subjects carry names: an account named
 -- with a line break failed regulate(), open_quarter() and notify_scan() for every account.
-CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        ids bigint[];
-    BEGIN
-        -- set-based and index-driven: each message's users are found by its account (membership's
-        -- key) and carried in its row, so no step joins the new messages to the input
-        WITH written AS (
-            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
-            -- a subject is one header line: a control character of a name in it (an account
-            -- named with a line break) is a space, so that the decision is not refused for it
-            SELECT m.topic, m.decision_key, m.account, pg_catalog.regexp_replace(m.subject, '[[:cntrl:]]', ' ', 'g'),
-                   m.body, coalesce(m.figures, '{}'),
-                   ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
-                         UNION
-                         SELECT ms.username FROM @extschema@.membership ms
-                         WHERE ms.account = m.account AND (ms.role = 'admin' OR coalesce(m.to_members, false))
-                         ORDER BY 1)
-            FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
-                                                                             subject text, body text, figures jsonb,
-                                                                             to_members boolean, also text[])
-            ORDER BY m.topic, m.decision_key
-            ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
-            RETURNING message_id, addressed_to
-        ), recipients AS (
-            INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
-            SELECT DISTINCT ON (w.message_id, c.email) w.message_id, c.username, c.email
-            FROM written w
-            CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
-            JOIN @extschema@.contact c ON c.username = u.username AND c.notify
-            ORDER BY w.message_id, c.email, c.username
-        )
-        SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
-        IF ids IS NOT NULL THEN
-            PERFORM pg_catalog.pg_notify('hpcacct_outbox', pg_catalog.array_length(ids, 1)::text);
-            RETURN QUERY SELECT pg_catalog.unnest(ids);
-        END IF;
-    END
-    $$;
+-- outbox_add_all(): defined in the final definitions
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -11436,7 +11396,10 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
             INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
-            SELECT m.topic, m.decision_key, m.account, m.subject, m.body, coalesce(m.figures, '{}'),
+            -- a subject is one header line: a control character of a name in it (an account
+            -- named with a line break) is a space, so that the decision is not refused for it
+            SELECT m.topic, m.decision_key, m.account, pg_catalog.regexp_replace(m.subject, '[[:cntrl:]]', ' ', 'g'),
+                   m.body, coalesce(m.figures, '{}'),
                    ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
                          UNION
                          SELECT ms.username FROM @extschema@.membership ms
