@@ -170,5 +170,5 @@ mkdir "$work/hostile"
 "$report" -d hpcacct_hostile --all -o "$work/hostile" 2025-05 2>"$work/report.err"; rc=$?
 is "$rc $(ls "$work/hostile" | wc -l) $(ls "$work/hostile" | awk 'length($0) > 255' | wc -l)" "0 3 0" \
    "--all writes every statement when a name's file name would be too long (exit, files, names over 255 bytes)"
-ls "$work/hostile" | grep -q '^%C5%BE-after-2025-05.html$'; ok $? "the account after the long one (ž-after) has its statement" \
+[ -f "$work/hostile/%C5%BE-after-2025-05.html" ]; ok $? "the account after the long one (ž-after) has its statement" \
    "$(ls "$work/hostile"; cat "$work/report.err")"
