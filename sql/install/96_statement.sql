@@ -445,7 +445,9 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
         e text;
     BEGIN
         h := '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-             || format('<title>Statement %s %s</title>', hpcacct_internal.html_escape(d ->> 'account'), d ->> 'month')
+             -- a title holds no element: the name is isolated between U+2068 and U+2069
+             || format('<title>Statement %s%s%s %s</title>', chr(8296), hpcacct_internal.html_escape(d ->> 'account'), chr(8297),
+                       d ->> 'month')
              || '<style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}'
                 'h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}'
                 'table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}'

@@ -129,6 +129,7 @@ class Dom(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.path, self.tags, self.h1, self.bdi_in_h1, self.cells, self.events = [], set(), '', [], [], []
+        self.title = ''
     def handle_starttag(self, tag, attrs):
         self.tags.add(tag)
         self.events += [k for k, _ in attrs if k.startswith('on')]
@@ -141,6 +142,8 @@ class Dom(HTMLParser):
         while self.path and self.path.pop() != tag:
             pass
     def handle_data(self, d):
+        if 'title' in self.path:
+            self.title += d
         if 'h1' in self.path:
             self.h1 += d
             if 'bdi' in self.path:
@@ -152,6 +155,7 @@ d.feed(open(sys.argv[1], encoding='utf-8').read())
 print('tags', ' '.join(sorted(t for t in d.tags if t in ('script', 'img', 'b', 'u', 'desc'))) or '-')
 print('events', ' '.join(d.events) or '-')
 print('h1', repr(d.h1))
+print('title', repr(d.title))
 print('bdi', repr(d.bdi_in_h1))
 print('cells', repr([c for c in d.cells if '<' in c]))
 PY
@@ -165,6 +169,8 @@ is "$(sed -n 's/^cells //p' "$work/hostile.txt")" \
    "cluster, partition, submitter and unit show as text in the cells"
 is "$(sed -n 's/^bdi //p' "$work/hostile.txt")" "[$name]" \
    "the name is isolated (bdi): its right-to-left override does not turn the heading's month around"
+is "$(sed -n 's/^title //p' "$work/hostile.txt")" "'Statement \u2068${name:1:-1}\u2069 2025-05'" \
+   "and the page's title isolates it between U+2068 and U+2069 (no element may mark it there)"
 # --all: a name longer than a file name may be does not stop the run
 mkdir "$work/hostile"
 "$report" -d hpcacct_hostile --all -o "$work/hostile" 2025-05 2>"$work/report.err"; rc=$?
