@@ -197,6 +197,25 @@ CREATE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
 COMMENT ON FUNCTION hpcacct_internal.statement_month(date) IS
     'First day of the month a statement is for; refuses NULL (22004), infinity (22008) and a month that has not begun (22023)';
 
+-- An account's bank balance at the end of a day: balance() counts the whole quarter's charges,
+-- so the part of them after the day is added back (balance() itself when no job runs past it).
+CREATE FUNCTION hpcacct_internal.balance_at_end(account text, day date) RETURNS numeric
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT @extschema@.balance(balance_at_end.account, balance_at_end.day)
+               + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                           (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz, z.q_end AT TIME ZONE z.tz)), 6)
+                           FROM @extschema@.ledger l
+                           WHERE l.account = balance_at_end.account AND l.kind = 'charge' AND l.unit = hpcacct_internal.bank_unit()
+                             AND l.job_end >= (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz
+                             AND l.job_start < z.q_end AT TIME ZONE z.tz), 0)
+        FROM (SELECT @extschema@.site_timezone() AS tz,
+                     (@extschema@.quarter_start(balance_at_end.day) + interval '3 months')::timestamp AS q_end) z
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
+    'Bank balance of an account at the end of a day: balance() without the quarter''s charges after that day';
+
 -- Everything one account's month page needs. Figures are taken at the end of the month (or
 -- now, for the current month). Sections appear when the account has data of their kind.
 CREATE FUNCTION @extschema@.account_month(account text, month date)
@@ -326,20 +345,11 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
             sections := sections || jsonb_build_object('window_quota', section);
         END IF;
 
-        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far.
-        -- balance() counts the whole quarter's charges: less the part of them after upto, it is
-        -- the balance at the end of upto (balance() itself when none runs past it).
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
         q := @extschema@.quarter_start(m);
         SELECT jsonb_build_object(
                    'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
-                   'balance', @extschema@.balance(a.name, upto)
-                              + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                               (upto + 1)::timestamp AT TIME ZONE tz,
-                                                               (q + interval '3 months')::timestamp AT TIME ZONE tz)), 6)
-                                          FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
-                                            AND l.job_end >= (upto + 1)::timestamp AT TIME ZONE tz
-                                            AND l.job_start < (q + interval '3 months')::timestamp AT TIME ZONE tz), 0),
+                   'balance', hpcacct_internal.balance_at_end(a.name, upto),
                    'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
                                 round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                         q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
@@ -393,7 +403,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                          'bank', CASE WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
                                                    WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
-                                                              'balance', @extschema@.balance(a.name, at), 'unit', bank_unit,
+                                                              'balance', hpcacct_internal.balance_at_end(a.name, at), 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
                          'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
                                                              'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,

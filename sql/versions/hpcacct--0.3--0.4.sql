@@ -10246,6 +10246,27 @@ COMMENT ON FUNCTION hpcacct_internal.theoretical_deserialfn(bytea, internal) IS
 -- with a line break failed regulate(), open_quarter() and notify_scan() for every account.
 -- outbox_add_all(): defined in the final definitions
 
+-- ==== my_accounts(), account_month(): the bank balance at the end of the day --------------
+-- balance() is the whole quarter's: my_accounts() at a past day showed charges of jobs that
+-- ran later in the quarter. Both now read balance_at_end(); they are defined in the final
+-- definitions.
+CREATE FUNCTION hpcacct_internal.balance_at_end(account text, day date) RETURNS numeric
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT @extschema@.balance(balance_at_end.account, balance_at_end.day)
+               + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                           (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz, z.q_end AT TIME ZONE z.tz)), 6)
+                           FROM @extschema@.ledger l
+                           WHERE l.account = balance_at_end.account AND l.kind = 'charge' AND l.unit = hpcacct_internal.bank_unit()
+                             AND l.job_end >= (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz
+                             AND l.job_start < z.q_end AT TIME ZONE z.tz), 0)
+        FROM (SELECT @extschema@.site_timezone() AS tz,
+                     (@extschema@.quarter_start(balance_at_end.day) + interval '3 months')::timestamp AS q_end) z
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
+    'Bank balance of an account at the end of a day: balance() without the quarter''s charges after that day';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11811,20 +11832,11 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
             sections := sections || jsonb_build_object('window_quota', section);
         END IF;
 
-        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far.
-        -- balance() counts the whole quarter's charges: less the part of them after upto, it is
-        -- the balance at the end of upto (balance() itself when none runs past it).
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
         q := @extschema@.quarter_start(m);
         SELECT jsonb_build_object(
                    'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
-                   'balance', @extschema@.balance(a.name, upto)
-                              + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                               (upto + 1)::timestamp AT TIME ZONE tz,
-                                                               (q + interval '3 months')::timestamp AT TIME ZONE tz)), 6)
-                                          FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
-                                            AND l.job_end >= (upto + 1)::timestamp AT TIME ZONE tz
-                                            AND l.job_start < (q + interval '3 months')::timestamp AT TIME ZONE tz), 0),
+                   'balance', hpcacct_internal.balance_at_end(a.name, upto),
                    'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
                                 round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                         q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
@@ -11876,7 +11888,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                          'bank', CASE WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
                                                    WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
-                                                              'balance', @extschema@.balance(a.name, at), 'unit', bank_unit,
+                                                              'balance', hpcacct_internal.balance_at_end(a.name, at), 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
                          'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
                                                              'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,

@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(39);
+SELECT plan(40);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -50,6 +50,8 @@ SELECT is((SELECT (d -> 'bank' ->> 'balance')::numeric FROM m), (SELECT (d -> 'b
           'and the chart''s last day shows it');
 SELECT is((account_month('s_a', '2024-06-01') -> 'bank' ->> 'balance')::numeric, balance('s_a', '2024-06-30'),
           'at the end of the quarter it is balance()');
+SELECT is((SELECT (x -> 'bank' ->> 'balance')::numeric FROM jsonb_array_elements(my_accounts('2024-05-31') -> 'accounts') x
+           WHERE x ->> 'account' = 's_a'), 932::numeric, 'my_accounts() on 31 May: the balance then, as the statement''s');
 SELECT is((SELECT (d -> 'window_quota' -> -1 ->> 'consumable')::float8 FROM m),
           (SELECT consumable FROM window_quota_usage('s_a', '2024-05-31')), 'the window quota is window_quota_usage()');
 SELECT is((SELECT (d -> 'regulation' -> 0 ->> 'alloc')::numeric FROM m),
