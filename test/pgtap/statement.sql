@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(40);
+SELECT plan(41);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -93,6 +93,13 @@ SELECT 's_a', 'charge', -5, 'NPL', resource_id, 's_c', 'old1', 's_alice', '2024-
 FROM resource WHERE cluster = 's_c' AND partition = 'p' AND valid @> timestamptz '2024-05-12 00:00+00';
 SELECT is((SELECT x ->> 'core_hours' FROM usage_s_c), '76.000000', 'once that charge is reversed, the core-hours are known again');
 ROLLBACK TO SAVEPOINT core_hours;
+
+-- figures of any size are printed, not masked with '#' (a bank of 2 000 000 000 core-seconds)
+SAVEPOINT large;
+SELECT deposit('s_b', '2024-04-01', 1999999000);
+SELECT ok(statement_html('s_b', '2024-05-01') ~ '<td class="n">2,000,000,000.00 NPL</td><td class="n">1,999,999,980.00 NPL</td>',
+          'a bank allocation and balance of 2 000 000 000 are printed in full');
+ROLLBACK TO SAVEPOINT large;
 
 -- the projection counts wall-clock time, as usage_by_resource() does: in Berlin, April 2024
 -- has had 121 days less the hour of the DST change (12 x 8 784 / 2 903, not 12 x 366 / 121)
