@@ -323,6 +323,48 @@ check "a release that failed is retried by the next run" \
        [ "$(squeue -h -j "$retry_job" -o %r)" != JobHeldAdmin ] && echo t)"
 scancel "$retry_job"
 
+# An operator's hold and hpcacct's on the same job, in both orders: hpcacct lifts only its own.
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'big3', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=900000000', 'COMPLETED')"
+printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit e_hold --begin=now+1hour --comment 'kept by the operator'
+op_first=$job
+submit e_hold --begin=now+1hour
+own_first=$job
+submit e_hold --begin=now+1hour
+op_after=$job
+sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+scontrol hold "$op_first"      # an operator's hold before hpcacct's
+scontrol uhold "$own_first"    # the owner's own hold before hpcacct's
+h1=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$h1" | sed 's/^/# /'
+why() { squeue -h -j "$1" -o '%r|%k'; }
+echo "# operator first: $(why "$op_first"); owner first: $(why "$own_first"); hpcacct first: $(why "$op_after")"
+check "a job an operator held before hpcacct would is left as it is (no hold, comment kept)" \
+    "$([ "$(why "$op_first")" = 'JobHeldAdmin|kept by the operator' ] && ! grep -Eq "(=| )$op_first( |\$)" <<<"$h1" && echo t)"
+check "hpcacct holds a job its owner held (JobHeldUser), with its reason" \
+    "$(why "$own_first" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' &&
+       why "$op_after" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' && echo t)"
+scontrol hold "$op_after"      # an operator's hold after hpcacct's: Slurm shows no change,
+scontrol update jobid="$op_after" comment='operator: keep held'   # the operator's comment tells
+h2=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$h2" | sed 's/^/# /'
+sql "DELETE FROM hpcacct.job WHERE jobid = 'big3'"    # charged back: e_hold is valid again
+h3=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$h3" | sed 's/^/# /'
+echo "# operator first: $(why "$op_first"); owner first: $(why "$own_first"); hpcacct first: $(why "$op_after")"
+check "the account valid again: the operator's earlier hold stays" \
+    "$([ "$(why "$op_first")" = 'JobHeldAdmin|kept by the operator' ] && echo t)"
+check "the operator's later hold stays, with the operator's comment" \
+    "$([ "$(why "$op_after")" = 'JobHeldAdmin|operator: keep held' ] && echo t)"
+check "the owner's own hold is back, hpcacct's comment gone" \
+    "$(case $(why "$own_first") in 'JobHeldUser|(null)' | 'JobHeldUser|') echo t ;; esac)"
+h4=$(hpcacct-slurm-sync --queue 2>&1)
+check "a second run changes nothing" "$(grep -q 'pending jobs: nothing to change' <<<"$h4" && echo t)"
+scancel "$op_first" "$own_first" "$op_after"
+
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
 reload
