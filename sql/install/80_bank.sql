@@ -30,6 +30,9 @@ CREATE TABLE @extschema@.pending_job (
     checked_at   timestamptz,
     -- the partition(s) it waits for, as squeue prints them ("a,b"): the pool of its fair share
     partition    text,
+    -- the hold hpcacct-slurm-sync placed in Slurm and how it lifts it: release (scontrol
+    -- release), uhold (back to the owner's own hold, scontrol uhold); NULL: none of its own
+    sync_hold    text CHECK (sync_hold IN ('release', 'uhold')),
     PRIMARY KEY (cluster, jobid)
 );
 COMMENT ON TABLE @extschema@.pending_job IS

@@ -10271,6 +10271,13 @@ COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
 -- A bank allocation or balance of 10^9 or more was printed ###,###,###.##. statement_html():
 -- defined in the final definitions
 
+-- ==== holds (Slurm enforcement review) ------------------------------------------------
+-- pending_job.sync_hold records the holds hpcacct-slurm-sync placed, so that it releases
+-- only those; the jobs the previous sync held or failed to release are its own (what that
+-- sync would have released)
+ALTER TABLE @extschema@.pending_job ADD COLUMN sync_hold text CHECK (sync_hold IN ('release', 'uhold'));
+UPDATE @extschema@.pending_job SET sync_hold = 'release' WHERE held OR hold_reason IS NOT NULL;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
