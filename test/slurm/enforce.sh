@@ -73,8 +73,30 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 SQL
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
+    # As a site whose database is on another host: TCP (127.0.0.1, a free port) with password
+    # authentication (scram) for the plugin's and the sync's roles; their passwords only in
+    # files (a password file, a service file), never on a command line.
+    tcp_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    submit_pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') sync_pw=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    psql -X -q -v ON_ERROR_STOP=1 -d acct <<SQL || exit 1
+ALTER ROLE slurm_submit PASSWORD '$submit_pw';
+ALTER ROLE slurm_sync PASSWORD '$sync_pw';
+SQL
+    data=$PGHOST/data
+    { echo 'host all slurm_submit,slurm_sync 127.0.0.1/32 scram-sha-256'; cat "$data/pg_hba.conf"; } >"$work/hba"
+    cat "$work/hba" >"$data/pg_hba.conf"
+    printf "listen_addresses = '127.0.0.1'\nport = %s\nlog_connections = on\n" "$tcp_port" >>"$data/postgresql.conf"
+    runuser -u postgres -- "$("$PG_CONFIG" --bindir)/pg_ctl" -D "$data" -l "$PGHOST/server.log" -m fast -w restart >/dev/null ||
+        exit 1
+    export PGPORT=$tcp_port   # the socket's name follows the port
+    umask 077
+    echo "127.0.0.1:$tcp_port:acct:slurm_submit:$submit_pw" >"$work/submit.pgpass"
+    echo "127.0.0.1:$tcp_port:acct:slurm_sync:$sync_pw" >"$work/sync.pgpass"
+    echo "127.0.0.1:$tcp_port:acct:slurm_sync:wrong$sync_pw" >"$work/wrong.pgpass"
+    printf '[hpcacct_sync]\nhost=127.0.0.1\nport=%s\ndbname=acct\nuser=slurm_sync\n' "$tcp_port" >"$work/pg_service.conf"
+    umask 022
     cat >"$work/hpcacct_job_submit.conf" <<CONF
-conninfo = host=$PGHOST port=$PGPORT dbname=acct user=slurm_submit connect_timeout=2
+conninfo = host=127.0.0.1 port=$tcp_port dbname=acct user=slurm_submit passfile=$work/submit.pgpass connect_timeout=2
 on_db_error = open
 retry_seconds = 0
 CONF
@@ -95,13 +117,21 @@ check() {  # check DESCRIPTION t|f
     if [ "$2" = t ]; then passed=$((passed + 1)); echo "ok $n - $1"
     else failed=$((failed + 1)); echo "not ok $n - $1"; fi
 }
+# On any exit: a backend stopped below is continued and the sbatch waiting for it ended; a run
+# that did not reach its end counts as failed.
+frozen= frozen_sbatch= completed=
 finish() {
+    [ -n "$frozen" ] && kill -CONT "$frozen" 2>/dev/null
+    [ -n "$frozen_sbatch" ] && kill -TERM "$frozen_sbatch" 2>/dev/null
+    [ -n "$completed" ] || check "the test ran to its end (it was interrupted or died)" f
     echo "1..$n"
     echo "enforce $passed $failed" >"$HPCACCT_ENFORCE_RESULT"
 }
 trap finish EXIT
+trap 'exit 143' TERM   # with-slurm.sh's teardown ends us with TERM
 work=$HPCACCT_ENFORCE_WORK
-export HPCACCT_DSN="host=$PGHOST port=$PGPORT dbname=acct user=slurm_sync"
+# the sync as cron would run it: a service name, the password in a password file
+export HPCACCT_DSN=service=hpcacct_sync PGSERVICEFILE=$work/pg_service.conf PGPASSFILE=$work/sync.pgpass
 sql() { psql -X -q -At -v ON_ERROR_STOP=1 -d acct -c "$1"; }
 log=$HPCACCT_SLURM_DIR/log/slurmctld.log
 script=$HPCACCT_SLURM_DIR/etc/job_submit.lua
@@ -155,6 +185,9 @@ check "a job without -A gets hpcacct's default project (e_good)" \
     "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
 scancel --quiet $(squeue -h -o %A) 2>/dev/null
 check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission refused for root on e_neg: negative_balance' "$log" && echo t)"
+check "the plugin reaches the database over TCP, with the password from its password file (scram)" \
+    "$([ "$(sql "SELECT client_addr FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%'")" = 127.0.0.1 ] &&
+       grep -q 'connection authenticated: identity="slurm_submit" method=scram-sha-256' "$HPCACCT_SERVER_LOG" && echo t)"
 
 # associations
 before=$(sacctmgr -n -P show assoc cluster=testcl format=Account,User,GrpSubmitJobs,DefaultQOS,QOS)
@@ -172,8 +205,17 @@ check "good, staff and low-priority accounts have no submit limit" \
     "$([ -z "$(assoc e_good '' GrpSubmitJobs)$(assoc e_staff '' GrpSubmitJobs)$(assoc e_low '' GrpSubmitJobs)" ] && echo t)"
 check "the low_priority account's associations default to the low QOS" \
     "$([ "$(assoc e_low '' DefaultQOS)" = hpcacct-low ] && [ "$(assoc e_low root DefaultQOS)" = hpcacct-low ] && echo t)"
-sync2=$(hpcacct-slurm-sync --assoc 2>&1)
+mkdir -p "$work/pshim"   # records psql's arguments
+printf '#!/bin/sh\nprintf "%%s\\n" "$*" >>%s/psql.args\nexec %s "$@"\n' "$work" "$(command -v psql)" >"$work/pshim/psql"
+chmod +x "$work/pshim/psql"
+sync2=$(PATH=$work/pshim:$PATH hpcacct-slurm-sync --assoc 2>&1)
 check "a second sync changes nothing" "$(grep -q 'associations: nothing to change' <<<"$sync2" && ! grep -q 'ran:' <<<"$sync2" && echo t)"
+wrong=$(PGPASSFILE=$work/wrong.pgpass hpcacct-slurm-sync --assoc 2>&1)
+echo "# with a wrong password: $(head -1 <<<"$wrong")"
+check "the sync reaches the database over TCP with the password from PGPASSFILE, never on psql's command line" \
+    "$(grep -q 'connection authenticated: identity="slurm_sync" method=scram-sha-256' "$HPCACCT_SERVER_LOG" &&
+       grep -q 'password authentication failed for user "slurm_sync"' <<<"$wrong" &&
+       grep -q 'service=hpcacct_sync' "$work/psql.args" && ! grep -qiE 'password|[0-9a-f]{32}' "$work/psql.args" && echo t)"
 
 # priority of a low_priority account's pending job
 submit e_good -N 2 -n 8 --exclusive     # fills the cpu partition: what follows stays pending
@@ -410,10 +452,18 @@ submit e_good   # the plugin connects again after the restart
 backend=$(sql "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%' LIMIT 1")
 frozen_out='' frozen_rc=''
 if [ -n "$backend" ]; then
+    frozen=$backend
     kill -STOP "$backend"
-    frozen_out=$(timeout 60 sbatch --parsable -J hpcacct-frozen -A e_good -p cpu -n 1 -t 5 -o /dev/null --wrap 'sleep 600' 2>&1)
+    # in the background, so that a TERM is handled at once (wait returns), not after sbatch
+    timeout 60 sbatch --parsable -J hpcacct-frozen -A e_good -p cpu -n 1 -t 5 -o /dev/null --wrap 'sleep 600' \
+        >"$work/frozen.out" 2>&1 &
+    frozen_sbatch=$!
+    wait "$frozen_sbatch"
     frozen_rc=$?
+    frozen_sbatch=
+    frozen_out=$(cat "$work/frozen.out")
     kill -CONT "$backend"
+    frozen=
 fi
 echo "# backend ${backend:-none} stopped: sbatch said: $frozen_out"
 frozen_job=
@@ -425,4 +475,5 @@ done
 check "the database not answering: sbatch times out, and the job is created once it answers" \
     "$([ "$frozen_rc" = 1 ] && grep -q 'Socket timed out' <<<"$frozen_out" && [ -n "$frozen_job" ] && echo t)"
 [ -n "$frozen_job" ] && scancel "$frozen_job" 2>/dev/null
+completed=1
 [ "$failed" -eq 0 ]
