@@ -11,7 +11,8 @@ slurmctld's environment), and restart slurmctld (or `scontrol reconfigure`).
 Configuration, one `key = value` a line, `#` starts a comment:
   conninfo       libpq connection string of the accounting database, in keyword = value
                  form, e.g. host=db.example.org dbname=acct user=slurm_submit connect_timeout=2
-                 (a role in hpcacct_submit; a password belongs in ~/.pgpass of SlurmUser); the
+                 (a role in hpcacct_submit; a password belongs in a file only SlurmUser reads,
+                 passfile=/etc/slurm/hpcacct.pgpass, mode 0600); the
                  script adds options (statement_timeout) and application_name to it
   on_db_error    open   (default) accept the job and log an error when the database cannot
                         be reached or answers with an error;
