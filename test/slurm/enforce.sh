@@ -475,5 +475,32 @@ done
 check "the database not answering: sbatch times out, and the job is created once it answers" \
     "$([ "$frozen_rc" = 1 ] && grep -q 'Socket timed out' <<<"$frozen_out" && [ -n "$frozen_job" ] && echo t)"
 [ -n "$frozen_job" ] && scancel "$frozen_job" 2>/dev/null
+
+# A database that takes a new connection but never answers it (its postmaster stopped), with a
+# conninfo that sets no connect_timeout: the plugin's own default bounds the wait.
+sed -i 's/ connect_timeout=2//' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit e_good      # the reloaded script connects
+[ -n "$job" ] && scancel "$job"
+sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%'" >/dev/null
+postmaster=$(head -1 "$data/postmaster.pid")
+frozen=$postmaster
+kill -STOP "$postmaster"
+start=$(date +%s%N)
+timeout 60 sbatch --parsable -J hpcacct-hung -A e_good -p cpu -n 1 -t 5 -o /dev/null --wrap 'sleep 600' \
+    >"$work/hung.out" 2>&1 &
+frozen_sbatch=$!
+wait "$frozen_sbatch"
+hung_rc=$?
+frozen_sbatch=
+waited_ms=$((($(date +%s%N) - start) / 1000000))
+kill -CONT "$postmaster"
+frozen=
+echo "# postmaster stopped: sbatch waited $waited_ms ms and said: $(cat "$work/hung.out")"
+check "a database that never answers a new connection: refused (on_db_error = closed) within 5 s, not at MessageTimeout" \
+    "$([ "$hung_rc" != 0 ] && grep -q 'the accounting database cannot be reached' "$work/hung.out" &&
+       [ "$waited_ms" -lt 5000 ] && echo t)"
+hung_job=$(squeue -h -n hpcacct-hung -o %A)
+[ -n "$hung_job" ] && scancel "$hung_job"
 completed=1
 [ "$failed" -eq 0 ]
