@@ -13,7 +13,8 @@ Configuration, one `key = value` a line, `#` starts a comment:
                  form, e.g. host=db.example.org dbname=acct user=slurm_submit connect_timeout=2
                  (a role in hpcacct_submit; a password belongs in a file only SlurmUser reads,
                  passfile=/etc/slurm/hpcacct.pgpass, mode 0600); the
-                 script adds options (statement_timeout) and application_name to it
+                 script adds options (statement_timeout) and application_name to it, and
+                 connect_timeout=2 unless it sets one
   on_db_error    open   (default) accept the job and log an error when the database cannot
                         be reached or answers with an error;
                  closed refuse the job with a message saying so
@@ -116,10 +117,12 @@ local function connect()
                                                     .. (next_attempt - os.time()) .. " s" end
     -- statement_timeout and application_name travel with the connection request (no round
     -- trips of their own); the check is prepared once per connection, so that each submission
-    -- is one EXECUTE that the server neither parses nor plans again
+    -- is one EXECUTE that the server neither parses nor plans again. connect_timeout=2 comes
+    -- first: a conninfo that sets none would let slurmctld wait for as long as a server that
+    -- took the connection does not answer it (a later keyword wins: conninfo's own stays).
     local timeout = tonumber(conf.statement_timeout_ms) or 2000
     local c, err = env:connect(string.format(
-        "%s options='-c statement_timeout=%d' application_name='slurm job_submit/lua (hpcacct)'",
+        "connect_timeout=2 %s options='-c statement_timeout=%d' application_name='slurm job_submit/lua (hpcacct)'",
         conf.conninfo, timeout))
     if not c then
         next_attempt = os.time() + conf.retry

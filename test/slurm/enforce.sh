@@ -502,5 +502,21 @@ check "a database that never answers a new connection: refused (on_db_error = cl
        [ "$waited_ms" -lt 5000 ] && echo t)"
 hung_job=$(squeue -h -n hpcacct-hung -o %A)
 [ -n "$hung_job" ] && scancel "$hung_job"
+
+# a check slower than statement_timeout_ms (2 s; the accounts locked away): the server cancels it
+submit e_good      # connected again
+[ -n "$job" ] && scancel "$job"
+psql -X -q -d acct -c 'BEGIN' -c 'LOCK TABLE hpcacct.account IN ACCESS EXCLUSIVE MODE' -c 'SELECT pg_sleep(5)' \
+    -c 'COMMIT' >/dev/null 2>&1 &
+locker=$!
+sleep 0.5
+start=$(date +%s%N)
+submit e_good
+waited_ms=$((($(date +%s%N) - start) / 1000000))
+wait "$locker"
+echo "# accounts locked: sbatch waited $waited_ms ms and said: $out"
+check "a check slower than statement_timeout_ms: refused (on_db_error = closed) after about 2 s" \
+    "$([ $rc -ne 0 ] && grep -q 'the accounting database cannot be reached' <<<"$out" &&
+       [ "$waited_ms" -ge 1900 ] && [ "$waited_ms" -lt 5000 ] && echo t)"
 completed=1
 [ "$failed" -eq 0 ]
