@@ -16,6 +16,10 @@ if [ "${1:-}" != --inside ]; then
     export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
     export HPCACCT_ENFORCE_RESULT
     HPCACCT_ENFORCE_RESULT=$(mktemp)
+    # a TERM or ^C waits for what runs below to stop (bash runs the trap after it)
+    trap 'rm -f "$HPCACCT_ENFORCE_RESULT"' EXIT
+    trap 'exit 143' TERM
+    trap 'exit 130' INT
     test/scripts/with-cluster.sh enforce "$root/test/slurm/enforce.sh" --inside
     status=$?
     result=$(cat "$HPCACCT_ENFORCE_RESULT")
@@ -104,9 +108,17 @@ CONF
     export HPCACCT_SLURM_CONF_EXTRA='JobSubmitPlugins=lua'
     export HPCACCT_SLURM_JOB_SUBMIT_LUA=$root/src/slurm/job_submit.lua
     export HPCACCT_SLURM_ENFORCE=associations,limits,qos
-    # not exec: the EXIT trap above removes $work afterwards
-    rc=0
-    timeout 600 test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm || rc=$?   # bounded: 10 minutes
+    # not exec: the EXIT trap above removes $work afterwards. In the background (timeout runs
+    # in a process group of its own): a TERM or ^C here is passed on, and the Slurm part stops
+    # what it started before this cluster goes away.
+    timeout 600 test/slurm/with-slurm.sh "$root/test/slurm/enforce.sh" --inside --slurm &   # bounded: 10 minutes
+    slurm=$!
+    trap 'kill -TERM "$slurm" 2>/dev/null' INT TERM
+    while :; do
+        wait "$slurm"
+        rc=$?
+        kill -0 "$slurm" 2>/dev/null || break
+    done
     exit $rc
 fi
 
