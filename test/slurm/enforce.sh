@@ -222,6 +222,8 @@ printf '#!/bin/sh\nprintf "%%s\\n" "$*" >>%s/psql.args\nexec %s "$@"\n' "$work" 
 chmod +x "$work/pshim/psql"
 sync2=$(PATH=$work/pshim:$PATH hpcacct-slurm-sync --assoc 2>&1)
 check "a second sync changes nothing" "$(grep -q 'associations: nothing to change' <<<"$sync2" && ! grep -q 'ran:' <<<"$sync2" && echo t)"
+check "--help prints the whole header, to its cron line" \
+    "$(hpcacct-slurm-sync --help | tail -n 1 | grep -q 'cron: \*/10' && echo t)"
 wrong=$(PGPASSFILE=$work/wrong.pgpass hpcacct-slurm-sync --assoc 2>&1)
 echo "# with a wrong password: $(head -1 <<<"$wrong")"
 check "the sync reaches the database over TCP with the password from PGPASSFILE, never on psql's command line" \
