@@ -390,9 +390,12 @@ submit e_hold --begin=now+1hour
 own_first=$job
 submit e_hold --begin=now+1hour
 op_after=$job
+submit e_hold --begin=now+1hour
+op_released=$job
 sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
 reload
 scontrol hold "$op_first"      # an operator's hold before hpcacct's
+scontrol hold "$op_released"   # the same, released again below
 scontrol uhold "$own_first"    # the owner's own hold before hpcacct's
 h1=$(hpcacct-slurm-sync --queue 2>&1)
 echo "$h1" | sed 's/^/# /'
@@ -405,8 +408,11 @@ check "hpcacct holds a job its owner held (JobHeldUser), with its reason" \
        why "$op_after" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' && echo t)"
 scontrol hold "$op_after"      # an operator's hold after hpcacct's: Slurm shows no change,
 scontrol update jobid="$op_after" comment='operator: keep held'   # the operator's comment tells
+scontrol release "$op_released"
 h2=$(hpcacct-slurm-sync --queue 2>&1)
 echo "$h2" | sed 's/^/# /'
+check "a job the operator released while the account is still invalid gets hpcacct's hold" \
+    "$(why "$op_released" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' && echo t)"
 sql "DELETE FROM hpcacct.job WHERE jobid = 'big3'"    # charged back: e_hold is valid again
 h3=$(hpcacct-slurm-sync --queue 2>&1)
 echo "$h3" | sed 's/^/# /'
@@ -415,11 +421,12 @@ check "the account valid again: the operator's earlier hold stays" \
     "$([ "$(why "$op_first")" = 'JobHeldAdmin|kept by the operator' ] && echo t)"
 check "the operator's later hold stays, with the operator's comment" \
     "$([ "$(why "$op_after")" = 'JobHeldAdmin|operator: keep held' ] && echo t)"
+check "and hpcacct's hold of that job is lifted" "$(case $(why "$op_released") in JobHeldAdmin* | JobHeldUser*) ;; *) echo t ;; esac)"
 check "the owner's own hold is back, hpcacct's comment gone" \
     "$(case $(why "$own_first") in 'JobHeldUser|(null)' | 'JobHeldUser|') echo t ;; esac)"
 h4=$(hpcacct-slurm-sync --queue 2>&1)
 check "a second run changes nothing" "$(grep -q 'pending jobs: nothing to change' <<<"$h4" && echo t)"
-scancel "$op_first" "$own_first" "$op_after"
+scancel "$op_first" "$own_first" "$op_after" "$op_released"
 
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
