@@ -417,6 +417,9 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
     DECLARE
         args text;
     BEGIN
+        IF job_table IS NULL THEN
+            RAISE EXCEPTION 'attach_charging: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
@@ -447,6 +450,12 @@ CREATE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '@extschema@
     DECLARE
         created regclass;
     BEGIN
+        IF job_table IS NULL THEN
+            RAISE EXCEPTION 'create_job_table: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF job_table !~ '\S' THEN
+            RAISE EXCEPTION 'create_job_table: job_table must name a table, not "%"', job_table
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         EXECUTE format($t$
             CREATE TABLE %s (
                 cluster   text NOT NULL,

@@ -109,15 +109,23 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
                                              monthly_allowance float8, cluster text DEFAULT NULL,
                                              unit text DEFAULT 'core-hours')
     RETURNS void
-    LANGUAGE sql VOLATILE
+    LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT hpcacct_internal.require_account($1, 'add_quota_period');
+    DECLARE
+        missing text := CASE WHEN $2 IS NULL THEN 'period_start' WHEN $3 IS NULL THEN 'period_end'
+                             WHEN $4 IS NULL THEN 'monthly_allowance' WHEN $6 IS NULL THEN 'unit' END;
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'add_quota_period');
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'add_quota_period: % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
         VALUES ($1, $2, $3, $5, $6);
         INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
         SELECT $1, $2, $3, m.month::date, $4
         FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';

@@ -278,13 +278,14 @@ CREATE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
         IF amount IS NULL THEN
             RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        IF amount = 'NaN' OR amount <= 0 THEN
-            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+        -- the ledger's numeric(20, 6) holds less than 10^14
+        IF amount = 'NaN' OR amount <= 0 OR amount >= 1e14 THEN
+            RAISE EXCEPTION 'amount must be a positive number below 10^14, not %', amount
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number below 10^14 (the ledger''s numeric(20, 6))';
 
 CREATE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
     RETURNS bigint
@@ -378,10 +379,14 @@ CREATE FUNCTION @extschema@.top_up(account text, quarter date, target numeric) R
         bank_unit constant text := @extschema@.setting_value('bank_unit');
         booked numeric;
     BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account, 'top_up');
         IF quarter IS NULL OR target IS NULL THEN
             RAISE EXCEPTION 'top_up needs a quarter and a target' USING ERRCODE = 'null_value_not_allowed';
         ELSIF NOT isfinite(quarter) THEN
             RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF target = 'NaN' OR target < 0 OR target >= 1e14 THEN
+            RAISE EXCEPTION 'top_up: target must be a number from 0 to below 10^14, not %', target
+                USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
         INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
         SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
@@ -400,13 +405,17 @@ COMMENT ON FUNCTION @extschema@.top_up(text, date, numeric) IS
 REVOKE EXECUTE ON FUNCTION @extschema@.top_up(text, date, numeric) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT coalesce(a.personal_allotment, @extschema@.setting_value('personal_allotment')::numeric)
-        FROM @extschema@.account a WHERE a.name = account
+    BEGIN
+        PERFORM hpcacct_internal.require_account(account, 'personal_allotment');
+        RETURN (SELECT coalesce(a.personal_allotment, @extschema@.setting_value('personal_allotment')::numeric)
+                FROM @extschema@.account a WHERE a.name = personal_allotment.account);
+    END
     $$;
-COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS 'Credits per quarter a personal account is topped up to';
+COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS
+    'Credits per quarter a personal account is topped up to; a NULL (22004) or unknown account (42704) is an error';
 
 -- A personal allotment may be raised on request, up to double the setting.
 CREATE FUNCTION hpcacct_internal.check_personal_allotment() RETURNS trigger
@@ -436,7 +445,7 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
-        q date := @extschema@.quarter_start(at);
+        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
     BEGIN
         IF username IS NULL THEN
             RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -454,7 +463,7 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     END
     $$;
 COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
-    'Creates a user with a personal account holding the allotment for this and the next two quarters';
+    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone)';
 REVOKE EXECUTE ON FUNCTION @extschema@.add_user(text, date) FROM PUBLIC;
 
 CREATE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
@@ -520,6 +529,8 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
         PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF username IS NULL THEN
             RAISE EXCEPTION 'add_member: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF role IS NULL THEN
+            RAISE EXCEPTION 'add_member: role must not be NULL (member or admin)' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';

@@ -10278,6 +10278,84 @@ COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
 ALTER TABLE @extschema@.pending_job ADD COLUMN sync_hold text CHECK (sync_hold IN ('release', 'uhold'));
 UPDATE @extschema@.pending_job SET sync_hold = 'release' WHERE held OR hold_reason IS NOT NULL;
 
+-- ==== require_amount(): an infinite or too large amount is 22003 naming the amount (it was numeric field overflow) ---
+-- hpcacct_internal.require_amount(): defined in the final definitions
+
+-- ==== top_up(): account checked as a bank operation, target from 0 to below 10^14 (NULL was 23502, unknown 23503, negative a silent 0) ---
+-- top_up(): defined in the final definitions
+
+-- ==== add_member(), create_job_table(), attach_charging(): a NULL role or table, a blank table name: 22004, 22023 ---
+-- (a NULL role was 23502 from membership; create_job_table(NULL or '') a syntax error, 42601;
+-- attach_charging(NULL) 42703 naming column "cluster" of <NULL>)
+-- add_member(), create_job_table(), attach_charging(): defined in the final definitions
+
+-- ==== add_quota_period(): NULL dates, allowance or unit are 22004 ----
+-- (they were 23502 from the tables' constraints)
+CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
+                                             monthly_allowance float8, cluster text DEFAULT NULL,
+                                             unit text DEFAULT 'core-hours')
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        missing text := CASE WHEN $2 IS NULL THEN 'period_start' WHEN $3 IS NULL THEN 'period_end'
+                             WHEN $4 IS NULL THEN 'monthly_allowance' WHEN $6 IS NULL THEN 'unit' END;
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'add_quota_period');
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'add_quota_period: % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
+        VALUES ($1, $2, $3, $5, $6);
+        INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
+        SELECT $1, $2, $3, m.month::date, $4
+        FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
+    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+
+-- ==== add_user(user, NULL) is today, as every date argument (it was 22004 from top_up) -----
+CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
+            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
+        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
+        FOR i IN 0 .. 2 LOOP
+            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
+                                       @extschema@.personal_allotment(username));
+        END LOOP;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
+    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone)';
+
+-- ==== personal_allotment(): a NULL or unknown account is 22004, 42704 (it gave NULL) -------
+CREATE OR REPLACE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_account(account, 'personal_allotment');
+        RETURN (SELECT coalesce(a.personal_allotment, @extschema@.setting_value('personal_allotment')::numeric)
+                FROM @extschema@.account a WHERE a.name = personal_allotment.account);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS
+    'Credits per quarter a personal account is topped up to; a NULL (22004) or unknown account (42704) is an error';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10531,10 +10609,14 @@ CREATE OR REPLACE FUNCTION @extschema@.top_up(account text, quarter date, target
         bank_unit constant text := @extschema@.setting_value('bank_unit');
         booked numeric;
     BEGIN
+        PERFORM hpcacct_internal.require_bank_account(account, 'top_up');
         IF quarter IS NULL OR target IS NULL THEN
             RAISE EXCEPTION 'top_up needs a quarter and a target' USING ERRCODE = 'null_value_not_allowed';
         ELSIF NOT isfinite(quarter) THEN
             RAISE EXCEPTION 'quarter must be a finite date' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF target = 'NaN' OR target < 0 OR target >= 1e14 THEN
+            RAISE EXCEPTION 'top_up: target must be a number from 0 to below 10^14, not %', target
+                USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
         INSERT INTO @extschema@.ledger (account, kind, amount, unit, valid_from, valid_until, note)
         SELECT top_up.account, 'deposit', target - coalesce(sum(l.amount), 0), bank_unit, q,
@@ -10870,6 +10952,8 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
         PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF username IS NULL THEN
             RAISE EXCEPTION 'add_member: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF role IS NULL THEN
+            RAISE EXCEPTION 'add_member: role must not be NULL (member or admin)' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
@@ -12094,6 +12178,12 @@ CREATE OR REPLACE FUNCTION @extschema@.create_job_table(job_table text DEFAULT '
     DECLARE
         created regclass;
     BEGIN
+        IF job_table IS NULL THEN
+            RAISE EXCEPTION 'create_job_table: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF job_table !~ '\S' THEN
+            RAISE EXCEPTION 'create_job_table: job_table must name a table, not "%"', job_table
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         EXECUTE format($t$
             CREATE TABLE %s (
                 cluster   text NOT NULL,
@@ -12940,6 +13030,9 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
     DECLARE
         args text;
     BEGIN
+        IF job_table IS NULL THEN
+            RAISE EXCEPTION 'attach_charging: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
@@ -13141,13 +13234,14 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETUR
         IF amount IS NULL THEN
             RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        IF amount = 'NaN' OR amount <= 0 THEN
-            RAISE EXCEPTION 'amount must be a positive number, not %', coalesce(amount::text, 'NULL')
+        -- the ledger's numeric(20, 6) holds less than 10^14
+        IF amount = 'NaN' OR amount <= 0 OR amount >= 1e14 THEN
+            RAISE EXCEPTION 'amount must be a positive number below 10^14, not %', amount
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number';
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number below 10^14 (the ledger''s numeric(20, 6))';
 CREATE OR REPLACE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
     RETURNS bigint
     LANGUAGE plpgsql

@@ -7,6 +7,7 @@
 -- its README words) or it is a known finding not fixed yet (sweep_known, shown as TODO).
 BEGIN;
 SET search_path = public, hpcacct;
+SET LOCAL client_min_messages = error;  -- notices and warnings of the calls (long names truncated, wal_level)
 SELECT plan(13);
 
 -- The fixture of nulls.sql: an account with a deposit, a charge, a quota period and a grant.
@@ -243,6 +244,8 @@ CREATE TEMP TABLE sweep_allowed (proname text, argname text, label text, rule te
 INSERT INTO sweep_allowed VALUES
  ('%', 'at', 'NULL', 'NULL accepted', true,
   'SQL reference: "a date argument NULL is today in the site time zone" (the `at` of a date; fairshare''s `at`: "NULL is now for fairshare and fairshare_all")'),
+ ('add_user', 'at', 'NULL', 'a ledger row for bad input', true,
+  'SQL reference: "a date argument NULL is today in the site time zone": the personal account''s deposits from today'),
  ('%', 'for_year', 'NULL', 'NULL accepted', true,
   'Every object: usage reports and allocation_year "in the allocation year (named, or containing at)"'),
  ('year_start_month', 'pool', 'NULL', 'NULL accepted', false,
@@ -300,7 +303,7 @@ INSERT INTO sweep_known VALUES
  ('setting_value', 'name', 'NULL', '%', 'NULL for a NULL setting name, undocumented'),
  ('outbox_add', '%', '%', '%', 'NULL topic, key, subject, body: 23502; unknown account: 23503; NULL account, figures, also, to_members accepted, undocumented'),
  ('outbox_add_all', 'messages', '%', '%', 'NULL messages: no row; a non-array: jsonb_to_recordset''s message'),
- ('attach_charging', '%', 'NULL', '%', 'NULL table: 42703 naming column "cluster" of <NULL>; NULL mapping accepted'),
+ ('attach_charging', 'mapping', 'NULL', '%', 'a NULL mapping is taken as none (the default), undocumented'),
  ('add_user', 'username', 'long', '%', 'a 10 000-character user name gets an account and three deposits (no limit documented)'),
  ('fairshare', 'at', '%infinity', '%', 'the message names decayed_usage''s ts, not at'),
  ('fairshare_all', 'at', '%infinity', '%', 'the message names decayed_usage''s ts, not at'),
