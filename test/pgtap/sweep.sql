@@ -8,7 +8,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET LOCAL client_min_messages = error;  -- notices and warnings of the calls (long names truncated, wal_level)
-SELECT plan(13);
+SELECT plan(16);
 
 -- The fixture of nulls.sql: an account with a deposit, a charge, a quota period and a grant.
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -231,6 +231,12 @@ SELECT o.*, 'a negative or non-finite amount accepted' FROM sweep_outcome o
 WHERE o.nspname = 'hpcacct' AND o.provolatile <> 'i' AND o.sqlstate IS NULL
   AND o.argtype IN ('numeric', 'double precision') AND o.label IN ('NaN', 'Infinity', '-Infinity', 'negative')
 UNION ALL
+-- "22023 invalid_parameter_value: … negative elapsed time or one with a month part" (README
+-- "Errors"); half-lives and decay periods too.
+SELECT o.*, 'a negative or month-long time span accepted' FROM sweep_outcome o
+WHERE o.nspname = 'hpcacct' AND o.sqlstate IS NULL AND o.argtype = 'interval'
+  AND o.argname IN ('elapsed', 'half_life', 'period') AND o.label IN ('negative', 'months')
+UNION ALL
 -- An error must say which argument was wrong: its name (or its last word: from_quarter,
 -- quarter) is in the message. PostgreSQL's own "numeric field overflow" names none.
 SELECT o.*, 'the message does not name the argument' FROM sweep_outcome o
@@ -310,7 +316,8 @@ INSERT INTO sweep_known VALUES
  ('%', 'for_year', '%', 'the message does not name the argument', 'for_year 0 or out of range: "date out of range: 0-01-01"'),
  ('federation_id_range', 'site', '%', '%', '"bigint out of range" for a site out of range'),
  ('federation_prepare', 'site', '%', '%', '"bigint out of range" for a site out of range'),
- ('period_share', '%', '%infinity', '%', '"cannot subtract infinite timestamps"');
+ ('period_share', '%', '%infinity', '%', '"cannot subtract infinite timestamps"'),
+ ('core_hours', 'elapsed', '%', '%', 'a negative elapsed time gives negative core-hours, a month counts 30 days (charge() refuses both; inlined into charging)');
 
 CREATE TEMP TABLE sweep_judged AS
 SELECT f.*,
@@ -343,7 +350,19 @@ SELECT is_empty(pg_temp.sweep_unexpected('NULL accepted'), 'a NULL argument is a
 SELECT is_empty(pg_temp.sweep_unexpected('an infinite date or instant accepted'), 'an infinite date or instant is refused (22008)');
 SELECT is_empty(pg_temp.sweep_unexpected('an unknown account accepted'), 'an unknown account is refused (42704)');
 SELECT is_empty(pg_temp.sweep_unexpected('a negative or non-finite amount accepted'), 'a negative or non-finite amount is refused (22003)');
+SELECT is_empty(pg_temp.sweep_unexpected('a negative or month-long time span accepted'),
+                'a negative elapsed time, half-life or period, or one with a month part, is refused (22023)');
 SELECT is_empty(pg_temp.sweep_unexpected('the message does not name the argument'), 'an error names the argument that was wrong');
+
+-- The lists do not outlive what they describe.
+SELECT is_empty($$SELECT proname, argname, label, rule FROM sweep_allowed a WHERE NOT EXISTS
+                  (SELECT FROM sweep_flag f WHERE f.proname LIKE a.proname AND coalesce(f.argname, '') LIKE a.argname
+                                              AND f.label LIKE a.label AND f.rule LIKE a.rule)$$,
+                'every allowed outcome still occurs');
+SELECT is_empty($$SELECT proname, argname, label, rule FROM sweep_known k WHERE NOT EXISTS
+                  (SELECT FROM sweep_flag f WHERE f.proname LIKE k.proname AND coalesce(f.argname, '') LIKE k.argname
+                                              AND f.label LIKE k.label AND f.rule LIKE k.rule)$$,
+                'every known finding still occurs (take it out of sweep_known once fixed)');
 
 SELECT todo('known findings, not fixed yet (sweep_known)', 1);
 SELECT is_empty($$SELECT rule, fn, argname, label, sqlstate, left(message, 80), left(result, 60)
