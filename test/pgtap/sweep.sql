@@ -283,8 +283,6 @@ INSERT INTO sweep_allowed VALUES
   'Errors 22003: "theoretical (monthly) consumption must be a finite number" names tc and tmc in words'),
  ('rerate', 'effective_from', '%', 'the message does not name the argument', false,
   'the message quotes the instant and the resource''s validity'),
- ('quarter_balance', 'kind', '%', 'the message does not name the argument', false,
-  'Errors 22023 "an unknown … entry kind": the message quotes the kind given'),
  ('federation_publish', 'name', '%', 'the message does not name the argument', false,
   'the message quotes the name given'),
  ('load_sacct', 'through', '%infinity', 'the message does not name the argument', false,
