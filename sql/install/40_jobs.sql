@@ -78,9 +78,6 @@ CREATE TABLE @extschema@.ledger (
 );
 CREATE INDEX ledger_job ON @extschema@.ledger (cluster, jobid) WHERE kind = 'charge';
 CREATE INDEX ledger_allocation_account ON @extschema@.ledger (account) WHERE kind <> 'charge';
--- An account's charges by end: consumption_before() reads those since the last regulation
--- boundary (allocation_status(), GENCI's submit check).
-CREATE INDEX ledger_charge_account ON @extschema@.ledger (account, job_end) WHERE kind = 'charge';
 -- Charges by end, for the latest month of the reports (earlier ones are in charge_rollup).
 -- The ledger is appended in about time order: a BRIN index is small and nearly free to keep.
 CREATE INDEX ledger_job_end ON @extschema@.ledger USING brin (job_end);

@@ -619,12 +619,14 @@ COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolea
     '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
 
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
--- pro rata before it. The consumption rollup gives it at the last regulation boundary at or
--- before the instant (1 January or the 16th at 00:00, site time zone); the jobs that end
--- after that boundary add, from the ledger, their share between it and the instant. The sum
+-- pro rata before it. At a regulation boundary (1 January or the 16th at 00:00, site time
+-- zone) it is the consumption rollup's. Otherwise it is all the account's charges (the sum of
+-- the rollup's `ended`) less the part after the instant of the jobs that end at or after it,
+-- read from the ledger through its BRIN index on job_end: none for an instant after the last
+-- job's end (a submit check's end of today), and the newer a past instant the fewer. The sum
 -- is exactly the job-by-job one (numeric arithmetic is exact, a whole share is exactly 1).
--- Its statements are lookups of one account whose best plan does not depend on the values:
--- planned once per session (custom plans of the rollup views cost more than running them).
+-- Its rollup statements are planned once per session (their custom plans cost more than
+-- running them); the ledger's, whose best plan depends on the instant, at each call.
 CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
     RETURNS numeric
     LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -632,38 +634,31 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
     SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
-        site_tz constant text := @extschema@.site_timezone();
         local_before timestamp;
-        last_boundary timestamp;
         pool_resources bigint[];
-        at_boundary numeric;
+        after_before numeric;
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        local_before := $3 AT TIME ZONE site_tz;
-        last_boundary := CASE
-            WHEN local_before >= pg_catalog.date_trunc('month', local_before) + interval '15 days'
-                THEN pg_catalog.date_trunc('month', local_before) + interval '15 days'
-            WHEN pg_catalog.date_part('month', local_before) = 1 THEN pg_catalog.date_trunc('month', local_before)
-            ELSE pg_catalog.date_trunc('month', local_before) - interval '1 month' + interval '15 days'
-        END;
+        local_before := $3 AT TIME ZONE @extschema@.site_timezone();
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
-        at_boundary := coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = last_boundary), 0)
-                                 FROM hpcacct_internal.consumption_rollup_exact c
-                                 WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
-                                   AND c.boundary <= last_boundary), 0);
-        IF local_before = last_boundary THEN
-            RETURN at_boundary;
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
+                               AND c.boundary <= local_before), 0);
         END IF;
-        RETURN at_boundary
-               + coalesce((SELECT sum(l.amount * (@extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)
-                                                  - @extschema@.period_share(l.job_start, l.job_end, '-infinity',
-                                                                             last_boundary AT TIME ZONE site_tz)))
-                           FROM @extschema@.ledger l
-                           WHERE l.kind = 'charge' AND l.account = $1 AND l.resource_id = ANY (pool_resources)
-                             AND l.job_end >= last_boundary AT TIME ZONE site_tz AND l.job_start < $3), 0);
+        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index)
+        EXECUTE 'SELECT coalesce(sum(CASE WHEN l.kind = ''charge'' THEN l.amount
+                                          * (1 - @extschema@.period_share(l.job_start, l.job_end, ''-infinity'', $3)) END), 0)
+                 FROM @extschema@.ledger l
+                 WHERE l.job_end >= $3 AND l.account = $1 AND l.resource_id = ANY ($2)'
+            INTO after_before USING $1, pool_resources, $3;
+        RETURN coalesce((SELECT sum(c.ended) FROM hpcacct_internal.consumption_rollup_exact c
+                         WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)), 0)
+               - after_before;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS

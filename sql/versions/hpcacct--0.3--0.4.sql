@@ -10157,10 +10157,9 @@ $do$;
 
 -- ==== the submit check's speed: one account's consumption, plans kept per session ========
 -- consumption_before() scanned the whole consumption rollup at a boundary and every charge
--- of the latest month otherwise, for each call; it now reads the rollup at the last boundary
--- and the ledger after it, by account. consumption_before(), account_verdict() and
--- check_submit() (planned once per session): defined in the final definitions.
-CREATE INDEX ledger_charge_account ON @extschema@.ledger (account, job_end) WHERE kind = 'charge';
+-- of the latest month otherwise, for each call; it now reads the rollup by account and, off a
+-- boundary, only the charges that end after the instant. consumption_before(),
+-- account_verdict() and check_submit() (planned once per session): final definitions.
 CREATE INDEX consumption_rollup_account ON @extschema@.consumption_rollup (account, boundary);
 
 -- ==== window_quota_usage() keeps its plan per session (the RWTH submit check) ============
@@ -14679,38 +14678,31 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
     SET plan_cache_mode = force_generic_plan
     AS $$
     DECLARE
-        site_tz constant text := @extschema@.site_timezone();
         local_before timestamp;
-        last_boundary timestamp;
         pool_resources bigint[];
-        at_boundary numeric;
+        after_before numeric;
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        local_before := $3 AT TIME ZONE site_tz;
-        last_boundary := CASE
-            WHEN local_before >= pg_catalog.date_trunc('month', local_before) + interval '15 days'
-                THEN pg_catalog.date_trunc('month', local_before) + interval '15 days'
-            WHEN pg_catalog.date_part('month', local_before) = 1 THEN pg_catalog.date_trunc('month', local_before)
-            ELSE pg_catalog.date_trunc('month', local_before) - interval '1 month' + interval '15 days'
-        END;
+        local_before := $3 AT TIME ZONE @extschema@.site_timezone();
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
-        at_boundary := coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = last_boundary), 0)
-                                 FROM hpcacct_internal.consumption_rollup_exact c
-                                 WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
-                                   AND c.boundary <= last_boundary), 0);
-        IF local_before = last_boundary THEN
-            RETURN at_boundary;
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
+                               AND c.boundary <= local_before), 0);
         END IF;
-        RETURN at_boundary
-               + coalesce((SELECT sum(l.amount * (@extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)
-                                                  - @extschema@.period_share(l.job_start, l.job_end, '-infinity',
-                                                                             last_boundary AT TIME ZONE site_tz)))
-                           FROM @extschema@.ledger l
-                           WHERE l.kind = 'charge' AND l.account = $1 AND l.resource_id = ANY (pool_resources)
-                             AND l.job_end >= last_boundary AT TIME ZONE site_tz AND l.job_start < $3), 0);
+        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index)
+        EXECUTE 'SELECT coalesce(sum(CASE WHEN l.kind = ''charge'' THEN l.amount
+                                          * (1 - @extschema@.period_share(l.job_start, l.job_end, ''-infinity'', $3)) END), 0)
+                 FROM @extschema@.ledger l
+                 WHERE l.job_end >= $3 AND l.account = $1 AND l.resource_id = ANY ($2)'
+            INTO after_before USING $1, pool_resources, $3;
+        RETURN coalesce((SELECT sum(c.ended) FROM hpcacct_internal.consumption_rollup_exact c
+                         WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)), 0)
+               - after_before;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS

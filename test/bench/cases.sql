@@ -226,8 +226,6 @@ INSERT INTO bench.variant (grp, variant, kind, sql) VALUES
         'SELECT s.* FROM bench.submit_sample s WHERE s.i = :i;\n'),
     ('check_submit_genci', 'function', 'pgbench', E'\\set i random(1, :n)\n'
         'SELECT c.* FROM bench.submit_sample_project s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.centre = ''genci'' AND s.i = :i;\n'),
-    ('check_submit_genci', 'job by job', 'pgbench', E'\\set i random(1, :n)\n'
-        'SELECT c.* FROM bench.submit_sample_project s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c WHERE s.centre = ''genci'' AND s.i = :i;\n'),
     ('check_submit_genci', 'select 1', 'pgbench', E'\\set i random(1, :n)\n'
         'SELECT s.* FROM bench.submit_sample_project s WHERE s.centre = ''genci'' AND s.i = :i;\n'),
     ('check_submit_rwth', 'function', 'pgbench', E'\\set i random(1, :n)\n'
@@ -262,13 +260,10 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      '{i}'),
     (171, 'check_submit(), per call', 'check_submit', 'function', 'select 1', 'a sample lookup alone (round trip)',
      '', NULL, NULL, NULL),
-    (172, 'check_submit(), GENCI projects, per call', 'check_submit_genci', 'function', 'job by job',
-     'the charges of the year one by one, per call', 'ms < 1',
+    (172, 'check_submit(), GENCI projects, per call', 'check_submit_genci', 'function', 'select 1',
+     'a sample lookup alone (round trip)', 'ms < 1',
      'SELECT s.i, c.ok, c.account, c.reason FROM bench.submit_sample_project s, LATERAL hpcacct.check_submit(s.username, s.account, s.at) c WHERE s.centre = ''genci''',
-     'SELECT s.i, c.* FROM bench.submit_sample_project s, LATERAL bench.check_submit_genci_hand(s.username, s.account, s.at) c WHERE s.centre = ''genci''',
-     '{i}'),
-    (173, 'check_submit(), GENCI projects, per call', 'check_submit_genci', 'function', 'select 1',
-     'a sample lookup alone (round trip)', '', NULL, NULL, NULL),
+     'SELECT * FROM bench.check_submit_genci_all()', '{i}'),
     (174, 'check_submit(), RWTH projects, per call', 'check_submit_rwth', 'function', 'select 1',
      'a sample lookup alone (round trip)', 'ms < 1', NULL, NULL, NULL);
 

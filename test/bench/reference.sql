@@ -613,44 +613,50 @@ CROSS JOIN (SELECT s.anchor FROM bench.site s
 WHERE a.centre IN ('genci', 'rwth');
 ALTER TABLE bench.submit_sample_project ADD PRIMARY KEY (centre, i);
 
--- GENCI's rule for a submit, job by job: the account is open while one of the machines it has
--- an allocation on at that day has TMC > 0 and a consumption this year, up to the end of the
--- day (site time zone), below its allocation. Each charge counts by its share inside the
--- period, summed in numeric; Alloc and TMC as allocation_status() reads them.
-CREATE FUNCTION bench.check_submit_genci_hand(user_name text, account_name text, at date)
-    RETURNS TABLE (ok boolean, account text, reason text)
+-- GENCI's rule for a submit, job by job, for the whole GENCI sample at once (one pass over
+-- the charges): an account is open while one of the machines it has an allocation on at that
+-- day has TMC > 0 and a consumption this year, up to the end of the day (site time zone),
+-- below its allocation. Each charge counts by its share inside the period, summed in numeric;
+-- Alloc and TMC as allocation_status() reads them.
+CREATE FUNCTION bench.check_submit_genci_all()
+    RETURNS TABLE (i integer, ok boolean, account text, reason text)
     LANGUAGE sql STABLE
     AS $$
-        WITH cfg AS MATERIALIZED (
-            SELECT make_date(extract(year FROM $3)::integer, 1, 1)::timestamp AT TIME ZONE hpcacct.site_timezone() AS b1,
-                   ($3 + 1)::timestamp AT TIME ZONE hpcacct.site_timezone() AS b2,
-                   make_date(extract(year FROM $3)::integer, 1, 1) AS year_start
+        WITH s AS MATERIALIZED (
+            SELECT s.i, s.account, s.at,
+                   make_date(extract(year FROM s.at)::integer, 1, 1) AS year_start,
+                   make_date(extract(year FROM s.at)::integer, 1, 1)::timestamp AT TIME ZONE hpcacct.site_timezone() AS b1,
+                   (s.at + 1)::timestamp AT TIME ZONE hpcacct.site_timezone() AS b2
+            FROM bench.submit_sample_project s WHERE s.centre = 'genci'
         ), machines AS (
-            SELECT DISTINCT l.pool AS machine
+            SELECT DISTINCT s.i, l.pool AS machine
+            FROM s JOIN hpcacct.ledger l ON l.account = s.account
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= s.at AND l.valid_until >= s.at
+        ), allocations AS (
+            SELECT m.i, m.machine, sum(l.amount) AS alloc,
+                   coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, s.at,
+                                        coalesce(r.month_convention, 'half_month')), 0) AS tmc
+            FROM machines m JOIN s USING (i)
+            JOIN hpcacct.ledger l ON l.account = s.account AND l.pool = m.machine
+            LEFT JOIN hpcacct.regulation_machine r ON r.machine = m.machine
+            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= s.at AND l.valid_until >= s.year_start
+            GROUP BY m.i, m.machine, s.at, r.month_convention
+        ), used AS (
+            SELECT s.i, coalesce(r.pool, r.cluster) AS machine,
+                   sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, s.b1, s.b2))::float8 AS consumption
             FROM hpcacct.ledger l
-            WHERE l.account = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
-              AND l.valid_from <= $3 AND l.valid_until >= $3
-        ), figures AS (
-            SELECT m.machine,
-                   (SELECT coalesce(sum(l.amount), 0) FROM hpcacct.ledger l
-                    WHERE l.account = $2 AND l.pool = m.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                      AND l.valid_from <= $3 AND l.valid_until >= cfg.year_start) AS alloc,
-                   (SELECT coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, $3,
-                                                coalesce(s.month_convention, 'half_month')), 0)
-                    FROM hpcacct.ledger l
-                    LEFT JOIN hpcacct.regulation_machine s ON s.machine = l.pool
-                    WHERE l.account = $2 AND l.pool = m.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                      AND l.valid_from <= $3 AND l.valid_until >= cfg.year_start) AS tmc,
-                   (SELECT coalesce(sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, cfg.b1, cfg.b2)), 0)
-                    FROM hpcacct.ledger l
-                    JOIN hpcacct.resource r USING (resource_id)
-                    WHERE l.account = $2 AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = m.machine
-                      AND l.job_start < cfg.b2 AND l.job_end >= cfg.b1)::float8 AS consumption
-            FROM machines m CROSS JOIN cfg
+            JOIN hpcacct.resource r USING (resource_id)
+            JOIN s ON s.account = l.account AND l.job_start < s.b2 AND l.job_end >= s.b1
+            WHERE l.kind = 'charge'
+            GROUP BY 1, 2
         )
-        SELECT count(*) FILTER (WHERE f.tmc > 0 AND f.consumption < f.alloc) > 0, $2,
-               CASE WHEN count(*) = 0 THEN 'no_allocation'
-                    WHEN count(*) FILTER (WHERE f.tmc > 0 AND f.consumption < f.alloc) = 0 THEN 'allocation_exhausted'
+        SELECT s.i, count(a.machine) FILTER (WHERE a.tmc > 0 AND coalesce(u.consumption, 0) < a.alloc) > 0, s.account,
+               CASE WHEN count(a.machine) = 0 THEN 'no_allocation'
+                    WHEN count(a.machine) FILTER (WHERE a.tmc > 0 AND coalesce(u.consumption, 0) < a.alloc) = 0
+                        THEN 'allocation_exhausted'
                END
-        FROM figures f
+        FROM s
+        LEFT JOIN allocations a ON a.i = s.i
+        LEFT JOIN used u ON u.i = a.i AND u.machine = a.machine
+        GROUP BY s.i, s.account
     $$;
