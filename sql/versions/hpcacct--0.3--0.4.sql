@@ -10021,30 +10021,7 @@ ALTER FUNCTION hpcacct_internal.quarter_balance_finalfn(internal) IMMUTABLE;
 -- ==== a NULL user of the user and member functions is 22004 ------------------------------
 -- add_user, add_member, remove_member and set_default_project raised 23502, 42704 or 42501
 -- for a NULL user (remove_member: 42704 for a NULL account too).
-CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        q date := @extschema@.quarter_start(at);
-    BEGIN
-        IF username IS NULL THEN
-            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
-            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
-        END IF;
-        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
-        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
-        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
-        FOR i IN 0 .. 2 LOOP
-            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
-                                       @extschema@.personal_allotment(username));
-        END LOOP;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
-    'Creates a user with a personal account holding the allotment for this and the next two quarters';
+-- add_user(): defined again below ("add_user(user, NULL) is today")
 -- add_member(): defined in the final definitions
 -- remove_member(): defined in the final definitions
 CREATE OR REPLACE FUNCTION @extschema@.set_default_project(username text, account text) RETURNS void
@@ -10087,22 +10064,7 @@ CREATE TRIGGER check_account_delete BEFORE DELETE OR UPDATE OF name ON @extschem
 
 -- ==== add_quota_period(): its account checked as every account argument --------------------
 -- A NULL account was 23502 and an unknown one 23503 from the tables' constraints.
-CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
-                                             monthly_allowance float8, cluster text DEFAULT NULL,
-                                             unit text DEFAULT 'core-hours')
-    RETURNS void
-    LANGUAGE sql VOLATILE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-        SELECT hpcacct_internal.require_account($1, 'add_quota_period');
-        INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
-        VALUES ($1, $2, $3, $5, $6);
-        INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
-        SELECT $1, $2, $3, m.month::date, $4
-        FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
-    $$;
-COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
-    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+-- add_quota_period(): defined again below ("add_quota_period(): NULL dates, allowance or unit are 22004")
 -- end of add_quota_period
 
 -- ==== check_submit(): a user without a default project or personal account is told so -------
