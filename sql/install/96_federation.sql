@@ -265,6 +265,8 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
         stray  bigint;
         filled boolean;
         tab    regclass;
+        trig   name;
+        fires  "char";
     BEGIN
         IF site IS NULL OR role IS NULL THEN
             RAISE EXCEPTION 'site and role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -314,17 +316,26 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
                                       pg_catalog.lower(ids));
         END IF;
 
-        -- triggers that must fire for rows received: the rollups of replicated charges, a
-        -- rebuild of the rollups when the time zone or half-life they depend on changes, and
-        -- the roll-up of what is pending when the setting rollup returns to immediate
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
-                       WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
-            CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
-                FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
-        END IF;
-        ALTER TABLE @extschema@.ledger ENABLE REPLICA TRIGGER ledger_roll_up_replicated;
-        ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rebuilds_rollup;
-        ALTER TABLE @extschema@.setting ENABLE ALWAYS TRIGGER setting_rolls_up_pending;
+        -- triggers that must fire for rows received: a rebuild of the rollups when the time
+        -- zone or half-life they depend on changes, the roll-up of what is pending when the
+        -- setting rollup returns to immediate, and the rollups of replicated charges. Each is
+        -- altered only when it is not yet so (ALTER TABLE locks the table against writers), and
+        -- setting before ledger: a worker copying or applying setting rows rebuilds the rollups,
+        -- which locks the ledger; the other order deadlocked with it on a second join.
+        FOR tab, trig, fires IN VALUES ('@extschema@.setting'::regclass, 'setting_rebuilds_rollup'::name, 'A'::"char"),
+                                       ('@extschema@.setting', 'setting_rolls_up_pending', 'A'),
+                                       ('@extschema@.ledger', 'ledger_roll_up_replicated', 'R') LOOP
+            IF trig = 'ledger_roll_up_replicated' AND NOT EXISTS (
+                   SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = tab AND t.tgname = trig) THEN
+                CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
+                    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                           WHERE t.tgrelid = tab AND t.tgname = trig AND t.tgenabled = fires) THEN
+                EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE %s TRIGGER %I', tab,
+                                          CASE fires WHEN 'A' THEN 'ALWAYS' ELSE 'REPLICA' END, trig);
+            END IF;
+        END LOOP;
         -- at a site, the reference tables are written by replication only, the ledger also by charging
         IF role = 'site' THEN
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t

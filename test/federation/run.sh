@@ -79,6 +79,18 @@ is "$(sqlstate centre "CALL hpcacct.federation_publish(3, 'alpha')")" "23505" "f
 q alpha "CALL federation_join(1, '$(conninfo centre)')" >/dev/null
 q beta "CALL federation_join(2, '$(conninfo centre)')" >/dev/null
 q alpha "CALL federation_join(1, '$(conninfo centre)')" >/dev/null  # idempotent
+# joining again while workers write setting and ledger rows (the first join's table sync does,
+# and its rollup rebuild then locks the ledger): a second join alters no trigger, so it waits
+# for no such lock (it used to, and deadlocked with the sync now and then)
+psql "$(conninfo alpha)" -XAtq -c "BEGIN" -c "LOCK TABLE hpcacct.setting, hpcacct.ledger IN ROW EXCLUSIVE MODE" \
+     -c "SELECT pg_sleep(30) /* fed-lock-holder */" >/dev/null 2>&1 &
+holder=$!
+wait_for alpha "SELECT count(*) FROM pg_locks WHERE mode = 'RowExclusiveLock'
+                AND relation IN ('hpcacct.setting'::regclass, 'hpcacct.ledger'::regclass)" 2 >/dev/null
+is "$(PGOPTIONS='-c lock_timeout=3s' sqlstate alpha "CALL hpcacct.federation_join(1, '$(conninfo centre)')")" "" \
+   "federation_join again while rows are written to setting and the ledger: no lock wait"
+q alpha "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%fed-lock-holder%' AND pid <> pg_backend_pid()" >/dev/null
+wait "$holder" || true
 is "$(sqlstate alpha "CALL hpcacct.federation_join(2, '$(conninfo centre)')")" "HA010" "a site cannot join again under another number (HA010)"
 q centre "CALL federation_subscribe(1, '$(conninfo alpha)')" >/dev/null
 q centre "CALL federation_subscribe(2, '$(conninfo beta)')" >/dev/null
