@@ -19,7 +19,7 @@ export RUNS=${RUNS:-3} SEED=${SEED:-42}
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 test/scripts/install-deps.sh
 make -s PG_CONFIG=$PG_CONFIG all >/dev/null
-flock /tmp/hpcacct.lock make -s PG_CONFIG=$PG_CONFIG install >/dev/null
+flock "$($PG_CONFIG --sharedir)/extension" make -s PG_CONFIG=$PG_CONFIG install >/dev/null
 
 curves=test/bench/out-curves
 mkdir -p "$curves"

@@ -17,8 +17,9 @@ cd "$(dirname "$0")/../.."
 test/scripts/install-deps.sh
 export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 make -s PG_CONFIG=$PG_CONFIG all >/dev/null
-# Installing touches the shared PostgreSQL installation: one engineer at a time.
-flock /tmp/hpcacct.lock make -s PG_CONFIG=$PG_CONFIG install >/dev/null
+# Installing touches the shared PostgreSQL installation: one engineer at a time (a lock on that
+# installation's extension directory; no lock file of its own)
+flock "$($PG_CONFIG --sharedir)/extension" make -s PG_CONFIG=$PG_CONFIG install >/dev/null
 
 export JOBS=${JOBS:-1000000} SEED=${SEED:-42} RUNS=${RUNS:-5}
 test/scripts/with-cluster.sh bench test/bench/driver.sh
