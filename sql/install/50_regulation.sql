@@ -145,7 +145,7 @@ CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at dat
             CROSS JOIN period p
             WHERE l.account = acct AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
               AND l.valid_from <= day AND l.valid_until >= p.year_start
-        ), used AS (
+        ), used AS MATERIALIZED (  -- once: pulled up, it was computed at each of its three uses
             SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
                     - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
                    AS consumption

@@ -10321,6 +10321,9 @@ COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS
 -- (a second federation_join() deadlocked now and then with the first one's table sync):
 -- defined in the final definitions below
 
+-- ==== allocation_status() reads its consumption once (a MATERIALIZED CTE; pulled up, the
+-- planner computed it at each of its three uses): defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13959,7 +13962,7 @@ CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine t
             CROSS JOIN period p
             WHERE l.account = acct AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
               AND l.valid_from <= day AND l.valid_until >= p.year_start
-        ), used AS (
+        ), used AS MATERIALIZED (  -- once: pulled up, it was computed at each of its three uses
             SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
                     - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
                    AS consumption

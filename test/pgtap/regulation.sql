@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(76);
+SELECT plan(77);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -261,6 +261,15 @@ SELECT is((SELECT (g.consumption, g.outcome)::text FROM hpcacct.regulation_log g
            WHERE g.account = 'X' AND g.run_date = '2025-02-15'),
           (SELECT (s.consumption, s.status)::text FROM hpcacct.allocation_status('X', 'ada', '2025-02-15') s),
           'monthly run: the consumption and outcome of allocation_status(), which sums job by job');
+-- its consumption is read once per bound: the planner, pulling the CTE up, used to copy the
+-- expression into each of the three places that use it (six calls per status)
+SET LOCAL track_functions = 'all';
+CREATE TEMP TABLE consumption_calls AS
+    SELECT pg_stat_get_xact_function_calls('hpcacct.consumption_before(text, text, timestamptz)'::regprocedure) AS n;
+DO $$ BEGIN PERFORM * FROM hpcacct.allocation_status('X', 'ada', '2025-02-20'); END $$;
+SELECT is(pg_stat_get_xact_function_calls('hpcacct.consumption_before(text, text, timestamptz)'::regprocedure)
+          - (SELECT coalesce(n, 0) FROM consumption_calls), 2::bigint,
+          'allocation_status() reads the consumption twice: up to the day and up to 1 January');
 
 SELECT * FROM finish();
 ROLLBACK;
