@@ -6,7 +6,8 @@ MODULE_big  = hpcacct
 
 CORE_SRCS   = $(sort $(wildcard src/core/*.cpp))
 GLUE_SRCS   = $(sort $(wildcard src/pg/*.cpp))
-OBJS        = $(CORE_SRCS:.cpp=.o) $(GLUE_SRCS:.cpp=.o)
+# src/core/mail.cpp is hpcacct-notify's, not the server's
+OBJS        = $(patsubst %.cpp,%.o,$(filter-out src/core/mail.cpp,$(CORE_SRCS))) $(GLUE_SRCS:.cpp=.o)
 
 # The current version's install script is assembled from one file per SQL area, in name
 # order. sql/versions/ holds an update script from each released version to the next (every
@@ -77,9 +78,10 @@ $(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/cor
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
 
-$(NOTIFY_BIN): src/bin/hpcacct-notify.cpp src/bin/pq.hpp
-	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
-	    -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+# The sender links the core's mail module (header folding, body encoding), libpq and libcurl.
+$(NOTIFY_BIN): src/bin/hpcacct-notify.cpp src/bin/pq.hpp src/core/mail.o src/core/mail.hpp
+	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
+	    src/core/mail.o -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
 $(REPORT_BIN): src/bin/hpcacct-report.cpp src/bin/pq.hpp
 	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \

@@ -19,6 +19,7 @@
 //   --once: deliver what is due now and exit (cron); otherwise run, woken by NOTIFY
 //   hpcacct_outbox and by the next retry, until SIGTERM or SIGINT.
 
+#include "core/mail.hpp"
 #include "pq.hpp"
 
 #include <curl/curl.h>
@@ -176,71 +177,23 @@ struct Delivery {
 
 // ---- the message -------------------------------------------------------------------------
 
-bool is_ascii_printable(const std::string &s) {
-    return std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= 0x20 && c < 0x7f; });
-}
-
-std::string base64(const std::string &in) {
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    size_t i = 0;
-    for (; i + 2 < in.size(); i += 3) {
-        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
-        out += tbl[v >> 18 & 63]; out += tbl[v >> 12 & 63]; out += tbl[v >> 6 & 63]; out += tbl[v & 63];
-    }
-    if (i + 1 == in.size()) {
-        unsigned v = (unsigned char)in[i] << 16;
-        out += tbl[v >> 18 & 63]; out += tbl[v >> 12 & 63]; out += "==";
-    } else if (i + 2 == in.size()) {
-        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8;
-        out += tbl[v >> 18 & 63]; out += tbl[v >> 12 & 63]; out += tbl[v >> 6 & 63]; out += '=';
-    }
-    return out;
-}
-
-// A header value: as it is when it is printable ASCII, else an RFC 2047 encoded word.
-std::string header_text(const std::string &s) {
-    if (is_ascii_printable(s)) return s;
-    return "=?UTF-8?B?" + base64(s) + "?=";
-}
-
-std::string quoted_name(const std::string &s) {
-    if (!is_ascii_printable(s)) return header_text(s);
-    std::string q = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') q += '\\';
-        q += c;
-    }
-    return q + "\"";
-}
-
 // Stable per message and recipient: a resend (by hand, after an 'uncertain') carries the same id.
 std::string message_id_header(const Delivery &d, const Config &cfg) {
     return "<hpcacct." + d.message_id + "." + d.recipient_id + "@" + cfg.get("domain") + ">";
 }
 
+// Header and body as every server and reader takes them (src/core/mail.cpp).
 std::string compose(const Delivery &d, const Config &cfg) {
-    std::string m;
-    m += "From: " + cfg.get("from") + "\r\n";
-    m += "To: " + (d.display_name.empty() ? "" : quoted_name(d.display_name) + " ") + "<" + d.address + ">\r\n";
-    m += "Subject: " + header_text(d.subject) + "\r\n";
-    m += "Date: " + d.date + "\r\n";
-    m += "Message-ID: " + message_id_header(d, cfg) + "\r\n";
-    m += "MIME-Version: 1.0\r\n";
-    m += "Content-Type: text/plain; charset=UTF-8\r\n";
-    m += "Content-Transfer-Encoding: 8bit\r\n";
-    m += "Auto-Submitted: auto-generated\r\n";
-    m += "X-Hpcacct-Message: " + d.message_id + "\r\n";
-    m += "\r\n";
-    // CRLF line ends; libcurl doubles a leading "." itself
-    for (size_t i = 0; i < d.body.size(); ++i) {
-        char c = d.body[i];
-        if (c == '\r') continue;
-        if (c == '\n') m += "\r\n";
-        else m += c;
-    }
-    if (m.size() < 2 || m.compare(m.size() - 2, 2, "\r\n") != 0) m += "\r\n";
-    return m;
+    hpcacct::mail::Message m;
+    m.from = cfg.get("from");
+    m.to_name = d.display_name;
+    m.to_address = d.address;
+    m.subject = d.subject;
+    m.date = d.date;
+    m.message_id = message_id_header(d, cfg);
+    m.hpcacct_message = d.message_id;
+    m.body = d.body;
+    return hpcacct::mail::compose(m);
 }
 
 // ---- one SMTP transaction ----------------------------------------------------------------

@@ -308,3 +308,53 @@ is "$(psql -X -At -d "${db}_restored" -c "$outbox_text" | md5sum)" "$(sql -c "$o
 
 # ---- monthly statements in a real browser ----
 . test/notify/statements.sh
+
+# ---- mail that every server and reader takes as written ----
+# What arrives is read back as a mail reader reads it (test/notify/check_mail.py): line
+# lengths, encoded words, and the decoded subject, display name and body against the outbox.
+check_mail() {  # check_mail DATABASE LABEL WHERE: the deliveries of the outbox rows WHERE
+    psql -X -At -d "$1" -c "SELECT json_agg(json_build_object('id', m.message_id, 'to', r.address,
+                                'subject', m.subject, 'name', coalesce(c.display_name, ''),
+                                'body', encode(convert_to(m.body, 'UTF8'), 'hex')))
+                            FROM hpcacct.outbox m JOIN hpcacct.outbox_recipient r USING (message_id)
+                            LEFT JOIN hpcacct.contact c ON c.username = r.username WHERE $3" >"$work/expected.json"
+    local out status desc diag
+    out=$($python test/notify/check_mail.py "$mail" "$work/expected.json" 2>&1)
+    ok $? "$2: the messages are read back" "$out"
+    while IFS='|' read -r status desc diag; do
+        ok "$status" "$2: $desc" "$(printf '%b' "$diag")"
+    done <<<"$out"
+}
+stop_sink
+start_sink 0 || exit 1
+sql >/dev/null <<'SQL'
+SET search_path = hpcacct, public;
+INSERT INTO hpc_user VALUES ('mime1'), ('mime2'), ('mime3');
+INSERT INTO contact (username, email, display_name) VALUES
+    ('mime1', 'mime1@lab1.example', 'Prof. Dr. "Quoted" \Backslash\ ' || repeat('Longname-', 6) || ' ' || repeat('x', 90)),
+    ('mime2', 'mime2@lab2.example', repeat(E'Zoë Łukasiewicz-Ünal \U0001D11E ', 6)),
+    ('mime3', 'mime3@lab0.example', '=?UTF-8?B?SGk=?= is no encoded word');
+-- long lines (ASCII, 2- and 4-byte UTF-8), dots, trailing blanks, a lone CR, CRLF, '=', no final LF
+SELECT outbox_add('balance_low', 'mime/long', NULL,
+    repeat('word ', 30) || repeat('A', 150) || ' end',
+    repeat('x', 2000) || E'\n' || repeat('é', 700) || E'\n' || repeat(E'€\U0001D11Ea', 400) || E'\n'
+    || E'.\n..two dots\n. a dot and a space\ntrailing spaces   \ntrailing tab\t\n \n\t\n'
+    || E'lone CR\rinside\nCRLF\r\nline\n= and =3D and =?UTF-8?B?SGk=?=\nFrom the start\n\n\nno final newline  ',
+    '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+SELECT outbox_add('balance_low', 'mime/utf8', NULL,
+    repeat(E'Dépassement de quota — ž \U0001D11E ', 8),
+    E'.\nÜberschreitung\r', '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+SELECT outbox_add('balance_low', 'mime/plain', NULL, 'Zoë: a short one',
+    E'Grüße,\n.a dot first\nnothing else\n', '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+SELECT outbox_add('balance_low', 'mime/word', NULL, '=?UTF-8?B?SGk=?= is no encoded word', '',
+    '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+SQL
+"$sender" --config "$work/notify.conf" --once 2>"$work/mime.log"
+is "$(sql -c "SELECT string_agg(DISTINCT r.state, ',') FROM hpcacct.outbox m JOIN hpcacct.outbox_recipient r USING (message_id)
+               WHERE m.decision_key LIKE 'mime/%'")" delivered \
+   "messages with long lines, long subjects and names, dots, blanks and CRs are delivered" "$(tail -3 "$work/mime.log")"
+check_mail "$db" "hostile text" "m.decision_key LIKE 'mime/%'"
+f=$(grep -l "^X-Hpcacct-Message: $(sql -c "SELECT message_id FROM hpcacct.outbox WHERE decision_key = 'mime/plain'")"$'\r' "$mail"/*.eml | head -1)
+grep -q '^Content-Transfer-Encoding: 8bit' "$f" && grep -q 'Grüße,' "$f"
+ok $? "a body of short lines keeps its UTF-8 readable in the source (8bit)"
+

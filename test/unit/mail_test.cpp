@@ -1,0 +1,248 @@
+#include "core/mail.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace mail = hpcacct::mail;
+
+namespace {
+
+int hex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+// A strict quoted-printable decoder: CRLF is a line break (LF), "=" CRLF a soft one, =XX a
+// byte (upper-case hex); anything else fails the test.
+std::string qp_decode(const std::string &s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size();) {
+        if (s.compare(i, 2, "\r\n") == 0) {
+            out += '\n';
+            i += 2;
+        } else if (s.compare(i, 3, "=\r\n") == 0) {
+            i += 3;
+        } else if (s[i] == '=') {
+            int h = i + 2 < s.size() ? hex(s[i + 1]) : -1, l = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+            EXPECT_TRUE(h >= 0 && l >= 0) << "a bad escape at " << i;
+            out += static_cast<char>(h * 16 + l);
+            i += 3;
+        } else {
+            auto c = static_cast<unsigned char>(s[i]);
+            EXPECT_TRUE((c >= 33 && c <= 126) || c == ' ' || c == '\t') << "byte " << int(c) << " at " << i;
+            out += s[i++];
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> lines(const std::string &s) {
+    if (s.empty()) return {};
+    std::vector<std::string> out;
+    std::size_t b = 0;
+    for (std::size_t e; (e = s.find("\r\n", b)) != std::string::npos; b = e + 2) out.push_back(s.substr(b, e - b));
+    out.push_back(s.substr(b));
+    return out;
+}
+
+int b64(char c) {
+    static const std::string t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    auto p = t.find(c);
+    return p == std::string::npos ? -1 : static_cast<int>(p);
+}
+
+bool valid_utf8(const std::string &s) {
+    for (std::size_t i = 0; i < s.size();) {
+        std::size_t n = mail::utf8_length(s, i);
+        if (n == 1 && static_cast<unsigned char>(s[i]) >= 0x80) return false;
+        i += n;
+    }
+    return true;
+}
+
+// Decodes folded encoded words (what encoded_words() writes: words separated by CRLF SP),
+// checking each word's length, that it holds whole UTF-8 characters of a UTF-8 text, and
+// that no line exceeds 78 characters with the first line's column.
+std::string words_decode(const std::string &s, std::size_t column, bool utf8) {
+    std::string out;
+    std::size_t at = 0;
+    for (const std::string &line : lines(s)) {
+        EXPECT_LE(line.size() + (at == 0 ? column : 0), mail::kHeaderLine) << line;
+        std::string w = at == 0 ? line : line.substr(1);
+        EXPECT_TRUE(at == 0 || line[0] == ' ');
+        ++at;
+        EXPECT_LE(w.size(), mail::kEncodedWord) << w;
+        EXPECT_EQ(w.compare(0, 8, "=?UTF-8?"), 0) << w;
+        EXPECT_EQ(w.compare(w.size() - 2, 2, "?="), 0) << w;
+        std::string text = w.substr(10, w.size() - 12), part;
+        if (w[8] == 'B') {
+            unsigned acc = 0;
+            int bits = 0;
+            for (char c : text) {
+                if (c == '=') break;
+                int v = b64(c);
+                EXPECT_GE(v, 0) << w;
+                acc = acc << 6 | static_cast<unsigned>(v);
+                bits += 6;
+                if (bits >= 8) {
+                    bits -= 8;
+                    part += static_cast<char>(acc >> bits & 0xFF);
+                }
+            }
+        } else {
+            EXPECT_EQ(w[8], 'Q');
+            for (std::size_t i = 0; i < text.size(); ++i) {
+                if (text[i] == '_') part += ' ';
+                else if (text[i] == '=') {
+                    part += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+                    i += 2;
+                } else {
+                    EXPECT_TRUE(text[i] != '?' && text[i] != ' ' && static_cast<unsigned char>(text[i]) < 0x7f) << w;
+                    part += text[i];
+                }
+            }
+        }
+        if (utf8) {
+            EXPECT_TRUE(valid_utf8(part)) << "a word splits a character: " << w;
+        }
+        out += part;
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(MailBody, ShortUtf8LinesGoAsTheyAre) {
+    mail::Body b = mail::encode_body("Grüße,\n.a dot first\n\ttab inside\n");
+    EXPECT_EQ(b.encoding, "8bit");
+    EXPECT_EQ(b.text, "Grüße,\r\n.a dot first\r\n\ttab inside\r\n");
+    EXPECT_EQ(mail::encode_body("plain\n").encoding, "7bit");
+    EXPECT_EQ(mail::encode_body("").encoding, "7bit");
+}
+
+TEST(MailBody, WhatCannotGoAsItIsIsQuotedPrintable) {
+    for (std::string s : {std::string(999, 'x') + "\n", std::string("trailing \n"), std::string("tab\t\n"),
+                          std::string("lone\rCR\n"), std::string("CRLF\r\n"), std::string("no final LF"),
+                          std::string("\x01\n"), std::string("bad \xC3\x28 UTF-8\n"), std::string("del\x7f\n")})
+        EXPECT_EQ(mail::encode_body(s).encoding, "quoted-printable") << s;
+    EXPECT_EQ(mail::encode_body(std::string(998, 'x') + "\n").encoding, "7bit");
+    EXPECT_EQ(mail::encode_body(std::string(3, '\xC3') + "\n").encoding, "quoted-printable");  // not UTF-8
+}
+
+TEST(MailBody, QuotedPrintableKeepsEveryByte) {
+    const std::string text = std::string(2000, 'x') + "\n" + [] {
+        std::string e;
+        for (int i = 0; i < 700; ++i) e += "é";
+        return e;
+    }() + "\n.\n..two\nFrom here\n= =3D =?UTF-8?B?SGk=?=\ntrailing   \ntab\t\n \nlone\rCR\nCRLF\r\nend\n\n\xF0\x9D\x84\x9E end  ";
+    std::string q = mail::quoted_printable(text);
+    EXPECT_EQ(qp_decode(q), text);
+    for (const std::string &l : lines(q)) {
+        EXPECT_LE(l.size(), 76u) << l;
+        EXPECT_TRUE(l.empty() || (l.back() != ' ' && l.back() != '\t')) << l;
+        EXPECT_NE(l.substr(0, 1), ".") << l;
+        EXPECT_NE(l.substr(0, 5), "From ") << l;
+    }
+    EXPECT_EQ(q.substr(q.size() - 3), "=\r\n");  // no final LF: a soft break
+    EXPECT_EQ(mail::quoted_printable(""), "");
+    EXPECT_EQ(mail::quoted_printable("a b\n"), "a b\r\n");
+    EXPECT_EQ(mail::quoted_printable("a \n"), "a=20\r\n");
+    EXPECT_EQ(mail::quoted_printable("\r\n"), "=0D\r\n");
+}
+
+TEST(MailBody, QuotedPrintableSplitsNoCharacterWhereItFits) {
+    std::string text;
+    for (int i = 0; i < 100; ++i) text += "ab\xE2\x82\xAC";  // a, b, euro sign
+    std::string q = mail::quoted_printable(text + "\n");
+    for (const std::string &l : lines(q)) {
+        std::string d = qp_decode(l.size() && l.back() == '=' ? l + "\r\n" : l);
+        EXPECT_TRUE(valid_utf8(d)) << l;
+    }
+}
+
+TEST(MailBody, RandomTextsRoundTrip) {
+    std::mt19937 rng(42);
+    const std::vector<std::string> pieces = {"a", " ", "\t", "\n", "\r", ".", "=", "From ", "é", "\xF0\x9D\x84\x9E",
+                                             "\xFF", "\xC3", std::string(1, '\0'), "?=", "xxxxxxxxxxxxxxxxxxxxxxxxx"};
+    for (int round = 0; round < 2000; ++round) {
+        std::string text;
+        int n = static_cast<int>(rng() % 200);
+        for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
+        mail::Body b = mail::encode_body(text);
+        for (const std::string &l : lines(b.text)) ASSERT_LE(l.size(), mail::kLine);
+        if (b.encoding == "quoted-printable") ASSERT_EQ(qp_decode(b.text), text);
+        else {
+            std::string back = b.text;
+            for (std::size_t p; (p = back.find("\r\n")) != std::string::npos;) back.replace(p, 2, "\n");
+            ASSERT_EQ(back, text);
+        }
+        std::string w = mail::encoded_words(text, 9, round % 2 == 0);
+        ASSERT_EQ(words_decode(w, 9, valid_utf8(text)), text);
+    }
+}
+
+TEST(MailHeader, ShortAsciiStaysAsItIs) {
+    EXPECT_EQ(mail::unstructured("[hpcacct] p02 on ada: hours retracted (2024-03-15)", 9),
+              "[hpcacct] p02 on ada: hours retracted (2024-03-15)");
+    EXPECT_EQ(mail::unstructured("", 9), "");
+    EXPECT_EQ(mail::mailbox("Ann \"the\" O\\Neil", "ann@x.example", 4), "\"Ann \\\"the\\\" O\\\\Neil\" <ann@x.example>");
+    EXPECT_EQ(mail::mailbox("", "ann@x.example", 4), "<ann@x.example>");
+}
+
+TEST(MailHeader, WhatCouldBeMisreadIsEncoded) {
+    for (std::string s : {"=?UTF-8?B?SGk=?= literal", " leading", "trailing ", "tab\there", "Zoë"}) {
+        std::string u = mail::unstructured(s, 9);
+        EXPECT_EQ(u.compare(0, 8, "=?UTF-8?"), 0) << u;
+        EXPECT_EQ(words_decode(u, 9, true), s);
+    }
+    std::string m = mail::mailbox("=?UTF-8?B?SGk=?=", "a@b.example", 4);
+    EXPECT_EQ(m.compare(0, 8, "=?UTF-8?"), 0) << m;
+}
+
+TEST(MailHeader, LongSubjectsFoldIntoWordsOfWholeCharacters) {
+    std::string ascii, utf8;
+    for (int i = 0; i < 30; ++i) ascii += "word ";
+    ascii += std::string(150, 'A');
+    for (int i = 0; i < 8; ++i) utf8 += "Dépassement de quota — ž \xF0\x9D\x84\x9E ";
+    for (const std::string &s : {ascii, utf8}) {
+        std::string u = mail::unstructured(s, 9);
+        EXPECT_GT(lines(u).size(), 2u);
+        EXPECT_EQ(words_decode(u, 9, true), s);
+    }
+    EXPECT_NE(mail::unstructured(ascii, 9).find("?Q?word_word_"), std::string::npos);  // ASCII stays readable
+}
+
+TEST(MailHeader, LongDisplayNamesFoldAndTheAddressFollows) {
+    std::string name;
+    for (int i = 0; i < 6; ++i) name += "Zoë Łukasiewicz-Ünal \xF0\x9D\x84\x9E ";
+    const std::string addr = "someone.with.a.long.address@laboratory.example";
+    std::string m = mail::mailbox(name, addr, 4);
+    std::size_t lt = m.rfind(" <");
+    ASSERT_NE(lt, std::string::npos);
+    EXPECT_EQ(m.substr(lt + 1), "<" + addr + ">");
+    std::string words = m.substr(0, lt);
+    if (words.size() >= 2 && words.compare(words.size() - 2, 2, "\r\n") == 0) words.resize(words.size() - 2);
+    EXPECT_EQ(words_decode(words, 4, true), name);
+    for (const std::string &l : lines(m)) EXPECT_LE(l.size(), mail::kHeaderLine - 4);
+    // a phrase's Q words encode what a display name may not hold
+    std::string q = mail::mailbox(std::string(90, 'x') + " \"q\", <i>", "a@b.example", 4);
+    EXPECT_EQ(q.find('"'), std::string::npos) << q;
+    EXPECT_EQ(q.find(','), std::string::npos) << q;
+}
+
+TEST(MailMessage, HeaderAndBody) {
+    mail::Message m{"hpc@centre.example", "Zoë Ünal", "u1@lab.example", "[hpcacct] test", "Thu, 15 Feb 2024 00:00:00 +0000",
+                    "<hpcacct.1.2@centre.example>", "1", "line\n"};
+    std::string s = mail::compose(m);
+    EXPECT_NE(s.find("\r\nTo: =?UTF-8?B?Wm/DqyDDnG5hbA==?= <u1@lab.example>\r\n"), std::string::npos) << s;
+    EXPECT_NE(s.find("\r\nSubject: [hpcacct] test\r\n"), std::string::npos);
+    EXPECT_NE(s.find("\r\nContent-Transfer-Encoding: 7bit\r\n"), std::string::npos);
+    EXPECT_EQ(s.substr(s.size() - 10), "\r\n\r\nline\r\n");
+    m.body = "";
+    s = mail::compose(m);
+    EXPECT_EQ(s.substr(s.size() - 4), "\r\n\r\n");
+}
