@@ -10324,6 +10324,16 @@ COMMENT ON FUNCTION @extschema@.personal_allotment(text) IS
 -- ==== allocation_status() reads its consumption once (a MATERIALIZED CTE; pulled up, the
 -- planner computed it at each of its three uses): defined in the final definitions below
 
+-- ==== a CR or LF in a name no longer splits a line of a message's body ---------------------
+-- Subjects showed a name's control characters as spaces; bodies carried them as they are.
+-- notify_regulation(), notify_quarter(), notify_hold(), notify_scan(): defined in the final
+-- definitions.
+CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.regexp_replace(name, '[[:cntrl:]]', ' ', 'g');
+COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
+    'A name as message bodies print it: each control character (CR, LF...) a space';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11579,14 +11589,14 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   'Consumed this month:          %s\n'
                                   'Consumable (%%):               %s\n'
                                   'Consumable:                   %s\n',
-                                  r.account, r.account, r.state, r.old_state,
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), r.state, r.old_state,
                                   CASE r.state
                                       WHEN 'low_priority' THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
                                       WHEN 'blocked' THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
                                       ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
                                   r.period_start, r.period_end,
-                                  hpcacct_internal.notify_number(r.monthly::numeric), r.unit,
+                                  hpcacct_internal.notify_number(r.monthly::numeric), hpcacct_internal.notify_name(r.unit),
                                   hpcacct_internal.notify_number(r.remaining_prev::numeric),
                                   hpcacct_internal.notify_number(r.consumed_current::numeric),
                                   hpcacct_internal.notify_number(r.consumable_pct::numeric),
@@ -11627,8 +11637,9 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
-                                  r.account, hpcacct_internal.notify_number(r.balance), bank_unit,
-                                  hpcacct_internal.notify_number(r.alloc), bank_unit, q,
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.balance),
+                                  hpcacct_internal.notify_name(bank_unit),
+                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), q,
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -11666,7 +11677,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   'quarter starting %s (%s days from %s). %s\n\n'
                                   'Balance now:        %s %s of %s %s\n'
                                   'Allocation ends:    %s\n%s',
-                                  r.account, r.account, next_q - 1, next_q, next_q - at, at,
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), next_q - 1,
+                                  next_q, next_q - at, at,
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
                                                               'are refused and queued jobs are held.', r.later_quarter)
@@ -11676,8 +11688,9 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                             'project or ask your consultant for an allocation.'
                                        ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
-                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)), bank_unit,
-                                  hpcacct_internal.notify_number(r.alloc), bank_unit, next_q - 1,
+                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)),
+                                  hpcacct_internal.notify_name(bank_unit),
+                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), next_q - 1,
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
@@ -13496,7 +13509,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
                     '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
                     'on a later 15th, a TMC of hours will be retracted from the allocation.',
-                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_name(r.machine),
                     hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
                     hpcacct_internal.notify_number(r.tmc::numeric))
                 WHEN 'regulation_retraction' THEN pg_catalog.format(
@@ -13504,7 +13518,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
                     '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
                     'valid until 31 December: the allocation goes from %s to %s hours.',
-                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric), r.machine,
+                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_name(r.machine),
                     hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
                     hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
                     r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
@@ -13512,15 +13527,17 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
                     'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
                     'up to %s %% of the annual allocation may be retracted after May.',
-                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
-                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(r.machine),
+                    pg_catalog.round(r.used_percent::numeric, 1),
                     s.annual_warning_percent, s.annual_retraction_percent)
                 ELSE pg_catalog.format(
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
                     'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
                     'from %s to %s hours.',
-                    r.figures_at, r.account, hpcacct_internal.notify_number(r.consumption::numeric),
-                    hpcacct_internal.notify_number(r.alloc), r.machine, pg_catalog.round(r.used_percent::numeric, 1),
+                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(r.machine),
+                    pg_catalog.round(r.used_percent::numeric, 1),
                     s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
             END || E'\n\n'
@@ -13560,12 +13577,13 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
                     'has expired: you can still log in and work interactively, but you cannot submit batch jobs.\n'
                     'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
                     'with it the files of the login. Join an active project or ask your consultant for an\n'
-                    'allocation to keep it.\n', r.account, r.account, r.quarter,
+                    'allocation to keep it.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account),
+                    r.quarter,
                     (r.quarter + interval '3 months')::date)
                 ELSE pg_catalog.format(
                     E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
                     'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
-                    'deleted.\n', r.account, r.account, r.quarter)
+                    'deleted.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), r.quarter)
             END,
             'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
         FROM new_rows r
@@ -13598,9 +13616,12 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
                     'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
                     'project administrator for an allocation.\n',
-                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'), coalesce(n.hold_reason, 'no reason given'))
+                    hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
+                    hpcacct_internal.notify_name(coalesce(n.account, 'default')),
+                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
                  ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
-                    n.username, n.jobid, n.cluster, coalesce(n.account, 'default'))
+                    hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
+                    hpcacct_internal.notify_name(coalesce(n.account, 'default')))
             END,
             'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
         FROM new_rows n

@@ -358,3 +358,34 @@ f=$(grep -l "^X-Hpcacct-Message: $(sql -c "SELECT message_id FROM hpcacct.outbox
 grep -q '^Content-Transfer-Encoding: 8bit' "$f" && grep -q 'Grüße,' "$f"
 ok $? "a body of short lines keeps its UTF-8 readable in the source (8bit)"
 
+# a CR or LF in an account's or a user's name (test/notify/hostile_site.sql, loaded by
+# statements.sh) shows as a space in the bodies, as in subjects: it splits no line
+sql_h() { psql -X -q -At -v ON_ERROR_STOP=1 -d hpcacct_hostile "$@"; }
+sql_h >"$work/hostile-mail.log" 2>&1 <<'SQL'
+SET search_path = hpcacct, public;
+INSERT INTO hpc_user VALUES (E'bad\r\nuser\nname');
+INSERT INTO contact (username, email, display_name)
+SELECT username, 'hostile' || row_number() OVER (ORDER BY username) || '@lab.example', username
+FROM hpc_user WHERE username !~ '[[:cntrl:]]'
+UNION ALL SELECT E'bad\r\nuser\nname', 'bad@lab.example', NULL;
+INSERT INTO balance_threshold VALUES (99);
+SELECT notify_scan('2025-06-20');
+INSERT INTO pending_job (cluster, jobid, username, account)
+SELECT cl, E'j\r\n1', E'bad\r\nuser\nname', acct FROM (SELECT cluster AS cl FROM resource LIMIT 1) r,
+       (SELECT name AS acct FROM account WHERE name LIKE '<script>%') a;
+UPDATE pending_job SET held = true, hold_reason = 'no allocation';
+SQL
+ok $? "setup: the hostile site's scan and a held job of a user named with CR/LF write messages" "$(tail -3 "$work/hostile-mail.log")"
+is "$(sql_h -c "SELECT count(*) FILTER (WHERE m.account LIKE '<script>%') > 1, count(*) FILTER (WHERE m.topic = 'job_held'),
+                       count(*) FILTER (WHERE pg_catalog.translate(m.body, E'\n', '') ~ '[[:cntrl:]]')
+                FROM hpcacct.outbox m")" "t|1|0" \
+   "the messages about the account and the held job have no control character but LF in their bodies" \
+   "$(sql_h -c "SELECT topic, body FROM hpcacct.outbox WHERE translate(body, E'\n', '') ~ '[[:cntrl:]]' LIMIT 2")"
+is "$(sql_h -c "SELECT bool_and(strpos(m.body, pg_catalog.regexp_replace(m.account, '[[:cntrl:]]', ' ', 'g')) > 0)
+                       AND bool_or(m.body LIKE E'Dear bad  user name,\n%')
+                FROM hpcacct.outbox m WHERE m.account LIKE '<script>%'")" t \
+   "the names show with a space for each CR or LF"
+HPCACCT_NOTIFY_CONNINFO=dbname=hpcacct_hostile "$sender" --config "$work/notify.conf" --once 2>"$work/hostile-send.log"
+is "$(sql_h -c "SELECT string_agg(DISTINCT state, ',') FROM hpcacct.outbox_status WHERE state <> 'no_recipient'")" delivered \
+   "they are delivered" "$(tail -3 "$work/hostile-send.log")"
+check_mail hpcacct_hostile "hostile names" "true"
