@@ -163,7 +163,7 @@ $(FUZZ_BUILD)/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(FUZZ_CXXFLAGS) -c -o $@ $<
 
-$(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuzz/*.hpp test/unit/date_forms.hpp) $(wildcard src/core/*.hpp)
+$(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuzz/*.hpp test/unit/date_forms.hpp test/unit/mail_decode.hpp) $(wildcard src/core/*.hpp)
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(FUZZ_CXXFLAGS) -o $@ $< $(FUZZ_CORE_OBJS)
 

@@ -218,6 +218,12 @@ def main():
           b"\1" + i1 + b"\0" * 64 + struct.pack("=qqdi", at, 7 * usecs_day, 0.5, 4) + irows
           + struct.pack("=dd", 1.0, 0.0))
 
+    # mail_fuzz: an options byte (column, 64: a display name), then a name or a body
+    write("mail_fuzz", "short_body", b"\x09" + "Grüße,\n.a dot first\n".encode())
+    write("mail_fuzz", "hostile_body", b"\x09" + ("x" * 1200 + "\n.\ntrailing  \nlone\rCR\nCRLF\r\nFrom here\n= =?x?=").encode())
+    write("mail_fuzz", "utf8_name", b"\x44" + ("Zoë Łukasiewicz-Ünal \U0001D11E " * 4).encode())
+    write("mail_fuzz", "invalid_utf8", b"\x09" + b"\xc3\x28 \xf0\x9d\x84 \xed\xa0\x80 \xff\n")
+
 
 if __name__ == "__main__":
     main()
