@@ -163,6 +163,8 @@ bool fits_as_is(std::string_view text) {
     std::size_t line = 0;
     for (std::size_t i = 0; i < text.size();) {
         auto c = static_cast<unsigned char>(text[i]);
+        // a line read as an mbox separator would be changed (">From ") on its way
+        if (line == 0 && text.substr(i, 5) == "From ") return false;
         if (c == '\n') {
             if (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) return false;
             line = 0;

@@ -36,7 +36,7 @@ std::string unstructured(std::string_view text, std::size_t column);
 std::string mailbox(std::string_view display_name, std::string_view address, std::size_t column);
 
 // Whether text can go as it is (7bit or 8bit): UTF-8 with no control but tab, no line over
-// 998 bytes, no blank at a line's end, and a final LF (or nothing).
+// 998 bytes, no blank at a line's end, no line starting "From ", and a final LF (or nothing).
 bool fits_as_is(std::string_view text);
 
 // Quoted-printable (RFC 2045): LF is a line break (CRLF), every other byte is kept exactly

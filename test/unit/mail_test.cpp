@@ -39,9 +39,11 @@ TEST(MailBody, ShortUtf8LinesGoAsTheyAre) {
 TEST(MailBody, WhatCannotGoAsItIsIsQuotedPrintable) {
     for (std::string s : {std::string(999, 'x') + "\n", std::string("trailing \n"), std::string("tab\t\n"),
                           std::string("lone\rCR\n"), std::string("CRLF\r\n"), std::string("no final LF"),
-                          std::string("\x01\n"), std::string("bad \xC3\x28 UTF-8\n"), std::string("del\x7f\n")})
+                          std::string("\x01\n"), std::string("bad \xC3\x28 UTF-8\n"), std::string("del\x7f\n"),
+                          std::string("a\nFrom here\n")})
         EXPECT_EQ(mail::encode_body(s).encoding, "quoted-printable") << s;
     EXPECT_EQ(mail::encode_body(std::string(998, 'x') + "\n").encoding, "7bit");
+    EXPECT_EQ(mail::encode_body("a From here\nFrom\n").encoding, "7bit");
     EXPECT_EQ(mail::encode_body(std::string(3, '\xC3') + "\n").encoding, "quoted-printable");  // not UTF-8
 }
 
