@@ -329,25 +329,26 @@ stop_sink
 start_sink 0 || exit 1
 sql >/dev/null <<'SQL'
 SET search_path = hpcacct, public;
-INSERT INTO hpc_user VALUES ('mime1'), ('mime2'), ('mime3');
+INSERT INTO hpc_user VALUES ('mime1'), ('mime2'), ('mime3'), ('mime4');
 INSERT INTO contact (username, email, display_name) VALUES
     ('mime1', 'mime1@lab1.example', 'Prof. Dr. "Quoted" \Backslash\ ' || repeat('Longname-', 6) || ' ' || repeat('x', 90)),
     ('mime2', 'mime2@lab2.example', repeat(E'Zoë Łukasiewicz-Ünal \U0001D11E ', 6)),
-    ('mime3', 'mime3@lab0.example', '=?UTF-8?B?SGk=?= is no encoded word');
+    ('mime3', 'mime3@lab0.example', '=?UTF-8?B?SGk=?= is no encoded word'),
+    ('mime4', 'mime4@lab1.example', 'Ann "the" O\Neil, PhD <x>');
 -- long lines (ASCII, 2- and 4-byte UTF-8), dots, trailing blanks, a lone CR, CRLF, '=', no final LF
 SELECT outbox_add('balance_low', 'mime/long', NULL,
     repeat('word ', 30) || repeat('A', 150) || ' end',
     repeat('x', 2000) || E'\n' || repeat('é', 700) || E'\n' || repeat(E'€\U0001D11Ea', 400) || E'\n'
     || E'.\n..two dots\n. a dot and a space\ntrailing spaces   \ntrailing tab\t\n \n\t\n'
     || E'lone CR\rinside\nCRLF\r\nline\n= and =3D and =?UTF-8?B?SGk=?=\nFrom the start\n\n\nno final newline  ',
-    '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+    '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3', 'mime4']);
 SELECT outbox_add('balance_low', 'mime/utf8', NULL,
     repeat(E'Dépassement de quota — ž \U0001D11E ', 8),
-    E'.\nÜberschreitung\r', '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+    E'.\nÜberschreitung\r', '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3', 'mime4']);
 SELECT outbox_add('balance_low', 'mime/plain', NULL, 'Zoë: a short one',
-    E'Grüße,\n.a dot first\nnothing else\n', '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+    E'Grüße,\n.a dot first\nnothing else\n', '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3', 'mime4']);
 SELECT outbox_add('balance_low', 'mime/word', NULL, '=?UTF-8?B?SGk=?= is no encoded word', '',
-    '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3']);
+    '{}', false, ARRAY['u1', 'mime1', 'mime2', 'mime3', 'mime4']);
 SQL
 "$sender" --config "$work/notify.conf" --once 2>"$work/mime.log"
 is "$(sql -c "SELECT string_agg(DISTINCT r.state, ',') FROM hpcacct.outbox m JOIN hpcacct.outbox_recipient r USING (message_id)
