@@ -17,9 +17,14 @@ if [ "${1:-}" != --inside ]; then
     export HPCACCT_ENFORCE_RESULT
     HPCACCT_ENFORCE_RESULT=$(mktemp)
     # a TERM or ^C waits for what runs below to stop (bash runs the trap after it)
-    trap 'rm -f "$HPCACCT_ENFORCE_RESULT"' EXIT
+    export HPCACCT_ENFORCE_SIGNALS
+    HPCACCT_ENFORCE_SIGNALS=$(mktemp)
+    trap 'rm -f "$HPCACCT_ENFORCE_RESULT" "$HPCACCT_ENFORCE_SIGNALS"' EXIT
     trap 'exit 143' TERM
     trap 'exit 130' INT
+    # with-slurm.sh's teardown under a second signal (two Slurms of its own, about 20 s); its
+    # lines are reported with the checks below
+    test/slurm/signals.sh >"$HPCACCT_ENFORCE_SIGNALS"
     test/scripts/with-cluster.sh enforce "$root/test/slurm/enforce.sh" --inside
     status=$?
     result=$(cat "$HPCACCT_ENFORCE_RESULT")
@@ -142,6 +147,15 @@ finish() {
 trap finish EXIT
 trap 'exit 143' TERM   # with-slurm.sh's teardown ends us with TERM
 work=$HPCACCT_ENFORCE_WORK
+signal_checks=0
+while IFS= read -r line; do   # test/slurm/signals.sh's lines, run before the clusters
+    case $line in
+        'ok - '*) check "with-slurm.sh, ${line#ok - }" t; signal_checks=$((signal_checks + 1)) ;;
+        'not ok - '*) check "with-slurm.sh, ${line#not ok - }" f; signal_checks=$((signal_checks + 1)) ;;
+        *) echo "$line" ;;
+    esac
+done <"$HPCACCT_ENFORCE_SIGNALS"
+[ "$signal_checks" -eq 2 ] || check "test/slurm/signals.sh reported its two checks" f
 # the sync as cron would run it: a service name, the password in a password file
 export HPCACCT_DSN=service=hpcacct_sync PGSERVICEFILE=$work/pg_service.conf PGPASSFILE=$work/sync.pgpass
 sql() { psql -X -q -At -v ON_ERROR_STOP=1 -d acct -c "$1"; }
