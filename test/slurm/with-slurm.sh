@@ -5,7 +5,9 @@
 # Everything lives in one fresh directory (mktemp -d): munged (own key and socket), MariaDB
 # (own datadir, TCP on a free 127.0.0.1 port, skip-grant-tables), slurmdbd, slurmctld and four
 # slurmd (node1..node4, one port each, all on 127.0.0.1). Ports are picked free at start.
-# Nothing outside that directory is touched, and no daemon it did not start.
+# Nothing outside that directory is touched, and no daemon it did not start. INT or TERM stops
+# COMMAND and tears it all down; a further INT or TERM does not cut that teardown short
+# (test/slurm/signals.sh).
 #
 # Cluster: ClusterName=testcl, select/cons_tres with CR_Core_Memory, priority/multifactor,
 # accounting through slurmdbd (AccountingStorageTRES adds gres/gpu), JobCompType=jobcomp/none.
@@ -126,14 +128,19 @@ stop() {  # stop SECONDS PID...: TERM, and KILL what is left after SECONDS
     shift
     [ $# -gt 0 ] || return 0
     kill -TERM "$@" 2>/dev/null
-    wait_gone "$t" "$@" || kill -KILL "$@" 2>/dev/null
-    wait "$@" 2>/dev/null  # reaps our children (munged is not one)
+    # no 'wait PID...': after a ^C bash may wait there for a child it has reaped already;
+    # wait_gone's sleeps reap our children (munged is not one)
+    wait_gone "$t" "$@" && return 0
+    kill -KILL "$@" 2>/dev/null
+    wait_gone 5 "$@"
 }
 
 teardown() {
     local status=$?
+    # to its end: a second ^C or TERM must not leave daemons or the directory behind
+    trap '' INT TERM
+    trap - EXIT
     set +e
-    trap - EXIT INT TERM
     if [ -n "${cmd_pid:-}" ] && kill -0 "$cmd_pid" 2>/dev/null; then
         kill -TERM "$cmd_pid" 2>/dev/null
         wait_gone 5 "$cmd_pid" || kill -KILL "$cmd_pid" 2>/dev/null
