@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(89);
+SELECT plan(92);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -125,8 +125,20 @@ SELECT is((SELECT address FROM outbox_recipient r JOIN outbox m USING (message_i
            WHERE m.topic = 'job_held' AND m.figures ->> 'jobid' = 'j2'), 'px@example.org', 'and reaches the job''s owner');
 SELECT is((SELECT count(*) FROM recheck_queued('2024-10-03')), 0::bigint, 'a second recheck holds nothing new');
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_held'), 2::bigint, 'and writes no message');
-UPDATE pending_job SET held = false WHERE jobid = 'j1';
-SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released'), 1::bigint, 'a released job: a message');
+-- released: only when hpcacct-slurm-sync lifted its own hold (an operator may still hold it)
+UPDATE pending_job SET sync_hold = 'release' WHERE jobid IN ('j1', 'j2');   -- the sync held both
+UPDATE pending_job SET held = false WHERE jobid IN ('j1', 'j2');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released'), 0::bigint,
+          'a job the database no longer holds: no message yet (the sync has not released it)');
+UPDATE pending_job SET sync_hold = NULL WHERE jobid = 'j2';   -- the sync forgets: someone else holds it
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released'), 0::bigint,
+          'a hold the sync forgets (someone else holds the job): no message');
+SELECT set_config('hpcacct.sync_lifted', 'on', true);
+UPDATE pending_job SET sync_hold = NULL WHERE jobid = 'j1';   -- the sync released it
+SELECT set_config('hpcacct.sync_lifted', '', true);
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released' AND figures ->> 'jobid' = 'j1'), 1::bigint,
+          'a hold the sync lifted itself: a message');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released'), 1::bigint, 'only that one');
 CALL open_quarter('2025-01-01');
 CALL open_quarter('2025-01-01');
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'account_deleted' AND account = 'n_px'), 1::bigint,

@@ -420,7 +420,12 @@ check "a job an operator held before hpcacct would is left as it is (no hold, co
 check "hpcacct holds a job its owner held (JobHeldUser), with its reason" \
     "$(why "$own_first" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' &&
        why "$op_after" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' && echo t)"
+shown() { scontrol show job -o "$1" | tr ' ' '\n' | grep -v '^LastSchedEval='; }
+before_rehold=$(shown "$op_after")
 scontrol hold "$op_after"      # an operator's hold after hpcacct's: Slurm shows no change,
+after_rehold=$(shown "$op_after")
+check "an operator's second hold of a job hpcacct holds changes nothing scontrol show job shows" \
+    "$([ -n "$before_rehold" ] && [ "$before_rehold" = "$after_rehold" ] && echo t)"
 scontrol update jobid="$op_after" comment='operator: keep held'   # the operator's comment tells
 scontrol release "$op_released"
 h2=$(hpcacct-slurm-sync --queue 2>&1)
@@ -438,6 +443,14 @@ check "the operator's later hold stays, with the operator's comment" \
 check "and hpcacct's hold of that job is lifted" "$(case $(why "$op_released") in JobHeldAdmin* | JobHeldUser*) ;; *) echo t ;; esac)"
 check "the owner's own hold is back, hpcacct's comment gone" \
     "$(case $(why "$own_first") in 'JobHeldUser|(null)' | 'JobHeldUser|') echo t ;; esac)"
+released() { sql "SELECT count(*) FROM hpcacct.outbox WHERE topic = 'job_released' AND figures ->> 'jobid' = '$1'"; }
+told="$(released "$op_released")$(released "$own_first")$(released "$op_first")$(released "$op_after")"
+echo "# job_released messages (hpcacct released, owner's hold back, operator first, operator after): $told"
+check "job_released is written for the jobs hpcacct released, not for those an operator still holds" \
+    "$([ "$told" = 1100 ] && echo t)"
+check "the owner whose own hold is back is told so" \
+    "$(sql "SELECT body FROM hpcacct.outbox WHERE topic = 'job_released' AND figures ->> 'jobid' = '$own_first'" |
+       grep -q 'Your own hold on it remains' && echo t)"
 h4=$(hpcacct-slurm-sync --queue 2>&1)
 check "a second run changes nothing" "$(grep -q 'pending jobs: nothing to change' <<<"$h4" && echo t)"
 scancel "$op_first" "$own_first" "$op_after" "$op_released"
