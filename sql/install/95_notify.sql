@@ -304,28 +304,39 @@ CREATE TRIGGER notify_quarter AFTER INSERT ON @extschema@.quarter_log
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.notify_quarter();
 
 -- ---- HLRN: a queued job held (recheck_queued), or released -----------------------------
+--
+-- Held: recheck_queued() decided it (held turns true). Released: hpcacct-slurm-sync lifted the
+-- hold it placed (sync_hold turns NULL in a transaction that set hpcacct.sync_lifted to on);
+-- held turning false alone says nothing, as an operator may still hold the job in Slurm.
 
 CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        lifted constant boolean := coalesce(pg_catalog.current_setting('hpcacct.sync_lifted', true), '') = 'on';
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', CASE WHEN n.held THEN 'job_held' ELSE 'job_released' END,
-            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN n.held THEN 'held' ELSE 'released' END,
+            'topic', CASE WHEN e.held THEN 'job_held' ELSE 'job_released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN e.held THEN 'held' ELSE 'released' END,
                                                  coalesce(n.checked_at, pg_catalog.statement_timestamp())),
             -- NULL when the job names an account that does not exist
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
-                                         CASE WHEN n.held THEN 'is held' ELSE 'is released' END),
-            'body', CASE WHEN n.held THEN pg_catalog.format(
+                                         CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
+            'body', CASE WHEN e.held THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
                     'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
                     'project administrator for an allocation.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(coalesce(n.account, 'default')),
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
+                 WHEN o.sync_hold = 'uhold' THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held by hpcacct.\n'
+                    'Your own hold on it remains: release it (scontrol release %s) when it may run.\n',
+                    hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
+                    hpcacct_internal.notify_name(coalesce(n.account, 'default')), hpcacct_internal.notify_name(n.jobid))
                  ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(coalesce(n.account, 'default')))
@@ -333,12 +344,14 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
         FROM new_rows n
         JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
-        WHERE n.held IS DISTINCT FROM o.held;
+        CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held) e
+        WHERE (n.held AND NOT o.held)
+           OR (lifted AND o.sync_hold IS NOT NULL AND n.sync_hold IS NULL);
         RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.notify_hold() IS
-    'Trigger: a queued job put on hold (or released) writes its message to the job''s owner';
+    'Trigger: a queued job put on hold, or released by hpcacct-slurm-sync, writes its message to the job''s owner';
 CREATE TRIGGER notify_hold AFTER UPDATE ON @extschema@.pending_job
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.notify_hold();
 
