@@ -8,7 +8,7 @@
 # line or environment names its directory) and the directory must be gone. Prints one line
 # per check, "ok - ..." or "not ok - ...". Cleans up after a failure itself.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 set -m   # each background job in a process group of its own, INT not ignored
 
 work=$(mktemp -d)
@@ -37,15 +37,17 @@ procs_of() {
     done
 }
 
-start() {  # start NAME: a harness whose command writes its directory, then waits
+start() {  # start NAME: a harness whose command writes its directory, then waits; its pid in $!
     env -u HPCACCT_SLURM_CONF_EXTRA -u HPCACCT_SLURM_JOB_SUBMIT_LUA -u HPCACCT_SLURM_ENFORCE \
         -u HPCACCT_SLURM_KEEP_LOGS test/slurm/with-slurm.sh \
         sh -c 'echo "$HPCACCT_SLURM_DIR" >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300' "$work/$1.dir" \
         >"$work/$1.out" 2>&1 </dev/null &
-    eval "$1_pid=$!"   # env runs the harness in its place: the leader of the job's group
 }
+# env runs the harness in its place: the leader of the job's process group
 start int
+int_pid=$!
 start term
+term_pid=$!
 set +m   # no job notices on standard error
 
 for _ in $(seq 1 900); do
@@ -56,10 +58,9 @@ for _ in $(seq 1 900); do
 done
 dir_int=$(cat "$work/int.dir" 2>/dev/null) dir_term=$(cat "$work/term.dir" 2>/dev/null)
 
-second() {  # second NAME SIGNAL TARGET...: a signal, and the same once the command is gone
-    local name=$1 sig=$2 harness cmd
+second() {  # second HARNESS SIGNAL TARGET...: a signal, and the same once its command is gone
+    local harness=$1 sig=$2 cmd
     shift 2
-    eval "harness=\$${name}_pid"
     cmd=$(pgrep -P "$harness" -x sleep)
     kill "-$sig" "$@"
     for _ in $(seq 1 100); do
@@ -69,8 +70,8 @@ second() {  # second NAME SIGNAL TARGET...: a signal, and the same once the comm
     kill "-$sig" "$@"
 }
 if [ -n "$dir_int" ] && [ -n "$dir_term" ]; then
-    second int INT -- "-$int_pid"          # the process group: ^C ^C
-    second term TERM "$term_pid"           # the harness only
+    second "$int_pid" INT -- "-$int_pid"     # the process group: ^C ^C
+    second "$term_pid" TERM "$term_pid"      # the harness only
 fi
 for _ in $(seq 1 600); do   # bounded: a teardown that hangs is a failure too
     kill -0 "$int_pid" 2>/dev/null || kill -0 "$term_pid" 2>/dev/null || break
@@ -79,7 +80,7 @@ done
 
 result() {  # result NAME DIR WHAT
     local left
-    left=$(procs_of "$2")
+    left=$(procs_of "$2" | tr '\n' ' ')
     if [ -n "$2" ] && [ -z "$left" ] && [ ! -e "$2" ]; then
         echo "ok - $3: the teardown ran to its end (no process left, directory gone)"
     else
