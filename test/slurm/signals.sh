@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # test/slurm/signals.sh: with-slurm.sh's teardown runs to its end under a second signal.
 #
-# Starts two harnesses at once, each running a command that only waits. One gets ^C twice
-# (INT to its process group, as a terminal sends it), the other TERM twice (to the harness
-# alone, as a service manager or timeout sends it); the second signal comes once the teardown
-# has begun (the command is gone). Then no process of either may be left (none whose command
-# line or environment names its directory) and the directory must be gone. Prints one line
-# per check, "ok - ..." or "not ok - ...". Cleans up after a failure itself.
+# Starts two harnesses at once, each running a command that starts a batch job and waits. One
+# gets ^C twice (INT to its process group, as a terminal sends it), the other TERM twice (to
+# the harness alone, as a service manager or timeout sends it); the second signal comes once
+# the teardown has begun (the command is gone). Then no process of either may be left (none
+# whose command line or environment names its directory: daemons, steps, the job's processes)
+# and the directory must be gone. Prints one line per check, "ok - ..." or "not ok - ...".
+# Cleans up after a failure itself.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 set -m   # each background job in a process group of its own, INT not ignored
@@ -37,10 +38,12 @@ procs_of() {
     done
 }
 
-start() {  # start NAME: a harness whose command writes its directory, then waits; its pid in $!
+start() {  # start NAME: a harness whose command runs a job, writes its directory, waits; pid in $!
     env -u HPCACCT_SLURM_CONF_EXTRA -u HPCACCT_SLURM_JOB_SUBMIT_LUA -u HPCACCT_SLURM_ENFORCE \
         -u HPCACCT_SLURM_KEEP_LOGS test/slurm/with-slurm.sh \
-        sh -c 'echo "$HPCACCT_SLURM_DIR" >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300' "$work/$1.dir" \
+        sh -c 'j=$(sbatch --parsable -o /dev/null --wrap "sleep 300") || exit 1
+               while [ "$(squeue -h -j "$j" -o %T)" != RUNNING ]; do sleep 0.2; done
+               echo "$HPCACCT_SLURM_DIR" >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300' "$work/$1.dir" \
         >"$work/$1.out" 2>&1 </dev/null &
 }
 # env runs the harness in its place: the leader of the job's process group
@@ -86,6 +89,7 @@ result() {  # result NAME DIR WHAT
     else
         echo "not ok - $3: the teardown ran to its end (no process left, directory gone)"
         echo "# left: ${left:-none}; directory: $([ -e "$2" ] && echo kept || echo gone)"
+        [ -n "$left" ] && ps -o pid=,args= -p "$(echo $left | tr ' ' ,)" | cut -c1-150 | sed 's/^/# /'
         [ -z "$2" ] && sed 's/^/# /' "$work/$1.out"
         # what our harness started and left
         [ -n "$left" ] && kill -KILL $left 2>/dev/null
