@@ -87,7 +87,9 @@ etc=$base/etc log=$base/log run=$base/run
 mkdir -p "$etc" "$log" "$run" "$base/munge" "$base/ctld" "$base/spool" "$base/dev" "$base/work" "$base/tmp"
 chmod 711 "$base/munge"
 
-# daemons we started
+# daemons we started, each in a session of its own (setsid, in place: $! is the daemon), so
+# that a ^C or a signal to our process group reaches us and COMMAND only, and the teardown
+# stops them in order (jobs first)
 db_pid= dbd_pid= ctld_pid= slurmd_pids=()
 
 # Free TCP ports on 127.0.0.1 below the ephemeral range, distinct, none in use now.
@@ -105,10 +107,19 @@ pick_ports() {
     echo $picked
 }
 
-# Processes other than this shell whose cwd or an open file lies under $base.
+# Processes other than this shell whose cwd or an open file lies under $base, and the
+# processes of this cluster's jobs (their environment has its slurm.conf and a job id), which
+# outlive a slurmstepd killed below.
 procs_in_base() {
-    find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$base" -o -lname "$base/*" \) \
-        2>/dev/null | cut -d/ -f3 | sort -u | grep -vx -e "$$" -e "${BASHPID:-$$}" || true
+    local f
+    {
+        find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 \( -lname "$base" -o -lname "$base/*" \) \
+            2>/dev/null | cut -d/ -f3
+        for f in /proc/[0-9]*/environ; do
+            grep -zqsxF "SLURM_CONF=$etc/slurm.conf" "$f" && grep -zqs '^SLURM_JOB_ID=' "$f" &&
+                echo "${f:6:-8}"
+        done
+    } | sort -u | grep -vx -e "$$" -e "${BASHPID:-$$}" || true
 }
 
 wait_gone() {  # wait_gone SECONDS PID...: true when all PIDs have exited
@@ -145,14 +156,15 @@ teardown() {
         kill -TERM "$cmd_pid" 2>/dev/null
         wait_gone 5 "$cmd_pid" || kill -KILL "$cmd_pid" 2>/dev/null
     fi
-    # jobs first, so that no slurmstepd outlives its slurmd
+    # jobs first, so that no slurmstepd outlives its slurmd (setsid: a ^C does not reach them,
+    # nor timeout, which would pass it on)
     if [ -f "$etc/slurm.conf" ] && [ -n "${ctld_pid:-}" ] && kill -0 "$ctld_pid" 2>/dev/null; then
         local jobs
-        jobs=$(SLURM_CONF=$etc/slurm.conf timeout 10 squeue -h -o %A 2>/dev/null)
+        jobs=$(SLURM_CONF=$etc/slurm.conf setsid timeout 10 squeue -h -o %A 2>/dev/null)
         if [ -n "$jobs" ]; then
-            SLURM_CONF=$etc/slurm.conf timeout 10 scancel $jobs 2>/dev/null
+            SLURM_CONF=$etc/slurm.conf setsid timeout 10 scancel $jobs 2>/dev/null
             for ((i = 0; i < 100; i++)); do
-                [ -z "$(SLURM_CONF=$etc/slurm.conf timeout 5 squeue -h -o %A 2>/dev/null)" ] && break
+                [ -z "$(SLURM_CONF=$etc/slurm.conf setsid timeout 5 squeue -h -o %A 2>/dev/null)" ] && break
                 sleep 0.1
             done
         fi
@@ -163,7 +175,7 @@ teardown() {
     local munged_pid=
     [ -f "$run/munged.pid" ] && munged_pid=$(cat "$run/munged.pid")
     stop 10 $db_pid $munged_pid
-    # anything left that belongs to us (steps, job processes whose cwd is the directory)
+    # anything left that belongs to us (steps, job processes)
     local left
     left=$(procs_in_base)
     if [ -n "$left" ]; then
@@ -221,7 +233,7 @@ munged --socket="$base/munge/munge.socket" --key-file="$base/munge/munge.key" \
 # --- MariaDB ---
 mariadb-install-db --no-defaults --datadir="$base/db" --user=root --auth-root-authentication-method=normal \
     --skip-test-db >"$log/mariadb-install.log" 2>&1 || fail "mariadb-install-db failed"
-mariadbd --no-defaults --user=root --datadir="$base/db" --socket="$run/mysqld.sock" \
+setsid mariadbd --no-defaults --user=root --datadir="$base/db" --socket="$run/mysqld.sock" \
     --pid-file="$run/mysqld.pid" --log-error="$log/mariadb.log" --bind-address=127.0.0.1 \
     --port="$db_port" --skip-grant-tables --skip-name-resolve --skip-log-bin \
     --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-buffer-pool-size=128M \
@@ -329,7 +341,7 @@ if [ -n "${HPCACCT_SLURM_JOB_SUBMIT_LUA:-}" ]; then
 fi
 
 # --- slurmdbd, then the cluster's associations (before slurmctld, which loads them) ---
-slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
+setsid slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
 dbd_pid=$!
 wait_for 60 slurmdbd sacctmgr -n list cluster
 timeout 30 sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
@@ -340,11 +352,11 @@ timeout 30 sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster=
 timeout 30 sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
 
 # --- slurmctld and four slurmd ---
-slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
+setsid slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
 ctld_pid=$!
 wait_for 30 slurmctld scontrol ping
 for n in 1 2 3 4; do
-    slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
+    setsid slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
     slurmd_pids+=($!)
 done
 nodes_idle() { [ "$(timeout 10 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
