@@ -89,7 +89,7 @@ chmod 711 "$base/munge"
 
 # daemons we started, each in a session of its own (setsid, in place: $! is the daemon), so
 # that a ^C or a signal to our process group reaches us and COMMAND only, and the teardown
-# stops them in order (jobs first)
+# stops them in order (jobs first); killed with us should we be (setpriv --pdeathsig)
 db_pid= dbd_pid= ctld_pid= slurmd_pids=()
 
 # Free TCP ports on 127.0.0.1 below the ephemeral range, distinct, none in use now.
@@ -233,9 +233,9 @@ munged --socket="$base/munge/munge.socket" --key-file="$base/munge/munge.key" \
 # --- MariaDB ---
 mariadb-install-db --no-defaults --datadir="$base/db" --user=root --auth-root-authentication-method=normal \
     --skip-test-db >"$log/mariadb-install.log" 2>&1 || fail "mariadb-install-db failed"
-setsid mariadbd --no-defaults --user=root --datadir="$base/db" --socket="$run/mysqld.sock" \
-    --pid-file="$run/mysqld.pid" --log-error="$log/mariadb.log" --bind-address=127.0.0.1 \
-    --port="$db_port" --skip-grant-tables --skip-name-resolve --skip-log-bin \
+setsid setpriv --pdeathsig KILL mariadbd --no-defaults --user=root --datadir="$base/db" \
+    --socket="$run/mysqld.sock" --pid-file="$run/mysqld.pid" --log-error="$log/mariadb.log" \
+    --bind-address=127.0.0.1 --port="$db_port" --skip-grant-tables --skip-name-resolve --skip-log-bin \
     --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-buffer-pool-size=128M \
     --innodb-lock-wait-timeout=900 --max-allowed-packet=64M >/dev/null 2>&1 &
 db_pid=$!
@@ -341,7 +341,7 @@ if [ -n "${HPCACCT_SLURM_JOB_SUBMIT_LUA:-}" ]; then
 fi
 
 # --- slurmdbd, then the cluster's associations (before slurmctld, which loads them) ---
-setsid slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
+setsid setpriv --pdeathsig KILL slurmdbd -D >"$log/slurmdbd.out" 2>&1 &
 dbd_pid=$!
 wait_for 60 slurmdbd sacctmgr -n list cluster
 timeout 30 sacctmgr -i add cluster "$cluster" >/dev/null || fail "sacctmgr add cluster failed"
@@ -352,11 +352,11 @@ timeout 30 sacctmgr -i add user root account=proj_a,proj_b,proj_unknown cluster=
 timeout 30 sacctmgr -i modify user root set defaultaccount=proj_a >/dev/null || fail "sacctmgr modify user failed"
 
 # --- slurmctld and four slurmd ---
-setsid slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
+setsid setpriv --pdeathsig KILL slurmctld -D -i >"$log/slurmctld.out" 2>&1 &
 ctld_pid=$!
 wait_for 30 slurmctld scontrol ping
 for n in 1 2 3 4; do
-    setsid slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
+    setsid setpriv --pdeathsig KILL slurmd -D -N "node$n" >"$log/slurmd-node$n.out" 2>&1 &
     slurmd_pids+=($!)
 done
 nodes_idle() { [ "$(timeout 10 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 4 ]; }
