@@ -189,8 +189,9 @@ teardown() {
     exit $status
 }
 trap teardown EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# the first INT or TERM ignores further ones at once, before teardown has begun
+trap 'trap "" INT TERM; exit 130' INT
+trap 'trap "" INT TERM; exit 143' TERM
 
 fail() {
     echo "with-slurm: $*" >&2
