@@ -32,6 +32,7 @@ trap 'exit 143' TERM
 # the processes, other than ours, whose command line or environment names DIR
 procs_of() {
     local d=$1 p
+    [ -n "$d" ] || return 0   # an empty pattern names every process on the machine
     for p in /proc/[0-9]*; do
         [ "${p#/proc/}" = $$ ] && continue
         grep -qsF -- "$d" "$p/cmdline" "$p/environ" && echo "${p#/proc/}"
@@ -91,8 +92,8 @@ result() {  # result NAME DIR WHAT
         echo "# left: ${left:-none}; directory: $([ -e "$2" ] && echo kept || echo gone)"
         [ -n "$left" ] && ps -o pid=,args= -p "$(echo $left | tr ' ' ,)" | cut -c1-150 | sed 's/^/# /'
         [ -z "$2" ] && sed 's/^/# /' "$work/$1.out"
-        # what our harness started and left
-        [ -n "$left" ] && kill -KILL $left 2>/dev/null
+        # what our harness started and left (none when it never said its directory)
+        [ -n "$2" ] && [ -n "$left" ] && kill -KILL $left 2>/dev/null
         sleep 0.5
         [ -n "$2" ] && rm -rf "$2"
     fi
