@@ -40,14 +40,16 @@ procs_of() {
 }
 
 start() {  # start NAME: a harness whose command runs a job, writes its directory, waits; pid in $!
-    env -u HPCACCT_SLURM_CONF_EXTRA -u HPCACCT_SLURM_JOB_SUBMIT_LUA -u HPCACCT_SLURM_ENFORCE \
+    env --default-signal=INT,TERM -u HPCACCT_SLURM_CONF_EXTRA -u HPCACCT_SLURM_JOB_SUBMIT_LUA -u HPCACCT_SLURM_ENFORCE \
         -u HPCACCT_SLURM_KEEP_LOGS test/slurm/with-slurm.sh \
         sh -c 'j=$(sbatch --parsable -o /dev/null --wrap "sleep 300") || exit 1
                while [ "$(squeue -h -j "$j" -o %T)" != RUNNING ]; do sleep 0.2; done
                echo "$HPCACCT_SLURM_DIR" >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 300' "$work/$1.dir" \
         >"$work/$1.out" 2>&1 </dev/null &
 }
-# env runs the harness in its place: the leader of the job's process group
+# env runs the harness in its place: the leader of the job's process group. --default-signal:
+# a shell started in the background without job control ignores INT, and its children can
+# then neither trap nor take it (the ^C case failed when make test itself ran with '&')
 start int
 int_pid=$!
 start term
