@@ -11,3 +11,31 @@
 CREATE SCHEMA hpcacct_internal;
 COMMENT ON SCHEMA hpcacct_internal IS
     'hpcacct''s internal functions: trigger, type, operator and aggregate support, argument checks and building blocks';
+
+-- A bad argument of a function whose body is plain SQL (inlined into its callers): the
+-- caller tests cheaply (isfinite(day) OR ...) and calls this only to raise, naming the
+-- argument: NULL is 22004, an infinite date or instant 22008, a negative interval or one with
+-- a month part 22023. IMMUTABLE, so that an inlined IMMUTABLE caller stays inlinable.
+CREATE FUNCTION hpcacct_internal.refuse_argument(value anyelement, caller text, arg text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF value IS NULL THEN
+            RAISE EXCEPTION '%: % must not be NULL', caller, arg USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF pg_typeof(value) IN ('date'::regtype, 'timestamp with time zone'::regtype) THEN
+            RAISE EXCEPTION '%: % must be finite, not %', caller, arg, value USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        IF pg_typeof(value) = 'interval'::regtype THEN
+            IF value::text::interval < interval '0' THEN
+                RAISE EXCEPTION '%: % must not be negative', caller, arg USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            RAISE EXCEPTION '%: % must not have a month part', caller, arg USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Pass the difference of two timestamps, e.g. "end" - start.';
+        END IF;
+        RAISE EXCEPTION '%: % is out of range: %', caller, arg, value USING ERRCODE = 'invalid_parameter_value';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_argument(anyelement, text, text) IS
+    'Raises the error for a bad argument of an inlined SQL function: NULL 22004, infinite 22008, negative or month-long interval 22023';

@@ -17,9 +17,15 @@ COMMENT ON FUNCTION @extschema@.charge(@extschema@.tres, interval, @extschema@.t
 
 -- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
 -- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
--- SET options, so that charging inlines it.
+-- SET options, so that charging inlines it. Elapsed time as charge() takes it: negative or
+-- with a month part is 22023 (the helper runs only then); NULL gives NULL.
 CREATE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+    RETURN CASE WHEN elapsed >= interval '0' AND pg_catalog.date_trunc('month', elapsed) = interval '0'
+                     OR elapsed IS NULL
+                     OR hpcacct_internal.refuse_argument(elapsed, 'core_hours', 'elapsed')
+                THEN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6)
+           END;
 COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
-    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals; a negative elapsed time '
+    'or one with a month part is an error (22023), as for charge()';

@@ -568,12 +568,18 @@ REVOKE EXECUTE ON FUNCTION @extschema@.compact_rollup() FROM PUBLIC;
 -- No JIT: planned generically, the ledger branch (which a report of now skips) is costed at
 -- millions, so jit = on compiled the statement in 0.5-2.8 s for a read of 0.1 s whose per-row
 -- work (a projection) compiled code cannot shorten. (Not inlined anyway: it pins search_path.)
+-- A NULL argument is 22004, an infinite instant 22008 (the first statement); an infinite month
+-- is no bound (year_usage() of a site without resources reads from infinity to -infinity).
 CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
     RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE ROWS 100000
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
+        SELECT (pg_catalog.isfinite($1) OR hpcacct_internal.refuse_argument($1, 'charges_ended_by', 'at'))
+           AND ($2 IS NOT NULL OR hpcacct_internal.refuse_argument($2, 'charges_ended_by', 'from_month'))
+           AND ($3 IS NOT NULL OR hpcacct_internal.refuse_argument($3, 'charges_ended_by', 'to_month'))
+           AND ($4 IS NOT NULL OR hpcacct_internal.refuse_argument($4, 'charges_ended_by', 'per_submitter'));
         WITH z AS MATERIALIZED (
             SELECT t.tz, t.at_month,
                    NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -616,7 +622,8 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
     $$;
 COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
     'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
-    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed; '
+    'a NULL argument (22004) or an infinite at (22008) is an error, an infinite month no bound';
 
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
 -- pro rata before it. At a regulation boundary (1 January or the 16th at 00:00, site time
@@ -642,6 +649,9 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        IF NOT pg_catalog.isfinite($3) THEN
+            RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         local_before := $3 AT TIME ZONE @extschema@.site_timezone();
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
         IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
@@ -662,7 +672,8 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
-    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant (finite: 22008 '
+    'otherwise)';
 
 -- Months depend on the site's time zone, decayed sums on the fair-share half-life: a row
 -- trigger on each settings table rebuilds the rollup when the row of the setting named by

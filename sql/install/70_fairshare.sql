@@ -134,7 +134,8 @@ COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
     'First month of a pool''s allocation year (hpcacct.pool, else setting year_start_month)';
 
 -- The allocation year of a pool: the one named `for_year` (the calendar year it starts in),
--- or when `for_year` is NULL the one containing `at`. Bounds are midnights of the site time zone.
+-- or when `for_year` is NULL the one containing `at` (a year from 1 to 9999; 22008 otherwise).
+-- Bounds are midnights of the site time zone.
 -- `upto` is `at` clamped to the year; elapsed = upto - starts (wall-clock time: maintenance
 -- downtime does not stop it), length = ends - starts.
 CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT NULL,
@@ -153,6 +154,9 @@ CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT 
             RAISE EXCEPTION 'allocation_year: at must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         ELSIF NOT pg_catalog.isfinite(allocation_year.at) THEN
             RAISE EXCEPTION 'allocation_year: at must be a finite timestamp' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF for_year NOT BETWEEN 1 AND 9999 THEN
+            RAISE EXCEPTION 'allocation_year: for_year must be a year from 1 to 9999, not %', for_year
+                USING ERRCODE = 'datetime_field_overflow';
         END IF;
         year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
                                    - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);
@@ -170,7 +174,8 @@ CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT 
     $$;
 COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
     'A pool''s allocation year (by the year it starts in, or the one containing at): days, bounds in the site '
-    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future';
+    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year from 1 '
+    'to 9999 (22008 otherwise)';
 
 -- ---- Usage reports ----------------------------------------------------------------------
 
@@ -193,11 +198,12 @@ CREATE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_su
         )
         SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
                y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
-        FROM @extschema@.charges_ended_by($2, (SELECT pg_catalog.min(first_day) FROM years),
-                                          (SELECT pg_catalog.max(last_day) FROM years), $3) c
+        FROM @extschema@.charges_ended_by($2, coalesce((SELECT pg_catalog.min(first_day) FROM years), 'infinity'),
+                                          coalesce((SELECT pg_catalog.max(last_day) FROM years), '-infinity'), $3) c
         JOIN @extschema@.resource r USING (resource_id)
         JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
-        WHERE c.month BETWEEN y.first_day AND y.last_day;
+        WHERE c.month BETWEEN y.first_day AND y.last_day
+          AND ($3 IS NOT NULL OR hpcacct_internal.refuse_argument($3, 'year_usage', 'per_submitter'));
     END;
 COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
     'Charges per resource, account, submitter (or not: NULL) and month of each pool''s allocation year (named, or '

@@ -152,7 +152,8 @@ COMMENT ON VIEW @extschema@.bank_entry IS
 -- per quarter they count in (the rollup's exact sum of the quarter, one row). balance(), the
 -- submit check and quarter_balances aggregate these rows with quarter_balance(), so that they
 -- give the same digits. SQL-standard (names bound at creation), without SET options: the
--- planner inlines it, as bank_state() below, into its callers' plans.
+-- planner inlines it, as bank_state() below, into its callers' plans. A NULL bound is 22004;
+-- -infinity and infinity are no bound (quarter_balances reads all quarters so).
 CREATE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
     RETURNS TABLE (account text, kind text, day date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -161,16 +162,21 @@ BEGIN ATOMIC
         FROM @extschema@.ledger l
         WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT hpcacct_internal.bank_unit())
           AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
+          AND (bank_ledger.from_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.from_day, 'bank_ledger', 'from_day'))
+          AND (bank_ledger.until_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.until_day, 'bank_ledger', 'until_day'))
         UNION ALL
         SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
         FROM hpcacct_internal.charge_rollup_exact c
         WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
+          AND (bank_ledger.from_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.from_day, 'bank_ledger', 'from_day'))
+          AND (bank_ledger.until_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.until_day, 'bank_ledger', 'until_day'))
         GROUP BY c.account, @extschema@.quarter_start(c.month);
 END;
 COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
     'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
-    'refunds (on their day) and charges (per quarter) in the bank unit';
+    'refunds (on their day) and charges (per quarter) in the bank unit; a NULL bound is an error (22004), an '
+    'infinite one no bound';
 
 -- An account in the bank at a day, one definition for balance(), account_state(), the submit
 -- check, open_quarter() and quarter_balances (no row for an unknown account). SQL-standard,
@@ -182,6 +188,7 @@ COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
 --               yet active, not expired either); otherwise expired;
 --   next_allocation  the first later quarter with an allocation;
 --   balance     deposits + transfers + refunds - charges of the day's quarter, exact.
+-- A NULL day is 22004, an infinite one 22008 (a test the planner folds or runs once).
 CREATE FUNCTION @extschema@.bank_state (account text, day date)
     RETURNS TABLE (state text, next_allocation date, balance numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -192,7 +199,11 @@ BEGIN ATOMIC
                 ELSE 'expired' END,
            q.later,
            coalesce((SELECT (@extschema@.quarter_balance(e.kind, e.day, e.amount, bank_state.day)).balance
-                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(bank_state.day),
+                     -- (the day checked here too: the planner folds this subquery first)
+                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(
+                                                      CASE WHEN pg_catalog.isfinite(bank_state.day)
+                                                                OR hpcacct_internal.refuse_argument(bank_state.day, 'bank_state', 'day')
+                                                           THEN bank_state.day END),
                                                   (@extschema@.quarter_start(bank_state.day) + interval '3 months')::date) e
                      WHERE e.account = a.name), 0)
     FROM @extschema@.account a
@@ -206,11 +217,13 @@ BEGIN ATOMIC
                 AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
               GROUP BY 1
               HAVING sum(l.amount) > 0) s) q
-    WHERE a.name = bank_state.account;
+    WHERE a.name = bank_state.account
+      AND (pg_catalog.isfinite(bank_state.day) OR hpcacct_internal.refuse_argument(bank_state.day, 'bank_state', 'day'));
 END;
 COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
     'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
-    'allocation, exact balance of the day''s quarter; no row for an unknown account';
+    'allocation, exact balance of the day''s quarter; no row for an unknown account; a NULL (22004) or infinite '
+    '(22008) day is an error';
 
 CREATE FUNCTION @extschema@.account_state(account text, at date DEFAULT @extschema@.site_today())
     RETURNS text

@@ -10337,6 +10337,264 @@ COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
 -- ==== notify_hold(): job_released only when hpcacct-slurm-sync lifted its own hold (sync_hold to NULL with hpcacct.sync_lifted on), not when held turns false ---
 -- hpcacct_internal.notify_hold(): defined in the final definitions
 
+-- ==== refuse_argument(): the error for a bad argument of an inlined SQL function -----------
+CREATE FUNCTION hpcacct_internal.refuse_argument(value anyelement, caller text, arg text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF value IS NULL THEN
+            RAISE EXCEPTION '%: % must not be NULL', caller, arg USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF pg_typeof(value) IN ('date'::regtype, 'timestamp with time zone'::regtype) THEN
+            RAISE EXCEPTION '%: % must be finite, not %', caller, arg, value USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        IF pg_typeof(value) = 'interval'::regtype THEN
+            IF value::text::interval < interval '0' THEN
+                RAISE EXCEPTION '%: % must not be negative', caller, arg USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            RAISE EXCEPTION '%: % must not have a month part', caller, arg USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Pass the difference of two timestamps, e.g. "end" - start.';
+        END IF;
+        RAISE EXCEPTION '%: % is out of range: %', caller, arg, value USING ERRCODE = 'invalid_parameter_value';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_argument(anyelement, text, text) IS
+    'Raises the error for a bad argument of an inlined SQL function: NULL 22004, infinite 22008, negative or month-long interval 22023';
+
+-- ==== bank_ledger(): a NULL bound is 22004; bank_state(): a NULL or infinite day is 22004, 22008 (it gave expired, 0) ---
+CREATE OR REPLACE FUNCTION @extschema@.bank_ledger (from_day date, until_day date)
+    RETURNS TABLE (account text, kind text, day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+        SELECT l.account, l.kind, l.valid_from, l.amount
+        FROM @extschema@.ledger l
+        WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT hpcacct_internal.bank_unit())
+          AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
+          AND (bank_ledger.from_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.from_day, 'bank_ledger', 'from_day'))
+          AND (bank_ledger.until_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.until_day, 'bank_ledger', 'until_day'))
+        UNION ALL
+        SELECT c.account, 'charge', @extschema@.quarter_start(c.month), sum(c.amount)
+        FROM hpcacct_internal.charge_rollup_exact c
+        WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
+          AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
+          AND (bank_ledger.from_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.from_day, 'bank_ledger', 'from_day'))
+          AND (bank_ledger.until_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.until_day, 'bank_ledger', 'until_day'))
+        GROUP BY c.account, @extschema@.quarter_start(c.month);
+END;
+COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
+    'What bank balances count, from_day (included) to until_day (excluded), quarter starts: deposits, transfers, '
+    'refunds (on their day) and charges (per quarter) in the bank unit; a NULL bound is an error (22004), an '
+    'infinite one no bound';
+CREATE OR REPLACE FUNCTION @extschema@.bank_state (account text, day date)
+    RETURNS TABLE (state text, next_allocation date, balance numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
+                WHEN q.current THEN 'active'
+                WHEN q.later IS NOT NULL THEN 'inactive'
+                ELSE 'expired' END,
+           q.later,
+           coalesce((SELECT (@extschema@.quarter_balance(e.kind, e.day, e.amount, bank_state.day)).balance
+                     -- (the day checked here too: the planner folds this subquery first)
+                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(
+                                                      CASE WHEN pg_catalog.isfinite(bank_state.day)
+                                                                OR hpcacct_internal.refuse_argument(bank_state.day, 'bank_state', 'day')
+                                                           THEN bank_state.day END),
+                                                  (@extschema@.quarter_start(bank_state.day) + interval '3 months')::date) e
+                     WHERE e.account = a.name), 0)
+    FROM @extschema@.account a
+    CROSS JOIN LATERAL (
+        SELECT coalesce(bool_or(s.quarter = @extschema@.quarter_start(bank_state.day)), false) AS current,
+               min(s.quarter) FILTER (WHERE s.quarter > @extschema@.quarter_start(bank_state.day)) AS later
+        FROM (SELECT @extschema@.quarter_start(l.valid_from) AS quarter
+              FROM @extschema@.ledger l
+              WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer')
+                AND l.unit = (SELECT hpcacct_internal.bank_unit())
+                AND l.valid_from >= @extschema@.quarter_start(bank_state.day)
+              GROUP BY 1
+              HAVING sum(l.amount) > 0) s) q
+    WHERE a.name = bank_state.account
+      AND (pg_catalog.isfinite(bank_state.day) OR hpcacct_internal.refuse_argument(bank_state.day, 'bank_state', 'day'));
+END;
+COMMENT ON FUNCTION @extschema@.bank_state(text, date) IS
+    'An account in the bank at a day: state (active/inactive/expired/deleted), first later quarter with an '
+    'allocation, exact balance of the day''s quarter; no row for an unknown account; a NULL (22004) or infinite '
+    '(22008) day is an error';
+
+-- ==== allocation_year(): for_year from 1 to 9999 (22008 naming it); year_usage(): a NULL per_submitter is 22004 (it gave no row) ---
+CREATE OR REPLACE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT NULL,
+                                            at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (year integer, first_day date, last_day date, starts timestamptz, ends timestamptz,
+                   upto timestamptz, elapsed interval, length interval, state text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz    constant text := @extschema@.site_timezone();
+        m     constant integer := @extschema@.year_start_month(allocation_year.pool);
+        today constant date := (allocation_year.at AT TIME ZONE tz)::date;
+    BEGIN
+        IF allocation_year.at IS NULL THEN
+            RAISE EXCEPTION 'allocation_year: at must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT pg_catalog.isfinite(allocation_year.at) THEN
+            RAISE EXCEPTION 'allocation_year: at must be a finite timestamp' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF for_year NOT BETWEEN 1 AND 9999 THEN
+            RAISE EXCEPTION 'allocation_year: for_year must be a year from 1 to 9999, not %', for_year
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
+                                   - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);
+        first_day := pg_catalog.make_date(year, m, 1);
+        last_day := (first_day + interval '1 year')::date - 1;
+        starts := first_day::timestamp AT TIME ZONE tz;
+        ends := (first_day + interval '1 year') AT TIME ZONE tz;
+        upto := greatest(starts, least(allocation_year.at, ends));
+        elapsed := upto - starts;
+        length := ends - starts;
+        state := CASE WHEN allocation_year.at >= ends THEN 'past'
+                      WHEN allocation_year.at < starts THEN 'future' ELSE 'current' END;
+        RETURN NEXT;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
+    'A pool''s allocation year (by the year it starts in, or the one containing at): days, bounds in the site '
+    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year from 1 '
+    'to 9999 (22008 otherwise)';
+CREATE OR REPLACE FUNCTION @extschema@.year_usage (for_year integer, at timestamptz, per_submitter boolean)
+    RETURNS TABLE (pool text, unit text, cluster text, partition text, account text, submitter text,
+                   rate float8, month date, amount numeric, year integer, first_day date, last_day date,
+                   elapsed interval, length interval, state text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+        WITH years AS MATERIALIZED (
+            SELECT p.pool, y.*
+            FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+            CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, $1, $2) y
+        )
+        SELECT y.pool, c.unit, r.cluster, r.partition, c.account, c.submitter, r.rate, c.month, c.amount,
+               y.year, y.first_day, y.last_day, y.elapsed, y.length, y.state
+        FROM @extschema@.charges_ended_by($2, coalesce((SELECT pg_catalog.min(first_day) FROM years), 'infinity'),
+                                          coalesce((SELECT pg_catalog.max(last_day) FROM years), '-infinity'), $3) c
+        JOIN @extschema@.resource r USING (resource_id)
+        JOIN years y ON y.pool = coalesce(r.pool, r.cluster)
+        WHERE c.month BETWEEN y.first_day AND y.last_day
+          AND ($3 IS NOT NULL OR hpcacct_internal.refuse_argument($3, 'year_usage', 'per_submitter'));
+    END;
+COMMENT ON FUNCTION @extschema@.year_usage(integer, timestamptz, boolean) IS
+    'Charges per resource, account, submitter (or not: NULL) and month of each pool''s allocation year (named, or '
+    'containing at), jobs ended by at, from the charge rollup; the building block of the usage reports';
+
+-- ==== core_hours(): a negative elapsed time or one with a month part is 22023, as for charge() ---
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN elapsed >= interval '0' AND pg_catalog.date_trunc('month', elapsed) = interval '0'
+                     OR elapsed IS NULL
+                     OR hpcacct_internal.refuse_argument(elapsed, 'core_hours', 'elapsed')
+                THEN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6)
+           END;
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals; a negative elapsed time '
+    'or one with a month part is an error (22023), as for charge()';
+
+-- ==== charges_ended_by(): a NULL argument is 22004, an infinite at 22008 (they gave no row, or all) ---
+CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to_month date, per_submitter boolean)
+    RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 100000
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $$
+        SELECT (pg_catalog.isfinite($1) OR hpcacct_internal.refuse_argument($1, 'charges_ended_by', 'at'))
+           AND ($2 IS NOT NULL OR hpcacct_internal.refuse_argument($2, 'charges_ended_by', 'from_month'))
+           AND ($3 IS NOT NULL OR hpcacct_internal.refuse_argument($3, 'charges_ended_by', 'to_month'))
+           AND ($4 IS NOT NULL OR hpcacct_internal.refuse_argument($4, 'charges_ended_by', 'per_submitter'));
+        WITH z AS MATERIALIZED (
+            SELECT t.tz, t.at_month,
+                   NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
+                               WHERE l.kind = 'charge' AND l.job_end > $1
+                                 AND l.job_end < (t.at_month + interval '1 month') AT TIME ZONE t.tz) AS month_complete,
+                   -- the base serves when all it holds ended before the month of `at`: its latest month folded
+                   NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
+                       AS from_base
+            FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
+                  FROM (SELECT @extschema@.site_timezone() AS tz) s) t
+        )
+        SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
+        FROM @extschema@.usage_base b, z
+        WHERE z.from_base AND b.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT r.account, r.resource_id, r.unit, CASE WHEN $4 THEN r.submitter END, r.month, r.amount
+        FROM hpcacct_internal.charge_rollup_exact r, z
+        WHERE NOT z.from_base
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        -- the same rows as above, but only those not folded: a branch of its own, so that the
+        -- planner can read them through the partial index charge_rollup_unfolded
+        SELECT r.account, r.resource_id, r.unit, NULL, r.month, r.amount
+        FROM hpcacct_internal.charge_rollup_exact r, z
+        WHERE z.from_base AND NOT r.folded
+          AND (r.end_month < z.at_month OR (z.month_complete AND r.end_month = z.at_month))
+          AND r.month BETWEEN $2 AND $3
+        UNION ALL
+        SELECT l.account, l.resource_id, l.unit, CASE WHEN $4 THEN l.submitter END, m.month::date,
+               l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz)
+        FROM @extschema@.ledger l, z
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+                                                      z.at_month, interval '1 month') AS m(month)
+        WHERE NOT z.month_complete
+          AND l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
+          AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
+          AND m.month BETWEEN $2 AND $3
+    $$;
+COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
+    'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed; '
+    'a NULL argument (22004) or an infinite at (22008) is an error, an infinite month no bound';
+
+-- ==== consumption_before(): an infinite instant is 22008 (it gave 0 or everything) ---------
+CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
+    AS $$
+    DECLARE
+        local_before timestamp;
+        pool_resources bigint[];
+        after_before numeric;
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'consumption_before');
+        IF $2 IS NULL OR $3 IS NULL THEN
+            RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT pg_catalog.isfinite($3) THEN
+            RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        local_before := $3 AT TIME ZONE @extschema@.site_timezone();
+        pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
+                               AND c.boundary <= local_before), 0);
+        END IF;
+        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index)
+        EXECUTE 'SELECT coalesce(sum(CASE WHEN l.kind = ''charge'' THEN l.amount
+                                          * (1 - @extschema@.period_share(l.job_start, l.job_end, ''-infinity'', $3)) END), 0)
+                 FROM @extschema@.ledger l
+                 WHERE l.job_end >= $3 AND l.account = $1 AND l.resource_id = ANY ($2)'
+            INTO after_before USING $1, pool_resources, $3;
+        RETURN coalesce((SELECT sum(c.ended) FROM hpcacct_internal.consumption_rollup_exact c
+                         WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)), 0)
+               - after_before;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant (finite: 22008 '
+    'otherwise)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12653,9 +12911,14 @@ COMMENT ON FUNCTION @extschema@.r_wlm_usage(text, date) IS
     'project, for the month containing at (NULL: today in the site time zone)';
 CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+    RETURN CASE WHEN elapsed >= interval '0' AND pg_catalog.date_trunc('month', elapsed) = interval '0'
+                     OR elapsed IS NULL
+                     OR hpcacct_internal.refuse_argument(elapsed, 'core_hours', 'elapsed')
+                THEN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6)
+           END;
 COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
-    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals; a negative elapsed time '
+    'or one with a month part is an error (22023), as for charge()';
 CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -14394,6 +14657,10 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
+        SELECT (pg_catalog.isfinite($1) OR hpcacct_internal.refuse_argument($1, 'charges_ended_by', 'at'))
+           AND ($2 IS NOT NULL OR hpcacct_internal.refuse_argument($2, 'charges_ended_by', 'from_month'))
+           AND ($3 IS NOT NULL OR hpcacct_internal.refuse_argument($3, 'charges_ended_by', 'to_month'))
+           AND ($4 IS NOT NULL OR hpcacct_internal.refuse_argument($4, 'charges_ended_by', 'per_submitter'));
         WITH z AS MATERIALIZED (
             SELECT t.tz, t.at_month,
                    NOT EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -14436,7 +14703,8 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
     $$;
 COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
     'Charges of the jobs that ended by at, per account, resource, unit, submitter (or not: NULL) and month counted in '
-    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed';
+    '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed; '
+    'a NULL argument (22004) or an infinite at (22008) is an error, an infinite month no bound';
 CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
@@ -14700,6 +14968,9 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        IF NOT pg_catalog.isfinite($3) THEN
+            RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         local_before := $3 AT TIME ZONE @extschema@.site_timezone();
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
         IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
@@ -14720,7 +14991,8 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
-    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant';
+    'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant (finite: 22008 '
+    'otherwise)';
 -- generated from the rollup statements: generate it again
 DO $do$
 BEGIN
