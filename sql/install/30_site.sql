@@ -71,8 +71,15 @@ COMMENT ON VIEW @extschema@.settings IS 'Every setting with its effective value 
 CREATE FUNCTION @extschema@.setting_value(name text) RETURNS text
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    AS $$ BEGIN RETURN (SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name); END $$;
-COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting';
+    AS $$
+    BEGIN
+        IF setting_value.name IS NULL THEN
+            RAISE EXCEPTION 'setting_value: name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        RETURN (SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting (a NULL name is an error, 22004)';
 
 -- Only known settings, with values of the right kind.
 CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger

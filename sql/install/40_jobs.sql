@@ -417,6 +417,10 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
         IF job_table IS NULL THEN
             RAISE EXCEPTION 'attach_charging: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        IF mapping IS NULL THEN
+            RAISE EXCEPTION 'attach_charging: mapping must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+                HINT = 'Leave it out when the columns have sacct''s names.';
+        END IF;
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
@@ -429,7 +433,8 @@ CREATE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping
     END
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
-    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs (none when left '
+    'out; NULL is an error, 22004)';
 REVOKE EXECUTE ON FUNCTION @extschema@.attach_charging(regclass, text[]) FROM PUBLIC;
 
 -- Creates the table of finished jobs, one row per run, with sacct's fields as columns

@@ -407,6 +407,8 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
+        SELECT pg_catalog.isfinite(coalesce($1, pg_catalog.now()))
+               OR hpcacct_internal.refuse_argument($1, 'fairshare_all', 'at');  -- 22008
         WITH cfg AS MATERIALIZED (
             SELECT coalesce($1, pg_catalog.now()) AS at,
                    (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,

@@ -463,6 +463,10 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
         IF username IS NULL THEN
             RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
+            RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
             RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
         END IF;
@@ -476,7 +480,8 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     END
     $$;
 COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
-    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone)';
+    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
+    'a username is at most 64 characters (22023)';
 REVOKE EXECUTE ON FUNCTION @extschema@.add_user(text, date) FROM PUBLIC;
 
 CREATE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void

@@ -26,9 +26,14 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
         has_regulation boolean;
         has_bank boolean;
     BEGIN
+        IF account_policies.account IS NULL THEN
+            RAISE EXCEPTION 'account_policies: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
-        IF NOT FOUND THEN
-            RETURN NULL;
+        IF NOT FOUND THEN  -- as hpcacct_internal.require_account() says it
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
         ELSIF a.policies IS NOT NULL THEN
             RETURN a.policies;
         ELSIF a.kind = 'special' THEN
@@ -51,7 +56,8 @@ CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     $$;
 COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
-    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it); a NULL '
+    '(22004) or unknown account (42704) is an error';
 
 -- Result of check_submit and account_verdict: may the job run, on which account, and why not.
 -- reason is NULL when ok, else one word (see check_submit); message says it in words a user
@@ -212,6 +218,7 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message

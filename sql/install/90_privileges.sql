@@ -62,6 +62,9 @@ CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
                    AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
                OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
     BEGIN
+        IF NOT pg_catalog.isfinite(instant) THEN
+            RAISE EXCEPTION 'fairshare: at must be finite, not %', instant USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         IF NOT sees_all AND instant <> pg_catalog.now() THEN
             RAISE EXCEPTION 'fairshare() at % is for administrators: others see the present only', instant
                 USING ERRCODE = 'insufficient_privilege', HINT = 'Call hpcacct.fairshare() without an argument.';

@@ -113,7 +113,24 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
     AS $$
     DECLARE
         ids bigint[];
+        missing text;
     BEGIN
+        -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
+        -- objects, each with its topic, decision_key, subject and body
+        IF messages IS NOT NULL AND (pg_catalog.jsonb_typeof(messages) <> 'array'
+                                     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(messages) e
+                                                WHERE pg_catalog.jsonb_typeof(e) <> 'object')) THEN
+            RAISE EXCEPTION 'outbox_add_all: messages must be a JSON array of objects' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT CASE WHEN m.topic IS NULL THEN 'topic' WHEN m.decision_key IS NULL THEN 'decision_key'
+                    WHEN m.subject IS NULL THEN 'subject' ELSE 'body' END
+        INTO missing
+        FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, subject text, body text)
+        WHERE m.topic IS NULL OR m.decision_key IS NULL OR m.subject IS NULL OR m.body IS NULL
+        LIMIT 1;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'outbox_add_all: a message''s % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
@@ -150,7 +167,8 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
-    'once, in one statement; one NOTIFY hpcacct_outbox';
+    'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
+    'body is an error (22004); a NULL account, figures, to_members or also: no account''s users, {}, false, none';
 
 -- One message: outbox_add_all of one. Returns its id, NULL when the decision had one already.
 CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
@@ -166,7 +184,9 @@ CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account te
                  'to_members', $7, 'also', pg_catalog.to_jsonb($8)))) AS id
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
-    'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY hpcacct_outbox';
+    'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY '
+    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; NULL account, figures, to_members or also: no '
+    'account''s users, {}, false, none';
 
 -- Numbers in messages: whole units with a thin grouping, as the documents print them.
 -- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)

@@ -54,13 +54,16 @@ COMMENT ON TABLE @extschema@.federation_received IS
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_node', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_site', '');
 
--- The ledger ids a site books: [site * 2^48, (site + 1) * 2^48), the centre's from 1.
+-- The ledger ids a site books: [site * 2^48, (site + 1) * 2^48), the centre's from 1. Sites
+-- are 0 to 32767 (22023 otherwise, as federation_prepare() says it).
 CREATE FUNCTION @extschema@.federation_id_range(site integer) RETURNS int8range
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
-                                (site::bigint + 1) * 281474976710656);
+    RETURN CASE WHEN site BETWEEN 0 AND 32767 OR hpcacct_internal.refuse_argument(site, 'federation_id_range', 'site')
+                THEN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
+                                          (site::bigint + 1) * 281474976710656) END;
 COMMENT ON FUNCTION @extschema@.federation_id_range(integer) IS
-    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1';
+    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1; '
+    'a site outside 0 to 32767 is an error (22023)';
 
 -- The site that booked a ledger row, from its id.
 CREATE FUNCTION @extschema@.federation_origin(entry_id bigint) RETURNS integer
@@ -260,7 +263,7 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
     AS $$
     DECLARE
         node   @extschema@.federation_node;
-        ids    constant int8range := @extschema@.federation_id_range(site);
+        ids    int8range;  -- the site's, once the site is checked
         seq    constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
         stray  bigint;
         filled boolean;
@@ -276,6 +279,7 @@ CREATE FUNCTION @extschema@.federation_prepare(site integer, role text) RETURNS 
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'The centre is site 0; cluster sites are numbered 1 to 32767.';
         END IF;
+        ids := @extschema@.federation_id_range(site);
         SELECT * INTO node FROM @extschema@.federation_node;
         IF FOUND AND (node.site <> site OR node.role <> role) THEN
             RAISE EXCEPTION 'this database is already federation % %, not % %', node.role, node.site, role, site

@@ -10278,30 +10278,7 @@ COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text,
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
 
 -- ==== add_user(user, NULL) is today, as every date argument (it was 22004 from top_up) -----
-CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
-    BEGIN
-        IF username IS NULL THEN
-            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
-            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
-        END IF;
-        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
-        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
-        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
-        FOR i IN 0 .. 2 LOOP
-            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
-                                       @extschema@.personal_allotment(username));
-        END LOOP;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
-    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone)';
+-- add_user(): defined again below (add_user(): a username of at most 64 characters)
 
 -- ==== personal_allotment(): a NULL or unknown account is 22004, 42704 (it gave NULL) -------
 CREATE OR REPLACE FUNCTION @extschema@.personal_allotment(account text) RETURNS numeric
@@ -10595,6 +10572,435 @@ COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS
     'Charges of an account in a pool (or cluster) for the part of its jobs that ran before an instant (finite: 22008 '
     'otherwise)';
 
+-- ==== setting_value(NULL) is 22004 (it gave NULL) ------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.setting_value(name text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF setting_value.name IS NULL THEN
+            RAISE EXCEPTION 'setting_value: name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        RETURN (SELECT s.value FROM @extschema@.settings s WHERE s.name = setting_value.name);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting (a NULL name is an error, 22004)';
+
+-- ==== add_user(): a username of at most 64 characters (22023; a 10 000-character one got an account) ---
+CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
+            RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
+            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
+        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
+        FOR i IN 0 .. 2 LOOP
+            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
+                                       @extschema@.personal_allotment(username));
+        END LOOP;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
+    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
+    'a username is at most 64 characters (22023)';
+
+-- ==== account_policies(): a NULL account is 22004, an unknown one 42704 (it gave NULL) -----
+CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_regulation boolean;
+        has_bank boolean;
+    BEGIN
+        IF account_policies.account IS NULL THEN
+            RAISE EXCEPTION 'account_policies: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN  -- as hpcacct_internal.require_account() says it
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = hpcacct_internal.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it); a NULL '
+    '(22004) or unknown account (42704) is an error';
+
+-- ==== recheck_queued(): an infinite day is 22008 (day_or_today) ----------------------------
+CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (cluster text, jobid text, reason text, message text)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
+        RETURN QUERY
+        WITH checked AS (
+            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
+            FROM @extschema@.pending_job p
+            CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
+            FOR UPDATE OF p
+        ), updated AS (
+            UPDATE @extschema@.pending_job p
+            SET held = NOT c.ok, hold_reason = CASE WHEN c.ok THEN NULL ELSE c.message END,
+                checked_at = pg_catalog.now()
+            FROM checked c
+            WHERE p.cluster = c.cluster AND p.jobid = c.jobid
+            RETURNING p.cluster, p.jobid, c.was_held, c.ok, c.account, c.reason, c.message
+        )
+        SELECT u.cluster, u.jobid, u.reason,
+               CASE WHEN u.ok THEN format('released: account %s is valid again', u.account) ELSE u.message END
+        FROM updated u
+        WHERE u.was_held = u.ok   -- held and now valid, or not held and now invalid
+        ORDER BY 1, 2;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
+    'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
+    'returns the changes (releases with reason NULL)';
+
+-- ==== fairshare_all(), fairshare(): an infinite at is 22008 naming at (decayed_usage named its ts) ---
+CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (pool text, unit text, account text, submitter text, allocation numeric, share float8,
+                   usage float8, norm_usage float8, year_usage numeric, exhausted boolean, factor float8)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $$
+        SELECT pg_catalog.isfinite(coalesce($1, pg_catalog.now()))
+               OR hpcacct_internal.refuse_argument($1, 'fairshare_all', 'at');  -- 22008
+        WITH cfg AS MATERIALIZED (
+            SELECT coalesce($1, pg_catalog.now()) AS at,
+                   (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
+                   z.tz,
+                   pg_catalog.date_trunc('month', coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz) AS at_month,
+                   @extschema@.setting_value('decay') AS form,
+                   @extschema@.setting_value('half_life')::interval AS half_life,
+                   @extschema@.setting_value('period')::interval AS period,
+                   @extschema@.setting_value('period_decay')::float8 AS decay,
+                   @extschema@.setting_value('depth')::integer AS depth,
+                   @extschema@.setting_value('exhausted_factor')::float8 AS penalty
+            FROM (SELECT @extschema@.site_timezone() AS tz) z
+        ), recent AS MATERIALIZED (
+            -- the jobs read from the ledger: those that ended in the month of `at` (half-life;
+            -- earlier ones are in the rollup), or in the counted periods (interval). Half-life:
+            -- none when the rollup's sum of that month, decayed to the month's end, can be
+            -- scaled back to `at` (closed_form): no charge of the month ends after `at` (a
+            -- report of now), and the month's end is at most 64 half-lives after `at`
+            SELECT cfg.*,
+                   CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
+                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                   cfg.form = 'half_life'
+                   AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
+                                                cfg.half_life) >= 2 ^ -64
+                   -- (an aggregate, not NOT EXISTS: planned for all its rows, it takes the BRIN index
+                   -- on job_end; an EXISTS, planned for its first row, scanned the whole ledger)
+                   AND (SELECT max(l.job_end) FROM @extschema@.ledger l
+                        WHERE l.kind = 'charge' AND l.job_end > coalesce($1, pg_catalog.now())
+                          AND l.job_end < (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz) IS NULL
+                       AS closed_form
+            FROM cfg
+        ), factors AS MATERIALIZED (
+            -- half-life: how much the rollup's decayed sums of each month decay until `at`,
+            -- by month number (year * 12 + month - 1) from the rollup's first month on; the
+            -- month of `at` (closed form) is scaled back from its end: 1 / 2^(-(end - at) / half_life)
+            SELECT f.first_index,
+                   pg_catalog.array_agg(CASE WHEN m.month < w.at_month
+                                             THEN @extschema@.decay_weight((m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                           w.at, w.half_life)
+                                             ELSE 1 / @extschema@.decay_weight(w.at, (m.month + interval '1 month') AT TIME ZONE w.tz,
+                                                                               w.half_life) END
+                                        ORDER BY m.month) AS factor
+            FROM recent w
+            CROSS JOIN (SELECT min(c.end_month) AS first_month,
+                               (pg_catalog.date_part('year', min(c.end_month)) * 12
+                                + pg_catalog.date_part('month', min(c.end_month)) - 1)::integer AS first_index
+                        FROM hpcacct_internal.charge_rollup_exact c) f
+            CROSS JOIN LATERAL pg_catalog.generate_series(f.first_month,
+                                                          w.at_month - CASE WHEN w.closed_form THEN interval '0'
+                                                                            ELSE interval '1 month' END,
+                                                          interval '1 month') AS m(month)
+            WHERE w.form = 'half_life'
+            GROUP BY f.first_index
+        ), base AS MATERIALIZED (
+            -- fairshare_base serves `at` when everything in it ended before the month of `at`
+            -- (compaction decays every row to the latest month folded when that month advances)
+            SELECT coalesce((SELECT max(b.through) FROM @extschema@.fairshare_base b) < cfg.at_month, true) AS usable
+            FROM cfg
+        ), alloc AS (
+            -- as in year_allocations: a row without a pool (the quarterly bank's deposits,
+            -- transfers, refunds) is credit for every pool charged in its unit
+            SELECT coalesce(l.pool, u.pool) AS pool, l.unit, l.account, greatest(sum(l.amount), 0) AS allocation
+            FROM @extschema@.ledger l
+            CROSS JOIN cfg
+            LEFT JOIN (SELECT DISTINCT r.unit, coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) u
+              ON l.pool IS NULL AND u.unit = l.unit
+            WHERE l.kind <> 'charge' AND coalesce(l.pool, u.pool) IS NOT NULL
+              AND cfg.day BETWEEN l.valid_from AND l.valid_until
+            GROUP BY coalesce(l.pool, u.pool), l.unit, l.account
+        ), jobs AS (
+            -- the charges and reversals themselves: a reversal decays exactly as the charge it
+            -- cancels (same end, same amount) and is subtracted, so a re-rated job counts its
+            -- new charge and a deleted one nothing, without grouping the ledger by job
+            SELECT l.resource_id, l.unit, l.account, l.submitter, l.job_end,
+                   abs(l.amount)::float8 AS amount, l.amount < 0 AS reversal, l.amount AS net
+            FROM recent w
+            JOIN @extschema@.ledger l ON l.job_end >= w.since AND l.job_end <= w.at
+            WHERE l.kind = 'charge' AND NOT w.closed_form
+        ), decayed AS (
+            -- usage: decayed (a sum of floats: never below 0), rounded to float8's 15 significant
+            -- decimal digits (the cast to numeric), so that the closed form's last bits do not
+            -- show where the job-by-job sum is a short decimal; net: exact, what makes a user count
+            SELECT d.pool, d.unit, d.account, d.submitter, greatest(sum(d.usage), 0)::numeric::float8 AS usage,
+                   sum(d.net) AS net
+            FROM (
+                SELECT coalesce(r.pool, r.cluster) AS pool, g.unit, g.account, g.submitter, g.usage, g.net
+                FROM (  -- per resource first, its pool looked up once per group
+                    SELECT j.resource_id, j.unit, j.account, j.submitter,
+                           coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                        FILTER (WHERE cfg.form = 'half_life' AND NOT j.reversal),
+                                    @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                              cfg.depth)
+                                        FILTER (WHERE cfg.form = 'interval' AND NOT j.reversal), 0)
+                           - coalesce(@extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.half_life)
+                                          FILTER (WHERE cfg.form = 'half_life' AND j.reversal),
+                                      @extschema@.decayed_usage(j.job_end, j.amount, cfg.at, cfg.period, cfg.decay,
+                                                                cfg.depth)
+                                          FILTER (WHERE cfg.form = 'interval' AND j.reversal), 0) AS usage,
+                           sum(j.net) AS net
+                    FROM jobs j CROSS JOIN cfg
+                    GROUP BY j.resource_id, j.unit, j.account, j.submitter
+                ) g
+                JOIN @extschema@.resource r USING (resource_id)
+                UNION ALL
+                -- half-life: the rollup's sums for the jobs that ended before the month of `at`
+                -- (and in it, closed form), decayed from the end of the month they ended in to
+                -- `at`; the rows folded into fairshare_base are read from there when it was
+                -- folded before that month
+                SELECT coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter,
+                       sum(c.decayed * (SELECT f.factor FROM factors f)[
+                               (pg_catalog.date_part('year', c.end_month) * 12 + pg_catalog.date_part('month', c.end_month))::integer
+                               - (SELECT f.first_index FROM factors f)]),
+                       sum(c.job_amount)
+                FROM (SELECT c.* FROM hpcacct_internal.charge_rollup_exact c WHERE NOT c.folded  -- its partial index
+                      UNION ALL
+                      SELECT c.* FROM @extschema@.charge_rollup c WHERE c.folded AND NOT (SELECT b.usable FROM base b)) c
+                JOIN @extschema@.resource r USING (resource_id)
+                WHERE (c.end_month < (SELECT w.at_month FROM recent w)
+                       OR (c.end_month = (SELECT w.at_month FROM recent w) AND (SELECT w.closed_form FROM recent w)))
+                  AND (SELECT w.form FROM recent w) = 'half_life'
+                GROUP BY coalesce(r.pool, r.cluster), c.unit, c.account, c.submitter
+                UNION ALL
+                SELECT coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter,
+                       sum(b.decayed * @extschema@.decay_weight((b.through + interval '1 month')::timestamp AT TIME ZONE cfg.tz,
+                                                                cfg.at, cfg.half_life)),
+                       sum(b.job_amount)
+                FROM @extschema@.fairshare_base b
+                JOIN @extschema@.resource r USING (resource_id)
+                CROSS JOIN cfg
+                WHERE cfg.form = 'half_life' AND (SELECT u.usable FROM base u)
+                GROUP BY coalesce(r.pool, r.cluster), b.unit, b.account, b.submitter
+            ) d
+            GROUP BY d.pool, d.unit, d.account, d.submitter
+        ), account_usage AS (
+            SELECT d.pool, d.unit, d.account, sum(d.usage) AS usage
+            FROM decayed d
+            GROUP BY d.pool, d.unit, d.account
+        ), accounts AS (
+            SELECT coalesce(a.pool, u.pool) AS pool, coalesce(a.unit, u.unit) AS unit,
+                   coalesce(a.account, u.account) AS account,
+                   coalesce(a.allocation, 0) AS allocation, coalesce(u.usage, 0) AS usage
+            FROM alloc a
+            FULL JOIN account_usage u ON u.pool = a.pool AND u.unit = a.unit AND u.account = a.account
+            WHERE coalesce(a.allocation, 0) > 0 OR coalesce(u.usage, 0) > 0
+        ), shares AS (
+            SELECT a.pool, a.unit, a.account, a.allocation, a.usage,
+                   CASE WHEN sum(a.allocation) OVER w > 0
+                        THEN (a.allocation / sum(a.allocation) OVER w)::float8 ELSE 0 END AS share,
+                   CASE WHEN sum(a.usage) OVER w > 0 THEN a.usage / sum(a.usage) OVER w ELSE 0 END AS norm_usage,
+                   sum(a.usage) OVER w AS pool_usage,
+                   y.usage AS year_usage,
+                   coalesce(y.allocation > 0 AND y.usage >= y.allocation, false) AS exhausted
+            FROM accounts a
+            LEFT JOIN @extschema@.usage_by_account(NULL, coalesce($1, pg_catalog.now())) y
+              ON y.pool = a.pool AND y.unit = a.unit AND y.account = a.account
+            WINDOW w AS (PARTITION BY a.pool, a.unit)
+        ), members AS (
+            SELECT s.pool, s.unit, s.account, m.submitter, coalesce(d.usage, 0) AS usage,
+                   coalesce(f.shares, 1) AS shares,
+                   sum(coalesce(f.shares, 1)) OVER (PARTITION BY s.pool, s.unit, s.account) AS account_shares,
+                   s.share AS account_share, s.pool_usage, s.exhausted
+            FROM shares s
+            JOIN (SELECT d.pool, d.unit, d.account, d.submitter FROM decayed d WHERE d.net > 0
+                  UNION
+                  SELECT s2.pool, s2.unit, s2.account, f2.submitter
+                  FROM shares s2 JOIN @extschema@.fairshare_user f2 ON f2.account = s2.account) m
+              ON m.pool = s.pool AND m.unit = s.unit AND m.account = s.account
+            LEFT JOIN decayed d
+              ON d.pool = s.pool AND d.unit = s.unit AND d.account = s.account AND d.submitter = m.submitter
+            LEFT JOIN @extschema@.fairshare_user f ON f.account = s.account AND f.submitter = m.submitter
+        ), users AS (
+            SELECT m.pool, m.unit, m.account, m.submitter, m.usage, m.exhausted,
+                   CASE WHEN m.account_shares > 0 THEN m.account_share * m.shares / m.account_shares ELSE 0 END
+                       AS share,
+                   CASE WHEN m.pool_usage > 0 THEN m.usage / m.pool_usage ELSE 0 END AS norm_usage
+            FROM members m
+        )
+        SELECT s.pool, s.unit, s.account, NULL::text, s.allocation, s.share, s.usage, s.norm_usage,
+               s.year_usage, s.exhausted,
+               @extschema@.fairshare_factor(s.norm_usage, s.share) * CASE WHEN s.exhausted THEN cfg.penalty ELSE 1 END
+        FROM shares s CROSS JOIN cfg
+        UNION ALL
+        SELECT u.pool, u.unit, u.account, u.submitter, NULL, u.share, u.usage, u.norm_usage, NULL, u.exhausted,
+               @extschema@.fairshare_factor(u.norm_usage, u.share) * CASE WHEN u.exhausted THEN cfg.penalty ELSE 1 END
+        FROM users u CROSS JOIN cfg
+        ORDER BY 1, 2, 3, 4 NULLS FIRST
+    $$;
+COMMENT ON FUNCTION @extschema@.fairshare_all(timestamptz) IS
+    'Fair share at at (NULL: now) per pool and account (submitter NULL) and per user inside it: allocation valid at at, '
+    'target share, decayed and normalized usage, usage in the allocation year, exhausted flag, '
+    'factor 2^(-norm_usage / share) (times setting exhausted_factor when the year''s allocation is used up)';
+
+-- ==== federation_id_range(), federation_prepare(): a site outside 0..32767 is 22023 (it was bigint out of range) ---
+CREATE OR REPLACE FUNCTION @extschema@.federation_id_range(site integer) RETURNS int8range
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN CASE WHEN site BETWEEN 0 AND 32767 OR hpcacct_internal.refuse_argument(site, 'federation_id_range', 'site')
+                THEN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
+                                          (site::bigint + 1) * 281474976710656) END;
+COMMENT ON FUNCTION @extschema@.federation_id_range(integer) IS
+    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1; '
+    'a site outside 0 to 32767 is an error (22023)';
+
+-- ==== outbox_add_all(), outbox_add(): NULL topic, decision_key, subject, body are 22004, messages not an array of objects 22023 ---
+CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ids bigint[];
+        missing text;
+    BEGIN
+        -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
+        -- objects, each with its topic, decision_key, subject and body
+        IF messages IS NOT NULL AND (pg_catalog.jsonb_typeof(messages) <> 'array'
+                                     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(messages) e
+                                                WHERE pg_catalog.jsonb_typeof(e) <> 'object')) THEN
+            RAISE EXCEPTION 'outbox_add_all: messages must be a JSON array of objects' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT CASE WHEN m.topic IS NULL THEN 'topic' WHEN m.decision_key IS NULL THEN 'decision_key'
+                    WHEN m.subject IS NULL THEN 'subject' ELSE 'body' END
+        INTO missing
+        FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, subject text, body text)
+        WHERE m.topic IS NULL OR m.decision_key IS NULL OR m.subject IS NULL OR m.body IS NULL
+        LIMIT 1;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'outbox_add_all: a message''s % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- set-based and index-driven: each message's users are found by its account (membership's
+        -- key) and carried in its row, so no step joins the new messages to the input
+        WITH written AS (
+            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
+            -- a subject is one header line: a control character of a name in it (an account
+            -- named with a line break) is a space, so that the decision is not refused for it
+            SELECT m.topic, m.decision_key, m.account, pg_catalog.regexp_replace(m.subject, '[[:cntrl:]]', ' ', 'g'),
+                   m.body, coalesce(m.figures, '{}'),
+                   ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
+                         UNION
+                         SELECT ms.username FROM @extschema@.membership ms
+                         WHERE ms.account = m.account AND (ms.role = 'admin' OR coalesce(m.to_members, false))
+                         ORDER BY 1)
+            FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
+                                                                             subject text, body text, figures jsonb,
+                                                                             to_members boolean, also text[])
+            ORDER BY m.topic, m.decision_key
+            ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
+            RETURNING message_id, addressed_to
+        ), recipients AS (
+            INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
+            SELECT DISTINCT ON (w.message_id, c.email) w.message_id, c.username, c.email
+            FROM written w
+            CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
+            JOIN @extschema@.contact c ON c.username = u.username AND c.notify
+            ORDER BY w.message_id, c.email, c.username
+        )
+        SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
+        IF ids IS NOT NULL THEN
+            PERFORM pg_catalog.pg_notify('hpcacct_outbox', pg_catalog.array_length(ids, 1)::text);
+            RETURN QUERY SELECT pg_catalog.unnest(ids);
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
+    'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
+    'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
+    'body is an error (22004); a NULL account, figures, to_members or also: no account''s users, {}, false, none';
+
+-- ==== attach_charging(): a NULL mapping is 22004 (it was taken as none) --------------------
+CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIADIC mapping text[] DEFAULT '{}')
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        args text;
+    BEGIN
+        IF job_table IS NULL THEN
+            RAISE EXCEPTION 'attach_charging: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF mapping IS NULL THEN
+            RAISE EXCEPTION 'attach_charging: mapping must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+                HINT = 'Leave it out when the columns have sacct''s names.';
+        END IF;
+        PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
+        SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_update AFTER UPDATE ON %s '
+                       'REFERENCING OLD TABLE AS old_jobs NEW TABLE AS new_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
+        EXECUTE format('CREATE TRIGGER hpcacct_charge_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_jobs '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.charge_jobs(%s)', job_table, args);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
+    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs (none when left '
+    'out; NULL is an error, 22004)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -10618,6 +11024,8 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
+        SELECT pg_catalog.isfinite(coalesce($1, pg_catalog.now()))
+               OR hpcacct_internal.refuse_argument($1, 'fairshare_all', 'at');  -- 22008
         WITH cfg AS MATERIALIZED (
             SELECT coalesce($1, pg_catalog.now()) AS at,
                    (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
@@ -10823,6 +11231,9 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catal
                    AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
                OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
     BEGIN
+        IF NOT pg_catalog.isfinite(instant) THEN
+            RAISE EXCEPTION 'fairshare: at must be finite, not %', instant USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         IF NOT sees_all AND instant <> pg_catalog.now() THEN
             RAISE EXCEPTION 'fairshare() at % is for administrators: others see the present only', instant
                 USING ERRCODE = 'insufficient_privilege', HINT = 'Call hpcacct.fairshare() without an argument.';
@@ -11301,9 +11712,14 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
         has_regulation boolean;
         has_bank boolean;
     BEGIN
+        IF account_policies.account IS NULL THEN
+            RAISE EXCEPTION 'account_policies: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
-        IF NOT FOUND THEN
-            RETURN NULL;
+        IF NOT FOUND THEN  -- as hpcacct_internal.require_account() says it
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
         ELSIF a.policies IS NOT NULL THEN
             RETURN a.policies;
         ELSIF a.kind = 'special' THEN
@@ -11326,7 +11742,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS te
     $$;
 COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
-    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it)';
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it); a NULL '
+    '(22004) or unknown account (42704) is an error';
 CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extschema@.site_today())
     RETURNS @extschema@.submit_decision
     LANGUAGE plpgsql STABLE
@@ -11416,6 +11833,7 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
@@ -11461,10 +11879,12 @@ COMMENT ON FUNCTION @extschema@.slurm_associations(date) IS
     '(a low QOS), normal; with the reason and message of a block';
 CREATE OR REPLACE FUNCTION @extschema@.federation_id_range(site integer) RETURNS int8range
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
-                                (site::bigint + 1) * 281474976710656);
+    RETURN CASE WHEN site BETWEEN 0 AND 32767 OR hpcacct_internal.refuse_argument(site, 'federation_id_range', 'site')
+                THEN pg_catalog.int8range(CASE WHEN site = 0 THEN 1 ELSE site::bigint * 281474976710656 END,
+                                          (site::bigint + 1) * 281474976710656) END;
 COMMENT ON FUNCTION @extschema@.federation_id_range(integer) IS
-    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1';
+    'The ledger entry ids a federation site books: [site * 2^48, (site + 1) * 2^48); the centre (0) from 1; '
+    'a site outside 0 to 32767 is an error (22023)';
 CREATE OR REPLACE FUNCTION @extschema@.federation_origin(entry_id bigint) RETURNS integer
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN (entry_id / 281474976710656)::integer;
@@ -11512,7 +11932,7 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
     AS $$
     DECLARE
         node   @extschema@.federation_node;
-        ids    constant int8range := @extschema@.federation_id_range(site);
+        ids    int8range;  -- the site's, once the site is checked
         seq    constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
         stray  bigint;
         filled boolean;
@@ -11528,6 +11948,7 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'The centre is site 0; cluster sites are numbered 1 to 32767.';
         END IF;
+        ids := @extschema@.federation_id_range(site);
         SELECT * INTO node FROM @extschema@.federation_node;
         IF FOUND AND (node.site <> site OR node.role <> role) THEN
             RAISE EXCEPTION 'this database is already federation % %, not % %', node.role, node.site, role, site
@@ -11759,7 +12180,24 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
     AS $$
     DECLARE
         ids bigint[];
+        missing text;
     BEGIN
+        -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
+        -- objects, each with its topic, decision_key, subject and body
+        IF messages IS NOT NULL AND (pg_catalog.jsonb_typeof(messages) <> 'array'
+                                     OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(messages) e
+                                                WHERE pg_catalog.jsonb_typeof(e) <> 'object')) THEN
+            RAISE EXCEPTION 'outbox_add_all: messages must be a JSON array of objects' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT CASE WHEN m.topic IS NULL THEN 'topic' WHEN m.decision_key IS NULL THEN 'decision_key'
+                    WHEN m.subject IS NULL THEN 'subject' ELSE 'body' END
+        INTO missing
+        FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, subject text, body text)
+        WHERE m.topic IS NULL OR m.decision_key IS NULL OR m.subject IS NULL OR m.body IS NULL
+        LIMIT 1;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'outbox_add_all: a message''s % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
@@ -11796,7 +12234,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
-    'once, in one statement; one NOTIFY hpcacct_outbox';
+    'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
+    'body is an error (22004); a NULL account, figures, to_members or also: no account''s users, {}, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
                                        figures jsonb, to_members boolean DEFAULT false,
                                        also text[] DEFAULT '{}')
@@ -11810,7 +12249,9 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text,
                  'to_members', $7, 'also', pg_catalog.to_jsonb($8)))) AS id
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
-    'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY hpcacct_outbox';
+    'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY '
+    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; NULL account, figures, to_members or also: no '
+    'account''s users, {}, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -13292,6 +13733,10 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
         IF job_table IS NULL THEN
             RAISE EXCEPTION 'attach_charging: job_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        IF mapping IS NULL THEN
+            RAISE EXCEPTION 'attach_charging: mapping must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+                HINT = 'Leave it out when the columns have sacct''s names.';
+        END IF;
         PERFORM hpcacct_internal.job_columns(job_table, mapping);  -- fail now, not at the first insert
         SELECT coalesce(string_agg(quote_literal(m), ', '), '') INTO args FROM unnest(mapping) AS m;
         EXECUTE format('CREATE TRIGGER hpcacct_charge_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS new_jobs '
@@ -13304,7 +13749,8 @@ CREATE OR REPLACE FUNCTION @extschema@.attach_charging(job_table regclass, VARIA
     END
     $$;
 COMMENT ON FUNCTION @extschema@.attach_charging(regclass, text[]) IS
-    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs';
+    'Makes inserts, updates and deletes on a job table charge the ledger; mapping: role=column pairs (none when left '
+    'out; NULL is an error, 22004)';
 CREATE OR REPLACE FUNCTION hpcacct_internal.day_or_today(day date, caller text) RETURNS date
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp

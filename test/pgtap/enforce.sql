@@ -32,7 +32,7 @@ SELECT is(account_policies('e_genci'), ARRAY['regulation'], 'an account with a g
 SELECT is(account_policies('e_both'), ARRAY['bank', 'window_quota'], 'a site may combine them');
 SELECT is(account_policies('e_none'), ARRAY['bank'], 'a project with nothing yet by the bank, as before');
 SELECT is(account_policies('eu'), ARRAY['bank'], 'a personal account by the bank');
-SELECT is(account_policies('nosuch'), NULL::text[], 'an unknown account by nothing known');
+SELECT throws_ok($$SELECT account_policies('nosuch')$$, '42704', NULL, 'an unknown account is an error (42704), not NULL');
 SELECT throws_ok($$UPDATE hpcacct.account SET policies = '{bank,fairshare}' WHERE name = 'e_none'$$, '23514', NULL,
                  'an unknown policy is refused');
 SELECT throws_ok($$UPDATE hpcacct.account SET policies = ARRAY['bank', NULL] WHERE name = 'e_none'$$, '23514', NULL,
