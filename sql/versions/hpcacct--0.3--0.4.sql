@@ -10316,7 +10316,7 @@ COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
 
 -- ==== refuse_argument(): the error for a bad argument of an inlined SQL function -----------
 CREATE FUNCTION hpcacct_internal.refuse_argument(value anyelement, caller text, arg text) RETURNS boolean
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE COST 1
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
@@ -10348,6 +10348,7 @@ BEGIN ATOMIC
         FROM @extschema@.ledger l
         WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = (SELECT hpcacct_internal.bank_unit())
           AND l.valid_from >= bank_ledger.from_day AND l.valid_from < bank_ledger.until_day
+          -- (once: the first branch always runs first)
           AND (bank_ledger.from_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.from_day, 'bank_ledger', 'from_day'))
           AND (bank_ledger.until_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.until_day, 'bank_ledger', 'until_day'))
         UNION ALL
@@ -10355,8 +10356,6 @@ BEGIN ATOMIC
         FROM hpcacct_internal.charge_rollup_exact c
         WHERE c.unit = (SELECT hpcacct_internal.bank_unit())
           AND c.month >= bank_ledger.from_day AND c.month < bank_ledger.until_day
-          AND (bank_ledger.from_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.from_day, 'bank_ledger', 'from_day'))
-          AND (bank_ledger.until_day IS NOT NULL OR hpcacct_internal.refuse_argument(bank_ledger.until_day, 'bank_ledger', 'until_day'))
         GROUP BY c.account, @extschema@.quarter_start(c.month);
 END;
 COMMENT ON FUNCTION @extschema@.bank_ledger(date, date) IS
@@ -10367,17 +10366,17 @@ CREATE OR REPLACE FUNCTION @extschema@.bank_state (account text, day date)
     RETURNS TABLE (state text, next_allocation date, balance numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT CASE WHEN a.deleted_in <= bank_state.day THEN 'deleted'
+    -- the day checked first in the select list too: a constant day is folded there before the
+    -- subquery's bank_ledger() (which would name its from_day instead)
+    SELECT CASE WHEN NOT (pg_catalog.isfinite(bank_state.day)
+                          OR hpcacct_internal.refuse_argument(bank_state.day, 'bank_state', 'day')) THEN NULL
+                WHEN a.deleted_in <= bank_state.day THEN 'deleted'
                 WHEN q.current THEN 'active'
                 WHEN q.later IS NOT NULL THEN 'inactive'
                 ELSE 'expired' END,
            q.later,
            coalesce((SELECT (@extschema@.quarter_balance(e.kind, e.day, e.amount, bank_state.day)).balance
-                     -- (the day checked here too: the planner folds this subquery first)
-                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(
-                                                      CASE WHEN pg_catalog.isfinite(bank_state.day)
-                                                                OR hpcacct_internal.refuse_argument(bank_state.day, 'bank_state', 'day')
-                                                           THEN bank_state.day END),
+                     FROM @extschema@.bank_ledger(@extschema@.quarter_start(bank_state.day),
                                                   (@extschema@.quarter_start(bank_state.day) + interval '3 months')::date) e
                      WHERE e.account = a.name), 0)
     FROM @extschema@.account a
