@@ -48,7 +48,11 @@ INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit, excl
     ('$cluster', 'gpu', 'cpu=4,mem=2000M,gres/gpu=2', 'gres/gpu=1', 2, 'gpu-hours', false);
 SQL
 # the loader runs as a login of the ingestion role: COPY into the staging table must work for it
-ld() { PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" "$@"; }
+# each run carries this test's mark in its environment: what is left running is found by it,
+# never by name (another test's hpcacct-sacct, here or in another installation, is not ours)
+mark=HPCACCT_LOADER_TEST=$work
+ld() { env "$mark" PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" "$@"; }
+ours() { grep -lsaF -- "$mark" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 || true; }
 
 since=$(date +%Y-%m-%dT%H:%M:%S -d '-1 minute')
 sb() { sbatch --parsable -o "$HPCACCT_SLURM_DIR/slurm-%j.out" "$@" | cut -d';' -f1; }  # output in the harness's directory
@@ -192,7 +196,7 @@ check "once the account exists, the next run charges it ($expected_unknown) and 
        [ "$(q -c "SELECT resolution FROM hpcacct.sacct_quarantine WHERE jobid = '$unknown'")" = inserted ] && echo t)"
 
 # --- freshness: a loop every 30 s charges a job within 60 s of its end ---
-PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" run -M "$cluster" --every 30 >"$work/loop.txt" 2>&1 &
+env "$mark" PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" run -M "$cluster" --every 30 >"$work/loop.txt" 2>&1 &
 loop_pid=$!
 fresh=$(sb -A proj_b -p cpu -c 1 --wrap 'sleep 2')
 for i in $(seq 1 100); do
@@ -203,8 +207,9 @@ end=$(SLURM_TIME_FORMAT=%s sacct -n -X -j "$fresh" --parsable2 --format=End)
 lag=$(q -c "SELECT round(extract(epoch FROM booked_at) - $end) FROM hpcacct.ledger WHERE jobid = '$fresh'")
 check "a job is charged within 60 s of its end by run --every 30 (took ${lag:-never} s)" \
     "$([ -n "$lag" ] && [ "$lag" -le 60 ] && echo t)"
+check "the loop is found by this test's mark (so that the next check can fail)" "$([ -n "$(ours)" ] && echo t)"
 kill "$loop_pid"; wait "$loop_pid" 2>/dev/null; loop_pid=
-check "the loop stopped" "$([ -z "$(pgrep -f "$loader" || true)" ] && echo t)"
+check "the loop stopped" "$([ -z "$(ours)" ] && echo t)"
 
 # --- a cluster slurmdbd does not know, and a sacct that fails: nothing loaded, said so ---
 watermark=$(q -c "SELECT loaded_through FROM hpcacct.sacct_watermark WHERE cluster = '$cluster'")
@@ -267,7 +272,6 @@ check "a job across the change is charged its 79 minutes" \
 SLURM_TIME_FORMAT=%s sacct -a -X -D --parsable2 -j "$dst,$across" --format=JobID,Submit,Eligible,Start,End,State | sed 's/^/    # sacct: /'
 q -c "SELECT jobid, reason, line FROM hpcacct.sacct_quarantine WHERE resolved_at IS NULL" | sed 's/^/    # quarantined: /'
 
-# anchored: another installation's hpcacct-sacct (a path ending in this one's) is not this test's
-check "nothing of the loader is left running" "$([ -z "$(pgrep -f "^$loader( |\$)" || true)" ] && echo t)"
+check "nothing of the loader is left running" "$([ -z "$(ours)" ] && echo t)"
 
 report loader
