@@ -11527,14 +11527,15 @@ CREATE OR REPLACE FUNCTION @extschema@.federation_prepare(site integer, role tex
         -- altered only when it is not yet so (ALTER TABLE locks the table against writers), and
         -- setting before ledger: a worker copying or applying setting rows rebuilds the rollups,
         -- which locks the ledger; the other order deadlocked with it on a second join.
+        -- (created on the first call only, before this database receives anything)
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid = '@extschema@.ledger'::regclass AND t.tgname = 'ledger_roll_up_replicated') THEN
+            CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
+                FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
+        END IF;
         FOR tab, trig, fires IN VALUES ('@extschema@.setting'::regclass, 'setting_rebuilds_rollup'::name, 'A'::"char"),
                                        ('@extschema@.setting', 'setting_rolls_up_pending', 'A'),
                                        ('@extschema@.ledger', 'ledger_roll_up_replicated', 'R') LOOP
-            IF trig = 'ledger_roll_up_replicated' AND NOT EXISTS (
-                   SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = tab AND t.tgname = trig) THEN
-                CREATE TRIGGER ledger_roll_up_replicated BEFORE INSERT ON @extschema@.ledger
-                    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.note_replicated_charge();
-            END IF;
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                            WHERE t.tgrelid = tab AND t.tgname = trig AND t.tgenabled = fires) THEN
                 EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE %s TRIGGER %I', tab,
