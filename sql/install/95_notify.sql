@@ -101,6 +101,14 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_message_id_seq', 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
 
+-- A name in a message's body (account, user, cluster, unit...) or a subject: a control character
+-- (a CR or LF that would split the line) shows as a space. Inlined.
+CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.regexp_replace(name, '[[:cntrl:]]', ' ', 'g');
+COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
+    'A name or subject as messages print it: each control character (CR, LF...) a space';
+
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
 -- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
 -- account, subject, body, figures, to_members, also}; the recipients of each are the
@@ -137,7 +145,7 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
             INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
             -- a subject is one header line: a control character of a name in it (an account
             -- named with a line break) is a space, so that the decision is not refused for it
-            SELECT m.topic, m.decision_key, m.account, pg_catalog.regexp_replace(m.subject, '[[:cntrl:]]', ' ', 'g'),
+            SELECT m.topic, m.decision_key, m.account, hpcacct_internal.notify_name(m.subject),
                    m.body, coalesce(m.figures, '{}'),
                    ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
                          UNION
@@ -196,14 +204,6 @@ CREATE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
                 ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
            END;
 COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
-
--- A name in a message's body (account, user, cluster, unit...): a control character (a CR or
--- LF that would split the line) shows as a space, as in subjects. Inlined as notify_number.
-CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN pg_catalog.regexp_replace(name, '[[:cntrl:]]', ' ', 'g');
-COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
-    'A name as message bodies print it: each control character (CR, LF...) a space';
 
 -- ---- GENCI: regulation outcomes ------------------------------------------------------------
 

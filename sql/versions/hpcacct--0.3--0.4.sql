@@ -10309,7 +10309,7 @@ CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN pg_catalog.regexp_replace(name, '[[:cntrl:]]', ' ', 'g');
 COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
-    'A name as message bodies print it: each control character (CR, LF...) a space';
+    'A name or subject as messages print it: each control character (CR, LF...) a space';
 
 -- ==== notify_hold(): job_released only when hpcacct-slurm-sync lifted its own hold (sync_hold to NULL with hpcacct.sync_lifted on), not when held turns false ---
 -- hpcacct_internal.notify_hold(): defined in the final definitions
@@ -11737,7 +11737,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
             INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
             -- a subject is one header line: a control character of a name in it (an account
             -- named with a line break) is a space, so that the decision is not refused for it
-            SELECT m.topic, m.decision_key, m.account, pg_catalog.regexp_replace(m.subject, '[[:cntrl:]]', ' ', 'g'),
+            SELECT m.topic, m.decision_key, m.account, hpcacct_internal.notify_name(m.subject),
                    m.body, coalesce(m.figures, '{}'),
                    ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
                          UNION
