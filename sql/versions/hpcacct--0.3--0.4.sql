@@ -14958,12 +14958,14 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
                              WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
                                AND c.boundary <= local_before), 0);
         END IF;
-        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index)
-        EXECUTE 'SELECT coalesce(sum(CASE WHEN l.kind = ''charge'' THEN l.amount
-                                          * (1 - @extschema@.period_share(l.job_start, l.job_end, ''-infinity'', $3)) END), 0)
-                 FROM @extschema@.ledger l
-                 WHERE l.job_end >= $3 AND l.account = $1 AND l.resource_id = ANY ($2)'
-            INTO after_before USING $1, pool_resources, $3;
+        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index;
+        -- job_end bounded on both sides: the plan made once estimates a narrow range, and reads
+        -- the BRIN index on job_end, never the whole ledger)
+        SELECT coalesce(sum(CASE WHEN l.kind = 'charge' THEN l.amount
+                                 * (1 - @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)) END), 0)
+        INTO after_before
+        FROM @extschema@.ledger l
+        WHERE l.job_end >= $3 AND l.job_end <= 'infinity' AND l.account = $1 AND l.resource_id = ANY (pool_resources);
         RETURN coalesce((SELECT sum(c.ended) FROM hpcacct_internal.consumption_rollup_exact c
                          WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)), 0)
                - after_before;
