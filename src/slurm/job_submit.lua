@@ -55,6 +55,11 @@ local function trim(s)
     return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
+-- libpq's messages end with a line break (and may hold more): one log line each
+local function oneline(s)
+    return trim((tostring(s):gsub("%s+", " ")))
+end
+
 local function read_config()
     local path = os.getenv("HPCACCT_JOB_SUBMIT_CONF") or (script_dir() .. "/hpcacct_job_submit.conf")
     local conf = {}
@@ -126,14 +131,14 @@ local function connect()
         conf.conninfo, timeout))
     if not c then
         next_attempt = os.time() + conf.retry
-        return false, "cannot connect: " .. tostring(err)
+        return false, "cannot connect: " .. oneline(err)
     end
     local prepared, perr = c:execute("PREPARE hpcacct_check_submit(text, text) AS "
                                      .. "SELECT ok, account, reason, message FROM hpcacct.check_submit($1, $2)")
     if not prepared then
         pcall(function() c:close() end)
         next_attempt = os.time() + conf.retry
-        return false, "cannot prepare the check: " .. tostring(perr)
+        return false, "cannot prepare the check: " .. oneline(perr)
     end
     con = c
     slurm.log_info("%s: connected to the accounting database", NAME)
@@ -165,8 +170,8 @@ local function check(user, account)
         -- a broken connection or a restarted server: start afresh once; a check that ran out
         -- of time would only run out of time again
         disconnect()
-        if attempt == 2 or tostring(qerr):find("statement timeout", 1, true) then return nil, tostring(qerr) end
-        slurm.log_info("%s: query failed (%s), reconnecting", NAME, tostring(qerr))
+        if attempt == 2 or tostring(qerr):find("statement timeout", 1, true) then return nil, oneline(qerr) end
+        slurm.log_info("%s: query failed (%s), reconnecting", NAME, oneline(qerr))
     end
 end
 

@@ -92,9 +92,28 @@ ALTER ROLE slurm_submit PASSWORD '$submit_pw';
 ALTER ROLE slurm_sync PASSWORD '$sync_pw';
 SQL
     data=$PGHOST/data
-    { echo 'host all slurm_submit,slurm_sync 127.0.0.1/32 scram-sha-256'; cat "$data/pg_hba.conf"; } >"$work/hba"
+    # TLS as README "The database on another host" sets it up: a CA of this run, the server's
+    # certificate for the name the clients use (127.0.0.1, as IP SAN and CN), and another CA
+    # that signed nothing here; the two roles only over TLS (hostssl; hostnossl: reject)
+    tls=$work/tls
+    mkdir -p "$tls"
+    for ca in ca wrongca; do
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+            -subj "/CN=hpcacct test $ca" -keyout "$tls/$ca.key" -out "$tls/$ca.crt" 2>"$tls/openssl.err" || {
+            cat "$tls/openssl.err"; exit 1; }
+    done
+    printf 'subjectAltName = IP:127.0.0.1\n' >"$tls/server.ext"
+    { openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
+          -keyout "$tls/server.key" -out "$tls/server.csr" &&
+      openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial -days 2 \
+          -extfile "$tls/server.ext" -out "$tls/server.crt"; } 2>"$tls/openssl.err" || { cat "$tls/openssl.err"; exit 1; }
+    install -o postgres -m 600 "$tls/server.key" "$data/server.key"
+    install -o postgres -m 644 "$tls/server.crt" "$data/server.crt"
+    { echo 'hostssl all slurm_submit,slurm_sync 127.0.0.1/32 scram-sha-256'
+      echo 'hostnossl all slurm_submit,slurm_sync all reject'
+      cat "$data/pg_hba.conf"; } >"$work/hba"
     cat "$work/hba" >"$data/pg_hba.conf"
-    printf "listen_addresses = '127.0.0.1'\nport = %s\nlog_connections = on\n" "$tcp_port" >>"$data/postgresql.conf"
+    printf "listen_addresses = '127.0.0.1'\nport = %s\nlog_connections = on\nssl = on\n" "$tcp_port" >>"$data/postgresql.conf"
     runuser -u postgres -- "$("$PG_CONFIG" --bindir)/pg_ctl" -D "$data" -l "$PGHOST/server.log" -m fast -w restart >/dev/null ||
         exit 1
     export PGPORT=$tcp_port   # the socket's name follows the port
@@ -102,10 +121,11 @@ SQL
     echo "127.0.0.1:$tcp_port:acct:slurm_submit:$submit_pw" >"$work/submit.pgpass"
     echo "127.0.0.1:$tcp_port:acct:slurm_sync:$sync_pw" >"$work/sync.pgpass"
     echo "127.0.0.1:$tcp_port:acct:slurm_sync:wrong$sync_pw" >"$work/wrong.pgpass"
-    printf '[hpcacct_sync]\nhost=127.0.0.1\nport=%s\ndbname=acct\nuser=slurm_sync\n' "$tcp_port" >"$work/pg_service.conf"
+    printf '[hpcacct_sync]\nhost=127.0.0.1\nport=%s\ndbname=acct\nuser=slurm_sync\nsslmode=verify-full\nsslrootcert=%s\n' \
+        "$tcp_port" "$tls/ca.crt" >"$work/pg_service.conf"
     umask 022
     cat >"$work/hpcacct_job_submit.conf" <<CONF
-conninfo = host=127.0.0.1 port=$tcp_port dbname=acct user=slurm_submit passfile=$work/submit.pgpass connect_timeout=2
+conninfo = host=127.0.0.1 port=$tcp_port dbname=acct user=slurm_submit passfile=$work/submit.pgpass connect_timeout=2 sslmode=verify-full sslrootcert=$tls/ca.crt
 on_db_error = open
 retry_seconds = 0
 CONF
@@ -214,6 +234,20 @@ check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission ref
 check "the plugin reaches the database over TCP, with the password from its password file (scram)" \
     "$([ "$(sql "SELECT client_addr FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%'")" = 127.0.0.1 ] &&
        grep -q 'connection authenticated: identity="slurm_submit" method=scram-sha-256' "$HPCACCT_SERVER_LOG" && echo t)"
+check "the plugin's connection is TLS (pg_stat_ssl), the server verified against the site's CA (verify-full)" \
+    "$([ "$(sql "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+                WHERE a.application_name LIKE 'slurm job_submit%'")" = t ] && echo t)"
+# a CA that did not sign the server's certificate: the plugin does not connect, and says why
+sed -i "s|sslrootcert=$work/tls/ca.crt|sslrootcert=$work/tls/wrongca.crt|" "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit e_staff
+[ -n "$job" ] && scancel "$job"
+grep -A2 'accepted unchecked for root (account e_staff)' "$log" | sed 's/^/# the plugin with a wrong CA: /'
+check "with a wrong CA the plugin refuses the server: slurmctld logs 'certificate verify failed', on one line" \
+    "$([ $rc -eq 0 ] && grep 'hpcacct: submission accepted unchecked for root (account e_staff)' "$log" |
+       grep -q 'SSL error: certificate verify failed)$' && echo t)"
+sed -i "s|sslrootcert=$work/tls/wrongca.crt|sslrootcert=$work/tls/ca.crt|" "$HPCACCT_JOB_SUBMIT_CONF"
+reload
 
 # associations
 before=$(sacctmgr -n -P show assoc cluster=testcl format=Account,User,GrpSubmitJobs,DefaultQOS,QOS)
@@ -244,6 +278,14 @@ check "the sync reaches the database over TCP with the password from PGPASSFILE,
     "$(grep -q 'connection authenticated: identity="slurm_sync" method=scram-sha-256' "$HPCACCT_SERVER_LOG" &&
        grep -q 'password authentication failed for user "slurm_sync"' <<<"$wrong" &&
        grep -q 'service=hpcacct_sync' "$work/psql.args" && ! grep -qiE 'password|[0-9a-f]{32}' "$work/psql.args" && echo t)"
+wrong_ca=$(HPCACCT_DSN="service=hpcacct_sync sslrootcert=$work/tls/wrongca.crt" hpcacct-slurm-sync --assoc 2>&1)
+echo "# the sync with a wrong CA: $(head -1 <<<"$wrong_ca")"
+plain=$(psql -X -At -d "service=hpcacct_sync sslmode=disable" -c 'SELECT 1' 2>&1)
+echo "# without TLS: $(head -1 <<<"$plain")"
+check "the sync's connections are TLS; a wrong CA is refused (certificate verify failed), and so is one without TLS" \
+    "$(grep -q 'connection authorized: user=slurm_sync database=acct.* SSL enabled' "$HPCACCT_SERVER_LOG" &&
+       ! grep 'connection authorized: user=slurm_sync' "$HPCACCT_SERVER_LOG" | grep -qv 'SSL enabled' &&
+       grep -q 'certificate verify failed' <<<"$wrong_ca" && grep -q 'no encryption' <<<"$plain" && echo t)"
 
 # priority of a low_priority account's pending job
 submit e_good -N 2 -n 8 --exclusive     # fills the cpu partition: what follows stays pending
