@@ -33,6 +33,10 @@ CREATE TABLE @extschema@.pending_job (
     -- the hold hpcacct-slurm-sync placed in Slurm and how it lifts it: release (scontrol
     -- release), uhold (back to the owner's own hold, scontrol uhold); NULL: none of its own
     sync_hold    text CHECK (sync_hold IN ('release', 'uhold')),
+    -- the sync is lifting its hold (set before scontrol release/uhold, cleared when recorded)
+    sync_lifting boolean NOT NULL DEFAULT false,
+    -- Slurm showed a hold the sync did not place (an operator's) when it last read the queue
+    other_hold   boolean NOT NULL DEFAULT false,
     PRIMARY KEY (cluster, jobid)
 );
 COMMENT ON TABLE @extschema@.pending_job IS

@@ -327,7 +327,8 @@ CREATE TRIGGER notify_quarter AFTER INSERT ON @extschema@.quarter_log
 --
 -- Held: recheck_queued() decided it (held turns true). Released: hpcacct-slurm-sync lifted the
 -- hold it placed (sync_hold turns NULL in a transaction that set hpcacct.sync_lifted to on);
--- held turning false alone says nothing, as an operator may still hold the job in Slurm.
+-- held turning false alone says nothing, as an operator may still hold the job in Slurm. A job
+-- the sync saw held by someone else (other_hold) is told its account's reason, not a hold.
 
 CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     LANGUAGE plpgsql
@@ -345,7 +346,15 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
                                          CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
-            'body', CASE WHEN e.held THEN pg_catalog.format(
+            'body', CASE WHEN e.held AND n.other_hold THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) is held by an administrator, and its\n'
+                    'account cannot run it either: %s.\n'
+                    'When the administrator releases the job, it stays on hold until that is corrected (e.g.\n'
+                    'another account for the job), or ask the project administrator for an allocation.\n',
+                    hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
+                    hpcacct_internal.notify_name(coalesce(n.account, 'default')),
+                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
+                 WHEN e.held THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
                     'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
                     'project administrator for an allocation.\n',
@@ -361,7 +370,8 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(coalesce(n.account, 'default')))
             END,
-            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason,
+                                                     'other_hold', n.other_hold))))
         FROM new_rows n
         JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
         CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held) e

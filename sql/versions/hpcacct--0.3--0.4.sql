@@ -10533,6 +10533,11 @@ COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
 -- ==== attach_charging(): a NULL mapping is 22004 (it was taken as none) --------------------
 -- defined in the final definitions below
 
+-- ==== pending_job.sync_lifting, .other_hold: a lift the sync made but could not record is recorded by its next run; job_held of a job an operator holds says so ---
+ALTER TABLE @extschema@.pending_job ADD COLUMN sync_lifting boolean NOT NULL DEFAULT false;
+ALTER TABLE @extschema@.pending_job ADD COLUMN other_hold boolean NOT NULL DEFAULT false;
+-- hpcacct_internal.notify_hold(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13859,7 +13864,15 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
                                          CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
-            'body', CASE WHEN e.held THEN pg_catalog.format(
+            'body', CASE WHEN e.held AND n.other_hold THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) is held by an administrator, and its\n'
+                    'account cannot run it either: %s.\n'
+                    'When the administrator releases the job, it stays on hold until that is corrected (e.g.\n'
+                    'another account for the job), or ask the project administrator for an allocation.\n',
+                    hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
+                    hpcacct_internal.notify_name(coalesce(n.account, 'default')),
+                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
+                 WHEN e.held THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
                     'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
                     'project administrator for an allocation.\n',
@@ -13875,7 +13888,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(coalesce(n.account, 'default')))
             END,
-            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason))))
+            'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason,
+                                                     'other_hold', n.other_hold))))
         FROM new_rows n
         JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
         CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held) e

@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(92);
+SELECT plan(94);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -139,6 +139,15 @@ SELECT set_config('hpcacct.sync_lifted', '', true);
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released' AND figures ->> 'jobid' = 'j1'), 1::bigint,
           'a hold the sync lifted itself: a message');
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_released'), 1::bigint, 'only that one');
+-- a job an administrator holds in Slurm (the sync saw it so): told the account's reason, not a hold
+DELETE FROM pending_job WHERE jobid IN ('j1', 'j2');
+INSERT INTO pending_job (cluster, jobid, username, account, other_hold) VALUES ('n_c', 'j3', 'n_px', 'n_px', true);
+SELECT is((SELECT count(*) FROM recheck_queued('2024-10-03')), 1::bigint, 'recheck_queued holds a job an operator holds too');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'j3')
+          ~ 'is held by an administrator, and its\naccount cannot run it either: account n_px has no allocation'
+          AND (SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'j3') !~ 'put on hold'
+          AND (SELECT figures -> 'other_hold' FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'j3') = 'true',
+          'its owner is told that an administrator holds it and the account''s reason, not that it was put on hold');
 CALL open_quarter('2025-01-01');
 CALL open_quarter('2025-01-01');
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'account_deleted' AND account = 'n_px'), 1::bigint,

@@ -459,6 +459,12 @@ why() { squeue -h -j "$1" -o '%r|%k'; }
 echo "# operator first: $(why "$op_first"); owner first: $(why "$own_first"); hpcacct first: $(why "$op_after")"
 check "a job an operator held before hpcacct would is left as it is (no hold, comment kept)" \
     "$([ "$(why "$op_first")" = 'JobHeldAdmin|kept by the operator' ] && ! grep -Eq "(=| )$op_first( |\$)" <<<"$h1" && echo t)"
+op_told=$(sql "SELECT count(*) || E'\n' || coalesce(string_agg(body, ''), '') FROM hpcacct.outbox
+               WHERE topic = 'job_held' AND figures ->> 'jobid' = '$op_first'")
+sed 's/^/# job_held of the job an operator holds: /' <<<"$op_told"
+check "the owner of a job an operator holds is told its account's reason once, not that hpcacct held it" \
+    "$([ "$(head -1 <<<"$op_told")" = 1 ] && grep -q 'held by an administrator' <<<"$op_told" &&
+       grep -q 'negative balance' <<<"$op_told" && ! grep -q 'has been put on hold' <<<"$op_told" && echo t)"
 check "hpcacct holds a job its owner held (JobHeldUser), with its reason" \
     "$(why "$own_first" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' &&
        why "$op_after" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' && echo t)"
@@ -496,6 +502,54 @@ check "the owner whose own hold is back is told so" \
 h4=$(hpcacct-slurm-sync --queue 2>&1)
 check "a second run changes nothing" "$(grep -q 'pending jobs: nothing to change' <<<"$h4" && echo t)"
 scancel "$op_first" "$own_first" "$op_after" "$op_released"
+
+# The sync changes Slurm, then records it: a record that fails once (a trigger raises) must
+# neither leave hpcacct's hold looking like an operator's, nor lose a release and its message.
+psql -X -q -v ON_ERROR_STOP=1 -d acct >/dev/null <<'SQL'
+CREATE SEQUENCE public.fail_hold;
+CREATE SEQUENCE public.fail_lift;
+CREATE FUNCTION public.fail_once() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    IF OLD.sync_hold IS NULL AND NEW.sync_hold IS NOT NULL THEN
+        IF nextval('public.fail_hold') = 1 THEN RAISE EXCEPTION 'the test fails this hold''s record once'; END IF;
+    ELSIF OLD.sync_hold IS NOT NULL AND NEW.sync_hold IS NULL
+          AND coalesce(current_setting('hpcacct.sync_lifted', true), '') = 'on' THEN
+        IF nextval('public.fail_lift') = 1 THEN RAISE EXCEPTION 'the test fails this release''s record once'; END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER fail_once BEFORE UPDATE ON hpcacct.pending_job FOR EACH ROW EXECUTE FUNCTION public.fail_once();
+SQL
+submit e_hold --begin=now+1hour   # e_hold is valid
+lost_job=$job
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'big4', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=900000000', 'COMPLETED')"
+r1=$(hpcacct-slurm-sync --queue 2>&1)    # the hold's record fails
+echo "$r1" | sed 's/^/# /'
+r2=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$r2" | sed 's/^/# /'
+mine() { sql "SELECT coalesce(sync_hold, 'none') FROM hpcacct.pending_job WHERE jobid = '$1'"; }
+echo "# job $lost_job: $(why "$lost_job"), hpcacct's hold: $(mine "$lost_job")"
+check "a hold whose record failed is hpcacct's after the next run (not taken for an operator's)" \
+    "$([ -n "$lost_job" ] && grep -q 'cannot record' <<<"$r1" && [ "$(mine "$lost_job")" = release ] &&
+       why "$lost_job" | grep -q '^JobHeldAdmin|hpcacct: account e_hold has a negative balance' && echo t)"
+sql "DELETE FROM hpcacct.job WHERE jobid = 'big4'"
+r3=$(hpcacct-slurm-sync --queue 2>&1)    # the release's record fails
+echo "$r3" | sed 's/^/# /'
+released_r3=$(released "$lost_job") why_r3=$(why "$lost_job")
+r4=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$r4" | sed 's/^/# /'
+r5=$(hpcacct-slurm-sync --queue 2>&1)
+echo "# job $lost_job: after the failed record $why_r3, $released_r3 message(s); then $(why "$lost_job"), $(released "$lost_job")"
+check "a release whose record failed: released in Slurm, no message yet" \
+    "$(grep -q "ran: scontrol release $lost_job" <<<"$r3" && grep -q 'cannot record' <<<"$r3" &&
+       [ "$released_r3" = 0 ] && case $why_r3 in JobHeld*) ;; *) echo t ;; esac)"
+check "the next run records that release, with one job_released message; the run after changes nothing" \
+    "$([ "$(released "$lost_job")" = 1 ] && [ "$(mine "$lost_job")" = none ] &&
+       grep -q 'pending jobs: nothing to change' <<<"$r5" && echo t)"
+sql "DROP TRIGGER fail_once ON hpcacct.pending_job; DROP FUNCTION public.fail_once();
+     DROP SEQUENCE public.fail_hold; DROP SEQUENCE public.fail_lift" >/dev/null
+scancel "$lost_job"
 
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
