@@ -488,6 +488,11 @@ check "the account valid again: the operator's earlier hold stays" \
     "$([ "$(why "$op_first")" = 'JobHeldAdmin|kept by the operator' ] && echo t)"
 check "the operator's later hold stays, with the operator's comment" \
     "$([ "$(why "$op_after")" = 'JobHeldAdmin|operator: keep held' ] && echo t)"
+check "the job an operator released, then hpcacct held, had its one job_held, at the operator's hold" \
+    "$([ "$(sql "SELECT count(*) FROM hpcacct.outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = '$op_released'
+                 AND body LIKE '%held by an administrator%'")" = 1 ] &&
+       [ "$(sql "SELECT count(*) FROM hpcacct.outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = '$op_released'")" = 1 ] &&
+       echo t)"
 check "and hpcacct's hold of that job is lifted" "$(case $(why "$op_released") in JobHeldAdmin* | JobHeldUser*) ;; *) echo t ;; esac)"
 check "the owner's own hold is back, hpcacct's comment gone" \
     "$(case $(why "$own_first") in 'JobHeldUser|(null)' | 'JobHeldUser|') echo t ;; esac)"
@@ -522,6 +527,8 @@ CREATE TRIGGER fail_once BEFORE UPDATE ON hpcacct.pending_job FOR EACH ROW EXECU
 SQL
 submit e_hold --begin=now+1hour   # e_hold is valid
 lost_job=$job
+submit e_hold --begin=now+1hour   # cancelled before the run that records its release
+gone_job=$job
 sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
      VALUES ('testcl', 'big4', 'e_hold', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=900000000', 'COMPLETED')"
 r1=$(hpcacct-slurm-sync --queue 2>&1)    # the hold's record fails
@@ -537,6 +544,7 @@ sql "DELETE FROM hpcacct.job WHERE jobid = 'big4'"
 r3=$(hpcacct-slurm-sync --queue 2>&1)    # the release's record fails
 echo "$r3" | sed 's/^/# /'
 released_r3=$(released "$lost_job") why_r3=$(why "$lost_job")
+scancel "$gone_job"
 r4=$(hpcacct-slurm-sync --queue 2>&1)
 echo "$r4" | sed 's/^/# /'
 r5=$(hpcacct-slurm-sync --queue 2>&1)
@@ -544,8 +552,9 @@ echo "# job $lost_job: after the failed record $why_r3, $released_r3 message(s);
 check "a release whose record failed: released in Slurm, no message yet" \
     "$(grep -q "ran: scontrol release $lost_job" <<<"$r3" && grep -q 'cannot record' <<<"$r3" &&
        [ "$released_r3" = 0 ] && case $why_r3 in JobHeld*) ;; *) echo t ;; esac)"
-check "the next run records that release, with one job_released message; the run after changes nothing" \
-    "$([ "$(released "$lost_job")" = 1 ] && [ "$(mine "$lost_job")" = none ] &&
+check "the next run records that release (also of a job gone from the queue since), with one job_released message; the run after changes nothing" \
+    "$([ "$(released "$lost_job")" = 1 ] && [ "$(mine "$lost_job")" = none ] && [ "$(released "$gone_job")" = 1 ] &&
+       grep -q "job $gone_job: hpcacct's hold was lifted by an earlier run: recorded now" <<<"$r4" &&
        grep -q 'pending jobs: nothing to change' <<<"$r5" && echo t)"
 sql "DROP TRIGGER fail_once ON hpcacct.pending_job; DROP FUNCTION public.fail_once();
      DROP SEQUENCE public.fail_hold; DROP SEQUENCE public.fail_lift" >/dev/null
