@@ -5,7 +5,8 @@
 # throw-away Slurm (test/slurm/with-slurm.sh) with JobSubmitPlugins=lua running the shipped
 # src/slurm/job_submit.lua, AccountingStorageEnforce=associations,limits,qos and a low QOS;
 # then submits with sbatch, runs hpcacct-slurm-sync and checks what Slurm does (also with the
-# database stopped, and with its backend not answering). Prints TAP
+# database stopped, and with its backend not answering). Both reach the database over TCP
+# with scram and TLS (verify-full, a CA made for the run). Prints TAP
 # lines and appends "enforce PASSED FAILED" to $HPCACCT_TALLY (when set). Needs hpcacct
 # installed for $PG_CONFIG (make install) and root. Leaves nothing running.
 set -uo pipefail
