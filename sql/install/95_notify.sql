@@ -21,10 +21,17 @@ CREATE TABLE @extschema@.contact (
     display_name text,
     notify       boolean NOT NULL DEFAULT true,
     updated_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
-    -- an address as SMTP takes it in RCPT TO: no spaces, controls, brackets or separators,
-    -- so that no value can add a header or a recipient
-    CONSTRAINT contact_email CHECK (email ~ '^[^@[:space:][:cntrl:]<>(),;:"\\]+@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$'
-                                    AND pg_catalog.length(email) <= 254),
+    -- an address as SMTP takes it in RCPT TO (RFC 5321, RFC 6531): a dot-atom local part of at
+    -- most 64 octets, a domain of labels of at most 63 characters (letters, digits, inner
+    -- hyphens; an internationalized one as it is read, hpcacct-notify sends its A-label), no
+    -- space, control or invisible character: no value can add a header or a recipient
+    CONSTRAINT contact_email CHECK (
+        email ~ ('^[A-Za-z0-9!#$%&''*+/=?^_`{|}~\u00a1-\U0010ffff-]+(\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~\u00a1-\U0010ffff-]+)*'
+                 '@[A-Za-z0-9\u00a1-\U0010ffff]([A-Za-z0-9\u00a1-\U0010ffff-]{0,61}[A-Za-z0-9\u00a1-\U0010ffff])?'
+                 '(\.[A-Za-z0-9\u00a1-\U0010ffff]([A-Za-z0-9\u00a1-\U0010ffff-]{0,61}[A-Za-z0-9\u00a1-\U0010ffff])?)*$')
+        AND email !~ '[[:space:][:cntrl:]\u0080-\u00a0\u00ad\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ufff9-\ufffb]'
+        AND pg_catalog.octet_length(pg_catalog.split_part(email, '@', 1)) <= 64
+        AND pg_catalog.length(email) <= 254),
     CONSTRAINT contact_display_name CHECK (display_name !~ '[[:cntrl:]]' AND pg_catalog.length(display_name) <= 200)
 );
 COMMENT ON TABLE @extschema@.contact IS
@@ -139,6 +146,14 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'outbox_add_all: a message''s % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        -- an account that does not exist is 42704, as for every other function (not the foreign key's 23503)
+        SELECT m.account INTO missing
+        FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(account text)
+        WHERE m.account IS NOT NULL AND NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = m.account)
+        LIMIT 1;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'unknown account "%"', missing USING ERRCODE = 'undefined_object';
+        END IF;
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
@@ -176,7 +191,8 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
     'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
-    'body is an error (22004); a NULL account, figures, to_members or also: no account''s users, {}, false, none';
+    'body is an error (22004), an unknown account 42704; a NULL account, figures, to_members or also: no account''s users, '
+    '{}, false, none';
 
 -- One message: outbox_add_all of one. Returns its id, NULL when the decision had one already.
 CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
@@ -193,8 +209,8 @@ CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account te
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
     'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY '
-    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; NULL account, figures, to_members or also: no '
-    'account''s users, {}, false, none';
+    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; NULL account, figures, '
+    'to_members or also: no account''s users, {}, false, none';
 
 -- Numbers in messages: whole units with a thin grouping, as the documents print them.
 -- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)

@@ -10538,6 +10538,19 @@ ALTER TABLE @extschema@.pending_job ADD COLUMN sync_lifting boolean NOT NULL DEF
 ALTER TABLE @extschema@.pending_job ADD COLUMN other_hold boolean NOT NULL DEFAULT false;
 -- hpcacct_internal.notify_hold(): defined in the final definitions
 
+-- ==== outbox_add_all(), outbox_add(): an unknown account (an empty name too) is 42704 (it was the foreign key's 23503) ---
+-- defined in the final definitions below
+
+-- ==== contact.email: a dot-atom local part of at most 64 octets, labels of at most 63 characters, UTF-8 too (it took a..b@x, [a]@x, a@x..y) ---
+ALTER TABLE @extschema@.contact DROP CONSTRAINT contact_email;
+ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
+        email ~ ('^[A-Za-z0-9!#$%&''*+/=?^_`{|}~\u00a1-\U0010ffff-]+(\.[A-Za-z0-9!#$%&''*+/=?^_`{|}~\u00a1-\U0010ffff-]+)*'
+                 '@[A-Za-z0-9\u00a1-\U0010ffff]([A-Za-z0-9\u00a1-\U0010ffff-]{0,61}[A-Za-z0-9\u00a1-\U0010ffff])?'
+                 '(\.[A-Za-z0-9\u00a1-\U0010ffff]([A-Za-z0-9\u00a1-\U0010ffff-]{0,61}[A-Za-z0-9\u00a1-\U0010ffff])?)*$')
+        AND email !~ '[[:space:][:cntrl:]\u0080-\u00a0\u00ad\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ufff9-\ufffb]'
+        AND pg_catalog.octet_length(pg_catalog.split_part(email, '@', 1)) <= 64
+        AND pg_catalog.length(email) <= 254);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11736,6 +11749,14 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'outbox_add_all: a message''s % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        -- an account that does not exist is 42704, as for every other function (not the foreign key's 23503)
+        SELECT m.account INTO missing
+        FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(account text)
+        WHERE m.account IS NOT NULL AND NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = m.account)
+        LIMIT 1;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'unknown account "%"', missing USING ERRCODE = 'undefined_object';
+        END IF;
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
@@ -11773,7 +11794,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
     'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
-    'body is an error (22004); a NULL account, figures, to_members or also: no account''s users, {}, false, none';
+    'body is an error (22004), an unknown account 42704; a NULL account, figures, to_members or also: no account''s users, '
+    '{}, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
                                        figures jsonb, to_members boolean DEFAULT false,
                                        also text[] DEFAULT '{}')
@@ -11788,8 +11810,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text,
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
     'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY '
-    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; NULL account, figures, to_members or also: no '
-    'account''s users, {}, false, none';
+    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; NULL account, figures, '
+    'to_members or also: no account''s users, {}, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
