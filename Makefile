@@ -78,10 +78,12 @@ $(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/cor
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
 
-# The sender links the core's mail module (header folding, body encoding), libpq and libcurl.
+# The sender links the core's mail module (header folding, body encoding), libpq, libcurl and
+# libidn2 (internationalized domains' A-labels).
 $(NOTIFY_BIN): src/bin/hpcacct-notify.cpp src/bin/pq.hpp src/core/mail.o src/core/mail.hpp
 	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
-	    src/core/mail.o -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+	    src/core/mail.o -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl) \
+	    $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
 
 $(REPORT_BIN): src/bin/hpcacct-report.cpp src/bin/pq.hpp
 	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \

@@ -23,6 +23,7 @@
 #include "pq.hpp"
 
 #include <curl/curl.h>
+#include <idn2.h>
 #include <libpq-fe.h>
 
 #include <sys/select.h>
@@ -56,6 +57,19 @@ std::string trim(const std::string &s) {
     if (b == std::string::npos) return "";
     auto e = s.find_last_not_of(ws);
     return s.substr(b, e - b + 1);
+}
+
+// A domain's A-label (IDNA2008 with UTS #46's non-transitional mapping, as browsers and MTAs).
+bool idna_to_ascii(const std::string &domain, std::string &a_label, std::string &why) {
+    char *out = nullptr;
+    int rc = idn2_to_ascii_8z(domain.c_str(), &out, IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL);
+    if (rc != IDN2_OK) {
+        why = std::string("libidn2: ") + idn2_strerror(rc);
+        return false;
+    }
+    a_label = out;
+    idn2_free(out);
+    return true;
 }
 
 struct Config {
@@ -109,7 +123,12 @@ struct Config {
         if (from.empty() || from.find('@') == std::string::npos ||
             from.find_first_of(" \t\r\n<>,;\"") != std::string::npos)
             throw ConfigError("from must be the sender's address (e.g. hpc-accounting@example.org), not \"" + from + "\"");
-        if (get("domain").empty()) values["domain"] = from.substr(from.find('@') + 1);
+        hpcacct::mail::Envelope sender = hpcacct::mail::envelope(from, idna_to_ascii);
+        if (!sender.error.empty() || sender.needs_smtputf8)
+            throw ConfigError("from must be an address with an ASCII local part (its domain may be internationalized), not \"" +
+                              from + "\"" + (sender.error.empty() ? "" : ": " + sender.error));
+        values["from"] = sender.address;  // an internationalized domain as its A-label
+        if (get("domain").empty()) values["domain"] = sender.address.substr(sender.address.rfind('@') + 1);
         const std::string &tls = get("smtp_tls");
         if (tls != "none" && tls != "starttls" && tls != "require_starttls" && tls != "smtps")
             throw ConfigError("smtp_tls must be none, starttls, require_starttls or smtps, not \"" + tls + "\"");
@@ -183,11 +202,12 @@ std::string message_id_header(const Delivery &d, const Config &cfg) {
 }
 
 // Header and body as every server and reader takes them (src/core/mail.cpp).
-std::string compose(const Delivery &d, const Config &cfg) {
+// address: the recipient's as the envelope has it (hpcacct::mail::envelope).
+std::string compose(const Delivery &d, const Config &cfg, const std::string &address) {
     hpcacct::mail::Message m;
     m.from = cfg.get("from");
     m.to_name = d.display_name;
-    m.to_address = d.address;
+    m.to_address = address;
     m.subject = d.subject;
     m.date = d.date;
     m.message_id = message_id_header(d, cfg);
@@ -198,6 +218,19 @@ std::string compose(const Delivery &d, const Config &cfg) {
 
 // ---- one SMTP transaction ----------------------------------------------------------------
 
+using Trace = hpcacct::mail::SmtpTrace;  // one per libcurl handle, as its connection
+
+extern "C" int on_debug(CURL *, curl_infotype type, char *data, size_t size, void *userdata) {
+    try {
+        if (type == CURLINFO_HEADER_IN || type == CURLINFO_HEADER_OUT)
+            static_cast<Trace *>(userdata)->line(type == CURLINFO_HEADER_OUT, std::string_view(data, size));
+    } catch (...) {
+    }
+    return 0;
+}
+
+extern "C" size_t discard(char *, size_t size, size_t nitems, void *) { return size * nitems; }
+
 struct Upload {
     const std::string *data;
     size_t offset = 0;
@@ -206,6 +239,9 @@ struct Upload {
     const std::string *recipient_id;
     bool committed = false;  // 'sending' is committed: the server may get the message
     bool lease_lost = false;
+    const Trace *trace = nullptr;
+    bool needs_smtputf8 = false;
+    bool no_smtputf8 = false;  // it needed SMTPUTF8 and MAIL FROM went without: stopped
 };
 
 size_t read_body_cpp(char *buffer, size_t size, size_t nitems, Upload *u) {
@@ -215,6 +251,10 @@ size_t read_body_cpp(char *buffer, size_t size, size_t nitems, Upload *u) {
     // The last bytes of the body: once libcurl has them it completes the transaction (the
     // final ".") without asking again. Commit 'sending' before handing them over, or abort
     // without them (the server then has an unfinished message and discards it).
+    if (u->needs_smtputf8 && !u->trace->mail_smtputf8) {
+        u->no_smtputf8 = true;  // before any byte of the message: nothing is completed
+        return CURL_READFUNC_ABORT;
+    }
     if (n == left && !u->committed) {
         auto r = u->db->exec("SELECT hpcacct.outbox_sending($1, $2)", {*u->worker, *u->recipient_id});
         if (!r || PQntuples(r.get()) != 1 || std::strcmp(PQgetvalue(r.get(), 0, 0), "t") != 0) {
@@ -243,23 +283,12 @@ struct Outcome {
     bool this_recipient = false;  // a retry for this recipient only (4xx to RCPT): go on
 };
 
-Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
-    std::string message = compose(d, cfg);
-    Upload up{&message, 0, &db, &cfg.get("worker"), &d.recipient_id};
+// The options every transaction with the server shares.
+void set_server(CURL *curl, const Config &cfg, char *errbuf, Trace *trace) {
     const std::string &tls = cfg.get("smtp_tls");
     std::string url = (tls == "smtps" ? "smtps://" : "smtp://") + cfg.get("smtp_host") + ":" + cfg.get("smtp_port") +
                       "/" + cfg.get("domain");
-    std::string from = "<" + cfg.get("from") + ">";
-    std::string to = "<" + d.address + ">";
-    struct curl_slist *rcpt = curl_slist_append(nullptr, to.c_str());
-    char errbuf[CURL_ERROR_SIZE] = {0};
-
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl, CURLOPT_MAIL_FROM, from.c_str());
-    curl_easy_setopt(curl, CURLOPT_MAIL_RCPT, rcpt);
-    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_body);
-    curl_easy_setopt(curl, CURLOPT_READDATA, &up);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, cfg.number("timeout"));
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, cfg.number("timeout"));
@@ -272,6 +301,53 @@ Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
         curl_easy_setopt(curl, CURLOPT_PASSWORD, cfg.get("smtp_password").c_str());
     }
     if (!cfg.get("smtp_cainfo").empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, cfg.get("smtp_cainfo").c_str());
+    curl_easy_setopt(curl, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(curl, CURLOPT_DEBUGDATA, trace);
+    curl_easy_setopt(curl, CURLOPT_VERBOSE, 1L);  // the debug callback's condition; it prints nothing
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard);
+}
+
+std::string describe(CURLcode rc, const char *errbuf, long code) {
+    return std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "") +
+           (code ? " (SMTP " + std::to_string(code) + ")" : "");
+}
+
+Outcome send_one(CURL *curl, Trace &trace, Db &db, const Config &cfg, const Delivery &d) {
+    hpcacct::mail::Envelope env = hpcacct::mail::envelope(d.address, idna_to_ascii);
+    if (!env.error.empty()) return {"failed", env.error + "; nothing was sent"};
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    if (env.needs_smtputf8) {
+        // Ask the server (EHLO, then NOOP) before MAIL: a local part that is not ASCII goes
+        // only with SMTPUTF8, and is never sent raw to a server that did not offer it.
+        set_server(curl, cfg, errbuf, &trace);
+        curl_easy_setopt(curl, CURLOPT_UPLOAD, 0L);
+        curl_easy_setopt(curl, CURLOPT_MAIL_RCPT, nullptr);
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "NOOP");
+        CURLcode rc = curl_easy_perform(curl);
+        long code = 0;
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, nullptr);
+        if (rc != CURLE_OK) return {"retry", describe(rc, errbuf, code)};
+        if (!trace.smtputf8_offered)
+            return {"failed", "the local part of " + d.address + " is not ASCII and the server does not offer SMTPUTF8 "
+                              "(RFC 6531); nothing was sent", true};
+        errbuf[0] = 0;
+    }
+    std::string message = compose(d, cfg, env.address);
+    Upload up{&message, 0, &db, &cfg.get("worker"), &d.recipient_id};
+    up.trace = &trace;
+    up.needs_smtputf8 = env.needs_smtputf8;
+    trace.mail_smtputf8 = false;
+    std::string from = "<" + cfg.get("from") + ">";
+    std::string to = "<" + env.address + ">";
+    struct curl_slist *rcpt = curl_slist_append(nullptr, to.c_str());
+
+    set_server(curl, cfg, errbuf, &trace);
+    curl_easy_setopt(curl, CURLOPT_MAIL_FROM, from.c_str());
+    curl_easy_setopt(curl, CURLOPT_MAIL_RCPT, rcpt);
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_body);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &up);
 
     CURLcode rc = curl_easy_perform(curl);
     long code = 0;
@@ -279,10 +355,12 @@ Outcome send_one(CURL *curl, Db &db, const Config &cfg, const Delivery &d) {
     curl_slist_free_all(rcpt);
     curl_easy_setopt(curl, CURLOPT_MAIL_RCPT, nullptr);
 
-    std::string what = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(": ") + errbuf : "") +
-                       (code ? " (SMTP " + std::to_string(code) + ")" : "");
+    std::string what = describe(rc, errbuf, code);
     if (rc == CURLE_OK) return {"delivered", ""};
     if (up.lease_lost) return {"", "lease lost to another sender"};
+    if (up.no_smtputf8)
+        return {"failed", "the local part of " + d.address + " is not ASCII and MAIL FROM went without SMTPUTF8 "
+                          "(RFC 6531); the message was not completed", true};
     if (!up.committed) {
         // Nothing reached the point of no return: the server has no message. Only a
         // permanent refusal of this recipient fails it; anything else (the server down, a
@@ -307,7 +385,7 @@ const char *claim_sql =
     "FROM hpcacct.outbox_claim($1, pg_catalog.make_interval(secs => $2::float8), $3::integer) c";
 
 // Delivers everything due; returns false when the database failed.
-bool deliver_due(Db &db, CURL *curl, const Config &cfg, int &sent) {
+bool deliver_due(Db &db, CURL *curl, Trace &trace, const Config &cfg, int &sent) {
     const std::string &worker = cfg.get("worker");
     while (!stop_requested) {
         auto r = db.exec(claim_sql, {worker, cfg.get("lease"), cfg.get("batch")});
@@ -318,7 +396,7 @@ bool deliver_due(Db &db, CURL *curl, const Config &cfg, int &sent) {
             Delivery d{PQgetvalue(r.get(), i, 0), PQgetvalue(r.get(), i, 1), PQgetvalue(r.get(), i, 2),
                        PQgetvalue(r.get(), i, 3), PQgetvalue(r.get(), i, 4), PQgetvalue(r.get(), i, 5),
                        PQgetvalue(r.get(), i, 6)};
-            Outcome o = send_one(curl, db, cfg, d);
+            Outcome o = send_one(curl, trace, db, cfg, d);
             if (o.state.empty()) {
                 log_line("message " + d.message_id + " to " + d.address + ": " + o.error);
                 continue;
@@ -402,6 +480,7 @@ int run(int argc, char **argv) {
         log_line("libcurl failed to initialize");
         return 1;
     }
+    Trace trace;  // the handle's, as its connection
     Db db;
     int sent = 0;
     double backoff = 1;
@@ -414,7 +493,7 @@ int run(int argc, char **argv) {
             continue;
         }
         backoff = 1;
-        bool good = deliver_due(db, curl.get(), cfg, sent);
+        bool good = deliver_due(db, curl.get(), trace, cfg, sent);
         if (!good) {
             db.close();
             if (once) return 2;

@@ -1,6 +1,7 @@
 #include "core/mail.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <vector>
 
 namespace hpcacct::mail {
@@ -234,6 +235,52 @@ Body encode_body(std::string_view text) {
         return {ascii ? "7bit" : "8bit", out};
     }
     return {"quoted-printable", quoted_printable(text)};
+}
+
+Envelope envelope(std::string_view address, const ToAscii &to_ascii) {
+    Envelope e;
+    auto ascii = [](std::string_view s) {
+        return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    };
+    std::size_t at = address.rfind('@');
+    // what would end the address or add a header or a recipient (the database refuses it;
+    // a row written into the outbox by hand may still have it)
+    bool breaks = std::any_of(address.begin(), address.end(), [](char ch) {
+        auto c = static_cast<unsigned char>(ch);
+        return c <= 0x20 || c == 0x7f || c == '<' || c == '>' || c == ',' || c == '"' || c == '\\';
+    });
+    if (at == std::string_view::npos || at == 0 || at + 1 == address.size() || breaks) {
+        e.error = "\"" + std::string(address) + "\" is not an address SMTP can carry";
+        return e;
+    }
+    std::string local(address.substr(0, at)), domain(address.substr(at + 1));
+    if (!ascii(domain)) {
+        std::string a_label, why;
+        if (!to_ascii(domain, a_label, why) || a_label.empty() || !ascii(a_label)) {
+            e.error = "the domain of \"" + std::string(address) + "\" has no IDNA A-label (" +
+                      (why.empty() ? std::string("not converted") : why) + ")";
+            return e;
+        }
+        domain = a_label;
+    }
+    e.needs_smtputf8 = !ascii(local);
+    e.address = local + "@" + domain;
+    return e;
+}
+
+void SmtpTrace::line(bool sent, std::string_view text) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+    auto upper = [](std::string_view s) {
+        std::string u(s);
+        for (char &c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        return u;
+    };
+    std::string u = upper(text);
+    if (sent && (u.rfind("EHLO ", 0) == 0 || u.rfind("HELO ", 0) == 0)) smtputf8_offered = false;
+    if (sent && u.rfind("MAIL FROM:", 0) == 0)
+        mail_smtputf8 = u.size() > 9 && u.compare(u.size() - 9, 9, " SMTPUTF8") == 0;
+    // an EHLO answer's line "250-SMTPUTF8" or "250 SMTPUTF8"
+    if (!sent && (u == "250-SMTPUTF8" || u == "250 SMTPUTF8")) smtputf8_offered = true;
 }
 
 std::string compose(const Message &m) {

@@ -6,6 +6,7 @@
 #include "core/core_only.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,27 @@ struct Body {
     std::string text;      // CRLF line ends
 };
 Body encode_body(std::string_view text);
+
+// An address as the envelope and the To header carry it (RFC 5321, RFC 6531): the local part
+// as it is, a domain that is not ASCII as its A-label (IDNA, "xn--"). A local part that is not
+// ASCII can go only to a server that offers SMTPUTF8, with MAIL FROM's SMTPUTF8 parameter.
+struct Envelope {
+    std::string address;          // empty when it cannot be sent; error says why
+    bool needs_smtputf8 = false;  // the local part is not ASCII
+    std::string error;
+};
+// to_ascii(domain, a_label, why): a domain's A-label form; false (and why) when it has none.
+using ToAscii = std::function<bool(const std::string &, std::string &, std::string &)>;
+Envelope envelope(std::string_view address, const ToAscii &to_ascii);
+
+// What an SMTP dialogue showed, line by line (commands sent, answers received): whether the
+// server's last EHLO offered SMTPUTF8, and whether the last MAIL FROM carried it. A connection
+// that is reused sends no new EHLO: what its EHLO offered stands.
+struct SmtpTrace {
+    bool smtputf8_offered = false;
+    bool mail_smtputf8 = false;
+    void line(bool sent, std::string_view text);
+};
 
 struct Message {
     std::string from, to_name, to_address, subject, date, message_id, hpcacct_message, body;

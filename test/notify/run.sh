@@ -390,3 +390,45 @@ HPCACCT_NOTIFY_CONNINFO=dbname=hpcacct_hostile "$sender" --config "$work/notify.
 is "$(sql_h -c "SELECT string_agg(DISTINCT state, ',') FROM hpcacct.outbox_status WHERE state <> 'no_recipient'")" delivered \
    "they are delivered" "$(tail -3 "$work/hostile-send.log")"
 check_mail hpcacct_hostile "hostile names" "true"
+
+# ---- internationalized addresses ----
+# A domain that is not ASCII goes as its A-label (envelope and To:); a local part that is not
+# ASCII only to a server that offers SMTPUTF8, with it on MAIL FROM; a domain with no A-label,
+# or a server without SMTPUTF8 for such a local part: failed with the reason, nothing sent.
+out=$(HPCACCT_NOTIFY_FROM='zoë@centre.example' "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'from must be an address with an ASCII local part' <<<"$out"
+ok $? "a sender address with a non-ASCII local part is refused (exit 1)" "$out"
+stop_sink
+start_sink_with --no-smtputf8 || exit 1
+before=$(arrivals | wc -l)
+sql >/dev/null <<'SQL'
+SET search_path = hpcacct, public;
+INSERT INTO hpc_user VALUES ('idn1'), ('idn2'), ('idn3');
+INSERT INTO contact (username, email) VALUES
+    ('idn1', 'zoë@lab.example'), ('idn2', 'c@Université.example'), ('idn3', 'd@☃.example');
+SELECT outbox_add('balance_low', 'idn/1', NULL, 'idn test', E'figures: 45\n', '{}', false,
+                  ARRAY['idn1', 'idn2', 'idn3', 'u2']);
+SQL
+"$sender" --config "$work/notify.conf" --once 2>"$work/idn.log"
+idn_state() { sql -c "SELECT state || ' ' || coalesce(last_error, '') FROM hpcacct.outbox_status
+                      WHERE subject = 'idn test' AND address = '$1'"; }
+is "$(idn_state 'c@Université.example')" "delivered " "an internationalized domain is delivered" "$(cat "$work/idn.log")"
+f=$(grep -l -a 'X-Envelope-To: c@xn--universit-j4a.example' "$mail"/*.eml | head -1)
+[ -n "$f" ] && grep -q '^To: <c@xn--universit-j4a\.example>' "$f"
+ok $? "as its A-label, in the envelope and in To:"
+is "$(idn_state 'd@☃.example')" \
+   'failed the domain of "d@☃.example" has no IDNA A-label (libidn2: string contains a disallowed character); nothing was sent' \
+   "a domain with no A-label fails with the reason"
+is "$(idn_state 'zoë@lab.example')" \
+   "failed the local part of zoë@lab.example is not ASCII and the server does not offer SMTPUTF8 (RFC 6531); nothing was sent" \
+   "a non-ASCII local part to a server without SMTPUTF8 fails with the reason"
+is "$(idn_state 'u2@lab2.example')" "delivered " "the message's ASCII recipient is delivered"
+is "$(( $(arrivals | wc -l) - before ))" 2 "the server got the two it could take, nothing for the others"
+stop_sink
+start_sink 0 || exit 1   # aiosmtpd offers SMTPUTF8
+sql -c "UPDATE hpcacct.outbox_recipient SET state = 'pending', next_attempt = now() WHERE address = 'zoë@lab.example'"
+"$sender" --config "$work/notify.conf" --once 2>>"$work/idn.log"
+is "$(idn_state 'zoë@lab.example')" "delivered " "to a server that offers SMTPUTF8 it is delivered" "$(tail -2 "$work/idn.log")"
+f=$(grep -l -a 'X-Envelope-To: zoë@lab.example' "$mail"/*.eml | head -1)
+[ -n "$f" ] && grep -q '^X-Envelope-SMTPUTF8: yes' "$f" && grep -q '^To: <zoë@lab\.example>' "$f"
+ok $? "with SMTPUTF8 on MAIL FROM, the address as it is in To:"

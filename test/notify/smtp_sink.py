@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """SMTP sink for test/notify/run.sh: accepts every message on 127.0.0.1:PORT and writes it,
 once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"); --auth
-requires a login, --refuse answers RCPT TO of an address with 550, --defer with 450, --tls requires STARTTLS. The file
+requires a login, --refuse answers RCPT TO of an address with 550, --defer with 450, --tls
+requires STARTTLS, --no-smtputf8 does not offer SMTPUTF8 (a message sent with it gets a line
+"X-Envelope-SMTPUTF8: yes" after the first). The file
 is written before the server answers the final ".": from then on the server "has" it, as
 a real MTA would. --delay waits before that answer, so that a sender killed in between
 leaves a message the server has but the sender never heard of. Test use only."""
@@ -16,6 +18,7 @@ parser.add_argument('--delay', type=float, default=0.0)
 parser.add_argument('--auth', help='LOGIN:PASSWORD: require AUTH (without TLS: test use only)')
 parser.add_argument('--refuse', action='append', default=[], help='answer RCPT TO of this address with 550')
 parser.add_argument('--defer', action='append', default=[], help='answer RCPT TO of this address with 450')
+parser.add_argument('--no-smtputf8', action='store_true', help='do not offer SMTPUTF8 (RFC 6531)')
 parser.add_argument('--tls', nargs=2, metavar=('CERT', 'KEY'), help='offer and require STARTTLS with this certificate')
 args = parser.parse_args()
 counter = itertools.count(1)
@@ -39,7 +42,8 @@ class Sink:
                 n = next(counter)
             tmp = os.path.join(args.dir, '.%d-%d.tmp' % (os.getpid(), n))
             with open(tmp, 'wb') as f:
-                f.write(b'X-Envelope-To: ' + rcpt.encode() + b'\r\n' + data)
+                f.write(b'X-Envelope-To: ' + rcpt.encode() + b'\r\n'
+                        + (b'X-Envelope-SMTPUTF8: yes\r\n' if envelope.smtp_utf8 else b'') + data)
             os.rename(tmp, os.path.join(args.dir, '%d-%06d.eml' % (os.getpid(), n)))
         if args.delay:
             await asyncio.sleep(args.delay)
@@ -57,6 +61,8 @@ if args.tls:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(*args.tls)
     extra.update(tls_context=context, require_starttls=True)
+if args.no_smtputf8:
+    extra.update(enable_SMTPUTF8=False)  # aiosmtpd's Controller offers it by default
 controller = Controller(Sink(), hostname='127.0.0.1', port=args.port, **extra)
 controller.start()
 stop = threading.Event()

@@ -11,8 +11,8 @@ packages=(
     slurmctld slurmd slurmdbd slurm-client slurm-wlm-basic-plugins munge mariadb-server mariadb-client
     # for job_submit/lua: Debian's job_submit_lua.so links liblua5.1; lua-sql-postgres serves 5.1-5.4
     lua5.1 liblua5.1-0 lua-sql-postgres
-    # hpcacct-sacct, hpcacct-notify (libpq, libcurl); the SMTP sink, Chromium and ImageMagick of test/notify
-    libpq-dev libcurl4-openssl-dev python3-aiosmtpd chromium imagemagick openssl
+    # hpcacct-sacct, hpcacct-notify (libpq, libcurl, libidn2); the SMTP sink, Chromium and ImageMagick of test/notify
+    libpq-dev libcurl4-openssl-dev libidn2-dev python3-aiosmtpd chromium imagemagick openssl
     # make bench: the loader rounds' client CPU time (/usr/bin/time)
     time
 )

@@ -161,3 +161,83 @@ TEST(MailMessage, HeaderAndBody) {
     s = mail::compose(m);
     EXPECT_EQ(s.substr(s.size() - 4), "\r\n\r\n");
 }
+
+namespace {
+// a stand-in for libidn2: one known domain, anything else has no A-label
+bool fake_to_ascii(const std::string &domain, std::string &a_label, std::string &why) {
+    if (domain == "université.example") {
+        a_label = "xn--universit-j4a.example";
+        return true;
+    }
+    why = "disallowed code point";
+    return false;
+}
+}  // namespace
+
+TEST(MailEnvelope, AsciiGoesAsItIs) {
+    mail::Envelope e = mail::envelope("o'neil+x@lab.example", fake_to_ascii);
+    EXPECT_EQ(e.address, "o'neil+x@lab.example");
+    EXPECT_FALSE(e.needs_smtputf8);
+    EXPECT_EQ(e.error, "");
+}
+
+TEST(MailEnvelope, AnInternationalizedDomainGoesAsItsALabel) {
+    mail::Envelope e = mail::envelope("zoe@université.example", fake_to_ascii);
+    EXPECT_EQ(e.address, "zoe@xn--universit-j4a.example");
+    EXPECT_FALSE(e.needs_smtputf8);
+    e = mail::envelope("zoë@université.example", fake_to_ascii);
+    EXPECT_EQ(e.address, "zoë@xn--universit-j4a.example");
+    EXPECT_TRUE(e.needs_smtputf8);
+}
+
+TEST(MailEnvelope, ANonAsciiLocalPartNeedsSmtputf8) {
+    mail::Envelope e = mail::envelope("zoë@lab.example", fake_to_ascii);
+    EXPECT_EQ(e.address, "zoë@lab.example");
+    EXPECT_TRUE(e.needs_smtputf8);
+}
+
+TEST(MailEnvelope, WhatCannotBeSentSaysWhy) {
+    mail::Envelope e = mail::envelope("a@☃.example", fake_to_ascii);
+    EXPECT_EQ(e.address, "");
+    EXPECT_NE(e.error.find("has no IDNA A-label (disallowed code point)"), std::string::npos) << e.error;
+    // a converter that claims success with no or a non-ASCII result is not believed
+    auto liar = [](const std::string &, std::string &a, std::string &) { a = "ü.example"; return true; };
+    EXPECT_EQ(mail::envelope("a@ü.example", liar).address, "");
+    for (const char *bad : {"no-at-sign", "@lab.example", "a@", "a b@lab.example", "a@lab.example>\r\nBcc: x@y",
+                            "a@lab.example,b@lab.example", "\"a\"@lab.example"}) {
+        e = mail::envelope(bad, fake_to_ascii);
+        EXPECT_EQ(e.address, "") << bad;
+        EXPECT_NE(e.error.find("is not an address SMTP can carry"), std::string::npos) << bad;
+    }
+}
+
+TEST(MailEnvelope, TheToHeaderCarriesTheConvertedAddress) {
+    mail::Message m;
+    m.from = "hpc@centre.example";
+    m.to_address = mail::envelope("zoe@université.example", fake_to_ascii).address;
+    m.subject = "s";
+    std::string msg = mail::compose(m);
+    EXPECT_NE(msg.find("\r\nTo: <zoe@xn--universit-j4a.example>\r\n"), std::string::npos) << msg;
+}
+
+TEST(MailSmtpTrace, Smtputf8IsOfferedByTheLastEhloAndCarriedByMailFrom) {
+    mail::SmtpTrace t;
+    t.line(true, "EHLO centre.example\r\n");
+    for (const char *l : {"250-localhost\r\n", "250-8BITMIME\r\n", "250-SMTPUTF8\r\n", "250 HELP\r\n"}) t.line(false, l);
+    EXPECT_TRUE(t.smtputf8_offered);
+    t.line(true, "MAIL FROM:<hpc@centre.example> SMTPUTF8\r\n");
+    EXPECT_TRUE(t.mail_smtputf8);
+    t.line(true, "MAIL FROM:<hpc@centre.example>\r\n");
+    EXPECT_FALSE(t.mail_smtputf8);
+    // a new connection's EHLO (after STARTTLS too) says it again
+    t.line(true, "EHLO centre.example\r\n");
+    EXPECT_FALSE(t.smtputf8_offered);
+    for (const char *l : {"250-localhost", "250-SMTPUTF8X", "250-X-SMTPUTF8", "250 SIZE 1000"}) t.line(false, l);
+    EXPECT_FALSE(t.smtputf8_offered);
+    t.line(false, "250 smtputf8");
+    EXPECT_TRUE(t.smtputf8_offered);
+    // another command's answer is no offer, and a reused connection keeps what its EHLO said
+    t.line(true, "NOOP\r\n");
+    t.line(false, "250 OK\r\n");
+    EXPECT_TRUE(t.smtputf8_offered);
+}
