@@ -442,6 +442,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
         bank_unit text;
         next_q date;
         warn_days integer;
+        key text;
+        k integer;
     BEGIN
         IF at IS NULL THEN
             RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
@@ -459,8 +461,16 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
                  WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
                  ORDER BY u.account LOOP
+            -- account/day/from/to; the same change again that day (the state went back and
+            -- forth) is a change of its own: /2, /3...
+            key := pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state);
+            k := 1;
+            WHILE EXISTS (SELECT 1 FROM @extschema@.outbox o
+                          WHERE o.topic = 'quota_state' AND o.decision_key = key || CASE WHEN k > 1 THEN '/' || k ELSE '' END) LOOP
+                k := k + 1;
+            END LOOP;
             id := @extschema@.outbox_add(
-                'quota_state', pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state), r.account,
+                'quota_state', key || CASE WHEN k > 1 THEN '/' || k ELSE '' END, r.account,
                 pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), at),
                 pg_catalog.format(E'Dear members of %s,\n\nthe core-hour quota of %s is now in state "%s" (before: "%s").\n%s\n\n'
                                   'Accounting period:            %s to %s\n'

@@ -10551,6 +10551,9 @@ ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
         AND pg_catalog.octet_length(pg_catalog.split_part(email, '@', 1)) <= 64
         AND pg_catalog.length(email) <= 254);
 
+-- ==== notify_scan(): a quota state that goes back and forth within a day writes each change (the second entry's message was skipped as already written) ---
+-- defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11824,6 +11827,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
         bank_unit text;
         next_q date;
         warn_days integer;
+        key text;
+        k integer;
     BEGIN
         IF at IS NULL THEN
             RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
@@ -11841,8 +11846,16 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
                  WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
                  ORDER BY u.account LOOP
+            -- account/day/from/to; the same change again that day (the state went back and
+            -- forth) is a change of its own: /2, /3...
+            key := pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state);
+            k := 1;
+            WHILE EXISTS (SELECT 1 FROM @extschema@.outbox o
+                          WHERE o.topic = 'quota_state' AND o.decision_key = key || CASE WHEN k > 1 THEN '/' || k ELSE '' END) LOOP
+                k := k + 1;
+            END LOOP;
             id := @extschema@.outbox_add(
-                'quota_state', pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state), r.account,
+                'quota_state', key || CASE WHEN k > 1 THEN '/' || k ELSE '' END, r.account,
                 pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), at),
                 pg_catalog.format(E'Dear members of %s,\n\nthe core-hour quota of %s is now in state "%s" (before: "%s").\n%s\n\n'
                                   'Accounting period:            %s to %s\n'
