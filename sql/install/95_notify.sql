@@ -480,10 +480,22 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                   'Consumable (%%):               %s\n'
                                   'Consumable:                   %s\n',
                                   hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), r.state, r.old_state,
-                                  CASE r.state
-                                      WHEN 'low_priority' THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
-                                      WHEN 'blocked' THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
-                                      ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
+                                  -- a month outside the period has no quota (low_priority): said as such
+                                  CASE WHEN r.state = 'low_priority' AND r.month < r.period_start
+                                       THEN pg_catalog.format(E'The accounting period starts on %s: until then the account has no quota, and jobs\n'
+                                                              'run, and count, only when no other project with quota left is waiting (low-priority mode).',
+                                                              r.period_start)
+                                       WHEN r.state = 'low_priority' AND r.month > r.period_end
+                                       THEN pg_catalog.format(E'The accounting period ended on %s: without a quota, jobs still run, and count, but\n'
+                                                              'only when no other project with quota left is waiting (low-priority mode).',
+                                                              r.period_end)
+                                       WHEN r.state = 'low_priority'
+                                       THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
+                                       WHEN r.state = 'blocked'
+                                       THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
+                                       WHEN r.old_state = 'low_priority' AND r.month = r.period_start
+                                       THEN pg_catalog.format('The accounting period began on %s: jobs run with normal priority.', r.period_start)
+                                       ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
                                   r.period_start, r.period_end,
                                   hpcacct_internal.notify_number(r.monthly::numeric), hpcacct_internal.notify_name(r.unit),
