@@ -10557,6 +10557,9 @@ ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
 -- ==== notify_scan(): a quota state outside the accounting period says the period starts or ended (it said the window's quota was used up) ---
 -- defined in the final definitions below
 
+-- ==== notify_hold(): a held or released job is told to its owner, not to its account's managers (outbox_add_all's new to_managers), and a job that named no account is its owner's default project's, named in the message (it was the personal account's, shown as "default") ---
+-- defined in the final definitions below (with outbox_add_all())
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11774,11 +11777,13 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
                    ARRAY(SELECT u.username FROM pg_catalog.unnest(coalesce(m.also, '{}')) AS u(username)
                          UNION
                          SELECT ms.username FROM @extschema@.membership ms
-                         WHERE ms.account = m.account AND (ms.role = 'admin' OR coalesce(m.to_members, false))
+                         WHERE ms.account = m.account
+                           AND ((ms.role = 'admin' AND coalesce(m.to_managers, true)) OR coalesce(m.to_members, false))
                          ORDER BY 1)
             FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
                                                                              subject text, body text, figures jsonb,
-                                                                             to_members boolean, also text[])
+                                                                             to_managers boolean, to_members boolean,
+                                                                             also text[])
             ORDER BY m.topic, m.decision_key
             ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
             RETURNING message_id, addressed_to
@@ -11800,8 +11805,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
     'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
-    'body is an error (22004), an unknown account 42704; a NULL account, figures, to_members or also: no account''s users, '
-    '{}, false, none';
+    'body is an error (22004), an unknown account 42704; a NULL account, figures, to_managers, to_members or also: no '
+    'account''s users, {}, true, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
                                        figures jsonb, to_members boolean DEFAULT false,
                                        also text[] DEFAULT '{}')
@@ -13909,8 +13914,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             'topic', CASE WHEN e.held THEN 'job_held' ELSE 'job_released' END,
             'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN e.held THEN 'held' ELSE 'released' END,
                                                  coalesce(n.checked_at, pg_catalog.statement_timestamp())),
-            -- NULL when the job names an account that does not exist
-            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = coalesce(n.account, n.username)),
+            -- the account as check_submit() resolves it (none named: the user's default project);
+            -- NULL when it does not exist. The job's owner is told, not the account's managers.
+            'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),
+            'to_managers', false,
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
                                          CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
@@ -13927,22 +13934,27 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
                     'project administrator for an allocation.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
-                    hpcacct_internal.notify_name(coalesce(n.account, 'default')),
+                    hpcacct_internal.notify_name(acct.shown),
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
                  WHEN o.sync_hold = 'uhold' THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held by hpcacct.\n'
                     'Your own hold on it remains: release it (scontrol release %s) when it may run.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
-                    hpcacct_internal.notify_name(coalesce(n.account, 'default')), hpcacct_internal.notify_name(n.jobid))
+                    hpcacct_internal.notify_name(acct.shown), hpcacct_internal.notify_name(n.jobid))
                  ELSE pg_catalog.format(E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
-                    hpcacct_internal.notify_name(coalesce(n.account, 'default')))
+                    hpcacct_internal.notify_name(acct.shown))
             END,
             'figures', pg_catalog.jsonb_build_object('cluster', n.cluster, 'jobid', n.jobid, 'reason', n.hold_reason,
                                                      'other_hold', n.other_hold))))
         FROM new_rows n
         JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
         CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held) e
+        CROSS JOIN LATERAL (SELECT coalesce(n.account, (SELECT coalesce(u.default_account, u.username)
+                                                        FROM @extschema@.hpc_user u WHERE u.username = n.username)) AS name) resolved
+        CROSS JOIN LATERAL (SELECT resolved.name, CASE WHEN n.account IS NOT NULL THEN n.account
+                                                WHEN resolved.name IS NOT NULL THEN resolved.name || ', your default'
+                                                ELSE 'default' END AS shown) acct
         WHERE (n.held AND NOT o.held)
            OR (lifted AND o.sync_hold IS NOT NULL AND n.sync_hold IS NULL);
         RETURN NULL;

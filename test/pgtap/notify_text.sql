@@ -1,8 +1,9 @@
--- Notifications: what a message says. A quota state outside the accounting period is told as
--- such, not as a used-up window.
+-- Notifications: what a message says, and to whom. A quota state outside the accounting period
+-- is told as such, not as a used-up window; a held job is told to its owner, naming the account
+-- it was held for (the default project when it named none).
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(7);
+SELECT plan(12);
 
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['nt_a']) AS u;
 INSERT INTO contact (username, email) VALUES ('nt_a', 'a@example.org');
@@ -25,6 +26,28 @@ SELECT ok((SELECT body FROM outbox WHERE account = 'nt_rw' AND figures ->> 'at' 
 SELECT is(notify_scan('2024-04-10'), 1, 'after the period: low priority');
 SELECT ok((SELECT body FROM outbox WHERE account = 'nt_rw' AND figures ->> 'at' = '2024-04-10')
           ~ 'The accounting period ended on 2024-03-31', 'it says the period has ended');
+
+-- ---- a held job: to its owner, not to its project's managers --------------------------------
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['nt_mgr', 'nt_mem']) AS u;
+INSERT INTO contact (username, email) VALUES ('nt_mgr', 'mgr@example.org'), ('nt_mem', 'mem@example.org');
+INSERT INTO account (name) VALUES ('nt_proj');
+SELECT add_member('nt_proj', 'nt_mgr', 'admin'), add_member('nt_proj', 'nt_mem', 'member');
+UPDATE hpc_user SET default_account = 'nt_proj' WHERE username = 'nt_mem';
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('nt_c', 'h1', 'nt_mem', 'nt_proj'),
+                                                                   ('nt_c', 'h2', 'nt_mem', NULL);
+UPDATE pending_job SET held = true, hold_reason = 'a test hold' WHERE cluster = 'nt_c';
+SELECT is((SELECT array_agg(r.address ORDER BY r.address) FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.topic = 'job_held' AND m.figures ->> 'jobid' = 'h1'), ARRAY['mem@example.org'],
+          'a held job is told to its owner only, as the README says');
+SELECT is((SELECT array_agg(r.address ORDER BY r.address) FROM outbox_recipient r JOIN outbox m USING (message_id)
+           WHERE m.topic = 'job_held' AND m.figures ->> 'jobid' = 'h2'), ARRAY['mem@example.org'],
+          'one that named no account too');
+SELECT is((SELECT account FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h2'), 'nt_proj',
+          'a job that named no account is the default project''s, as check_submit() resolves it');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h2') ~ '\(account nt_proj, your default\)',
+          'and its message names it');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h1') ~ '\(account nt_proj\)',
+          'a job that named its account: the message names it');
 
 SELECT * FROM finish();
 ROLLBACK;
