@@ -131,11 +131,15 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         missing text;
     BEGIN
         -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
-        -- objects, each with its topic, decision_key, subject and body
+        -- objects, each with its topic, decision_key, subject and body, and figures an object
         IF messages IS NOT NULL AND (pg_catalog.jsonb_typeof(messages) <> 'array'
                                      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(messages) e
                                                 WHERE pg_catalog.jsonb_typeof(e) <> 'object')) THEN
             RAISE EXCEPTION 'outbox_add_all: messages must be a JSON array of objects' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(coalesce(messages, '[]')) e
+                   WHERE pg_catalog.jsonb_typeof(e -> 'figures') NOT IN ('object', 'null')) THEN
+            RAISE EXCEPTION 'outbox_add_all: a message''s figures must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
         END IF;
         SELECT CASE WHEN m.topic IS NULL THEN 'topic' WHEN m.decision_key IS NULL THEN 'decision_key'
                     WHEN m.subject IS NULL THEN 'subject' ELSE 'body' END
@@ -193,8 +197,8 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
     'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
-    'body is an error (22004), an unknown account 42704; a NULL account, figures, to_managers, to_members or also: no '
-    'account''s users, {}, true, false, none';
+    'body is an error (22004), an unknown account 42704, figures other than an object 22023; a NULL account, figures, '
+    'to_managers, to_members or also: no account''s users, {}, true, false, none';
 
 -- One message: outbox_add_all of one. Returns its id, NULL when the decision had one already.
 CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
@@ -211,8 +215,8 @@ CREATE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account te
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
     'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY '
-    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; NULL account, figures, '
-    'to_members or also: no account''s users, {}, false, none';
+    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; figures other than an '
+    'object: 22023; NULL account, figures, to_members or also: no account''s users, {}, false, none';
 
 -- Numbers in messages: whole units with a thin grouping, as the documents print them.
 -- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)

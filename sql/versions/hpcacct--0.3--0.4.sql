@@ -10560,6 +10560,9 @@ ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
 -- ==== notify_hold(): a held or released job is told to its owner, not to its account's managers (outbox_add_all's new to_managers), and a job that named no account is its owner's default project's, named in the message (it was the personal account's, shown as "default") ---
 -- defined in the final definitions below (with outbox_add_all())
 
+-- ==== outbox_add_all(), outbox_add(): figures other than a JSON object are 22023 (an array or a string was stored, and a portal's figures ->> 'state' read NULL) ---
+-- defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11743,11 +11746,15 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         missing text;
     BEGIN
         -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
-        -- objects, each with its topic, decision_key, subject and body
+        -- objects, each with its topic, decision_key, subject and body, and figures an object
         IF messages IS NOT NULL AND (pg_catalog.jsonb_typeof(messages) <> 'array'
                                      OR EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(messages) e
                                                 WHERE pg_catalog.jsonb_typeof(e) <> 'object')) THEN
             RAISE EXCEPTION 'outbox_add_all: messages must be a JSON array of objects' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(coalesce(messages, '[]')) e
+                   WHERE pg_catalog.jsonb_typeof(e -> 'figures') NOT IN ('object', 'null')) THEN
+            RAISE EXCEPTION 'outbox_add_all: a message''s figures must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
         END IF;
         SELECT CASE WHEN m.topic IS NULL THEN 'topic' WHEN m.decision_key IS NULL THEN 'decision_key'
                     WHEN m.subject IS NULL THEN 'subject' ELSE 'body' END
@@ -11805,8 +11812,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
 COMMENT ON FUNCTION @extschema@.outbox_add_all(jsonb) IS
     'Writes messages about decisions and their recipients (managers, members if asked, named users), each decision '
     'once, in one statement; one NOTIFY hpcacct_outbox. messages NULL: none; a NULL topic, decision_key, subject or '
-    'body is an error (22004), an unknown account 42704; a NULL account, figures, to_managers, to_members or also: no '
-    'account''s users, {}, true, false, none';
+    'body is an error (22004), an unknown account 42704, figures other than an object 22023; a NULL account, figures, '
+    'to_managers, to_members or also: no account''s users, {}, true, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text, account text, subject text, body text,
                                        figures jsonb, to_members boolean DEFAULT false,
                                        also text[] DEFAULT '{}')
@@ -11821,8 +11828,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add(topic text, decision_key text,
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]) IS
     'Writes a message about a decision and its recipients (managers, members if asked, named users) once; NOTIFY '
-    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; NULL account, figures, '
-    'to_members or also: no account''s users, {}, false, none';
+    'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; figures other than an '
+    'object: 22023; NULL account, figures, to_members or also: no account''s users, {}, false, none';
 CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()) RETURNS integer
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp

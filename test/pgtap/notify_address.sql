@@ -2,7 +2,7 @@
 -- domain or local part included) and outbox_add's errors for an unknown account.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(30);
+SELECT plan(33);
 
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['na_a', 'na_b']) AS u;
 INSERT INTO account (name) VALUES ('na_acct');
@@ -41,7 +41,17 @@ SELECT throws_ok($$SELECT hpcacct.outbox_add_all('[{"topic": "balance_low", "dec
                                                    {"topic": "balance_low", "decision_key": "na/4", "account": "na_nosuch",
                                                     "subject": "s", "body": "b"}]')$$, '42704', NULL,
                  'outbox_add_all with one unknown account among good ones');
-SELECT is((SELECT count(*) FROM outbox WHERE decision_key LIKE 'na/%'), 0::bigint, 'and nothing is written');
+-- ---- figures are an object (a portal reads figures ->> 'state'): anything else is 22023 --------
+SELECT throws_ok($$SELECT hpcacct.outbox_add('balance_low', 'na/5', 'na_acct', 's', 'b', '[1, 2]')$$, '22023', NULL,
+                 'outbox_add with figures that are an array');
+SELECT throws_ok($$SELECT hpcacct.outbox_add_all('[{"topic": "balance_low", "decision_key": "na/6", "subject": "s",
+                                                    "body": "b", "figures": "x"}]')$$, '22023', NULL,
+                 'outbox_add_all with figures that are a string');
+SELECT lives_ok($$SELECT hpcacct.outbox_add_all('[{"topic": "balance_low", "decision_key": "na/7", "subject": "s",
+                                                   "body": "b", "figures": null}]')$$,
+                'figures null are {}');
+SELECT is((SELECT count(*) FROM outbox WHERE decision_key LIKE 'na/%' AND decision_key <> 'na/7'), 0::bigint,
+          'and nothing is written');
 
 SELECT * FROM finish();
 ROLLBACK;
