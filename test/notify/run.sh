@@ -308,6 +308,8 @@ is "$(psql -X -At -d "${db}_restored" -c "$outbox_text" | md5sum)" "$(sql -c "$o
 
 # ---- monthly statements in a real browser ----
 . test/notify/statements.sh
+# the README's my_accounts() and account_month() examples, on the same sample site
+. test/notify/readme_json.sh
 
 # ---- mail that every server and reader takes as written ----
 # What arrives is read back as a mail reader reads it (test/notify/check_mail.py): line
