@@ -545,7 +545,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
                  JOIN @extschema@.balance_threshold t
                    ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
-                 ORDER BY a.account, t.percent LOOP
+                 -- thresholds in the order they are crossed: the last message is the state now
+                 ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
                 'balance_low', pg_catalog.concat_ws('/', r.account, q, r.percent), r.account,
                 pg_catalog.format('[hpcacct] %s: %s', r.account,

@@ -10563,6 +10563,9 @@ ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
 -- ==== outbox_add_all(), outbox_add(): figures other than a JSON object are 22023 (an array or a string was stored, and a portal's figures ->> 'state' read NULL) ---
 -- defined in the final definitions below
 
+-- ==== notify_scan(): thresholds crossed at once are told in the order they are crossed (20 %, then negative; the negative one came first) ---
+-- defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11932,7 +11935,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
                  JOIN @extschema@.balance_threshold t
                    ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
-                 ORDER BY a.account, t.percent LOOP
+                 -- thresholds in the order they are crossed: the last message is the state now
+                 ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
                 'balance_low', pg_catalog.concat_ws('/', r.account, q, r.percent), r.account,
                 pg_catalog.format('[hpcacct] %s: %s', r.account,

@@ -3,7 +3,7 @@
 -- it was held for (the default project when it named none).
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(12);
+SELECT plan(15);
 
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['nt_a']) AS u;
 INSERT INTO contact (username, email) VALUES ('nt_a', 'a@example.org');
@@ -48,6 +48,21 @@ SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'job
           'and its message names it');
 SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h1') ~ '\(account nt_proj\)',
           'a job that named its account: the message names it');
+
+-- ---- thresholds crossed at once: told in the order they were crossed -----------------------
+-- (the milder first, so that the last message a manager reads is the state the account is in)
+INSERT INTO balance_threshold VALUES (20), (0) ON CONFLICT DO NOTHING;
+INSERT INTO account (name) VALUES ('nt_hp');
+SELECT add_member('nt_hp', 'nt_mgr', 'admin');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('nt_hlrn', 'mpp', 'cpu=24', 'cpu=1', 1.0 / 12, 'NPL');
+SELECT deposit('nt_hp', '2024-04-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('nt_hlrn', 'b1', 'nt_hp', 'nt_mgr', 'mpp', '2024-04-10 00:00+00', '2024-04-30 00:00+00', 'cpu=42', 'COMPLETED');
+SELECT cmp_ok(balance('nt_hp', '2024-05-01'), '<', 0::numeric, 'setup: the balance is negative');
+SELECT cmp_ok(notify_scan('2024-05-01'), '>=', 2, 'the scan writes both thresholds'' messages');
+SELECT is((SELECT array_agg(figures ->> 'threshold_percent' ORDER BY message_id) FROM outbox
+           WHERE topic = 'balance_low' AND account = 'nt_hp'),
+          ARRAY['20', '0'], 'below 20 % and negative at once: the 20 % message first, then the negative one');
 
 SELECT * FROM finish();
 ROLLBACK;
