@@ -129,6 +129,14 @@ struct Config {
                               from + "\"" + (sender.error.empty() ? "" : ": " + sender.error));
         values["from"] = sender.address;  // an internationalized domain as its A-label
         if (get("domain").empty()) values["domain"] = sender.address.substr(sender.address.rfind('@') + 1);
+        else {
+            // the right-hand side of the Message-ID: an internationalized domain as its A-label
+            hpcacct::mail::Envelope id = hpcacct::mail::envelope("id@" + get("domain"), idna_to_ascii);
+            if (!id.error.empty())
+                throw ConfigError("domain must be a domain name (an internationalized one with an IDNA A-label), not \"" +
+                                  get("domain") + "\"");
+            values["domain"] = id.address.substr(3);
+        }
         const std::string &tls = get("smtp_tls");
         if (tls != "none" && tls != "starttls" && tls != "require_starttls" && tls != "smtps")
             throw ConfigError("smtp_tls must be none, starttls, require_starttls or smtps, not \"" + tls + "\"");

@@ -400,6 +400,9 @@ check_mail hpcacct_hostile "hostile names" "true"
 out=$(HPCACCT_NOTIFY_FROM='zoë@centre.example' "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'from must be an address with an ASCII local part' <<<"$out"
 ok $? "a sender address with a non-ASCII local part is refused (exit 1)" "$out"
+out=$(HPCACCT_NOTIFY_DOMAIN='☃.example' "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'domain must be a domain name' <<<"$out"
+ok $? "a Message-ID domain with no A-label is refused (exit 1)" "$out"
 stop_sink
 start_sink_with --no-smtputf8 || exit 1
 before=$(arrivals | wc -l)
