@@ -386,6 +386,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
     AS $$
     DECLARE
         bank_unit text := @extschema@.setting_value('bank_unit');
+        tz constant text := @extschema@.site_timezone();
         result jsonb;
     BEGIN
         IF at IS NULL THEN
@@ -423,19 +424,25 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                                         AND l.kind IN ('grant', 'supplement', 'retraction')
                                                         AND l.valid_from <= at
                                                         AND l.valid_until >= date_trunc('year', at)::date)),
+                         -- the month's charges up to the end of at (pro rata, as charge_by_month and
+                         -- the balance): a past day does not count the rest of its month
                          'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
-                                        FROM (SELECT c.unit, round(sum(c.amount), 6) AS amount
-                                              FROM @extschema@.charge_by_month c
-                                              WHERE c.account = a.name AND c.month = date_trunc('month', at)::date
-                                              GROUP BY c.unit) t))) AS item
+                                        FROM (SELECT l.unit, round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                                                                           z.m_start, z.d_end)), 6) AS amount
+                                              FROM @extschema@.ledger l
+                                              WHERE l.account = a.name AND l.kind = 'charge'
+                                                AND l.job_start < z.d_end AND (l.job_end > z.m_start OR l.job_start >= z.m_start)
+                                              GROUP BY l.unit) t))) AS item
               FROM @extschema@.account a
+              CROSS JOIN (SELECT date_trunc('month', at)::timestamp AT TIME ZONE tz AS m_start,
+                                 (at + 1)::timestamp AT TIME ZONE tz AS d_end) z
               WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
         RETURN result;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.my_accounts(date) IS
     'Portal first page as jsonb: the caller''s accounts (row-level security) with role, bank balance and state, '
-    'window quota, GENCI status per machine and this month''s charges';
+    'window quota, GENCI status per machine and this month''s charges, each at the end of the day at';
 
 -- An account's monthly statement: one self-contained HTML page (no script, no external
 -- resource) with inline SVG charts, rendered from account_month().
