@@ -376,7 +376,7 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     'When the administrator releases the job, it stays on hold until that is corrected (e.g.\n'
                     'another account for the job), or ask the project administrator for an allocation.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
-                    hpcacct_internal.notify_name(coalesce(n.account, 'default')),
+                    hpcacct_internal.notify_name(acct.shown),
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
                  WHEN e.held THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
