@@ -10569,6 +10569,328 @@ ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
 -- ==== my_accounts(): this month's charges are those up to the end of the day at, pro rata as its balance (a past day counted the rest of its month: carol's 20 May 2025 showed May's 3,328 NPL beside the balance of the 20th) ---
 -- defined in the final definitions below
 
+-- ==== federation_resync(): a link whose slot was lost, recovered; federation_status.wal_status ---
+-- federation_publish(): its warning names federation_resync (final definitions)
+-- The schema of the dblink extension (quoted) that federation_resync() reads the sender with;
+-- 55000 when dblink is not installed in this database.
+CREATE FUNCTION hpcacct_internal.federation_dblink_schema() RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        nsp text;
+    BEGIN
+        SELECT pg_catalog.quote_ident(n.nspname) INTO nsp
+        FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'dblink';
+        IF nsp IS NULL THEN
+            RAISE EXCEPTION 'federation_resync needs the extension dblink in this database'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'CREATE EXTENSION dblink SCHEMA public; (contrib, shipped with PostgreSQL).';
+        END IF;
+        RETURN nsp;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_dblink_schema() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_dblink_schema() IS
+    'The schema of the dblink extension, quoted, for federation_resync(); 55000 when it is not installed';
+
+-- At the receiving end of a link whose slot at the sender was lost (wal_status 'lost', after
+-- max_slot_wal_keep_size) or dropped: gives it a new slot and copies what the receiver lacks.
+-- At the centre federation_resync(k) repairs site k's charges to the centre; at site k,
+-- federation_resync(0) repairs the centre's rows to the site (reference tables, every other
+-- origin's ledger rows). Steps: the subscription is disabled and its worker waited for; over
+-- dblink (with the subscription's connection string) the sender's slot is dropped and created
+-- again on a replication connection that exports its snapshot; in a transaction on that
+-- snapshot the receiver reads the sender's reference tables (upserted, rows gone deleted), the
+-- ledger's counts per block of 65 536 ids of the origins the link carries, and the rows of the
+-- blocks whose count differs (inserted where missing); then the subscription is enabled. Rows
+-- committed at the sender before the slot's consistent point are in the snapshot, those after
+-- it come through the slot: none is lost or copied twice, whatever the order of their ids.
+-- Rows are written as replication writes them (session_replication_role = replica: received
+-- charges held back and rolled up at commit, reference rows without the site's refusal).
+-- Why dblink and not a subscription with copy_data: only a replication connection's exported
+-- snapshot splits the rows exactly between the copy and the stream, and a copy_data
+-- subscription writes into the tables of the same name, whose rows are mostly there already.
+-- A superuser, outside a transaction block (it commits). Run again after a failure: the
+-- subscription stays disabled until a run completes.
+CREATE PROCEDURE @extschema@.federation_resync(site integer)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        node     @extschema@.federation_node;
+        ids      int8range;
+        link     text;
+        conninfo text;
+        dbl      text;
+        carried  text;
+        received text;
+        snap     text;
+        waited   integer;
+        busy     boolean;
+        tab      regclass;
+        keys     text;
+        fkeys    text;
+        xkeys    text;
+        cols     text;
+        blk      bigint;
+        n        bigint;
+        refs     bigint;
+        gone     bigint;
+        copied   bigint;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL THEN
+            RAISE EXCEPTION 'site must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user() AND r.rolsuper) THEN
+            RAISE EXCEPTION 'federation_resync must be run by a superuser' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        SELECT * INTO node FROM @extschema@.federation_node;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'this database is not in a federation' USING ERRCODE = 'undefined_object';
+        END IF;
+        IF node.role = 'centre' THEN
+            IF NOT EXISTS (SELECT 1 FROM @extschema@.federation_site s WHERE s.site = federation_resync.site) THEN
+                RAISE EXCEPTION 'site % is not published from this database', site USING ERRCODE = 'undefined_object';
+            END IF;
+            link := 'hpcacct_fed_s2c_' || site;
+            ids := @extschema@.federation_id_range(site);
+            carried := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+            received := pg_catalog.format('receiver = %s', site);
+        ELSE
+            IF site <> 0 THEN
+                RAISE EXCEPTION 'a site receives from the centre (0) only, not from site %', site
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'At a site, CALL hpcacct.federation_resync(0).';
+            END IF;
+            link := 'hpcacct_fed_c2s_' || node.site;
+            ids := @extschema@.federation_id_range(node.site);
+            carried := pg_catalog.format('entry_id < %s OR entry_id >= %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+            received := pg_catalog.format('receiver = 0 AND origin = %s', node.site);
+        END IF;
+        SELECT s.subconninfo INTO conninfo FROM pg_catalog.pg_subscription s
+        WHERE s.subname = link
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+        IF conninfo IS NULL THEN
+            RAISE EXCEPTION 'this database has no subscription %', link
+                USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
+        END IF;
+        dbl := hpcacct_internal.federation_dblink_schema();
+
+        -- stop the link's apply worker: the slot can be dropped only when no one reads it
+        EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I DISABLE', link);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        waited := 0;
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st WHERE st.subname = link AND st.pid IS NOT NULL) LOOP
+            IF waited >= 600 THEN
+                RAISE EXCEPTION 'the apply worker of % did not stop within 60 s', link USING ERRCODE = 'object_in_use';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            waited := waited + 1;
+        END LOOP;
+
+        -- at the sender: a new slot in place of the old one, its snapshot imported by a
+        -- second connection (the slot's creation waits for transactions that wrote: this one
+        -- has written nothing since its COMMIT)
+        EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                  'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync'', %L)', dbl, conninfo);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync_slot'', %L)', dbl,
+                                  CASE WHEN conninfo ~ '^postgres(ql)?://'
+                                       THEN conninfo || CASE WHEN pg_catalog.strpos(conninfo, '?') > 0 THEN '&' ELSE '?' END
+                                            || 'replication=database'
+                                       ELSE conninfo || ' replication=database' END);
+        waited := 0;
+        LOOP
+            EXECUTE pg_catalog.format('SELECT t.busy FROM %s.dblink(''hpcacct_resync'', %L) AS t(busy boolean)', dbl,
+                                      pg_catalog.format('SELECT pg_catalog.bool_or(active) FROM pg_catalog.pg_replication_slots '
+                                                        'WHERE slot_name = %L', link)) INTO busy;
+            EXIT WHEN busy IS NOT TRUE;
+            IF waited >= 600 THEN
+                RAISE EXCEPTION 'the slot % is still in use at the sender after 60 s', link USING ERRCODE = 'object_in_use';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            waited := waited + 1;
+        END LOOP;
+        IF busy IS NOT NULL THEN
+            EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.dblink(''hpcacct_resync'', %L) AS t(dropped integer)',
+                                      dbl, pg_catalog.format('SELECT 1 FROM pg_catalog.pg_drop_replication_slot(%L)', link));
+        END IF;
+        EXECUTE pg_catalog.format('SELECT t.snapshot_name FROM %s.dblink(''hpcacct_resync_slot'', %L) '
+                                  'AS t(slot_name text, consistent_point text, snapshot_name text, output_plugin text)',
+                                  dbl, pg_catalog.format('CREATE_REPLICATION_SLOT %I LOGICAL pgoutput (SNAPSHOT ''export'')', link))
+            INTO snap;
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', %L)', dbl,
+                                  pg_catalog.format('SET TRANSACTION SNAPSHOT %L', snap));
+        EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync_slot'')', dbl);
+
+        -- here, as replication writes
+        PERFORM pg_catalog.set_config('session_replication_role', 'replica', true);
+        refs := 0;
+        gone := 0;
+        IF node.role = 'site' THEN
+            FOR tab IN SELECT t FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+                       WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                                     JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                                     WHERE s.subname = link AND r.srrelid = t) LOOP
+                SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                       pg_catalog.string_agg('f.' || pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                       pg_catalog.string_agg('x.' || pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                INTO keys, fkeys, xkeys
+                FROM pg_catalog.pg_index i
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                WHERE i.indrelid = tab AND i.indisprimary;
+                SELECT pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', a.attname), ', ' ORDER BY a.attnum)
+                INTO cols
+                FROM pg_catalog.pg_attribute a
+                WHERE a.attrelid = tab AND a.attnum > 0 AND NOT a.attisdropped
+                  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+                                  WHERE i.indrelid = tab AND i.indisprimary AND a.attnum = ANY (i.indkey));
+                EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE hpcacct_resync_rows ON COMMIT DROP AS SELECT e.* '
+                                          'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                          'LATERAL pg_catalog.json_populate_record(NULL::%s, r.j::json) e',
+                                          dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(t)::text FROM %s t', tab), tab);
+                EXECUTE pg_catalog.format('DELETE FROM %s x WHERE NOT EXISTS (SELECT 1 FROM pg_temp.hpcacct_resync_rows f '
+                                          'WHERE (%s) = (%s))', tab, fkeys, xkeys);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                gone := gone + n;
+                EXECUTE pg_catalog.format('INSERT INTO %s AS x OVERRIDING SYSTEM VALUE SELECT * FROM pg_temp.hpcacct_resync_rows '
+                                          'ON CONFLICT (%s) DO %s', tab, keys,
+                                          CASE WHEN cols IS NULL THEN 'NOTHING'
+                                               ELSE pg_catalog.format('UPDATE SET %s WHERE ROW(x.*)::text IS DISTINCT FROM ROW(excluded.*)::text', cols) END);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                refs := refs + n;
+                DROP TABLE pg_temp.hpcacct_resync_rows;
+            END LOOP;
+        END IF;
+        -- what the sender reports it received over the reverse link
+        EXECUTE pg_catalog.format('INSERT INTO @extschema@.federation_received AS p SELECT e.* '
+                                  'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                  'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.federation_received, r.j::json) e '
+                                  'ON CONFLICT (receiver, origin) DO UPDATE '
+                                  'SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), '
+                                  'received_at = GREATEST(p.received_at, excluded.received_at)',
+                                  dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(p)::text FROM @extschema@.federation_received p '
+                                                         'WHERE %s', received));
+        -- the ledger: per block of 65 536 ids (one origin each), the rows here are a subset of
+        -- the sender's; the blocks that count fewer rows here are read whole
+        CREATE TEMPORARY TABLE hpcacct_resync_blocks ON COMMIT DROP AS SELECT 0::bigint AS blk, 0::bigint AS missing LIMIT 0;
+        EXECUTE pg_catalog.format('INSERT INTO pg_temp.hpcacct_resync_blocks '
+                                  'SELECT b.blk, b.rows - (SELECT pg_catalog.count(*) FROM @extschema@.ledger l '
+                                  '                        WHERE l.entry_id >= b.blk * 65536 AND l.entry_id < (b.blk + 1) * 65536) '
+                                  'FROM %s.dblink(''hpcacct_resync'', %L) AS b(blk bigint, rows bigint)',
+                                  dbl, pg_catalog.format('SELECT entry_id / 65536, pg_catalog.count(*) FROM @extschema@.ledger '
+                                                         'WHERE %s GROUP BY 1', carried));
+        copied := 0;
+        FOR blk, n IN SELECT b.blk, b.missing FROM pg_temp.hpcacct_resync_blocks b WHERE b.missing <> 0 ORDER BY b.blk LOOP
+            EXECUTE pg_catalog.format('INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE SELECT e.* '
+                                      'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                      'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.ledger, r.j::json) e '
+                                      'WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.entry_id = e.entry_id) '
+                                      'ORDER BY e.entry_id',
+                                      dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(l)::text FROM @extschema@.ledger l '
+                                                             'WHERE l.entry_id >= %s AND l.entry_id < %s',
+                                                             blk * 65536, (blk + 1) * 65536));
+            copied := copied + n;
+        END LOOP;
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''COMMIT'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync'')', dbl);
+        COMMIT;  -- the held charges go in here, rolled up
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_resync(integer) FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
+    'At the receiving end of a federation link whose slot was lost: a new slot at the sender, and the rows missing '
+    'here copied from its snapshot (dblink); at the centre the site''s number, at a site 0';
+
+CREATE OR REPLACE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
+    WITH links AS (
+        SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
+               s.subname AS link, 'from' AS direction, s.subenabled AS enabled
+        FROM pg_catalog.pg_subscription s
+        WHERE s.subname ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+        UNION ALL
+        SELECT (pg_catalog.regexp_match(r.slot_name::text, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer,
+               r.slot_name::text, 'to', true
+        FROM pg_catalog.pg_replication_slots r
+        WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$' AND r.database = pg_catalog.current_database()
+    ), ends AS (  -- the other end of each link: at a site, the centre
+        SELECT k.*, CASE WHEN n.role = 'site' THEN 0 ELSE k.link_site END AS other_end, n.role, n.site AS me
+        FROM links k
+        LEFT JOIN @extschema@.federation_node n ON true
+    )
+    SELECT k.other_end AS site, k.direction, k.link, k.enabled,
+           CASE WHEN k.direction = 'from'
+                THEN EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st
+                             WHERE st.subname = k.link AND st.relid IS NULL AND st.pid IS NOT NULL)
+                ELSE EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link AND r.active)
+           END AS connected,
+           last.entry_id AS last_entry_id, last.booked_at AS last_booked_at,
+           CASE WHEN k.direction = 'from'
+                THEN (SELECT st.last_msg_receipt_time FROM pg_catalog.pg_stat_subscription st
+                      WHERE st.subname = k.link AND st.relid IS NULL) END AS last_message_at,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.max(sr.replay_lag) FROM pg_catalog.pg_stat_replication sr
+                      WHERE sr.application_name = k.link) END AS lag,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
+                      FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
+           CASE WHEN k.direction = 'to' AND EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_replication_slots r
+                    WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
+                THEN 0  -- the receiver confirmed all the WAL written here
+                ELSE pending.rows END AS rows_pending,
+           pending.reported_at AS receiver_reported_at,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT r.wal_status FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END
+               AS wal_status
+    FROM ends k
+    LEFT JOIN LATERAL (
+        SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,
+               LATERAL (SELECT @extschema@.federation_id_range(k.other_end) AS ids) r
+        WHERE k.direction = 'from'
+          AND l.entry_id >= pg_catalog.lower(r.ids) AND l.entry_id < pg_catalog.upper(r.ids)
+        ORDER BY l.entry_id DESC LIMIT 1
+    ) last ON true
+    LEFT JOIN LATERAL (
+        -- per origin the link carries (a site: its own rows; the centre: every origin but the
+        -- receiver's), the rows above the last one the receiver reported
+        SELECT pg_catalog.sum(c.rows)::bigint AS rows, pg_catalog.max(p.received_at) AS reported_at
+        FROM (SELECT k.me AS origin WHERE k.role = 'site'
+              UNION ALL SELECT 0 WHERE k.role = 'centre'
+              UNION ALL SELECT s.site FROM @extschema@.federation_site s WHERE k.role = 'centre') o
+        LEFT JOIN @extschema@.federation_received p ON p.receiver = k.other_end AND p.origin = o.origin
+        CROSS JOIN LATERAL (SELECT @extschema@.federation_id_range(o.origin) AS ids) r
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.count(*) AS rows FROM @extschema@.ledger l
+            WHERE l.entry_id > coalesce(p.last_entry_id, pg_catalog.lower(r.ids) - 1)
+              AND l.entry_id < pg_catalog.upper(r.ids)
+        ) c
+        WHERE k.direction = 'to' AND o.origin <> k.other_end
+    ) pending ON k.direction = 'to';
+COMMENT ON VIEW @extschema@.federation_status IS
+    'Per federation link of this database: the site at the other end, direction, connected, the last ledger row '
+    'received from it; for outgoing links the lag, unconfirmed WAL, the rows the receiver has not reported received '
+    'and the slot''s wal_status (lost: run federation_resync at the receiver)';
+COMMENT ON COLUMN @extschema@.federation_status.wal_status IS
+    'An outgoing link''s slot: reserved, extended, unreserved or lost (lost: the receiver gets nothing more until federation_resync() there)';
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON PROCEDURE @extschema@.federation_resync(integer) TO hpcacct_admin;
+        GRANT EXECUTE ON FUNCTION hpcacct_internal.federation_dblink_schema() TO hpcacct_admin;
+    END IF;
+END
+$do$;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11644,7 +11966,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_publish(site integer, name te
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
                    WHERE r.slot_name = pub AND r.wal_status = 'lost') THEN
             RAISE WARNING 'the slot % of site % is lost: the site no longer receives the centre''s rows', pub, site
-                USING HINT = 'Running the set-up calls again does not recover it; see README, "Several clusters, one bank".';
+                USING HINT = pg_catalog.format('Running the set-up calls again does not recover it: at site %s, '
+                                               'CALL hpcacct.federation_resync(0).', site);
         END IF;
     END
     $$;
