@@ -10797,7 +10797,8 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         END LOOP;
         EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''COMMIT'')', dbl);
         EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync'')', dbl);
-        COMMIT;  -- the held charges go in here, rolled up
+        -- the held charges go in at this commit, rolled up
+        COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
         COMMIT;

@@ -160,7 +160,9 @@ loader alpha alpha rsa 8
 loader alpha alpha rsb 8
 sleep 1.5
 before=$(q alpha "SELECT clock_timestamp()")
+t0=$(now_ms)
 out=$(psql "$(conninfo centre)" -XAtq -v ON_ERROR_STOP=1 -c "CALL hpcacct.federation_resync(1)" 2>&1)
+echo "# federation_resync(1) at the centre took $(( $(now_ms) - t0 )) ms"
 after=$(q alpha "SELECT clock_timestamp()")
 echo "$out" | sed 's/^/# /'
 ok $(grep -q 'NOTICE:  hpcacct_fed_s2c_1: new slot; [0-9]* ledger rows copied' <<<"$out" && echo 0 || echo 1) "federation_resync(1) at the centre"
@@ -169,8 +171,9 @@ during=$(q alpha "SELECT count(*) FROM ledger WHERE jobid ~ '^rs[ab]-' AND pg_xa
 ok $([ "$during" -gt 0 ] && echo 0 || echo 1) "alpha charged $during jobs while the recovery ran"
 # commit timestamps (track_commit_timestamp): some job committed after one with a higher id
 out_of_order=$(q alpha "SELECT count(*) FROM (SELECT entry_id, max(entry_id) OVER (ORDER BY pg_xact_commit_timestamp(xmin), entry_id
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) m FROM ledger WHERE jobid ~ '^rs[ab]-') x WHERE entry_id < m")
-ok $([ "$out_of_order" -gt 0 ] && echo 0 || echo 1) "$out_of_order of those charges committed after one with a higher id"
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) m FROM ledger WHERE jobid ~ '^rs[ab]-'
+                        AND pg_xact_commit_timestamp(xmin) BETWEEN '$before' AND '$after') x WHERE entry_id < m")
+ok $([ "$out_of_order" -gt 0 ] && echo 0 || echo 1) "$out_of_order of those committed after one with a higher id"
 want=$(ids_of alpha "federation_origin(entry_id) = 1")
 for node in centre beta; do
     waited "$(wait_for "$node" "SELECT count(*) || '/' || md5(coalesce(string_agg(entry_id::text, ',' ORDER BY entry_id), '')) FROM ledger WHERE federation_origin(entry_id) = 1" "$want")" \
@@ -214,7 +217,9 @@ loader beta beta rsd 7
 depositor centre 7
 sleep 1.5
 before=$(q centre "SELECT clock_timestamp()")
+t0=$(now_ms)
 out=$(psql "$(conninfo alpha)" -XAtq -v ON_ERROR_STOP=1 -c "CALL hpcacct.federation_resync(0)" 2>&1)
+echo "# federation_resync(0) at alpha took $(( $(now_ms) - t0 )) ms"
 after=$(q centre "SELECT clock_timestamp()")
 echo "$out" | sed 's/^/# /'
 ok $(grep -q 'NOTICE:  hpcacct_fed_c2s_1: new slot; [0-9]* ledger rows copied' <<<"$out" && echo 0 || echo 1) "federation_resync(0) at alpha"
