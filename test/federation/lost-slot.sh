@@ -115,6 +115,12 @@ q centre "$reference_sql
           INSERT INTO slurm_account_map (slurm_account, account) VALUES ('old_slurm', 'p1')" >/dev/null
 federate centre alpha beta
 for site in alpha beta; do q "$site" "SELECT create_job_table()" >/dev/null; done
+# the sites charge once the centre's rows (accounts, resources, deposits) have arrived
+ref=$(q centre "SELECT (SELECT count(*) FROM ledger) || '/' || (SELECT count(*) FROM membership) || '/' || (SELECT count(*) FROM resource)")
+for site in alpha beta; do
+    waited "$(wait_for "$site" "SELECT (SELECT count(*) FROM ledger) || '/' || (SELECT count(*) FROM membership) || '/' || (SELECT count(*) FROM resource)" "$ref")" \
+        "$site received the centre's reference data and ledger rows"
+done
 q alpha "$(jobs_sql alpha 1 300)" >/dev/null
 q beta "$(jobs_sql beta 1 300)" >/dev/null
 total=$(( $(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) <> 2") \
