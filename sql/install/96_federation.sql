@@ -703,8 +703,10 @@ COMMENT ON FUNCTION hpcacct_internal.federation_dblink_schema() IS
 -- Why dblink and not a subscription with copy_data: only a replication connection's exported
 -- snapshot splits the rows exactly between the copy and the stream, and a copy_data
 -- subscription writes into the tables of the same name, whose rows are mostly there already.
--- A superuser, outside a transaction block (it commits). Run again after a failure: the
--- subscription stays disabled until a run completes.
+-- A superuser, outside a transaction block (it commits). Refused before anything is written
+-- when the sender cannot be reached (08001) or has columns this database lacks (55000: a sender
+-- updated first). Run again after a later failure: the subscription stays disabled until a
+-- run completes.
 CREATE PROCEDURE @extschema@.federation_resync(site integer)
     LANGUAGE plpgsql
     AS $$
@@ -729,6 +731,7 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         refs     bigint;
         gone     bigint;
         copied   bigint;
+        missing  text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL THEN
@@ -767,6 +770,40 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
                 USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
         END IF;
         dbl := hpcacct_internal.federation_dblink_schema();
+        -- the sender, reached before anything is written here (08001 when it cannot be)
+        EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                  'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync'', %L)', dbl, conninfo);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync_slot'', %L)', dbl,
+                                  CASE WHEN conninfo ~ '^postgres(ql)?://'
+                                       THEN conninfo || CASE WHEN pg_catalog.strpos(conninfo, '?') > 0 THEN '&' ELSE '?' END
+                                            || 'replication=database'
+                                       ELSE conninfo || ' replication=database' END);
+        -- every column the sender has must be here: copied without it, a row would lose it
+        -- (a sender updated first; replication stops on such a row instead)
+        EXECUTE pg_catalog.format(
+            'SELECT pg_catalog.string_agg(r.tab || ''.'' || r.col, '', '' ORDER BY r.tab, r.col) '
+            'FROM %s.dblink(''hpcacct_resync'', %L) AS r(tab text, col text) '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a '
+            '                  WHERE a.attrelid = pg_catalog.to_regclass(pg_catalog.quote_ident(''@extschema@'') || ''.'' || pg_catalog.quote_ident(r.tab)) '
+            '                    AND a.attname = r.col AND a.attnum > 0 AND NOT a.attisdropped)',
+            dbl, pg_catalog.format('SELECT c.relname::text, a.attname::text FROM pg_catalog.pg_attribute a '
+                                   'JOIN pg_catalog.pg_class c ON c.oid = a.attrelid '
+                                   'JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace '
+                                   'WHERE n.nspname = %L AND a.attnum > 0 AND NOT a.attisdropped AND c.relname = ANY (%L::text[])',
+                                   '@extschema@',
+                                   (SELECT pg_catalog.array_agg(c.relname::text) FROM pg_catalog.pg_class c
+                                    WHERE c.oid = ANY ('{@extschema@.ledger, @extschema@.federation_received}'::regclass[]
+                                                       || CASE WHEN node.role = 'site' THEN @extschema@.federation_reference_tables()
+                                                               ELSE '{}'::regclass[] END))))
+            INTO missing;
+        IF missing IS NOT NULL THEN
+            EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                      'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+            RAISE EXCEPTION 'the sender has columns this database lacks: %', missing
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Update this database''s hpcacct first (ALTER EXTENSION hpcacct UPDATE).';
+        END IF;
 
         -- stop the link's apply worker: the slot can be dropped only when no one reads it
         EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I DISABLE', link);
@@ -781,17 +818,9 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
             waited := waited + 1;
         END LOOP;
 
-        -- at the sender: a new slot in place of the old one, its snapshot imported by a
-        -- second connection (the slot's creation waits for transactions that wrote: this one
+        -- at the sender: a new slot in place of the old one, its snapshot imported by the
+        -- other connection (the slot's creation waits for transactions that wrote: this one
         -- has written nothing since its COMMIT)
-        EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
-                                  'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
-        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync'', %L)', dbl, conninfo);
-        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync_slot'', %L)', dbl,
-                                  CASE WHEN conninfo ~ '^postgres(ql)?://'
-                                       THEN conninfo || CASE WHEN pg_catalog.strpos(conninfo, '?') > 0 THEN '&' ELSE '?' END
-                                            || 'replication=database'
-                                       ELSE conninfo || ' replication=database' END);
         waited := 0;
         LOOP
             EXECUTE pg_catalog.format('SELECT t.busy FROM %s.dblink(''hpcacct_resync'', %L) AS t(busy boolean)', dbl,

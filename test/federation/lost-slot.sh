@@ -247,6 +247,22 @@ q centre "SELECT deposit('p2', '2026-10-01', 0.125)" >/dev/null
 waited "$(wait_for alpha "SELECT count(*) FROM ledger WHERE amount = 0.125" 1)" "replication runs on: the next deposit reaches alpha"
 waited "$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 1 AND direction = 'to'" 0)" \
        "federation_status at the centre: nothing pending to alpha"
+# a sender with a ledger column the receiver lacks (updated first): refused before anything is
+# written (copied, the rows would lose that column's values)
+q centre "ALTER TABLE ledger ADD COLUMN resync_probe text" >/dev/null
+is "$(sqlstate alpha "CALL hpcacct.federation_resync(0)")" "55000" \
+   "federation_resync from a sender with a ledger column this database lacks: 55000"
+is "$(q alpha "SELECT subenabled FROM pg_subscription WHERE subname = 'hpcacct_fed_c2s_1'")" "t" \
+   "and alpha's subscription is still enabled"
+q centre "ALTER TABLE ledger DROP COLUMN resync_probe" >/dev/null
+# a sender that cannot be reached: 08001, nothing written
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 CONNECTION 'host=$(nodedir centre)/nowhere port=5432 dbname=hpc user=postgres'" >/dev/null
+is "$(sqlstate alpha "CALL hpcacct.federation_resync(0)")" "08001" "federation_resync with the sender out of reach: 08001"
+is "$(q alpha "SELECT subenabled FROM pg_subscription WHERE subname = 'hpcacct_fed_c2s_1'")" "t" \
+   "and alpha's subscription is still enabled"
+q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 CONNECTION '$(conninfo centre)'" >/dev/null
+q centre "SELECT deposit('p2', '2026-10-01', 0.0625)" >/dev/null
+waited "$(wait_for alpha "SELECT count(*) FROM ledger WHERE amount = 0.0625" 1)" "and the centre's rows still reach alpha"
 for node in centre alpha beta; do
     ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
        "$node: no row arrived twice (no conflict in its log)"
