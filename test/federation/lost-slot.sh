@@ -9,7 +9,10 @@
 #  2. the centre's slot that alpha reads lost: deposits, reference data and beta's charges
 #     never arrive; federation_resync(0) at alpha, while beta charges and the centre deposits.
 # Prints TAP lines and appends "fedlost PASSED FAILED" to $HPCACCT_TALLY when set.
+# JOBS: jobs per site before the slots are lost (default 300; more to see what a resync costs).
 set -euo pipefail
+
+JOBS=${JOBS:-300}
 
 passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
@@ -121,8 +124,8 @@ for site in alpha beta; do
     waited "$(wait_for "$site" "SELECT (SELECT count(*) FROM ledger) || '/' || (SELECT count(*) FROM membership) || '/' || (SELECT count(*) FROM resource)" "$ref")" \
         "$site received the centre's reference data and ledger rows"
 done
-q alpha "$(jobs_sql alpha 1 300)" >/dev/null
-q beta "$(jobs_sql beta 1 300)" >/dev/null
+q alpha "$(jobs_sql alpha 1 "$JOBS")" >/dev/null
+q beta "$(jobs_sql beta 1 "$JOBS")" >/dev/null
 total=$(( $(q alpha "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) <> 2") \
           + $(q beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2") ))
 for node in centre alpha beta; do
@@ -148,12 +151,12 @@ is "$(q centre "SELECT string_agg(subname || ':' || subenabled, ' ' ORDER BY sub
 q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 DISABLE" >/dev/null
 wait_for centre "SELECT count(*) FROM pg_stat_subscription WHERE subname = 'hpcacct_fed_s2c_1' AND pid IS NOT NULL" 0 >/dev/null
 centre_had=$(ids_of centre "federation_origin(entry_id) = 1")
-q alpha "$(jobs_sql alpha 301 400)" >/dev/null
+q alpha "$(jobs_sql alpha $((JOBS + 1)) $((JOBS + 100)))" >/dev/null
 lose_slot alpha hpcacct_fed_s2c_1
 is "$(q alpha "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_s2c_1'")" "lost" \
    "alpha's slot read by the centre, its reader stopped, WAL past max_slot_wal_keep_size: wal_status lost"
 is "$(status_of alpha)" "0/from/- 0/to/lost" "federation_status at alpha shows its outgoing link lost"
-q alpha "$(jobs_sql alpha 401 450)" >/dev/null
+q alpha "$(jobs_sql alpha $((JOBS + 101)) $((JOBS + 150)))" >/dev/null
 q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 ENABLE" >/dev/null
 sleep 3
 is "$(ids_of centre "federation_origin(entry_id) = 1")" "$centre_had" \
@@ -187,7 +190,7 @@ for node in centre beta; do
 done
 is "$(status_of alpha)" "0/from/- 0/to/reserved" "federation_status at alpha: its outgoing link's new slot is reserved"
 is "$(q centre "SELECT connected FROM federation_status WHERE site = 1 AND direction = 'from'")" "t" "the centre's link from alpha is connected again"
-q alpha "$(jobs_sql alpha 500 509)" >/dev/null
+q alpha "$(jobs_sql alpha $((JOBS + 201)) $((JOBS + 210)))" >/dev/null
 want=$(ids_of alpha "federation_origin(entry_id) = 1")
 for node in centre beta; do
     waited "$(wait_for "$node" "SELECT count(*) || '/' || md5(coalesce(string_agg(entry_id::text, ',' ORDER BY entry_id), '')) FROM ledger WHERE federation_origin(entry_id) = 1" "$want")" \
@@ -206,7 +209,7 @@ alpha_had=$(ids_of alpha "federation_origin(entry_id) <> 1")
 q centre "INSERT INTO account (name) VALUES ('newacct'); SELECT add_user('newbie'); SELECT add_member('newacct', 'newbie');
           SELECT deposit('newacct', '2026-10-01', 1000); DELETE FROM slurm_account_map WHERE slurm_account = 'old_slurm';
           UPDATE regulation_machine SET monthly_threshold = 2000 WHERE machine = 'alpha'" >/dev/null
-q beta "$(jobs_sql beta 301 400)" >/dev/null
+q beta "$(jobs_sql beta $((JOBS + 1)) $((JOBS + 100)))" >/dev/null
 lose_slot centre hpcacct_fed_c2s_1
 is "$(status_of centre)" "1/from/- 1/to/lost 2/from/- 2/to/reserved" \
    "federation_status at the centre: alpha's incoming slot lost, beta's not"
