@@ -597,6 +597,12 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
                                                    'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
             END IF;
+            -- the slot the centre reads, invalidated by max_slot_wal_keep_size: say how to recover
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                       WHERE r.slot_name = pub AND r.wal_status = 'lost') THEN
+                RAISE WARNING 'the slot % of this site is lost: the centre no longer receives its charges', pub
+                    USING HINT = pg_catalog.format('At the centre, CALL hpcacct.federation_resync(%s).', site);
+            END IF;
             RETURN;
         END IF;
         PERFORM @extschema@.federation_prepare(site, 'site');

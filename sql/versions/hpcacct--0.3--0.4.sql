@@ -10570,7 +10570,7 @@ ALTER TABLE @extschema@.contact ADD CONSTRAINT contact_email CHECK (
 -- defined in the final definitions below
 
 -- ==== federation_resync(): a link whose slot was lost, recovered; federation_status.wal_status ---
--- federation_publish(): its warning names federation_resync (final definitions)
+-- federation_publish(), federation_join(): their warnings of a lost slot name federation_resync (final definitions)
 -- The schema of the dblink extension (quoted) that federation_resync() reads the sender with;
 -- 55000 when dblink is not installed in this database.
 CREATE FUNCTION hpcacct_internal.federation_dblink_schema() RETURNS text
@@ -12036,6 +12036,12 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
                 RAISE WARNING 'this site does not receive %', missing
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
                                                    'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
+            END IF;
+            -- the slot the centre reads, invalidated by max_slot_wal_keep_size: say how to recover
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                       WHERE r.slot_name = pub AND r.wal_status = 'lost') THEN
+                RAISE WARNING 'the slot % of this site is lost: the centre no longer receives its charges', pub
+                    USING HINT = pg_catalog.format('At the centre, CALL hpcacct.federation_resync(%s).', site);
             END IF;
             RETURN;
         END IF;

@@ -90,7 +90,8 @@ status_of() {  # status_of NODE: site/direction/wal_status of every link
     q "$1" "SELECT string_agg(format('%s/%s/%s', site, direction, coalesce(wal_status, '-')), ' ' ORDER BY site, direction) FROM federation_status"
 }
 # makes the slot SLOT at NODE lost (its reader stopped) and no other: WAL past
-# max_slot_wal_keep_size, a checkpoint with the limit off (active slots move on past it), then one with it on
+# max_slot_wal_keep_size, a checkpoint with the limit off (active slots' restart_lsn moves on past
+# it: waited for), then one with the limit on
 lose_slot() {  # lose_slot NODE SLOT
     local lsn
     q "$1" "CREATE TABLE public.wal_filler AS SELECT g, repeat('x', 200) AS x FROM generate_series(1, 150000) g;
@@ -102,7 +103,8 @@ lose_slot() {  # lose_slot NODE SLOT
     q "$1" "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'" >/dev/null
     q "$1" "SELECT pg_reload_conf()" >/dev/null
     sleep 0.3
-    q "$1" "SELECT pg_switch_wal()" >/dev/null
+    # no WAL switch here: the other slots' restart_lsn stays in the current segment, which a
+    # limit under a segment still keeps (a switch first lost beta's active slot in one run)
     q "$1" "CHECKPOINT" >/dev/null
     q "$1" "ALTER SYSTEM RESET max_slot_wal_keep_size" >/dev/null
     q "$1" "SELECT pg_reload_conf()" >/dev/null
@@ -156,6 +158,9 @@ lose_slot alpha hpcacct_fed_s2c_1
 is "$(q alpha "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_s2c_1'")" "lost" \
    "alpha's slot read by the centre, its reader stopped, WAL past max_slot_wal_keep_size: wal_status lost"
 is "$(status_of alpha)" "0/from/- 0/to/lost" "federation_status at alpha shows its outgoing link lost"
+warning=$(psql "$(conninfo alpha)" -XAtq -c "CALL hpcacct.federation_join(1, '$(conninfo centre)')" 2>&1 >/dev/null)
+ok $(grep -q 'WARNING:  the slot hpcacct_fed_s2c_1 of this site is lost' <<<"$warning" && echo 0 || echo 1) \
+   "federation_join run again at alpha warns that its slot is lost (and names federation_resync at the centre)"
 q alpha "$(jobs_sql alpha $((JOBS + 101)) $((JOBS + 150)))" >/dev/null
 q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 ENABLE" >/dev/null
 sleep 3
