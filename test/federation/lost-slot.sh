@@ -271,6 +271,16 @@ is "$(q alpha "SELECT subenabled FROM pg_subscription WHERE subname = 'hpcacct_f
 q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 CONNECTION '$(conninfo centre)'" >/dev/null
 q centre "SELECT deposit('p2', '2026-10-01', 0.0625)" >/dev/null
 waited "$(wait_for alpha "SELECT count(*) FROM ledger WHERE amount = 0.0625" 1)" "and the centre's rows still reach alpha"
+# a link that was not lost: a resync copies nothing and the link runs on
+out=$(psql "$(conninfo centre)" -XAtq -v ON_ERROR_STOP=1 -c "CALL hpcacct.federation_resync(2)" 2>&1)
+ok $(grep -q 'NOTICE:  hpcacct_fed_s2c_2: new slot; 0 ledger rows copied' <<<"$out" && echo 0 || echo 1) \
+   "federation_resync(2) at the centre, beta's link not lost: nothing to copy"
+q beta "$(jobs_sql beta $((JOBS + 301)) $((JOBS + 305)))" >/dev/null
+want=$(ids_of beta "federation_origin(entry_id) = 2")
+for node in centre alpha; do
+    waited "$(wait_for "$node" "SELECT count(*) || '/' || md5(coalesce(string_agg(entry_id::text, ',' ORDER BY entry_id), '')) FROM ledger WHERE federation_origin(entry_id) = 2" "$want")" \
+        "and beta's next jobs reach $node"
+done
 for node in centre alpha beta; do
     ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
        "$node: no row arrived twice (no conflict in its log)"
