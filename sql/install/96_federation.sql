@@ -710,8 +710,8 @@ COMMENT ON FUNCTION hpcacct_internal.federation_dblink_schema() IS
 -- snapshot splits the rows exactly between the copy and the stream, and a copy_data
 -- subscription writes into the tables of the same name, whose rows are mostly there already.
 -- A superuser, outside a transaction block (it commits). Refused before anything is written
--- when the sender cannot be reached (08001) or has columns this database lacks (55000: a sender
--- updated first). Run again after a later failure: the subscription stays disabled until a
+-- when another resync of the link runs (55006), the sender cannot be reached (08001) or has
+-- columns this database lacks (55000: a sender updated first). Run again after a later failure: the subscription stays disabled until a
 -- run completes.
 CREATE PROCEDURE @extschema@.federation_resync(site integer)
     LANGUAGE plpgsql
@@ -776,6 +776,10 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
                 USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
         END IF;
         dbl := hpcacct_internal.federation_dblink_schema();
+        -- one resync of a link at a time (a session lock: it outlives the COMMITs below)
+        IF NOT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) THEN
+            RAISE EXCEPTION 'another federation_resync of % is running', link USING ERRCODE = 'object_in_use';
+        END IF;
         -- the sender, reached before anything is written here (08001 when it cannot be)
         EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
                                   'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
@@ -929,6 +933,9 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- every hold of this session (a failed run left one)
+        WHILE pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) LOOP
+        END LOOP;
         RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
     END
     $$;
