@@ -131,3 +131,23 @@ jobs_sql() {
          LATERAL (SELECT least(t0, timestamptz '2026-11-20 00:00+01') AS t) b"
 }
 
+
+# TAP lines for the federation tests (passed, failed and n start at 0 in the test)
+ok() {  # ok STATUS(0: passed) DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; passed=$((passed + 1)); else echo "not ok $n - $2"; failed=$((failed + 1)); fi
+}
+is() {  # is GOT EXPECTED DESCRIPTION
+    if [ "$1" == "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got:      $(head -c 600 <<<"$1")"; echo "#   expected: $(head -c 600 <<<"$2")"; fi
+}
+# tap_end STAGE RC: after the clusters are stopped, the plan and the counts, appended to
+# $HPCACCT_TALLY when set; fails when a check failed or the test stopped early (RC not 0)
+tap_end() {
+    if [ "$2" -ne 0 ] && [ "$n" -gt 0 ]; then
+        echo "not ok $((n + 1)) - the test stopped early (exit $2)"; failed=$((failed + 1))
+    fi
+    echo "1..$((passed + failed))"
+    echo "# $1: $passed passed, $failed failed"
+    if [ -n "${HPCACCT_TALLY:-}" ]; then echo "$1 $passed $failed" >>"$HPCACCT_TALLY"; fi
+    [ "$failed" -eq 0 ] && [ "$2" -eq 0 ]
+}

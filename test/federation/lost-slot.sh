@@ -24,25 +24,12 @@ finish() {
     stop_all
     if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
     remove_all
-    if [ "$rc" -ne 0 ] && [ "$n" -gt 0 ]; then
-        echo "not ok $((n + 1)) - the test stopped early (exit $rc)"; failed=$((failed + 1))
-    fi
-    echo "1..$((passed + failed))"
-    echo "# fedlost: $passed passed, $failed failed"
-    if [ -n "${HPCACCT_TALLY:-}" ]; then echo "fedlost $passed $failed" >>"$HPCACCT_TALLY"; fi
-    [ "$failed" -eq 0 ] && [ "$rc" -eq 0 ]
+    tap_end fedlost "$rc"
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
 trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-ok() {
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; passed=$((passed + 1)); else echo "not ok $n - $2"; failed=$((failed + 1)); fi
-}
-is() {
-    if [ "$1" == "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got:      $(head -c 600 <<<"$1")"; echo "#   expected: $(head -c 600 <<<"$2")"; fi
-}
 waited() {  # waited MS DESCRIPTION: ok when a wait_for did not give up
     ok $([ "$1" -ge 0 ] && echo 0 || echo 1) "$2 ($1 ms)"
 }
