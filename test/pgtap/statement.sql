@@ -2,7 +2,7 @@
 -- portal user gets their own accounts only, and the figures agree with the reports.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(41);
+SELECT plan(44);
 
 CALL setup_roles();
 CREATE ROLE s_alice LOGIN IN ROLE hpcacct_portal;
@@ -52,6 +52,13 @@ SELECT is((account_month('s_a', '2024-06-01') -> 'bank' ->> 'balance')::numeric,
           'at the end of the quarter it is balance()');
 SELECT is((SELECT (x -> 'bank' ->> 'balance')::numeric FROM jsonb_array_elements(my_accounts('2024-05-31') -> 'accounts') x
            WHERE x ->> 'account' = 's_a'), 932::numeric, 'my_accounts() on 31 May: the balance then, as the statement''s');
+-- this month's charges are those up to the end of the day, as the balance beside them
+SELECT is((SELECT x -> 'this_month' ->> 'NPL' FROM jsonb_array_elements(my_accounts('2024-05-10') -> 'accounts') x
+           WHERE x ->> 'account' = 's_a')::numeric, 40::numeric, 'my_accounts() on 10 May: j1''s 40, not j2 of 31 May');
+SELECT is((SELECT (x -> 'bank' ->> 'balance')::numeric FROM jsonb_array_elements(my_accounts('2024-05-10') -> 'accounts') x
+           WHERE x ->> 'account' = 's_a'), 948::numeric, 'and the balance on 10 May has spent the same 40 (and April''s 12)');
+SELECT is((SELECT x -> 'this_month' ->> 'NPL' FROM jsonb_array_elements(my_accounts('2024-05-31') -> 'accounts') x
+           WHERE x ->> 'account' = 's_a')::numeric, 56::numeric, 'my_accounts() on 31 May: the month''s 56, as the statement''s total');
 SELECT is((SELECT (d -> 'window_quota' -> -1 ->> 'consumable')::float8 FROM m),
           (SELECT consumable FROM window_quota_usage('s_a', '2024-05-31')), 'the window quota is window_quota_usage()');
 SELECT is((SELECT (d -> 'regulation' -> 0 ->> 'alloc')::numeric FROM m),

@@ -1,0 +1,69 @@
+-- The README's portal examples on the sample site (test/notify/sample_site.sql), as its
+-- portal users see them: r_wlm_usage for bob, my_accounts() for carol, account_month() of
+-- nip00042 and the core-years of def-smith's statement.
+BEGIN;
+SET client_min_messages = warning;
+\o /dev/null
+\ir ../notify/sample_site.sql
+\o
+SET search_path = public, hpcacct;
+SELECT plan(5);
+
+CALL setup_roles();
+CREATE ROLE bob LOGIN IN ROLE hpcacct_portal;
+CREATE ROLE carol LOGIN IN ROLE hpcacct_portal;
+
+SET SESSION AUTHORIZATION bob;
+SELECT results_eq($$SELECT account, month, state, monthly, remaining_prev, consumed_current, consumable_pct, consumable
+                    FROM hpcacct.r_wlm_usage(NULL, '2025-04-10')$$,
+                  $$VALUES ('rwth0042'::text, date '2025-04-01', 'normal'::text, 50000::float8, -10000::float8, 40000::float8,
+                            0::float8, 50000::float8)$$,
+                  'bob''s r_wlm_usage on 10 April 2025, as the README prints it');
+RESET SESSION AUTHORIZATION;
+
+SET SESSION AUTHORIZATION carol;
+SELECT is(hpcacct.my_accounts('2025-05-20'), $$
+{"at": "2025-05-20", "user": "carol", "accounts": [
+  {"kind": "project", "role": "member", "account": "def-smith", "description": "Default allocation, Smith lab",
+   "this_month": {"core-equivalent-hours": 15600.000000}},
+  {"kind": "project", "role": "admin", "account": "nip00042", "description": "Ocean models",
+   "bank": {"unit": "NPL", "state": "active", "balance": 23377.600000, "quarter": "2025-04-01"},
+   "this_month": {"NPL": 2750.400000}},
+  {"kind": "project", "role": "member", "account": "rwth0042", "description": "Open-use project",
+   "quota": {"unit": "core-hours", "state": "normal", "monthly": 50000, "consumed": 20000, "consumable": 90000,
+             "consumable_pct": 80, "remaining_prev": 10000},
+   "this_month": {"core-hours": 20000.000000}}]}
+$$::jsonb, 'carol''s my_accounts() on 20 May 2025, as the README prints it');
+
+-- the README cuts the bank's days to two
+SELECT is((SELECT jsonb_set(d, '{bank,days}', (SELECT jsonb_agg(e.day ORDER BY e.n)
+                                                FROM jsonb_array_elements(d #> '{bank,days}') WITH ORDINALITY e(day, n)
+                                                WHERE e.n <= 2))
+           FROM (SELECT hpcacct.account_month('nip00042', '2025-05-01') AS d) m), $$
+{"account": "nip00042", "kind": "project", "description": "Ocean models", "month": "2025-05",
+ "figures_at": "2025-05-31", "time_zone": "UTC",
+ "charges": {"total": {"NPL": 3328.000000},
+             "by_resource": [{"cluster": "hlrn", "partition": "mpp1", "unit": "NPL", "amount": 3328.000000}],
+             "by_submitter": [{"cluster": "hlrn", "partition": "mpp1", "unit": "NPL", "submitter": "alice", "amount": 848.000000},
+                              {"cluster": "hlrn", "partition": "mpp1", "unit": "NPL", "submitter": "carol", "amount": 2480.000000}]},
+ "usage_by_resource": [{"pool": "hlrn", "cluster": "hlrn", "partition": "mpp1", "unit": "NPL", "year_start": "2025-01-01",
+                        "year_end": "2025-12-31", "usage": 7200.000000, "usage_years": 0.821918,
+                        "equivalent_hours": 86400.000000, "core_hours": 86400.000000, "core_years": 9.863014,
+                        "projected_usage": 17403.973510}],
+ "bank": {"quarter": "2025-04-01", "unit": "NPL", "allocation": 30000.000000, "balance": 22800.000000, "state": "active",
+          "days": [["2025-04-01", 30000.00], ["2025-04-02", 30000.00]]}}
+$$::jsonb, 'nip00042''s account_month() for May 2025, as the README prints it');
+RESET SESSION AUTHORIZATION;
+
+-- def-smith in October 2025: Cedar's 121 200 core-equivalent-hours are 13.836 core-equivalent
+-- years, its jobs' 93 360 raw core-hours 10.658 core-years
+SELECT results_eq($$SELECT (x ->> 'usage')::numeric, round((x ->> 'usage_years')::numeric, 3),
+                           (x ->> 'core_hours')::numeric, round((x ->> 'core_years')::numeric, 3)
+                    FROM jsonb_array_elements(hpcacct.account_month('def-smith', '2025-10-01') -> 'usage_by_resource') x
+                    WHERE x ->> 'cluster' = 'cedar'$$,
+                  $$VALUES (121200::numeric, 13.836::numeric, 93360::numeric, 10.658::numeric)$$,
+                  'def-smith''s Cedar usage in October 2025, as the README gives it');
+SELECT matches(hpcacct.statement_html('def-smith', '2025-10-01'), '13\.836', 'and its statement prints 13.836');
+
+SELECT * FROM finish();
+ROLLBACK;
