@@ -546,12 +546,18 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        -- a NULL account is bad input, not an account the caller does not administer
+        IF account IS NULL THEN
+            RAISE EXCEPTION 'add_member: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
         PERFORM hpcacct_internal.require_bank_account(account, 'add_member');
         IF username IS NULL THEN
             RAISE EXCEPTION 'add_member: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         ELSIF role IS NULL THEN
             RAISE EXCEPTION 'add_member: role must not be NULL (member or admin)' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF role NOT IN ('member', 'admin') THEN
+            RAISE EXCEPTION 'add_member: role must be member or admin, not "%"', role USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
@@ -572,10 +578,10 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        PERFORM hpcacct_internal.require_member_manager(account, by_user);
         IF account IS NULL OR username IS NULL THEN
             RAISE EXCEPTION 'remove_member: account and username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        PERFORM hpcacct_internal.require_member_manager(account, by_user);
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account

@@ -14,7 +14,7 @@ CREATE TEMP TABLE relations_with_account AS
                   AND NOT a.attisdropped)
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 26);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 29);
 
 CALL setup_roles();
 CREATE ROLE dg_audit LOGIN IN ROLE hpcacct_auditor;
@@ -88,6 +88,12 @@ SELECT throws_ok($$SELECT hpcacct.add_member('dg_b', 'dg_new', 'member', 'dg_oth
 SELECT throws_ok($$SELECT hpcacct.add_member('nosuch', 'dg_new')$$, '42501', NULL,
                  'an unknown account is refused the same way (nothing learnt about it)');
 SELECT throws_ok($$SELECT hpcacct.deposit('dg_a', '2024-04-01', 10)$$, '42501', NULL, 'she still cannot deposit');
+-- bad input from a portal is named as such (22004, 22023), as it is for staff
+SELECT throws_ok($$SELECT hpcacct.add_member(NULL, 'dg_new')$$, '22004', 'add_member: account must not be NULL',
+                 'a NULL account is 22004, not "not an administrator of account <NULL>"');
+SELECT throws_ok($$SELECT hpcacct.remove_member(NULL, 'dg_new')$$, '22004', NULL, 'remove_member() too');
+SELECT throws_ok($$SELECT hpcacct.add_member('dg_a', 'dg_new', 'boss')$$, '22023',
+                 'add_member: role must be member or admin, not "boss"', 'an unknown role is 22023 with the two it may be');
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT array_agg(username || ':' || role ORDER BY username) FROM membership WHERE account = 'dg_a'),
           ARRAY['dg_member:admin', 'dg_pa:admin'], 'dg_a''s members are what she made them');
