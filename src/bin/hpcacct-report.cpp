@@ -54,17 +54,26 @@ struct Options {
     bool json = false;
 };
 
-// YYYY-MM or YYYY-MM-DD, month 01-12: the first day of the month, or a usage error.
+// YYYY-MM or YYYY-MM-DD (a day of that month), year 0001 on, month 01-12: the first day
+// of the month, or a usage error.
 std::string first_of_month(const std::string &text) {
     auto digits = [&](size_t from, size_t n) {
         for (size_t i = from; i < from + n; ++i)
             if (i >= text.size() || text[i] < '0' || text[i] > '9') return false;
         return true;
     };
-    bool shape = (text.size() == 7 || (text.size() == 10 && text[7] == '-' && digits(8, 2))) && digits(0, 4) &&
-                 text[4] == '-' && digits(5, 2);
+    bool with_day = text.size() == 10 && text[7] == '-' && digits(8, 2);
+    bool shape = (text.size() == 7 || with_day) && digits(0, 4) && text[4] == '-' && digits(5, 2);
+    int year = shape ? std::stoi(text.substr(0, 4)) : 0;
     int month = shape ? std::stoi(text.substr(5, 2)) : 0;
-    if (!shape || month < 1 || month > 12)
+    bool valid = shape && year >= 1 && month >= 1 && month <= 12;
+    if (valid && with_day) {
+        static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+        int day = std::stoi(text.substr(8, 2));
+        valid = day >= 1 && day <= days_in[month - 1] + (month == 2 && leap ? 1 : 0);
+    }
+    if (!valid)
         throw UsageError("the month must be YYYY-MM (e.g. 2025-05), not \"" + text + "\"");
     return text.substr(0, 7) + "-01";
 }

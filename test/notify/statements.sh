@@ -94,6 +94,15 @@ ok $? "--all for a month that has not begun: exit 1" "$out (exit $rc)"
 out=$("$report" -d hpcacct_statements def-smith 2025-13 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q 'the month must be YYYY-MM' <<<"$out"
 ok $? "a month that is no month: a usage error (exit 2)" "$out (exit $rc)"
+# a day names its month only when it is a day of it (and there is no year 0)
+for bad in 2025-05-40 2025-02-29 2025-04-31 2025-05-00 0000-05; do
+    out=$("$report" -d hpcacct_statements def-smith "$bad" 2>&1); rc=$?
+    [ $rc -eq 2 ] && grep -q "the month must be YYYY-MM (e.g. 2025-05), not \"$bad\"" <<<"$out"
+    ok $? "$bad is no day of a month: a usage error (exit 2)" "$(head -c 300 <<<"$out") (exit $rc)"
+done
+out=$("$report" -d hpcacct_statements --json def-smith 2024-02-29 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q '"month": "2024-02"' <<<"$out"
+ok $? "2024-02-29, a leap day, names February 2024" "$(head -c 300 <<<"$out") (exit $rc)"
 out=$("$report" -d hpcacct_statements --all 2025-05 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q -- '--all needs -o DIRECTORY' <<<"$out"
 ok $? "--all without a directory: exit 2" "$out (exit $rc)"
