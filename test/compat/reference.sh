@@ -67,5 +67,13 @@ gone=$(comm -23 "$work/named.txt" "$work/procs.txt" | tr '\n' ' ')
 check "every function the README's SQL reference names exists ($(wc -l <"$work/named.txt") named${gone:+; not found: $gone})" \
     "$([ -s "$work/named.txt" ] && [ -z "$gone" ] && echo t)"
 
+# The commands live in `pg_config --bindir`, which Debian keeps off PATH (and cron's PATH is
+# minimal): a crontab line or systemd ExecStart of the README that runs one names it by its
+# path; and no crontab line holds a bare % (cron ends the command there).
+bare=$(grep -E '^`?(\* |[0-9*/,]+ ){5}|^ExecStart=' README.md | grep -E '(^|[ =])hpcacct-(sacct|report|notify|slurm-sync)( |$)')
+check "the README's cron lines and systemd units name the commands by their path${bare:+: $bare}" "$([ -z "$bare" ] && echo t)"
+pct=$(grep -E '^`?(\* |[0-9*/,]+ ){5}' README.md | grep -E '(^|[^\\])%')
+check "no README cron line holds a bare %${pct:+: $pct}" "$([ -z "$pct" ] && echo t)"
+
 rm -rf "$work"
 report reference
