@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(15);
+SELECT plan(16);
 
 -- As the README sets it up: timezone UTC, a GPU pool whose year starts on 1 July.
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
@@ -95,6 +95,40 @@ SET search_path = public, hpcacct;
 SELECT is(equivalents('cpu=2,mem=4G', 'cpu=1,mem=4G'), 2::float8, 'rules §1: 2 cores with 2 GB each are 2 core equivalents');
 SELECT is(equivalents('cpu=2,mem=10G', 'cpu=1,mem=4G'), 2.5::float8, 'rules §1: 2 cores with 5 GB each are 2.5');
 SELECT is(equivalents('cpu=2,mem=5G', 'cpu=1,mem=4G'), 2::float8, 'rules §1: 2 cores and 5 GB in all are 2, not 2.5');
+
+-- The queue by fair-share priority (LQCD), as the README builds it: allocations 1 800 / 900 /
+-- 300 GPU-hours in a pool whose K20 hours count twice; lq-a used 1 200 GPU-hours and lq-b 100
+-- a day ago (half-life 7 days)
+INSERT INTO hpc_user (username) VALUES ('alice'), ('bob'), ('carol');
+INSERT INTO account (name) VALUES ('lq-a'), ('lq-b'), ('lq-c');
+INSERT INTO account (name, kind) VALUES ('carol', 'personal');
+INSERT INTO membership VALUES ('lq-a', 'alice', 'admin'), ('lq-b', 'bob', 'admin'), ('lq-c', 'carol', 'admin'),
+                              ('carol', 'carol', 'admin');
+INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7);
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
+    ('lq', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'GPU-hours', 'lq-gpu'),
+    ('lq', 'c2050', 'gres/gpu=4', 'gres/gpu=1', 1, 'GPU-hours', 'lq-gpu');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+SELECT a, 'grant', x, 'GPU-hours', 'lq-gpu', current_date - 30, current_date + 300
+FROM (VALUES ('lq-a', 1800), ('lq-b', 900), ('lq-c', 300)) AS g(a, x);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('lq', 'lq1', 'lq-a', 'alice', 'k20', now() - interval '1 day 150 hours', now() - interval '1 day', 'gres/gpu=4', 'COMPLETED'),
+    ('lq', 'lq2', 'lq-b', 'bob', 'c2050', now() - interval '1 day 25 hours', now() - interval '1 day', 'gres/gpu=4', 'COMPLETED');
+INSERT INTO pending_job (cluster, jobid, username, account, partition, submitted_at) VALUES
+    ('lq', '1041', 'alice', 'lq-a', 'k20', now() - interval '5 hours'),
+    ('lq', '1042', 'bob', 'lq-b', 'k20,c2050', now() - interval '4 hours'),
+    ('lq', '1043', 'carol', 'lq-c', 'c2050', now() - interval '3 hours'),
+    ('lq', '1044', 'alice', 'lq-a', NULL, now() - interval '2 hours'),
+    ('lq', '1045', 'carol', NULL, 'k20', now() - interval '1 hours');
+SELECT results_eq($$SELECT position, jobid, username, account, partition, pool, round(account_factor::numeric, 4),
+                           round(user_factor::numeric, 4)
+                    FROM hpcacct.fairshare_queue$$,
+                  $$VALUES (1::bigint, '1043'::text, 'carol'::text, 'lq-c'::text, 'c2050'::text, 'lq-gpu'::text, 1.0000, NULL::numeric),
+                           (2, '1042', 'bob', 'lq-b', 'k20,c2050', 'lq-gpu', 0.8372, 0.8372),
+                           (3, '1041', 'alice', 'lq-a', 'k20', 'lq-gpu', 0.3443, 0.3443),
+                           (4, '1044', 'alice', 'lq-a', NULL, NULL, NULL, NULL),
+                           (5, '1045', 'carol', 'carol', 'k20', 'lq-gpu', NULL, NULL)$$,
+                  'fairshare_queue as the README prints it');
 
 SELECT * FROM finish();
 ROLLBACK;
