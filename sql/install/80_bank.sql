@@ -294,14 +294,18 @@ CREATE FUNCTION hpcacct_internal.require_amount(amount numeric) RETURNS void
         IF amount IS NULL THEN
             RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        -- the ledger's numeric(20, 6) holds less than 10^14
+        -- the ledger's numeric(20, 6) holds less than 10^14; an amount is booked rounded to 6
+        -- decimals, so one that rounds to 0 would book nothing (a transfer of two zero rows)
         IF amount = 'NaN' OR amount <= 0 OR amount >= 1e14 THEN
             RAISE EXCEPTION 'amount must be a positive number below 10^14, not %', amount
+                USING ERRCODE = 'numeric_value_out_of_range';
+        ELSIF round(amount, 6) = 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number below 10^14 at the ledger''s 6 decimals, not %', amount
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number below 10^14 (the ledger''s numeric(20, 6))';
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number below 10^14 that does not round to 0 (the ledger''s numeric(20, 6))';
 
 CREATE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
     RETURNS bigint

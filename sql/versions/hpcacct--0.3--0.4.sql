@@ -10932,6 +10932,10 @@ $do$;
 -- (a NULL account was 42501, "not an administrator of account <NULL>"; a bad role the
 -- membership table's check constraint). Both: defined in the final definitions below
 
+-- ==== deposit(), transfer(), refund(): an amount that rounds to 0 at 6 decimals is 22003 ---
+-- (a deposit failed the ledger's sign constraint, a transfer booked two rows of 0).
+-- require_amount(): defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13929,14 +13933,18 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_amount(amount numeric) RETUR
         IF amount IS NULL THEN
             RAISE EXCEPTION 'amount must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        -- the ledger's numeric(20, 6) holds less than 10^14
+        -- the ledger's numeric(20, 6) holds less than 10^14; an amount is booked rounded to 6
+        -- decimals, so one that rounds to 0 would book nothing (a transfer of two zero rows)
         IF amount = 'NaN' OR amount <= 0 OR amount >= 1e14 THEN
             RAISE EXCEPTION 'amount must be a positive number below 10^14, not %', amount
+                USING ERRCODE = 'numeric_value_out_of_range';
+        ELSIF round(amount, 6) = 0 THEN
+            RAISE EXCEPTION 'amount must be a positive number below 10^14 at the ledger''s 6 decimals, not %', amount
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number below 10^14 (the ledger''s numeric(20, 6))';
+COMMENT ON FUNCTION hpcacct_internal.require_amount(numeric) IS 'Raises unless the amount is a positive number below 10^14 that does not round to 0 (the ledger''s numeric(20, 6))';
 CREATE OR REPLACE FUNCTION hpcacct_internal.book_allocation(account text, kind text, quarter date, amount numeric, note text)
     RETURNS bigint
     LANGUAGE plpgsql

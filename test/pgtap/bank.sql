@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(28);
+SELECT plan(30);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -14,6 +14,11 @@ SELECT add_member('proj', 'u1', 'admin');
 SELECT throws_ok($$SELECT hpcacct.deposit('nobody', '2024-01-01', 1)$$, '42704', NULL, 'deposit to an unknown account');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', -1)$$, '22003', NULL, 'negative deposit');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', 'NaN')$$, '22003', NULL, 'NaN deposit');
+SELECT throws_ok($$SELECT hpcacct.deposit('proj', '2024-01-01', 0.0000004)$$, '22003',
+                 'amount must be a positive number below 10^14 at the ledger''s 6 decimals, not 0.0000004',
+                 'a deposit that rounds to 0 at 6 decimals is refused as an amount, not by a ledger constraint');
+SELECT throws_ok($$SELECT hpcacct.transfer('proj', '2024-01-01', 'proj', '2024-04-01', 0.0000001)$$, '22003', NULL,
+                 'a transfer that rounds to 0 too');
 SELECT throws_ok($$SELECT hpcacct.deposit('proj', NULL, 1)$$, '22004', NULL, 'deposit without a quarter');
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'ghost')$$, '42704', NULL, 'unknown user');
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member', 'ghost')$$, '42501', NULL,
