@@ -186,6 +186,11 @@ CREATE FUNCTION @extschema@.regulation_year(account text, machine text, year int
         y_end := make_date($3, 12, 31);
         conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
                          'half_month');
+        -- checked here too: without events the aggregates never see it
+        IF conv NOT IN ('half_month', 'day') THEN
+            RAISE EXCEPTION 'invalid month convention "%"', conv
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'The conventions are half_month and day.';
+        END IF;
         RETURN QUERY
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a

@@ -10936,6 +10936,9 @@ $do$;
 -- (a deposit failed the ledger's sign constraint, a transfer booked two rows of 0).
 -- require_amount(): defined in the final definitions below
 
+-- ==== regulation_year(): an unknown month convention is 22023 on a machine without events too ---
+-- (it printed a row of zeros). Defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14756,6 +14759,11 @@ CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine tex
         y_end := make_date($3, 12, 31);
         conv := coalesce($4, (SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
                          'half_month');
+        -- checked here too: without events the aggregates never see it
+        IF conv NOT IN ('half_month', 'day') THEN
+            RAISE EXCEPTION 'invalid month convention "%"', conv
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'The conventions are half_month and day.';
+        END IF;
         RETURN QUERY
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a

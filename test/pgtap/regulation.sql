@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(77);
+SELECT plan(79);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -226,6 +226,10 @@ SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('nobody', 'ada', 2025)$$, '42704', NULL, 'unknown account');
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', NULL)$$, '22004', NULL, 'NULL year');
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', 0)$$, '22008', NULL, 'year out of range');
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', 2025, 'bogus')$$, '22023',
+                 'invalid month convention "bogus"', 'an unknown convention');
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'no-events-here', 2025, 'bogus')$$, '22023',
+                 'invalid month convention "bogus"', 'an unknown convention, on a machine without events too (it printed a row)');
 SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.regulation_year('Z', 'ada', 2025)$$,
                   $$VALUES ('2025-01-01'::date, 100000::numeric), ('2025-03-15', 89474)$$,
                   'Z''s year: the retraction of 15 March as in the document');
