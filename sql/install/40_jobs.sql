@@ -330,7 +330,9 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
                     WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
-                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      -- infinite times cannot be subtracted: they are left to the diagnosis below
+                      AND CASE WHEN pg_catalog.isfinite(j.job_start) AND pg_catalog.isfinite(j.job_end)
+                               THEN j.job_end >= j.job_start AND j.job_end - j.job_start <= $1 END
                       AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
                                              WHERE m.account = j.account AND m.username = j.submitter))
                     $q$, changed_new) USING max_length, need_member;
@@ -345,6 +347,7 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                                    WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
                                         OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
                                    WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN NOT pg_catalog.isfinite(j.job_start) OR NOT pg_catalog.isfinite(j.job_end) THEN 'infinite_times'
                                    WHEN j.job_end < j.job_start THEN 'end_before_start'
                                    WHEN j.job_end - j.job_start > $1 THEN 'too_long'
                                    WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
@@ -369,6 +372,9 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
                         USING ERRCODE = 'null_value_not_allowed',
                               HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'infinite_times' THEN
+                    RAISE EXCEPTION 'job %/% has an infinite start or end', problem.cluster, problem.jobid
+                        USING ERRCODE = 'datetime_field_overflow';
                 ELSIF problem.problem = 'end_before_start' THEN
                     RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
                         USING ERRCODE = 'invalid_parameter_value';

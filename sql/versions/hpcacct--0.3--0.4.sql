@@ -10939,6 +10939,10 @@ $do$;
 -- ==== regulation_year(): an unknown month convention is 22023 on a machine without events too ---
 -- (it printed a row of zeros). Defined in the final definitions below
 
+-- ==== charge_jobs(): a job with an infinite start or end is 22008 naming the job -----------
+-- (it was PostgreSQL's "cannot subtract infinite timestamps" with the trigger's query).
+-- Defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14909,7 +14913,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
                     WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
-                      AND j.job_end >= j.job_start AND j.job_end - j.job_start <= $1
+                      -- infinite times cannot be subtracted: they are left to the diagnosis below
+                      AND CASE WHEN pg_catalog.isfinite(j.job_start) AND pg_catalog.isfinite(j.job_end)
+                               THEN j.job_end >= j.job_start AND j.job_end - j.job_start <= $1 END
                       AND (NOT $2 OR EXISTS (SELECT 1 FROM @extschema@.membership m
                                              WHERE m.account = j.account AND m.username = j.submitter))
                     $q$, changed_new) USING max_length, need_member;
@@ -14924,6 +14930,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                                    WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
                                         OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
                                    WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
+                                   WHEN NOT pg_catalog.isfinite(j.job_start) OR NOT pg_catalog.isfinite(j.job_end) THEN 'infinite_times'
                                    WHEN j.job_end < j.job_start THEN 'end_before_start'
                                    WHEN j.job_end - j.job_start > $1 THEN 'too_long'
                                    WHEN NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = j.account)
@@ -14948,6 +14955,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
                         USING ERRCODE = 'null_value_not_allowed',
                               HINT = 'Only finished jobs are charged; load jobs once they have ended.';
+                ELSIF problem.problem = 'infinite_times' THEN
+                    RAISE EXCEPTION 'job %/% has an infinite start or end', problem.cluster, problem.jobid
+                        USING ERRCODE = 'datetime_field_overflow';
                 ELSIF problem.problem = 'end_before_start' THEN
                     RAISE EXCEPTION 'job %/% ends before it starts', problem.cluster, problem.jobid
                         USING ERRCODE = 'invalid_parameter_value';

@@ -1,7 +1,7 @@
 -- The charging trigger's contract: SQLSTATEs, nothing written on error, ledger = jobs.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(19);
+SELECT plan(21);
 
 INSERT INTO account (name) VALUES ('p1'), ('p2');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive) VALUES
@@ -26,6 +26,12 @@ SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
 SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
     ('c', '3', 'p1', 'u', 'cpu', NULL, '2024-01-01 02:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
     '22023', NULL, 'end before start');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', 'u', 'cpu', NULL, '2024-01-01 00:00+00', 'infinity', 'cpu=1', 'COMPLETED')$$,
+    '22008', 'job c/3 has an infinite start or end', 'an infinite end is named, not "cannot subtract infinite timestamps"');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', 'u', 'cpu', NULL, '-infinity', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '22008', 'job c/3 has an infinite start or end', 'an infinite start too');
 SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
     ('c', '3', 'p1', 'u', 'cpu', NULL, NULL, '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
     '23502', NULL, 'NULL start in hpcacct.job');
