@@ -94,7 +94,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         IF account IS NULL THEN
             RAISE EXCEPTION 'account_verdict: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        at := hpcacct_internal.day_or_today(at, 'account_verdict');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
@@ -176,6 +176,10 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
         IF username IS NULL THEN
             RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        -- before any answer: an unknown user with an infinite day is an error too
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'check_submit: % is not a finite date', at USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         IF chosen IS NULL THEN
             SELECT coalesce(u.default_account, u.username) INTO chosen
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
@@ -255,6 +259,7 @@ CREATE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extschema@.site_
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        SELECT hpcacct_internal.day_or_today($1, 'slurm_associations');  -- infinite: 22008, with no account too
         SELECT a.name, v.pol,
                CASE WHEN NOT (v.d).ok THEN 'blocked'
                     WHEN 'window_quota' = ANY (v.pol)

@@ -10943,6 +10943,10 @@ $do$;
 -- (it was PostgreSQL's "cannot subtract infinite timestamps" with the trigger's query).
 -- Defined in the final definitions below
 
+-- ==== check_submit(), account_verdict(), slurm_associations(): an infinite day names the caller ---
+-- (account_verdict() and slurm_associations() said check_submit; check_submit() answered
+-- unknown_user for an unknown user at an infinite day). Defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11359,6 +11363,10 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
         IF username IS NULL THEN
             RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        -- before any answer: an unknown user with an infinite day is an error too
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'check_submit: % is not a finite date', at USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         IF chosen IS NULL THEN
             SELECT coalesce(u.default_account, u.username) INTO chosen
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
@@ -11711,7 +11719,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         IF account IS NULL THEN
             RAISE EXCEPTION 'account_verdict: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        at := hpcacct_internal.day_or_today(at, 'check_submit');  -- NULL: today; infinite: 22008
+        at := hpcacct_internal.day_or_today(at, 'account_verdict');  -- NULL: today; infinite: 22008
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
@@ -11811,6 +11819,7 @@ CREATE OR REPLACE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extsc
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        SELECT hpcacct_internal.day_or_today($1, 'slurm_associations');  -- infinite: 22008, with no account too
         SELECT a.name, v.pol,
                CASE WHEN NOT (v.d).ok THEN 'blocked'
                     WHEN 'window_quota' = ANY (v.pol)

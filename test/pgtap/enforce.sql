@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(58);
+SELECT plan(61);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -141,6 +141,12 @@ SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'p1'), NULL, 'witho
 SELECT is_empty($$SELECT * FROM recheck_queued('2024-05-10')$$, 'a second recheck releases nothing again');
 SELECT throws_ok($$SELECT * FROM hpcacct.check_submit('eu', 'e_bank', 'infinity')$$, '22008', NULL,
                  'an infinite day is refused');
+SELECT throws_ok($$SELECT * FROM hpcacct.check_submit('nobody-at-all', NULL, 'infinity')$$, '22008',
+                 'check_submit: infinity is not a finite date', 'also for a user it does not know (it answered unknown_user)');
+SELECT throws_ok($$SELECT * FROM hpcacct.account_verdict('e_bank', 'infinity')$$, '22008',
+                 'account_verdict: infinity is not a finite date', 'account_verdict() names itself, not check_submit');
+SELECT throws_ok($$SELECT * FROM hpcacct.slurm_associations('-infinity')$$, '22008',
+                 'slurm_associations: -infinity is not a finite date', 'and slurm_associations() itself');
 SELECT throws_ok($$SELECT * FROM hpcacct.check_submit(NULL, 'e_bank')$$, '22004', NULL, 'a NULL user is refused');
 SELECT is(check_submit('eu', 'e_old', NULL), check_submit('eu', 'e_old'), 'a NULL day is today');
 
