@@ -251,6 +251,8 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_resource', 'at');
         SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
                round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.projected, 6), round(u.projected / h.hours, 6)
@@ -286,6 +288,8 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_account', 'at');
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
             FROM @extschema@.year_usage($1, $2, false) c
@@ -330,6 +334,8 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_submitter', 'at');
         SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
                round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
@@ -359,6 +365,8 @@ CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at tim
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_month', 'at');
         SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
                round(m.usage, 6), round(m.usage / h.hours, 6)
         FROM (

@@ -10947,6 +10947,9 @@ $do$;
 -- (account_verdict() and slurm_associations() said check_submit; check_submit() answered
 -- unknown_user for an unknown user at an infinite day). Defined in the final definitions below
 
+-- ==== usage_by_*(): a NULL or infinite instant is refused in the report's own name ---------
+-- (they said "allocation_year: at must not be NULL"). Defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14585,6 +14588,8 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAUL
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_resource', 'at');
         SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
                round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.projected, 6), round(u.projected / h.hours, 6)
@@ -14618,6 +14623,8 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_account', 'at');
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
             FROM @extschema@.year_usage($1, $2, false) c
@@ -14660,6 +14667,8 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAU
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_submitter', 'at');
         SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
                round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
@@ -14686,6 +14695,8 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT N
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- a bad instant is refused here, in this function's name
+        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_month', 'at');
         SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
                round(m.usage, 6), round(m.usage / h.hours, 6)
         FROM (

@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(49);
+SELECT plan(53);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -89,6 +89,15 @@ SELECT results_eq($$SELECT account, submitter, factor FROM hpcacct.fairshare_all
 -- The usage reports: a NULL instant is 22004 (the README: "22004 for the usage reports");
 -- a NULL day of the portal's page and of the scan too.
 SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_account(NULL, NULL)$$, '22004', NULL, 'usage_by_account(year, NULL)');
+-- each names itself (they said "allocation_year: at must not be NULL", a function not called)
+SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_resource(NULL, NULL)$$, '22004', 'usage_by_resource: at must not be NULL',
+                 'usage_by_resource(year, NULL) names itself');
+SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_account(NULL, NULL)$$, '22004', 'usage_by_account: at must not be NULL',
+                 'usage_by_account(year, NULL) too');
+SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_submitter(NULL, NULL)$$, '22004', 'usage_by_submitter: at must not be NULL',
+                 'usage_by_submitter(year, NULL) too');
+SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_month(NULL, 'infinity')$$, '22008', 'usage_by_month: at must be finite, not infinity',
+                 'usage_by_month(year, infinity) too');
 SELECT throws_ok($$SELECT hpcacct.my_accounts(NULL)$$, '22004', NULL, 'my_accounts(NULL)');
 SELECT throws_ok($$SELECT hpcacct.notify_scan(NULL)$$, '22004', NULL, 'notify_scan(NULL)');
 
