@@ -625,6 +625,29 @@ COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolea
     '(from_month to to_month), from the rollup (and usage_base) and the ledger''s latest month; rows to be summed; '
     'a NULL argument (22004) or an infinite at (22008) is an error, an infinite month no bound';
 
+-- A machine (pool) argument: one that a resource charges to (its pool, or else its cluster)
+-- or that an allocation names; 42704 otherwise, so that a misspelt machine is not read as
+-- one with nothing on it. (The allocations are read under row-level security.)
+CREATE FUNCTION hpcacct_internal.require_pool(pool text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF pool IS NULL THEN
+            RAISE EXCEPTION '%: machine must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = require_pool.pool)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.pool = require_pool.pool) THEN
+            RAISE EXCEPTION '%: unknown machine "%"', caller, pool
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'A machine is the pool (or else the cluster) of a row of hpcacct.resource, or the pool of an allocation.';
+        END IF;
+        RETURN pool;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_pool(text, text) IS
+    'A machine (pool) argument: NULL is an error (22004), one no resource charges to and no allocation names too (42704)';
+
 -- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
 -- pro rata before it. At a regulation boundary (1 January or the 16th at 00:00, site time
 -- zone) it is the consumption rollup's. Otherwise it is all the account's charges (the sum of
@@ -654,6 +677,9 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
         END IF;
         local_before := $3 AT TIME ZONE @extschema@.site_timezone();
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
+        IF pool_resources = '{}' THEN
+            PERFORM hpcacct_internal.require_pool($2, 'consumption_before');
+        END IF;
         IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
             RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
                              FROM hpcacct_internal.consumption_rollup_exact c

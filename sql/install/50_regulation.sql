@@ -125,9 +125,7 @@ CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at dat
         acct constant text := hpcacct_internal.require_account($1, 'allocation_status');
         day constant date := hpcacct_internal.day_or_today($3, 'allocation_status');
     BEGIN
-        IF $2 IS NULL THEN
-            RAISE EXCEPTION 'allocation_status: machine must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
+        PERFORM hpcacct_internal.require_pool($2, 'allocation_status');
         RETURN QUERY
         WITH period AS (
             SELECT pg_catalog.make_date(EXTRACT(year FROM day)::integer, 1, 1) AS year_start,
@@ -191,6 +189,7 @@ CREATE FUNCTION @extschema@.regulation_year(account text, machine text, year int
             RAISE EXCEPTION 'invalid month convention "%"', conv
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'The conventions are half_month and day.';
         END IF;
+        PERFORM hpcacct_internal.require_pool($2, 'regulation_year');
         RETURN QUERY
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a

@@ -10950,6 +10950,28 @@ $do$;
 -- ==== usage_by_*(): a NULL or infinite instant is refused in the report's own name ---------
 -- (they said "allocation_year: at must not be NULL"). Defined in the final definitions below
 
+-- ==== allocation_status(), regulation_year(), consumption_before(): an unknown machine is 42704 (it read as one with nothing on it: zeros, status ok) ---
+-- the three functions: defined in the final definitions below
+CREATE FUNCTION hpcacct_internal.require_pool(pool text, caller text) RETURNS text
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF pool IS NULL THEN
+            RAISE EXCEPTION '%: machine must not be NULL', caller USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = require_pool.pool)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.pool = require_pool.pool) THEN
+            RAISE EXCEPTION '%: unknown machine "%"', caller, pool
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'A machine is the pool (or else the cluster) of a row of hpcacct.resource, or the pool of an allocation.';
+        END IF;
+        RETURN pool;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_pool(text, text) IS
+    'A machine (pool) argument: NULL is an error (22004), one no resource charges to and no allocation names too (42704)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14725,9 +14747,7 @@ CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine t
         acct constant text := hpcacct_internal.require_account($1, 'allocation_status');
         day constant date := hpcacct_internal.day_or_today($3, 'allocation_status');
     BEGIN
-        IF $2 IS NULL THEN
-            RAISE EXCEPTION 'allocation_status: machine must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
+        PERFORM hpcacct_internal.require_pool($2, 'allocation_status');
         RETURN QUERY
         WITH period AS (
             SELECT pg_catalog.make_date(EXTRACT(year FROM day)::integer, 1, 1) AS year_start,
@@ -14788,6 +14808,7 @@ CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine tex
             RAISE EXCEPTION 'invalid month convention "%"', conv
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'The conventions are half_month and day.';
         END IF;
+        PERFORM hpcacct_internal.require_pool($2, 'regulation_year');
         RETURN QUERY
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
@@ -15471,6 +15492,9 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
         END IF;
         local_before := $3 AT TIME ZONE @extschema@.site_timezone();
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
+        IF pool_resources = '{}' THEN
+            PERFORM hpcacct_internal.require_pool($2, 'consumption_before');
+        END IF;
         IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
             RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
                              FROM hpcacct_internal.consumption_rollup_exact c

@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(79);
+SELECT plan(83);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -230,6 +230,18 @@ SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', 2025, 'bogu
                  'invalid month convention "bogus"', 'an unknown convention');
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'no-events-here', 2025, 'bogus')$$, '22023',
                  'invalid month convention "bogus"', 'an unknown convention, on a machine without events too (it printed a row)');
+-- a misspelt machine is an error, not a machine with nothing on it (zeros, status ok)
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'adaa', 2025)$$, '42704',
+                 'regulation_year: unknown machine "adaa"', 'regulation_year() of an unknown machine');
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_status('Z', 'adaa', '2025-03-15')$$, '42704',
+                 'allocation_status: unknown machine "adaa"', 'allocation_status() of an unknown machine');
+SELECT throws_ok($$SELECT hpcacct.consumption_before('Z', 'adaa', '2025-03-15')$$, '42704',
+                 'consumption_before: unknown machine "adaa"', 'consumption_before() of an unknown machine');
+-- a machine that an allocation names but no resource charges to yet is one, with nothing consumed
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('Z', 'grant', 5000, 'hours', 'vega', '2025-01-01', '2025-12-31');
+SELECT is((SELECT (s.alloc, s.consumption)::text FROM hpcacct.allocation_status('Z', 'vega', '2025-03-15') s),
+          '(5000.000000,0)', 'allocation_status() of a machine with an allocation and no resource yet');
 SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.regulation_year('Z', 'ada', 2025)$$,
                   $$VALUES ('2025-01-01'::date, 100000::numeric), ('2025-03-15', 89474)$$,
                   'Z''s year: the retraction of 15 March as in the document');
