@@ -120,6 +120,14 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'add_quota_period: % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        -- said here in the caller's terms (the tables' constraints would refuse them too)
+        IF NOT ($4 >= 0 AND $4 <= 9007199254740992) THEN  -- NaN fails it too
+            RAISE EXCEPTION 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not %', $4
+                USING ERRCODE = 'numeric_value_out_of_range';
+        ELSIF $3 < $2 THEN
+            RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %', $3, $2
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
         VALUES ($1, $2, $3, $5, $6);
         INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
@@ -128,7 +136,8 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
     END
     $$;
 COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
-    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month '
+    '(0 to 2^53: 22003 otherwise; an end before the start: 22023)';
 REVOKE EXECUTE ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) FROM PUBLIC;
 
 -- The sliding-window quota of one account in the month containing `at`, with r_wlm_usage's

@@ -3,7 +3,7 @@
 -- workers really ran.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(57);
+SELECT plan(58);
 
 -- ---- objects and their labels ----
 SELECT has_composite('hpcacct', 'quota', 'composite type hpcacct.quota');
@@ -88,10 +88,12 @@ SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', 'infini
                  'infinite period');
 SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_a', '2012-06-01', '2012-12-31', 1000)$$, '23P01', NULL,
                  'overlapping periods of one account');
-SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', '2012-06-30', -1)$$, '23514', NULL,
-                 'negative allowance');
-SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', '2012-06-30', 'NaN')$$, '23514', NULL,
-                 'NaN allowance');
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', '2012-06-30', -1)$$, '22003',
+                 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not -1', 'negative allowance');
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', '2012-06-30', 'NaN')$$, '22003',
+                 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not NaN', 'NaN allowance');
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-06-01', '2012-01-31', 1000)$$, '22023',
+                 'add_quota_period: period_end 2012-01-31 is before period_start 2012-06-01', 'a period that ends before it starts');
 SELECT throws_ok($$INSERT INTO hpcacct.monthly_allowance VALUES ('wq_a', '2012-01-01', '2012-06-30', '2012-08-01', 1)$$,
                  '23514', NULL, 'month outside the period');
 SELECT throws_ok($$INSERT INTO hpcacct.monthly_allowance VALUES ('wq_a', '2012-01-01', '2012-12-31', '2012-08-01', 1)$$,
