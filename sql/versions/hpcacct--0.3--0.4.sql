@@ -10252,30 +10252,7 @@ UPDATE @extschema@.pending_job SET sync_hold = 'release' WHERE held OR hold_reas
 
 -- ==== add_quota_period(): NULL dates, allowance or unit are 22004 ----
 -- (they were 23502 from the tables' constraints)
-CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
-                                             monthly_allowance float8, cluster text DEFAULT NULL,
-                                             unit text DEFAULT 'core-hours')
-    RETURNS void
-    LANGUAGE plpgsql VOLATILE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        missing text := CASE WHEN $2 IS NULL THEN 'period_start' WHEN $3 IS NULL THEN 'period_end'
-                             WHEN $4 IS NULL THEN 'monthly_allowance' WHEN $6 IS NULL THEN 'unit' END;
-    BEGIN
-        PERFORM hpcacct_internal.require_account($1, 'add_quota_period');
-        IF missing IS NOT NULL THEN
-            RAISE EXCEPTION 'add_quota_period: % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
-        VALUES ($1, $2, $3, $5, $6);
-        INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
-        SELECT $1, $2, $3, m.month::date, $4
-        FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
-    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month';
+-- add_quota_period(): defined in the final definitions
 
 -- ==== add_user(user, NULL) is today, as every date argument (it was 22004 from top_up) -----
 -- add_user(): defined again below (add_user(): a username of at most 64 characters)
@@ -10485,35 +10462,7 @@ CREATE OR REPLACE FUNCTION @extschema@.setting_value(name text) RETURNS text
 COMMENT ON FUNCTION @extschema@.setting_value(text) IS 'Effective value of a setting (a NULL name is an error, 22004)';
 
 -- ==== add_user(): a username of at most 64 characters (22023; a 10 000-character one got an account) ---
-CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
-    BEGIN
-        IF username IS NULL THEN
-            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
-            RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
-            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
-        END IF;
-        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
-        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
-        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
-        FOR i IN 0 .. 2 LOOP
-            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
-                                       @extschema@.personal_allotment(username));
-        END LOOP;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
-    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
-    'a username is at most 64 characters (22023)';
+-- add_user(): defined in the final definitions
 
 -- ==== account_policies(): a NULL account is 22004, an unknown one 42704 (it gave NULL) -----
 -- defined in the final definitions below
@@ -10973,72 +10922,7 @@ COMMENT ON FUNCTION hpcacct_internal.require_pool(text, text) IS
     'A machine (pool) argument: NULL is an error (22004), one no resource charges to and no allocation names too (42704)';
 
 -- ==== add_user(''), add_quota_period()'s negative or NaN allowance and inverted period: 22023 / 22003 in the caller's terms (they were the tables' constraints, 23514) ---
-CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
-    BEGIN
-        IF username IS NULL THEN
-            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        IF username = '' THEN
-            RAISE EXCEPTION 'add_user: username must not be empty' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
-            RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
-            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
-        END IF;
-        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
-        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
-        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
-        FOR i IN 0 .. 2 LOOP
-            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
-                                       @extschema@.personal_allotment(username));
-        END LOOP;
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
-    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
-    'a username is not empty and at most 64 characters (22023)';
-
-CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
-                                             monthly_allowance float8, cluster text DEFAULT NULL,
-                                             unit text DEFAULT 'core-hours')
-    RETURNS void
-    LANGUAGE plpgsql VOLATILE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    DECLARE
-        missing text := CASE WHEN $2 IS NULL THEN 'period_start' WHEN $3 IS NULL THEN 'period_end'
-                             WHEN $4 IS NULL THEN 'monthly_allowance' WHEN $6 IS NULL THEN 'unit' END;
-    BEGIN
-        PERFORM hpcacct_internal.require_account($1, 'add_quota_period');
-        IF missing IS NOT NULL THEN
-            RAISE EXCEPTION 'add_quota_period: % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
-        END IF;
-        -- said here in the caller's terms (the tables' constraints would refuse them too)
-        IF NOT ($4 >= 0 AND $4 <= 9007199254740992) THEN  -- NaN fails it too
-            RAISE EXCEPTION 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not %', $4
-                USING ERRCODE = 'numeric_value_out_of_range';
-        ELSIF $3 < $2 THEN
-            RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %', $3, $2
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
-        VALUES ($1, $2, $3, $5, $6);
-        INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
-        SELECT $1, $2, $3, m.month::date, $4
-        FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
-    END
-    $$;
-COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
-    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month '
-    '(0 to 2^53: 22003 otherwise; an end before the start: 22023)';
+-- add_user(), add_quota_period(): defined in the final definitions
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -15663,4 +15547,71 @@ BEGIN
     END IF;
 END
 $do$;
+CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        q date := @extschema@.quarter_start(hpcacct_internal.day_or_today(at, 'add_user'));
+    BEGIN
+        IF username IS NULL THEN
+            RAISE EXCEPTION 'add_user: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF username = '' THEN
+            RAISE EXCEPTION 'add_user: username must not be empty' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
+            RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_user.username) THEN
+            RAISE EXCEPTION 'user "%" already exists', username USING ERRCODE = 'unique_violation';
+        END IF;
+        INSERT INTO @extschema@.account (name, kind, description) VALUES (username, 'personal', 'personal account');
+        INSERT INTO @extschema@.hpc_user (username) VALUES (username);
+        INSERT INTO @extschema@.membership (account, username, role) VALUES (username, username, 'admin');
+        FOR i IN 0 .. 2 LOOP
+            PERFORM @extschema@.top_up(username, (q + i * interval '3 months')::date,
+                                       @extschema@.personal_allotment(username));
+        END LOOP;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
+    'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
+    'a username is not empty and at most 64 characters (22023)';
+
+CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
+                                             monthly_allowance float8, cluster text DEFAULT NULL,
+                                             unit text DEFAULT 'core-hours')
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        missing text := CASE WHEN $2 IS NULL THEN 'period_start' WHEN $3 IS NULL THEN 'period_end'
+                             WHEN $4 IS NULL THEN 'monthly_allowance' WHEN $6 IS NULL THEN 'unit' END;
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'add_quota_period');
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'add_quota_period: % must not be NULL', missing USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- said here in the caller's terms (the tables' constraints would refuse them too)
+        IF NOT ($4 >= 0 AND $4 <= 9007199254740992) THEN  -- NaN fails it too
+            RAISE EXCEPTION 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not %', $4
+                USING ERRCODE = 'numeric_value_out_of_range';
+        ELSIF $3 < $2 THEN
+            RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %', $3, $2
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
+        VALUES ($1, $2, $3, $5, $6);
+        INSERT INTO @extschema@.monthly_allowance (account, period_start, period_end, month, allowance)
+        SELECT $1, $2, $3, m.month::date, $4
+        FROM pg_catalog.generate_series($2::timestamp, $3::timestamp, interval '1 month') AS m(month);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
+    'Adds an accounting period (first day to last day of whole months) with the same allowance in every month '
+    '(0 to 2^53: 22003 otherwise; an end before the start: 22023)';
+
 -- ==== end of final definitions
