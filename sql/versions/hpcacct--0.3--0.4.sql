@@ -15600,7 +15600,8 @@ CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_sta
             RAISE EXCEPTION 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not %', $4
                 USING ERRCODE = 'numeric_value_out_of_range';
         ELSIF $3 < $2 THEN
-            RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %', $3, $2
+            RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %',
+                pg_catalog.to_char($3, 'YYYY-MM-DD'), pg_catalog.to_char($2, 'YYYY-MM-DD')
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         INSERT INTO @extschema@.quota_period (account, period_start, period_end, cluster, unit)
