@@ -687,8 +687,8 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
                                AND c.boundary <= local_before), 0);
         END IF;
         -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index;
-        -- job_end bounded on both sides: the plan made once estimates a narrow range, and reads
-        -- the BRIN index on job_end, never the whole ledger)
+        -- job_end bounded on both sides: the plan made once estimates a narrow range, so on a
+        -- large ledger it reads the BRIN index on job_end, not the whole table)
         SELECT coalesce(sum(CASE WHEN l.kind = 'charge' THEN l.amount
                                  * (1 - @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)) END), 0)
         INTO after_before
