@@ -44,7 +44,7 @@ main=hpcacct_bench ingest=hpcacct_ingest admin=hpcacct_admin
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 value() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
-as_server_owner() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+as_server_owner() { if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi; }
 seconds() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 

@@ -11,7 +11,8 @@ base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-fed.XXXXXX")
 started=()
 
 as_server_owner() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    # from /: the caller's directory may be one the server owner cannot enter
+    if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 [ "$(id -u)" -eq 0 ] && chown postgres: "$base"
 

@@ -12,7 +12,8 @@ base=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-$name.XXXXXX")
 data=$base/data
 
 as_server_owner() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    # from /: the caller's directory may be one the server owner cannot enter
+    if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 remove_cluster() {
