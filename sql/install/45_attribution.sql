@@ -57,23 +57,31 @@ COMMENT ON FUNCTION hpcacct_internal.require_account(text, text) IS
     'An account argument: NULL is an error (22004), an unknown or invisible account too (42704)';
 
 -- Fraction of [job_start, job_end) that lies in [period_start, period_end). A job of zero
--- length counts wholly in the period where it starts; NULL in, NULL out. A SQL-standard
--- body (parsed once, at creation) without SET options, so that the planner inlines it.
+-- length counts wholly in the period where it starts; NULL in, NULL out; an infinite job
+-- start or end is 22008; a period's bound may be infinite (a period that misses the job,
+-- e.g. one from infinity, gives 0 without subtracting). A SQL-standard body (parsed
+-- once, at creation) without SET options, so that the planner inlines it.
 CREATE FUNCTION @extschema@.period_share(job_start timestamptz, job_end timestamptz,
                                          period_start timestamptz, period_end timestamptz)
     RETURNS numeric
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE
         WHEN job_start IS NULL OR job_end IS NULL OR period_start IS NULL OR period_end IS NULL THEN NULL
+        WHEN NOT (pg_catalog.isfinite(job_start)
+                  OR hpcacct_internal.refuse_argument(job_start, 'period_share', 'job_start'))
+          OR NOT (pg_catalog.isfinite(job_end)
+                  OR hpcacct_internal.refuse_argument(job_end, 'period_share', 'job_end')) THEN NULL
         WHEN job_end <= job_start THEN
             CASE WHEN job_start >= period_start AND job_start < period_end THEN 1 ELSE 0 END
+        WHEN period_start >= job_end OR period_end <= job_start THEN 0
         ELSE
             GREATEST(0, pg_catalog.date_part('epoch', LEAST(job_end, period_end)
                                                                  - GREATEST(job_start, period_start))::numeric)
             / pg_catalog.date_part('epoch', job_end - job_start)::numeric
     END;
 COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamptz, timestamptz) IS
-    'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end)';
+    'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end); '
+    'NULL in, NULL out; an infinite job start or end is an error (22008); an infinite period bound is no bound';
 
 -- Every charge (and reversal) split by calendar month of the site's time zone.
 CREATE VIEW @extschema@.charge_by_month AS

@@ -10924,6 +10924,29 @@ COMMENT ON FUNCTION hpcacct_internal.require_pool(text, text) IS
 -- ==== add_user(''), add_quota_period()'s negative or NaN allowance and inverted period: 22023 / 22003 in the caller's terms (they were the tables' constraints, 23514) ---
 -- add_user(), add_quota_period(): defined in the final definitions
 
+-- ==== period_share(): an infinite job start or end is 22008 naming it (it was 'cannot subtract infinite timestamps') ---
+CREATE OR REPLACE FUNCTION @extschema@.period_share(job_start timestamptz, job_end timestamptz,
+                                         period_start timestamptz, period_end timestamptz)
+    RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE
+        WHEN job_start IS NULL OR job_end IS NULL OR period_start IS NULL OR period_end IS NULL THEN NULL
+        WHEN NOT (pg_catalog.isfinite(job_start)
+                  OR hpcacct_internal.refuse_argument(job_start, 'period_share', 'job_start'))
+          OR NOT (pg_catalog.isfinite(job_end)
+                  OR hpcacct_internal.refuse_argument(job_end, 'period_share', 'job_end')) THEN NULL
+        WHEN job_end <= job_start THEN
+            CASE WHEN job_start >= period_start AND job_start < period_end THEN 1 ELSE 0 END
+        WHEN period_start >= job_end OR period_end <= job_start THEN 0
+        ELSE
+            GREATEST(0, pg_catalog.date_part('epoch', LEAST(job_end, period_end)
+                                                                 - GREATEST(job_start, period_start))::numeric)
+            / pg_catalog.date_part('epoch', job_end - job_start)::numeric
+    END;
+COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamptz, timestamptz) IS
+    'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end); '
+    'NULL in, NULL out; an infinite job start or end is an error (22008); an infinite period bound is no bound';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
