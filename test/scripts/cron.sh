@@ -66,8 +66,19 @@ check)
     check "the runs on the empty site wrote nothing (no ledger, regulation or quarter rows)" \
         "$(q -c "SELECT NOT EXISTS (SELECT FROM hpcacct.ledger) AND NOT EXISTS (SELECT FROM hpcacct.regulation_log)
                     AND NOT EXISTS (SELECT FROM hpcacct.quarter_log)")"
+    jobids=$(q -c "SELECT coalesce(string_agg(jobid::text, ','), '0') FROM cron.job WHERE jobname LIKE 'hpcacct-%'")
     q -c "SELECT count(cron.unschedule(jobid)) FROM cron.job WHERE jobname LIKE 'hpcacct-%'" >/dev/null
     check "every job the test made is unscheduled" "$(q -c "SELECT count(*) = 0 FROM cron.job WHERE jobname LIKE 'hpcacct-%'")"
+    # a run the last minute started goes on after the unschedule: let it end before other
+    # tests use the database
+    started=$(date +%s)
+    while [ $(( $(date +%s) - started )) -lt 60 ] &&
+          [ "$(q -c "SELECT count(*) FROM cron.job_run_details WHERE jobid IN ($jobids)
+                      AND status NOT IN ('succeeded', 'failed')")" != 0 ]; do
+        sleep 1
+    done
+    check "no run of those jobs is left going" \
+        "$(q -c "SELECT count(*) = 0 FROM cron.job_run_details WHERE jobid IN ($jobids) AND status NOT IN ('succeeded', 'failed')")"
     q -c "REVOKE USAGE ON SCHEMA cron FROM $admin" -c "DROP ROLE $admin" >/dev/null
     rm -f "$stamp"
     report cron
