@@ -256,7 +256,15 @@ Envelope envelope(std::string_view address, const ToAscii &to_ascii) {
     std::string local(address.substr(0, at)), domain(address.substr(at + 1));
     if (!ascii(domain)) {
         std::string a_label, why;
-        if (!to_ascii(domain, a_label, why) || a_label.empty() || !ascii(a_label)) {
+        // UTS #46 maps fullwidth punctuation to ASCII ('＠' to '@', '＞' to '>'): an A-label is
+        // letters, digits, hyphens and dots only, or it could add a recipient
+        auto ldh = [](const std::string &s) {
+            return std::all_of(s.begin(), s.end(), [](char c) {
+                return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+            });
+        };
+        if (!to_ascii(domain, a_label, why) || a_label.empty() || !ldh(a_label)) {
+            if (why.empty() && !a_label.empty() && !ldh(a_label)) why = "maps to \"" + a_label + "\"";
             e.error = "the domain of \"" + std::string(address) + "\" has no IDNA A-label (" +
                       (why.empty() ? std::string("not converted") : why) + ")";
             return e;

@@ -408,11 +408,12 @@ start_sink_with --no-smtputf8 || exit 1
 before=$(arrivals | wc -l)
 sql >/dev/null <<'SQL'
 SET search_path = hpcacct, public;
-INSERT INTO hpc_user VALUES ('idn1'), ('idn2'), ('idn3');
+INSERT INTO hpc_user VALUES ('idn1'), ('idn2'), ('idn3'), ('idn4');
 INSERT INTO contact (username, email) VALUES
-    ('idn1', 'zoë@lab.example'), ('idn2', 'c@Université.example'), ('idn3', 'd@☃.example');
+    ('idn1', 'zoë@lab.example'), ('idn2', 'c@Université.example'), ('idn3', 'd@☃.example'),
+    ('idn4', 'z@x＞，＜v＠evil.example');
 SELECT outbox_add('balance_low', 'idn/1', NULL, 'idn test', E'figures: 45\n', '{}', false,
-                  ARRAY['idn1', 'idn2', 'idn3', 'u2']);
+                  ARRAY['idn1', 'idn2', 'idn3', 'idn4', 'u2']);
 SQL
 "$sender" --config "$work/notify.conf" --once 2>"$work/idn.log"
 idn_state() { sql -c "SELECT state || ' ' || coalesce(last_error, '') FROM hpcacct.outbox_status
@@ -424,6 +425,10 @@ ok $? "as its A-label, in the envelope and in To:"
 is "$(idn_state 'd@☃.example')" \
    'failed the domain of "d@☃.example" has no IDNA A-label (libidn2: string contains a disallowed character); nothing was sent' \
    "a domain with no A-label fails with the reason"
+# UTS #46 maps fullwidth '＞，＜＠' to ASCII: the A-label would add a recipient (envelope, To:)
+is "$(idn_state 'z@x＞，＜v＠evil.example')" \
+   'failed the domain of "z@x＞，＜v＠evil.example" has no IDNA A-label (maps to "x>,<v@evil.example"); nothing was sent' \
+   "a domain whose IDNA mapping holds '<', '>', ',' or '@' fails with the reason"
 is "$(idn_state 'zoë@lab.example')" \
    "failed the local part of zoë@lab.example is not ASCII and the server does not offer SMTPUTF8 (RFC 6531); nothing was sent" \
    "a non-ASCII local part to a server without SMTPUTF8 fails with the reason"

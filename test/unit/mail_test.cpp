@@ -211,6 +211,24 @@ TEST(MailEnvelope, WhatCannotBeSentSaysWhy) {
     }
 }
 
+// IDNA's UTS #46 mapping (libidn2 with IDN2_NONTRANSITIONAL) turns fullwidth punctuation into
+// ASCII: an A-label with anything but letters, digits, hyphens and dots is not believed
+TEST(MailEnvelope, AnALabelIsOnlyLettersDigitsHyphensAndDots) {
+    auto mapping = [](const std::string &domain, std::string &a, std::string &) {
+        if (domain == "x\uFF1E\uFF0C\uFF1Cv\uFF20evil.example") a = "x>,<v@evil.example";
+        else if (domain == "a\uFF02b.example") a = "a\"b.example";
+        else if (domain == "a\uFF3Fb.example") a = "a_b.example";
+        else a = "xn--ok-9ja.example";
+        return true;
+    };
+    for (const char *bad : {"z@x\uFF1E\uFF0C\uFF1Cv\uFF20evil.example", "z@a\uFF02b.example", "z@a\uFF3Fb.example"}) {
+        mail::Envelope e = mail::envelope(bad, mapping);
+        EXPECT_EQ(e.address, "") << bad;
+        EXPECT_NE(e.error.find("has no IDNA A-label"), std::string::npos) << e.error;
+    }
+    EXPECT_EQ(mail::envelope("z@ok\u00E9.example", mapping).address, "z@xn--ok-9ja.example");
+}
+
 TEST(MailEnvelope, TheToHeaderCarriesTheConvertedAddress) {
     mail::Message m;
     m.from = "hpc@centre.example";
