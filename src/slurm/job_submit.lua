@@ -239,8 +239,27 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
                   job_desc)
 end
 
+-- Who may write a comment starting "hpcacct: ": root and SlurmUser (slurmctld's own uid), as
+-- hpcacct-slurm-sync runs. Such a comment marks hpcacct's hold; an owner who wrote it back after
+-- an operator replaced it would have the sync lift the operator's hold.
+local function own_uid()
+    local f = io.open("/proc/self/status", "r")
+    if not f then return 0 end
+    local text = f:read("*a") or ""
+    f:close()
+    return tonumber(text:match("\nUid:%s*(%d+)")) or 0
+end
+local ctld_uid = own_uid()
+
 -- A pending job's account changed (scontrol update jobid=N account=X): the new one must be valid.
+-- A comment starting "hpcacct: " is hpcacct's own (see own_uid): refused from anyone else.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    if type(job_desc.comment) == "string" and job_desc.comment:sub(1, 9) == "hpcacct: "
+       and modify_uid ~= 0 and modify_uid ~= ctld_uid then
+        slurm.log_info("%s: comment change refused for uid %s: \"hpcacct: \" is hpcacct-slurm-sync's", NAME,
+                       tostring(modify_uid))
+        return refuse("no_access", "a comment starting \"hpcacct: \" is written by hpcacct-slurm-sync only")
+    end
     if job_desc.account == nil or job_rec == nil then return slurm.SUCCESS end
     local user = name_of_uid(job_rec.user_id or modify_uid)
     return decide("account change", user, slurm_account(job_desc.account), nil)
