@@ -67,6 +67,8 @@ HPCACCT_TALLY=$tally test/slurm/smoke.sh || true
 # --- hpcacct's decisions in a real Slurm on localhost (job_submit/lua, hpcacct-slurm-sync):
 # a PostgreSQL cluster and a Slurm of its own, both removed after ---
 HPCACCT_TALLY=$tally test/slurm/enforce.sh || true
+# job_submit.lua's job_modify under Lua 5.1 alone: who may write a comment "hpcacct: ..."
+HPCACCT_TALLY=$tally test/slurm/job_modify.sh || true
 
 # --- federation: a centre and two cluster sites, three clusters of their own (test/federation) ---
 HPCACCT_TALLY=$tally PG_CONFIG=$PG_CONFIG test/federation/run.sh || true
@@ -79,7 +81,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader notify bench slurm enforce federation fedlost; do
+for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader notify bench slurm enforce jobmodify federation fedlost; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

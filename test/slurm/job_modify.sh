@@ -3,13 +3,14 @@
 # slurmctld's `slurm` table (no Slurm, no database: an account is not changed here). A comment
 # starting "hpcacct: " marks hpcacct-slurm-sync's hold, so only root or SlurmUser (slurmctld's
 # uid, this process's here) may write one; an owner who wrote it back after an operator replaced
-# it would have the sync lift the operator's hold. Prints TAP lines; exits 1 on a failure.
+# it would have the sync lift the operator's hold. Prints TAP lines, appends "jobmodify PASSED
+# FAILED" to $HPCACCT_TALLY (when set); exits 1 on a failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-job-modify.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 : >"$work/hpcacct_job_submit.conf"
-HPCACCT_JOB_SUBMIT_CONF=$work/hpcacct_job_submit.conf lua5.1 - "$(id -u)" <<'LUA'
+HPCACCT_JOB_SUBMIT_CONF=$work/hpcacct_job_submit.conf lua5.1 - "$(id -u)" >"$work/tap" <<'LUA'
 slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002,
           log_info = function() end, log_error = function() end, log_user = function() end }
 package.preload["luasql.postgres"] = function() error("no database in this test") end
@@ -35,3 +36,9 @@ is(slurm_job_modify({ comment = "hpcacct: account p1 has a negative balance" }, 
 print("1.." .. n)
 os.exit(failed == 0 and 0 or 1)
 LUA
+status=$?
+cat "$work/tap"
+ok=$(grep -c '^ok ' "$work/tap") bad=$(grep -c '^not ok ' "$work/tap")
+[ "$status" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1   # Lua died before its checks
+[ -n "${HPCACCT_TALLY:-}" ] && echo "jobmodify $ok $bad" >>"$HPCACCT_TALLY"
+exit $(( bad > 0 ))
