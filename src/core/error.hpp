@@ -33,11 +33,13 @@ private:
 };
 
 // At most `shown` bytes of `text` for a message, "..." marking a cut: a message never copies
-// an input whole, which may be hundreds of MB.
+// an input whole, which may be hundreds of MB. The cut falls between UTF-8 characters (half a
+// character would make the message invalid in the server's encoding).
 inline std::string excerpt(std::string_view text, std::size_t shown = 100) {
-    std::string out(text.substr(0, shown));
-    if (text.size() > shown) out.append("...");
-    return out;
+    if (text.size() <= shown) return std::string(text);
+    std::size_t cut = shown;
+    for (int back = 0; back < 3 && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80; ++back) --cut;
+    return std::string(text.substr(0, cut)) + "...";
 }
 
 }  // namespace hpcacct

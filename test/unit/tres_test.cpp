@@ -172,6 +172,35 @@ TEST(Tres, ErrorDetailsAreBoundedWhateverTheInput) {
     }
 }
 
+// The excerpt is cut between characters: "\xC3..." (half an a-umlaut) is no UTF-8, which a
+// client in another encoding got as 22021 "invalid byte sequence" in place of 22P02.
+TEST(Tres, ErrorExcerptsEndBetweenCharacters) {
+    auto utf8 = [](const std::string& s) {
+        for (std::size_t i = 0; i < s.size();) {
+            const auto c = static_cast<unsigned char>(s[i]);
+            const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+            if (n == 0 || i + n > s.size()) return false;
+            for (std::size_t k = 1; k < n; ++k)
+                if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+            i += n;
+        }
+        return true;
+    };
+    for (std::size_t before : {98u, 99u, 100u}) {
+        for (const std::string& ch : {std::string("\xC3\xA4"), std::string("\xE2\x82\xAC"), std::string("\xF0\x9F\x98\x80")}) {
+            const std::string text = std::string(before, 'a') + ch + "=1";
+            try {
+                parse(text);
+                ADD_FAILURE() << "accepted";
+            } catch (const Error& e) {
+                EXPECT_TRUE(utf8(e.what())) << before << " " << e.what();
+                EXPECT_TRUE(utf8(e.detail())) << before << " " << e.detail();
+            }
+        }
+    }
+    EXPECT_EQ(hpcacct::excerpt(std::string(99, 'a') + "\xC3\xA4"), std::string(99, 'a') + "...");
+}
+
 TEST(Tres, AddMergesComponents) {
     tres::Vector sum;
     const Packed a = parse("cpu=2,mem=4G"), b = parse("cpu=1,gres/gpu=1");
