@@ -6,8 +6,8 @@ MODULE_big  = hpcacct
 
 CORE_SRCS   = $(sort $(wildcard src/core/*.cpp))
 GLUE_SRCS   = $(sort $(wildcard src/pg/*.cpp))
-# src/core/mail.cpp is hpcacct-notify's, not the server's
-OBJS        = $(patsubst %.cpp,%.o,$(filter-out src/core/mail.cpp,$(CORE_SRCS))) $(GLUE_SRCS:.cpp=.o)
+# src/core/mail.cpp is hpcacct-notify's; the server uses its mailbox_key() (with libidn2)
+OBJS        = $(patsubst %.cpp,%.o,$(CORE_SRCS)) $(GLUE_SRCS:.cpp=.o)
 
 # The current version's install script is assembled from one file per SQL area, in name
 # order. sql/versions/ holds an update script from each released version to the next (every
@@ -38,7 +38,7 @@ SCRIPTS_built = $(NOTIFY_BIN) $(LOADER) $(REPORT_BIN)
 CXXSTD      = -std=c++17
 PG_CPPFLAGS = -I$(CURDIR)/src
 PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK  = -lstdc++
+SHLIB_LINK  = -lstdc++ $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
 EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN) $(LOADER) $(REPORT_BIN)
 
 PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
@@ -95,7 +95,7 @@ $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 # ---- unit tests of the PostgreSQL-free core (GoogleTest) ----
 UNIT_SRCS = $(sort $(wildcard test/unit/*.cpp))
 test/unit/run_unit_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp test/unit/*.hpp)
-	$(CXX) $(CXXSTD) -O1 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread
+	$(CXX) $(CXXSTD) -O1 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread -lidn2
 
 .PHONY: deps unit test demo
 deps:
@@ -159,7 +159,7 @@ FUZZ_CORE_OBJS      = $(patsubst src/core/%.cpp,$(FUZZ_BUILD)/core/%.o,$(CORE_SR
 EXTRA_CLEAN        += test/unit/run_unit_tests_asan $(FUZZ_BUILD)
 
 test/unit/run_unit_tests_asan: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp test/unit/*.hpp)
-	$(SAN_CXX) $(CXXSTD) -O1 -g $(SAN_FLAGS) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread
+	$(SAN_CXX) $(CXXSTD) -O1 -g $(SAN_FLAGS) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) -lgtest -lgtest_main -pthread -lidn2
 
 $(FUZZ_BUILD)/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	@mkdir -p $(@D)

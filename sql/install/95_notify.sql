@@ -79,6 +79,14 @@ CREATE TABLE @extschema@.outbox (
 COMMENT ON TABLE @extschema@.outbox IS
     'Messages about decisions, written in the deciding transaction; one per topic and decision (decision_key)';
 
+-- The mailbox an address names, as hpcacct-notify sends to it: the local part as written, the
+-- domain as its IDNA A-label (libidn2, as the sender) in lower case. One message gets one
+-- delivery per mailbox: x@bücher.example, x@xn--bcher-kva.example and x@BÜCHER.example are one.
+CREATE FUNCTION hpcacct_internal.mailbox_key(address text) RETURNS text
+    AS 'MODULE_PATHNAME', 'hpcacct_mailbox_key' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION hpcacct_internal.mailbox_key(text) IS
+    'The mailbox an address names: its local part as written, its domain as the IDNA A-label in lower case';
+
 -- One row per message and recipient: the delivery record. States: pending (to send, from
 -- next_attempt on; a sender may hold a lease on it), sending (a sender committed to finish
 -- the SMTP transaction: the server may have it), delivered, failed (refused for good), and
@@ -96,7 +104,9 @@ CREATE TABLE @extschema@.outbox_recipient (
     lease_until  timestamptz,
     last_error   text,
     delivered_at timestamptz,
-    UNIQUE (message_id, address)
+    -- one delivery per message and mailbox, however its address is spelled
+    mailbox      text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED,
+    CONSTRAINT outbox_recipient_once UNIQUE (message_id, mailbox)
 );
 CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
 COMMENT ON TABLE @extschema@.outbox_recipient IS
@@ -181,11 +191,12 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
             RETURNING message_id, addressed_to
         ), recipients AS (
             INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
-            SELECT DISTINCT ON (w.message_id, c.email) w.message_id, c.username, c.email
+            -- one per mailbox (two users' addresses may name one): the first user's
+            SELECT DISTINCT ON (w.message_id, hpcacct_internal.mailbox_key(c.email)) w.message_id, c.username, c.email
             FROM written w
             CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
             JOIN @extschema@.contact c ON c.username = u.username AND c.notify
-            ORDER BY w.message_id, c.email, c.username
+            ORDER BY w.message_id, hpcacct_internal.mailbox_key(c.email), c.username
         )
         SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
         IF ids IS NOT NULL THEN

@@ -10947,6 +10947,18 @@ COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamp
     'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end); '
     'NULL in, NULL out; an infinite job start or end is an error (22008); an infinite period bound is no bound';
 
+-- ==== one delivery per message and mailbox: addresses naming one mailbox were two copies ----
+-- (x@bücher.example and x@xn--bcher-kva.example, or domains differing only in case, of two
+-- users addressed by one message). outbox_add_all(): defined in the final definitions
+CREATE FUNCTION hpcacct_internal.mailbox_key(address text) RETURNS text
+    AS 'MODULE_PATHNAME', 'hpcacct_mailbox_key' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION hpcacct_internal.mailbox_key(text) IS
+    'The mailbox an address names: its local part as written, its domain as the IDNA A-label in lower case';
+ALTER TABLE @extschema@.outbox_recipient DROP CONSTRAINT outbox_recipient_message_id_address_key;
+ALTER TABLE @extschema@.outbox_recipient
+    ADD COLUMN mailbox text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED;
+ALTER TABLE @extschema@.outbox_recipient ADD CONSTRAINT outbox_recipient_once UNIQUE (message_id, mailbox);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12198,11 +12210,12 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
             RETURNING message_id, addressed_to
         ), recipients AS (
             INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
-            SELECT DISTINCT ON (w.message_id, c.email) w.message_id, c.username, c.email
+            -- one per mailbox (two users' addresses may name one): the first user's
+            SELECT DISTINCT ON (w.message_id, hpcacct_internal.mailbox_key(c.email)) w.message_id, c.username, c.email
             FROM written w
             CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
             JOIN @extschema@.contact c ON c.username = u.username AND c.notify
-            ORDER BY w.message_id, c.email, c.username
+            ORDER BY w.message_id, hpcacct_internal.mailbox_key(c.email), c.username
         )
         SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
         IF ids IS NOT NULL THEN

@@ -19,11 +19,11 @@
 //   --once: deliver what is due now and exit (cron); otherwise run, woken by NOTIFY
 //   hpcacct_outbox and by the next retry, until SIGTERM or SIGINT.
 
+#include "core/idna.hpp"
 #include "core/mail.hpp"
 #include "pq.hpp"
 
 #include <curl/curl.h>
-#include <idn2.h>
 #include <libpq-fe.h>
 
 #include <sys/select.h>
@@ -59,18 +59,8 @@ std::string trim(const std::string &s) {
     return s.substr(b, e - b + 1);
 }
 
-// A domain's A-label (IDNA2008 with UTS #46's non-transitional mapping, as browsers and MTAs).
-bool idna_to_ascii(const std::string &domain, std::string &a_label, std::string &why) {
-    char *out = nullptr;
-    int rc = idn2_to_ascii_8z(domain.c_str(), &out, IDN2_NFC_INPUT | IDN2_NONTRANSITIONAL);
-    if (rc != IDN2_OK) {
-        why = std::string("libidn2: ") + idn2_strerror(rc);
-        return false;
-    }
-    a_label = out;
-    idn2_free(out);
-    return true;
-}
+// A domain's A-label, as the database's mailbox_key() reads it (src/core/idna.hpp).
+using hpcacct::mail::idna_to_ascii;
 
 struct Config {
     std::map<std::string, std::string> values{

@@ -276,6 +276,17 @@ Envelope envelope(std::string_view address, const ToAscii &to_ascii) {
     return e;
 }
 
+std::string mailbox_key(std::string_view address, const ToAscii &to_ascii) {
+    std::size_t at = address.rfind('@');
+    if (at == std::string_view::npos) return std::string(address);
+    std::string domain(address.substr(at + 1)), a_label, why;
+    bool ascii = std::all_of(domain.begin(), domain.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    if (!ascii && to_ascii(domain, a_label, why) && !a_label.empty()) domain = a_label;
+    for (char &c : domain)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    return std::string(address.substr(0, at + 1)) + domain;
+}
+
 void SmtpTrace::line(bool sent, std::string_view text) {
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
     auto upper = [](std::string_view s) {

@@ -442,3 +442,23 @@ is "$(idn_state 'zoë@lab.example')" "delivered " "to a server that offers SMTPU
 f=$(grep -l -a 'X-Envelope-To: zoë@lab.example' "$mail"/*.eml | head -1)
 [ -n "$f" ] && grep -q '^X-Envelope-SMTPUTF8: yes' "$f" && grep -q '^To: <zoë@lab\.example>' "$f"
 ok $? "with SMTPUTF8 on MAIL FROM, the address as it is in To:"
+
+# ---- one mailbox, one copy ----
+# Users whose addresses name one mailbox -- an internationalized domain and its A-label, a
+# domain in other case -- get one copy of a message; a local part in other case is another
+# mailbox (RFC 5321: only its own server may read it otherwise).
+sql >/dev/null <<'SQL'
+SET search_path = hpcacct, public;
+INSERT INTO hpc_user VALUES ('mb1'), ('mb2'), ('mb3'), ('mb4');
+INSERT INTO contact (username, email) VALUES ('mb1', 'x@bücher.example'), ('mb2', 'x@xn--bcher-kva.example'),
+    ('mb3', 'x@BÜCHER.Example'), ('mb4', 'X@bücher.example');
+SELECT outbox_add('balance_low', 'mailbox/1', NULL, 'mailbox test', E'one copy\n', '{}', false,
+                  ARRAY['mb1', 'mb2', 'mb3', 'mb4']);
+SQL
+"$sender" --config "$work/notify.conf" --once 2>"$work/mailbox.log"
+is "$(sql -c "SELECT string_agg(address || ' ' || state, ',' ORDER BY address) FROM hpcacct.outbox_status WHERE subject = 'mailbox test'")" \
+   "X@bücher.example delivered,x@bücher.example delivered" \
+   "three addresses of one mailbox are one delivery, X@ another" "$(cat "$work/mailbox.log")"
+is "$(arrivals | grep -a -c '@xn--bcher-kva\.example$')" 2 "the server got two messages for the domain"
+is "$(arrivals | grep -a -c ' x@xn--bcher-kva\.example$')" 1 "x@xn--bcher-kva.example got one copy"
+is "$(arrivals | grep -a -c ' X@xn--bcher-kva\.example$')" 1 "X@xn--bcher-kva.example got its own"

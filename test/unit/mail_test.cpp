@@ -1,3 +1,4 @@
+#include "core/idna.hpp"
 #include "core/mail.hpp"
 #include "mail_decode.hpp"
 
@@ -258,4 +259,27 @@ TEST(MailSmtpTrace, Smtputf8IsOfferedByTheLastEhloAndCarriedByMailFrom) {
     t.line(true, "NOOP\r\n");
     t.line(false, "250 OK\r\n");
     EXPECT_TRUE(t.smtputf8_offered);
+}
+
+// One mailbox, one key: the domain as its A-label and in lower case, the local part as written.
+TEST(MailboxKey, TheDomainAsItsALabelInLowerCase) {
+    EXPECT_EQ(mail::mailbox_key("zoe@université.example", fake_to_ascii), "zoe@xn--universit-j4a.example");
+    EXPECT_EQ(mail::mailbox_key("zoe@xn--universit-j4a.example", fake_to_ascii), "zoe@xn--universit-j4a.example");
+    EXPECT_EQ(mail::mailbox_key("zoe@XN--Universit-J4A.Example", fake_to_ascii), "zoe@xn--universit-j4a.example");
+    EXPECT_EQ(mail::mailbox_key("Zoe.Smith@Lab.EXAMPLE", fake_to_ascii), "Zoe.Smith@lab.example");
+    EXPECT_NE(mail::mailbox_key("Zoe@lab.example", fake_to_ascii), mail::mailbox_key("zoe@lab.example", fake_to_ascii));
+    // the last @ separates them; a domain with no A-label stays, in lower case; no @: as it is
+    EXPECT_EQ(mail::mailbox_key("a@b@LAB.example", fake_to_ascii), "a@b@lab.example");
+    EXPECT_EQ(mail::mailbox_key("a@☃.EXAMPLE", fake_to_ascii), "a@☃.example");
+    EXPECT_EQ(mail::mailbox_key("nobody", fake_to_ascii), "nobody");
+}
+
+// With libidn2 itself, as the sender and the database use it: UTS #46 maps upper case.
+TEST(MailboxKey, WithLibidn2) {
+    EXPECT_EQ(mail::mailbox_key("x@bücher.example", mail::idna_to_ascii), "x@xn--bcher-kva.example");
+    EXPECT_EQ(mail::mailbox_key("x@BÜCHER.Example", mail::idna_to_ascii), "x@xn--bcher-kva.example");
+    EXPECT_EQ(mail::mailbox_key("x@XN--BCHER-KVA.example", mail::idna_to_ascii), "x@xn--bcher-kva.example");
+    EXPECT_EQ(mail::mailbox_key("Ünal@bücher.example", mail::idna_to_ascii), "Ünal@xn--bcher-kva.example");
+    // non-transitional: ß is a letter of its own, not "ss"
+    EXPECT_NE(mail::mailbox_key("x@straße.example", mail::idna_to_ascii), "x@strasse.example");
 }
