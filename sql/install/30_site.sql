@@ -27,6 +27,9 @@ BEGIN ATOMIC
                ('expiry_warning_days', '14',
                 'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
                 'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               ('notify_order_wait', '1 hour',
+                'How long a message to a mailbox waits, from when it was written, while an older one to the same '
+                'mailbox is still to be delivered (retried), so that they arrive in the order written; 0: no wait'),
                -- fair share and usage reports (rules §5)
                ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
                ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
@@ -142,6 +145,9 @@ CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
                 WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
                 WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
                 WHEN 'rollup' THEN NEW.value IN ('immediate', 'deferred')
+                WHEN 'notify_order_wait' THEN NEW.value::interval >= interval '0'
+                                              AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                              AND pg_catalog.date_part('year', NEW.value::interval) = 0
                 ELSE true
             END;
         EXCEPTION WHEN data_exception THEN

@@ -27,6 +27,9 @@ BEGIN ATOMIC
                ('expiry_warning_days', '14',
                 'Days before the end of a bank account''s last quarter with an allocation that notify_scan() warns '
                 'its managers and members that it runs out (0 to 92; 0: no warning)'),
+               ('notify_order_wait', '1 hour',
+                'How long a message to a mailbox waits, from when it was written, while an older one to the same '
+                'mailbox is still to be delivered (retried), so that they arrive in the order written; 0: no wait'),
                -- fair share and usage reports (rules §5)
                ('decay', 'half_life', 'Decay of usage in fairshare(): half_life (Slurm) or interval (Maui periods)'),
                ('half_life', '7 days', 'Half-life of usage for decay = half_life (an interval without months)'),
@@ -10959,6 +10962,46 @@ ALTER TABLE @extschema@.outbox_recipient
     ADD COLUMN mailbox text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED;
 ALTER TABLE @extschema@.outbox_recipient ADD CONSTRAINT outbox_recipient_once UNIQUE (message_id, mailbox);
 
+-- ==== messages to a mailbox arrive in the order written: a newer one waits for an older one's retry (up to notify_order_wait) ---
+-- (a quota "low priority" retried after a temporary failure arrived after the "normal" written
+-- later). The setting is in setting_catalog() above; outbox_claim() and check_setting():
+-- defined in the final definitions
+CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox) WHERE state IN ('pending', 'sending');
+-- Whether a pending delivery waits for an older message to its mailbox (see above). Inlined.
+CREATE FUNCTION hpcacct_internal.outbox_waits(mailbox text, message_id bigint, created_at timestamptz,
+                                              order_wait interval, at timestamptz) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN created_at + order_wait > at
+           AND EXISTS (SELECT 1
+                       FROM @extschema@.outbox_recipient o
+                       JOIN @extschema@.outbox om ON om.message_id = o.message_id
+                       WHERE o.mailbox = outbox_waits.mailbox AND o.state IN ('pending', 'sending')
+                         AND (om.created_at, om.message_id) < (outbox_waits.created_at, outbox_waits.message_id));
+COMMENT ON FUNCTION hpcacct_internal.outbox_waits(text, bigint, timestamptz, interval, timestamptz) IS
+    'Whether a delivery of a message written at created_at waits for an older message to its mailbox still to be delivered';
+
+-- When the next delivery is due (a sender sleeps until then): the earliest next attempt or
+-- lease end of those to be made, a delivery that waits for an older message counted from
+-- when its wait ends (or when the older one is due). NULL: nothing to deliver.
+CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT min(CASE WHEN r.state = 'pending'
+                             AND hpcacct_internal.outbox_waits(r.mailbox, r.message_id, m.created_at, w.order_wait,
+                                                               pg_catalog.clock_timestamp())
+                        THEN greatest(r.next_attempt, m.created_at + w.order_wait)
+                        ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+        FROM @extschema@.outbox_recipient r
+        JOIN @extschema@.outbox m ON m.message_id = r.message_id
+        CROSS JOIN (SELECT @extschema@.setting_value('notify_order_wait')::interval AS order_wait) w
+        WHERE r.state IN ('pending', 'sending')
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
+    'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.outbox_next_due() FROM PUBLIC;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12431,6 +12474,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
     BEGIN
         IF worker IS NULL OR lease IS NULL OR batch IS NULL THEN
             RAISE EXCEPTION 'outbox_claim needs a worker, a lease and a batch size' USING ERRCODE = 'null_value_not_allowed';
@@ -12447,11 +12492,15 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         WITH due AS (
             SELECT r.recipient_id
             FROM @extschema@.outbox_recipient r
+            JOIN @extschema@.outbox m ON m.message_id = r.message_id
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
+              -- in the order written: not while an older message to the mailbox is to be delivered
+              AND NOT hpcacct_internal.outbox_waits(r.mailbox, r.message_id, m.created_at, order_wait,
+                                                    pg_catalog.clock_timestamp())
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
-            FOR UPDATE SKIP LOCKED
+            FOR UPDATE OF r SKIP LOCKED
         ), claimed AS (
             UPDATE @extschema@.outbox_recipient r
             SET lease_owner = worker, lease_until = pg_catalog.clock_timestamp() + lease, attempts = r.attempts + 1
@@ -12463,11 +12512,12 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         FROM claimed c
         JOIN @extschema@.outbox m ON m.message_id = c.message_id
         LEFT JOIN @extschema@.contact k ON k.username = c.username
-        ORDER BY c.recipient_id;
+        ORDER BY m.created_at, c.message_id, c.recipient_id;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
-    'Sender: leases up to batch due deliveries to worker; marks deliveries left in sending past their lease uncertain';
+    'Sender: leases up to batch due deliveries to worker, oldest message first, none while an older message to its '
+    'mailbox is to be delivered (up to notify_order_wait); marks deliveries left in sending past their lease uncertain';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURNS boolean
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
@@ -13622,6 +13672,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
                 WHEN 'year_start_month' THEN NEW.value::integer BETWEEN 1 AND 12
                 WHEN 'hours_per_year' THEN NEW.value::float8 > 0 AND NEW.value::float8 < 'Infinity'
                 WHEN 'rollup' THEN NEW.value IN ('immediate', 'deferred')
+                WHEN 'notify_order_wait' THEN NEW.value::interval >= interval '0'
+                                              AND pg_catalog.date_part('month', NEW.value::interval) = 0
+                                              AND pg_catalog.date_part('year', NEW.value::interval) = 0
                 ELSE true
             END;
         EXCEPTION WHEN data_exception THEN

@@ -7,6 +7,8 @@
 //      before libcurl gets the last bytes of the body (after which it sends the final "." that
 //      completes the transaction), hpcacct.outbox_sending() commits the state 'sending';
 //   3. hpcacct.outbox_result() records delivered / retry (back-off) / failed / uncertain.
+// Messages to a mailbox go in the order written: outbox_claim() holds back a newer one while
+// an older one to the same mailbox is to be retried (up to the setting notify_order_wait).
 // A delivery left in 'sending' (this process killed, the database gone) becomes 'uncertain'
 // once its lease runs out and is never sent again by itself: nothing is sent twice. Every
 // failure before step 2 is known not to have delivered anything and is retried.
@@ -369,8 +371,9 @@ Outcome send_one(CURL *curl, Trace &trace, Db &db, const Config &cfg, const Deli
         if (rcpt && code >= 400 && code < 500) return {"retry", what, true};
         return {"retry", what};
     }
-    // After 'sending': only an explicit answer to the final "." says it was not taken.
-    if (rc == CURLE_WEIRD_SERVER_REPLY && code >= 400 && code < 500) return {"retry", what};
+    // After 'sending': only an explicit answer to the final "." says it was not taken. The
+    // server answered: a 4xx is this message's (the rest of the batch goes on).
+    if (rc == CURLE_WEIRD_SERVER_REPLY && code >= 400 && code < 500) return {"retry", what, true};
     if (rc == CURLE_WEIRD_SERVER_REPLY && code >= 500 && code < 600) return {"failed", what};
     return {"uncertain", what};
 }
@@ -428,10 +431,8 @@ bool deliver_due(Db &db, CURL *curl, Trace &trace, const Config &cfg, int &sent)
 // Seconds until the next pending delivery is due (bounded by poll).
 double seconds_to_next(Db &db, const Config &cfg) {
     double poll = static_cast<double>(cfg.number("poll"));
-    auto r = db.exec("SELECT EXTRACT(epoch FROM min(greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt))) "
-                     "- pg_catalog.clock_timestamp())::float8 "
-                     "FROM hpcacct.outbox_recipient r WHERE r.state IN ('pending', 'sending')",
-                     {});
+    // a delivery that waits for an older message to its mailbox counts from when it may go
+    auto r = db.exec("SELECT EXTRACT(epoch FROM hpcacct.outbox_next_due() - pg_catalog.clock_timestamp())::float8", {});
     if (!r || PQgetisnull(r.get(), 0, 0)) return poll;
     double s = std::atof(PQgetvalue(r.get(), 0, 0));
     return std::max(0.2, std::min(poll, s + 0.05));

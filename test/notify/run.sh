@@ -462,3 +462,47 @@ is "$(sql -c "SELECT string_agg(address || ' ' || state, ',' ORDER BY address) F
 is "$(arrivals | grep -a -c '@xn--bcher-kva\.example$')" 2 "the server got two messages for the domain"
 is "$(arrivals | grep -a -c ' x@xn--bcher-kva\.example$')" 1 "x@xn--bcher-kva.example got one copy"
 is "$(arrivals | grep -a -c ' X@xn--bcher-kva\.example$')" 1 "X@xn--bcher-kva.example got its own"
+
+# ---- messages to a mailbox arrive in the order written ----
+# The server refuses the final "." of one message for now (451): a newer message to the same
+# mailbox waits for its retry (another mailbox's does not), both then arrive in the order
+# written; after notify_order_wait a newer one goes while the older is still refused.
+order_state() { sql -c "SELECT string_agg(m.decision_key || ' ' || r.state || ' ' || r.attempts, ',' ORDER BY m.message_id)
+                        FROM hpcacct.outbox m JOIN hpcacct.outbox_recipient r USING (message_id)
+                        WHERE m.decision_key LIKE 'order/%'"; }
+order_add() { sql -c "SELECT hpcacct.outbox_add('quota_state', 'order/$1', NULL, 'order $2', E'state $2\n', '{}', false,
+                                                ARRAY['$3'])" >/dev/null; }
+stop_sink
+start_sink_with --defer-data 'state one' --defer-data 'state three' || exit 1
+sql -c "INSERT INTO hpcacct.hpc_user VALUES ('ord')" -c "INSERT INTO hpcacct.contact (username, email) VALUES ('ord', 'ord@lab0.example')" >/dev/null
+order_add 1 one ord
+"$sender" --config "$work/notify.conf" --once 2>"$work/order.log"
+order_add 2 two ord
+order_add 9 other u2
+"$sender" --config "$work/notify.conf" --once 2>>"$work/order.log"
+is "$(order_state)" "order/1 pending 1,order/2 pending 0,order/9 delivered 1" \
+   "a message refused for now (451) is retried; a newer one to its mailbox waits, another mailbox's goes" \
+   "$(cat "$work/order.log")"
+stop_sink
+start_sink 0 || exit 1
+sleep 1.1   # order/1's back-off (retry_base 1 s)
+"$sender" --config "$work/notify.conf" --once 2>>"$work/order.log"
+is "$(order_state)" "order/1 delivered 2,order/2 delivered 1,order/9 delivered 1" "once the server takes it, both are delivered" \
+   "$(cat "$work/order.log")"
+is "$(grep -l -a 'X-Envelope-To: ord@lab0.example' "$mail"/*.eml | sort -t- -k2 | xargs grep -h -a '^Subject:' | tr -d '\r' | tr '\n' ',')" \
+   "Subject: order one,Subject: order two," "in the order written"
+stop_sink
+start_sink_with --defer-data 'state three' || exit 1
+sql -c "INSERT INTO hpcacct.setting VALUES ('notify_order_wait', '2 seconds')" >/dev/null
+order_add 3 three ord
+"$sender" --config "$work/notify.conf" --once 2>>"$work/order.log"
+order_add 4 four ord
+"$sender" --config "$work/notify.conf" --once 2>>"$work/order.log"
+first=$(order_state)
+sleep 2.1
+"$sender" --config "$work/notify.conf" --once 2>>"$work/order.log"
+is "$first / $(order_state | cut -d, -f4-)" \
+   "order/1 delivered 2,order/2 delivered 1,order/9 delivered 1,order/3 pending 1,order/4 pending 0 / order/3 pending 2,order/4 delivered 1" \
+   "after notify_order_wait (2 s) the newer one goes while the older is still refused" "$(tail -4 "$work/order.log")"
+sql -c "DELETE FROM hpcacct.setting WHERE name = 'notify_order_wait'" \
+    -c "UPDATE hpcacct.outbox_recipient SET state = 'failed' WHERE state = 'pending'" >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """SMTP sink for test/notify/run.sh: accepts every message on 127.0.0.1:PORT and writes it,
 once per envelope recipient, to DIR/<n>.eml (first line "X-Envelope-To: <rcpt>"); --auth
-requires a login, --refuse answers RCPT TO of an address with 550, --defer with 450, --tls
+requires a login, --refuse answers RCPT TO of an address with 550, --defer with 450,
+--defer-data the final "." of a message containing a text with 451 (nothing kept), --tls
 requires STARTTLS, --no-smtputf8 does not offer SMTPUTF8 (a message sent with it gets a line
 "X-Envelope-SMTPUTF8: yes" after the first). The file
 is written before the server answers the final ".": from then on the server "has" it, as
@@ -18,6 +19,8 @@ parser.add_argument('--delay', type=float, default=0.0)
 parser.add_argument('--auth', help='LOGIN:PASSWORD: require AUTH (without TLS: test use only)')
 parser.add_argument('--refuse', action='append', default=[], help='answer RCPT TO of this address with 550')
 parser.add_argument('--defer', action='append', default=[], help='answer RCPT TO of this address with 450')
+parser.add_argument('--defer-data', action='append', default=[],
+                    help='answer the final "." of a message containing this text with 451 (nothing kept)')
 parser.add_argument('--no-smtputf8', action='store_true', help='do not offer SMTPUTF8 (RFC 6531)')
 parser.add_argument('--tls', nargs=2, metavar=('CERT', 'KEY'), help='offer and require STARTTLS with this certificate')
 args = parser.parse_args()
@@ -37,6 +40,8 @@ class Sink:
         data = envelope.original_content or envelope.content
         if isinstance(data, str):
             data = data.encode('utf-8')
+        if any(t.encode('utf-8') in data for t in args.defer_data):
+            return '451 4.3.0 Temporary failure, try again later'
         for rcpt in envelope.rcpt_tos:
             with lock:
                 n = next(counter)
