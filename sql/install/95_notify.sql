@@ -110,7 +110,7 @@ CREATE TABLE @extschema@.outbox_recipient (
 );
 CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
-CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox) WHERE state IN ('pending', 'sending');
+CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');
 COMMENT ON TABLE @extschema@.outbox_recipient IS
     'Delivery record per message and recipient: pending, sending, delivered, failed or uncertain, with attempts and lease';
 
@@ -646,24 +646,11 @@ COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
 --    It fails (false) when the lease was lost to another sender.
 -- 3. outbox_result: delivered, retry (with back-off), failed or uncertain.
 --
--- Messages to a mailbox arrive in the order they were written (outbox.created_at, then
--- message_id): a delivery is not claimed while one of an older message to the same mailbox is
+-- Messages to a mailbox arrive in the order they were written (message_id, the order in which
+-- they were inserted): a delivery is not claimed while one of an older message to the same mailbox is
 -- pending or sending (a retry), unless the setting notify_order_wait (default 1 hour) has
 -- passed since its own message was written: one message that cannot be delivered holds up the
 -- newer ones that long, not for good.
-
--- Whether a pending delivery waits for an older message to its mailbox (see above). Inlined.
-CREATE FUNCTION hpcacct_internal.outbox_waits(mailbox text, message_id bigint, created_at timestamptz,
-                                              order_wait interval, at timestamptz) RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN created_at + order_wait > at
-           AND EXISTS (SELECT 1
-                       FROM @extschema@.outbox_recipient o
-                       JOIN @extschema@.outbox om ON om.message_id = o.message_id
-                       WHERE o.mailbox = outbox_waits.mailbox AND o.state IN ('pending', 'sending')
-                         AND (om.created_at, om.message_id) < (outbox_waits.created_at, outbox_waits.message_id));
-COMMENT ON FUNCTION hpcacct_internal.outbox_waits(text, bigint, timestamptz, interval, timestamptz) IS
-    'Whether a delivery of a message written at created_at waits for an older message to its mailbox still to be delivered';
 
 CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
@@ -693,8 +680,10 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
               -- in the order written: not while an older message to the mailbox is to be delivered
-              AND NOT hpcacct_internal.outbox_waits(r.mailbox, r.message_id, m.created_at, order_wait,
-                                                    pg_catalog.clock_timestamp())
+              AND (m.created_at + order_wait <= pg_catalog.clock_timestamp()
+                   OR NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
+                                    AND o.message_id < r.message_id))
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
@@ -709,7 +698,7 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
         FROM claimed c
         JOIN @extschema@.outbox m ON m.message_id = c.message_id
         LEFT JOIN @extschema@.contact k ON k.username = c.username
-        ORDER BY m.created_at, c.message_id, c.recipient_id;
+        ORDER BY c.message_id, c.recipient_id;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
@@ -720,18 +709,22 @@ COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
 -- lease end of those to be made, a delivery that waits for an older message counted from
 -- when its wait ends (or when the older one is due). NULL: nothing to deliver.
 CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT min(CASE WHEN r.state = 'pending'
-                             AND hpcacct_internal.outbox_waits(r.mailbox, r.message_id, m.created_at, w.order_wait,
-                                                               pg_catalog.clock_timestamp())
-                        THEN greatest(r.next_attempt, m.created_at + w.order_wait)
-                        ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
-        FROM @extschema@.outbox_recipient r
-        JOIN @extschema@.outbox m ON m.message_id = r.message_id
-        CROSS JOIN (SELECT @extschema@.setting_value('notify_order_wait')::interval AS order_wait) w
-        WHERE r.state IN ('pending', 'sending')
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+    BEGIN
+        RETURN (SELECT min(CASE WHEN r.state = 'pending' AND m.created_at + order_wait > pg_catalog.clock_timestamp()
+                                     AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                                                 WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
+                                                   AND o.message_id < r.message_id)
+                                THEN greatest(r.next_attempt, m.created_at + order_wait)
+                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+                FROM @extschema@.outbox_recipient r
+                JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                WHERE r.state IN ('pending', 'sending'));
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
     'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';

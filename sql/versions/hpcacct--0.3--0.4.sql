@@ -10966,36 +10966,28 @@ ALTER TABLE @extschema@.outbox_recipient ADD CONSTRAINT outbox_recipient_once UN
 -- (a quota "low priority" retried after a temporary failure arrived after the "normal" written
 -- later). The setting is in setting_catalog() above; outbox_claim() and check_setting():
 -- defined in the final definitions
-CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox) WHERE state IN ('pending', 'sending');
--- Whether a pending delivery waits for an older message to its mailbox (see above). Inlined.
-CREATE FUNCTION hpcacct_internal.outbox_waits(mailbox text, message_id bigint, created_at timestamptz,
-                                              order_wait interval, at timestamptz) RETURNS boolean
-    LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN created_at + order_wait > at
-           AND EXISTS (SELECT 1
-                       FROM @extschema@.outbox_recipient o
-                       JOIN @extschema@.outbox om ON om.message_id = o.message_id
-                       WHERE o.mailbox = outbox_waits.mailbox AND o.state IN ('pending', 'sending')
-                         AND (om.created_at, om.message_id) < (outbox_waits.created_at, outbox_waits.message_id));
-COMMENT ON FUNCTION hpcacct_internal.outbox_waits(text, bigint, timestamptz, interval, timestamptz) IS
-    'Whether a delivery of a message written at created_at waits for an older message to its mailbox still to be delivered';
+CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');
 
 -- When the next delivery is due (a sender sleeps until then): the earliest next attempt or
 -- lease end of those to be made, a delivery that waits for an older message counted from
 -- when its wait ends (or when the older one is due). NULL: nothing to deliver.
 CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT min(CASE WHEN r.state = 'pending'
-                             AND hpcacct_internal.outbox_waits(r.mailbox, r.message_id, m.created_at, w.order_wait,
-                                                               pg_catalog.clock_timestamp())
-                        THEN greatest(r.next_attempt, m.created_at + w.order_wait)
-                        ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
-        FROM @extschema@.outbox_recipient r
-        JOIN @extschema@.outbox m ON m.message_id = r.message_id
-        CROSS JOIN (SELECT @extschema@.setting_value('notify_order_wait')::interval AS order_wait) w
-        WHERE r.state IN ('pending', 'sending')
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+    BEGIN
+        RETURN (SELECT min(CASE WHEN r.state = 'pending' AND m.created_at + order_wait > pg_catalog.clock_timestamp()
+                                     AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                                                 WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
+                                                   AND o.message_id < r.message_id)
+                                THEN greatest(r.next_attempt, m.created_at + order_wait)
+                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+                FROM @extschema@.outbox_recipient r
+                JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                WHERE r.state IN ('pending', 'sending'));
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
     'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
@@ -12496,8 +12488,10 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
               -- in the order written: not while an older message to the mailbox is to be delivered
-              AND NOT hpcacct_internal.outbox_waits(r.mailbox, r.message_id, m.created_at, order_wait,
-                                                    pg_catalog.clock_timestamp())
+              AND (m.created_at + order_wait <= pg_catalog.clock_timestamp()
+                   OR NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
+                                    AND o.message_id < r.message_id))
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
@@ -12512,7 +12506,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         FROM claimed c
         JOIN @extschema@.outbox m ON m.message_id = c.message_id
         LEFT JOIN @extschema@.contact k ON k.username = c.username
-        ORDER BY m.created_at, c.message_id, c.recipient_id;
+        ORDER BY c.message_id, c.recipient_id;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS

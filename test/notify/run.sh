@@ -181,10 +181,17 @@ sql -c "INSERT INTO hpcacct.account (name) VALUES ('q01'), ('q02')" \
     -c "CALL hpcacct.regulate('2024-04-15')" 2>/dev/null
 new=$(sql -c "SELECT count(*) FROM hpcacct.outbox_recipient WHERE state = 'pending'")
 [ "$new" -ge 2 ]; ok $? "setup: the 15 April run wrote $new deliveries"
-wait_for 10 "(SELECT min(attempts) FROM hpcacct.outbox_recipient WHERE state = 'pending') >= 2"
-ok $? "with the server down the sender retries (at least 2 attempts each)" "$(tail -5 "$work/daemon.log")"
-is "$(sql -c "SELECT count(*) FROM hpcacct.outbox_recipient WHERE state = 'pending' AND last_error ~ 'connect|Couldn'")" "$new" \
+# a mailbox's newer message (u1 and u2 manage two accounts each) waits for its older one
+mailboxes=$(sql -c "SELECT count(DISTINCT mailbox) FROM hpcacct.outbox_recipient WHERE state = 'pending'")
+oldest="(SELECT DISTINCT ON (r.mailbox) r.* FROM hpcacct.outbox_recipient r JOIN hpcacct.outbox m USING (message_id)
+         WHERE r.state = 'pending' ORDER BY r.mailbox, m.created_at, m.message_id) o"
+wait_for 10 "(SELECT min(attempts) FROM $oldest) >= 2"
+ok $? "with the server down the sender retries (at least 2 attempts each, the oldest message to each mailbox)" \
+   "$(tail -5 "$work/daemon.log")"
+is "$(sql -c "SELECT count(*) FROM hpcacct.outbox_recipient WHERE state = 'pending' AND last_error ~ 'connect|Couldn'")" "$mailboxes" \
    "each pending with the connection error"
+is "$(sql -c "SELECT count(*) FROM hpcacct.outbox_recipient WHERE state = 'pending' AND attempts = 0")" "$((new - mailboxes))" \
+   "the $((new - mailboxes)) newer messages to a mailbox wait for the older ones, untried"
 is "$(sql -c "SELECT count(*) FROM hpcacct.outbox_recipient WHERE state IN ('failed', 'uncertain')")" 0 \
    "none is given up"
 sleep 3
