@@ -277,14 +277,14 @@ Envelope envelope(std::string_view address, const ToAscii &to_ascii) {
 }
 
 std::string mailbox_key(std::string_view address, const ToAscii &to_ascii) {
-    std::size_t at = address.rfind('@');
-    if (at == std::string_view::npos) return std::string(address);
-    std::string domain(address.substr(at + 1)), a_label, why;
-    bool ascii = std::all_of(domain.begin(), domain.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-    if (!ascii && to_ascii(domain, a_label, why) && !a_label.empty()) domain = a_label;
-    for (char &c : domain)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    return std::string(address.substr(0, at + 1)) + domain;
+    // what the sender sends to; an address it cannot send stays as written
+    Envelope e = envelope(address, to_ascii);
+    std::string key = e.error.empty() ? e.address : std::string(address);
+    std::size_t at = key.rfind('@');
+    if (at == std::string::npos) return key;
+    for (std::size_t i = at + 1; i < key.size(); ++i)
+        if (key[i] >= 'A' && key[i] <= 'Z') key[i] = static_cast<char>(key[i] - 'A' + 'a');
+    return key;
 }
 
 void SmtpTrace::line(bool sent, std::string_view text) {

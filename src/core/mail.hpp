@@ -66,9 +66,10 @@ using ToAscii = std::function<bool(const std::string &, std::string &, std::stri
 Envelope envelope(std::string_view address, const ToAscii &to_ascii);
 
 // The mailbox an address names, as one key: two addresses with the same key get one copy of a
-// message. The local part as written (RFC 5321: only the receiving host may read it another
-// way), the domain as envelope() sends it (an internationalized one as its A-label) in lower
-// case (DNS names are case-insensitive). A domain with no A-label is kept, in lower case.
+// message. The address as envelope() sends it -- the local part as written (RFC 5321: only
+// the receiving host may read it another way), an internationalized domain as its A-label --
+// with the domain in lower case (DNS names are case-insensitive). An address envelope()
+// refuses is kept as written, its domain in lower case.
 std::string mailbox_key(std::string_view address, const ToAscii &to_ascii);
 
 // What an SMTP dialogue showed, line by line (commands sent, answers received): whether the

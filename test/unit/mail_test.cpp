@@ -282,4 +282,8 @@ TEST(MailboxKey, WithLibidn2) {
     EXPECT_EQ(mail::mailbox_key("Ünal@bücher.example", mail::idna_to_ascii), "Ünal@xn--bcher-kva.example");
     // non-transitional: ß is a letter of its own, not "ss"
     EXPECT_NE(mail::mailbox_key("x@straße.example", mail::idna_to_ascii), "x@strasse.example");
+    // fullwidth letters map to ASCII ones: the sender sends to that domain, so it is that mailbox
+    EXPECT_EQ(mail::mailbox_key("x@ｅｘａｍｐｌｅ.org", mail::idna_to_ascii), "x@example.org");
+    // fullwidth punctuation maps to '>', ',', '<', '@': envelope() refuses it, the key is the address
+    EXPECT_EQ(mail::mailbox_key("z@x＞，＜v＠evil.example", mail::idna_to_ascii), "z@x＞，＜v＠evil.example");
 }
