@@ -297,6 +297,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         today       date;
         tz          text;
         already     bigint;
+        later       date;
         n_ok        integer := 0;
         n_warning   integer := 0;
         n_retracted integer := 0;
@@ -332,6 +333,21 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
         tz := @extschema@.site_timezone();
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+        -- Runs of a year go in date order: a later run (monthly, or annual) decided on figures
+        -- an earlier date's retraction would change, so an account logged at a later date and
+        -- not at d stops the run (a missed date is caught up before the next run, or skipped).
+        SELECT max(g.run_date) INTO later
+        FROM @extschema@.regulation_log g
+        WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log h
+                          WHERE h.account = g.account AND h.machine = g.machine AND h.run_date = d
+                            AND h.run = kind_of_run);
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'regulation date % comes after the run of %', d, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'The run of a later date decided on figures that a run of this date would change.',
+                      HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';
+        END IF;
 
         -- Every account's allocation_status(account, machine, as_of) at once: the events in one
         -- pass over the allocations, consumption as consumption_before() computes it, summed

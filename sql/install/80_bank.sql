@@ -652,14 +652,27 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
     DECLARE
         this_quarter constant date := @extschema@.quarter_start(q);
         previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+        later date;
     BEGIN
         IF q IS NULL THEN
             RAISE EXCEPTION 'open_quarter needs a date' USING ERRCODE = 'null_value_not_allowed';
         ELSIF NOT isfinite(q) THEN
             RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF this_quarter > @extschema@.quarter_start(@extschema@.site_today()) THEN
+            RAISE EXCEPTION 'open_quarter: the quarter of % has not begun', q
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
         END IF;
         -- one run at a time
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+        -- Quarters are opened in order: a run of an earlier quarter after a later one would
+        -- expire and delete accounts on states the later quarter has changed.
+        SELECT max(g.quarter) INTO later FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'open_quarter: the quarter of % comes before the quarter % opened already', q, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A quarter start missed before the next one is skipped.';
+        END IF;
 
         -- top_up() of the personal accounts of members of projects active in this quarter
         -- (an allocation for q, not only for a later quarter), for this and the two following

@@ -10994,6 +10994,12 @@ COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
 
 REVOKE EXECUTE ON FUNCTION @extschema@.outbox_next_due() FROM PUBLIC;
 
+-- ==== regulate(): a date before a later run of its year is 22023 (a missed 15th caught up after the next one retracted twice) ---
+-- regulate(): defined in the final definitions
+
+-- ==== open_quarter(): a quarter not begun, or before one opened already, is 22023 (a late run deleted accounts the later quarter had topped up) ---
+-- open_quarter(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11282,14 +11288,27 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
     DECLARE
         this_quarter constant date := @extschema@.quarter_start(q);
         previous_quarter constant date := (@extschema@.quarter_start(q) - interval '3 months')::date;
+        later date;
     BEGIN
         IF q IS NULL THEN
             RAISE EXCEPTION 'open_quarter needs a date' USING ERRCODE = 'null_value_not_allowed';
         ELSIF NOT isfinite(q) THEN
             RAISE EXCEPTION 'open_quarter needs a finite date' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF this_quarter > @extschema@.quarter_start(@extschema@.site_today()) THEN
+            RAISE EXCEPTION 'open_quarter: the quarter of % has not begun', q
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
         END IF;
         -- one run at a time
         PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+        -- Quarters are opened in order: a run of an earlier quarter after a later one would
+        -- expire and delete accounts on states the later quarter has changed.
+        SELECT max(g.quarter) INTO later FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'open_quarter: the quarter of % comes before the quarter % opened already', q, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A quarter start missed before the next one is skipped.';
+        END IF;
 
         -- top_up() of the personal accounts of members of projects active in this quarter
         -- (an allocation for q, not only for a later quarter), for this and the two following
@@ -13439,6 +13458,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
         today       date;
         tz          text;
         already     bigint;
+        later       date;
         n_ok        integer := 0;
         n_warning   integer := 0;
         n_retracted integer := 0;
@@ -13474,6 +13494,21 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
         as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
         tz := @extschema@.site_timezone();
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
+        -- Runs of a year go in date order: a later run (monthly, or annual) decided on figures
+        -- an earlier date's retraction would change, so an account logged at a later date and
+        -- not at d stops the run (a missed date is caught up before the next run, or skipped).
+        SELECT max(g.run_date) INTO later
+        FROM @extschema@.regulation_log g
+        WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log h
+                          WHERE h.account = g.account AND h.machine = g.machine AND h.run_date = d
+                            AND h.run = kind_of_run);
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'regulation date % comes after the run of %', d, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'The run of a later date decided on figures that a run of this date would change.',
+                      HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';
+        END IF;
 
         -- Every account's allocation_status(account, machine, as_of) at once: the events in one
         -- pass over the allocations, consumption as consumption_before() computes it, summed

@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(30);
+SELECT plan(33);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -75,8 +75,21 @@ SELECT set_eq('SELECT quarter, account, action, target_quarter, amount FROM quar
 SELECT is((SELECT sum(amount) FROM ledger WHERE account = 'u1' AND kind = 'deposit' AND valid_from = '2024-07-01'),
           2500.000000, 'the personal account holds exactly one allotment for Q3');
 
+-- Quarters open in order and not before they begin: a run of Q1 after Q2 expired and then
+-- deleted, for good, a personal account that Q2 had topped up; a future quarter's run
+-- expired accounts ahead of time. Both are 22023 and write nothing.
+CREATE TEMP TABLE quarter_counts AS
+    SELECT (SELECT count(*) FROM ledger) AS ledger_rows, (SELECT count(*) FROM quarter_log) AS log_rows;
+SELECT throws_ok($$CALL hpcacct.open_quarter('2024-01-01')$$, '22023',
+                 'open_quarter: the quarter of 2024-01-01 comes before the quarter 2024-04-01 opened already',
+                 'a quarter before one opened already is refused');
+SELECT throws_ok(format('CALL hpcacct.open_quarter(%L)', hpcacct.site_today() + 100), '22023', NULL,
+                 'a quarter that has not begun is refused');
+SELECT row_eq($$SELECT (SELECT count(*) FROM hpcacct.ledger), (SELECT count(*) FROM hpcacct.quarter_log)$$,
+              (SELECT ROW(ledger_rows, log_rows) FROM quarter_counts), 'neither wrote anything');
+
 -- The scheduled command of the README's pg_cron recipe runs.
-SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 0 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(hpcacct.site_today())$$),
+SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 12 1 1,4,7,10 *', $$CALL hpcacct.open_quarter(hpcacct.site_today())$$),
             NULL::bigint, 'open_quarter can be scheduled with pg_cron');
 SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-open-quarter'),
                 'the scheduled command runs');

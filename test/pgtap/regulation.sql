@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(83);
+SELECT plan(89);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -188,6 +188,31 @@ SELECT results_eq(
       JOIN hpcacct.regulation_log g ON g.account = r.account AND g.run_date = r.as_of ORDER BY 1, 2$$,
     'the monthly report shows the status the runs logged');
 
+-- ---- Runs of a year go in date order ----
+-- 15 March 2024 missed, 15 April run: a late 15 March retracted again on top of the April
+-- retraction, which had decided without it (200 000 instead of 189 474 in date order).
+INSERT INTO account (name) VALUES ('O'), ('A');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('O', 'grant', 1200000, 'hours', 'ada', '2024-01-01', '2024-12-31'),
+       ('A', 'grant', 300000, 'hours', 'ada', '2024-01-01', '2024-12-31');
+CALL hpcacct.regulate('2024-02-15');
+CALL hpcacct.regulate('2024-04-15');
+CALL hpcacct.regulate('2024-06-01');
+CREATE TEMP TABLE counts_in_order AS SELECT pg_temp.ledger_rows() AS ledger_rows, pg_temp.log_rows() AS log_rows;
+SELECT throws_ok($$CALL hpcacct.regulate('2024-03-15')$$, '22023',
+                 'regulation date 2024-03-15 comes after the run of 2024-04-15',
+                 'a monthly date missed before a later run is refused');
+SELECT throws_ok($$CALL hpcacct.regulate('2024-05-01')$$, '22023',
+                 'regulation date 2024-05-01 comes after the run of 2024-06-01',
+                 'the annual warning after the annual retraction is refused');
+SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
+              (SELECT ROW(ledger_rows, log_rows) FROM counts_in_order), 'neither wrote anything');
+SELECT lives_ok($$CALL hpcacct.regulate('2024-02-15')$$, 'a date run already may run again after a later one');
+SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
+              (SELECT ROW(ledger_rows, log_rows) FROM counts_in_order), 'and changes nothing');
+SELECT is((SELECT sum(-amount) FROM hpcacct.ledger WHERE account = 'O' AND kind = 'retraction'), 100000.000000,
+          'O: the April retraction only');
+
 -- ---- Annual regulation, with and without exoneration ----
 CALL hpcacct.regulate('2025-05-01');
 SELECT is(pg_temp.outcome('S', '2025-05-01'), 'warning', 'S (0 %) is warned on 1 May');
@@ -247,15 +272,15 @@ SELECT results_eq($$SELECT first_day, round(tmc::numeric) FROM hpcacct.regulatio
                   'Z''s year: the retraction of 15 March as in the document');
 
 -- ---- pg_cron ----
-SELECT cmp_ok(cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL hpcacct.regulate(hpcacct.site_today())$$), '>', 0::bigint,
-              'pg_cron schedules the regulation on the 15th at 03:00');
+SELECT cmp_ok(cron.schedule('hpcacct-regulate', '17 * * * *', $$CALL hpcacct.regulate(hpcacct.site_today() - 1)$$), '>', 0::bigint,
+              'pg_cron schedules the regulation of yesterday every hour');
 SELECT is((SELECT format('%s | %s | %s', schedule, command, database) FROM cron.job WHERE jobname = 'hpcacct-regulate'),
-          format('0 3 15 * * | CALL hpcacct.regulate(hpcacct.site_today()) | %s', current_database()),
+          format('17 * * * * | CALL hpcacct.regulate(hpcacct.site_today() - 1) | %s', current_database()),
           'the job is in cron.job for this database');
 SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-regulate'), 'the scheduled command runs today');
-SELECT lives_ok((SELECT replace(command, 'hpcacct.site_today()', '''2025-04-15''::date') FROM cron.job
+SELECT lives_ok((SELECT replace(command, 'hpcacct.site_today()', '''2025-04-16''::date') FROM cron.job
                  WHERE jobname = 'hpcacct-regulate'),
-                'the scheduled command run on a 15th');
+                'the scheduled command run on a 16th');
 SELECT is((SELECT count(*) FROM hpcacct.regulation_log WHERE run_date = '2025-04-15'), 3::bigint,
           'it regulated the three monthly accounts');
 SELECT ok(cron.unschedule('hpcacct-regulate'), 'unscheduled');
