@@ -18,7 +18,7 @@ db=$2
 stamp=${HPCACCT_TALLY:-/tmp}.cron-scheduled
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 
-# The README's lines, e.g. SELECT cron.schedule('hpcacct-regulate', '0 3 15 * *', $$CALL …$$);
+# The README's lines, e.g. SELECT cron.schedule('hpcacct-regulate', '17 * * * *', $$CALL …$$);
 recipe() { grep -o "SELECT cron.schedule('hpcacct-[^;]*;" README.md; }
 # The README's grant to an administrator's login, e.g. GRANT USAGE ON SCHEMA cron TO acct_admin;
 admin=hpcacct_cron_admin
