@@ -470,6 +470,7 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
         warn_days integer;
         key text;
         k integer;
+        later date;
     BEGIN
         IF at IS NULL THEN
             RAISE EXCEPTION 'notify_scan needs a date' USING ERRCODE = 'null_value_not_allowed';
@@ -477,8 +478,20 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
         IF NOT pg_catalog.isfinite(at) THEN
             RAISE EXCEPTION 'notify_scan needs a finite date' USING ERRCODE = 'datetime_field_overflow';
         END IF;
+        IF at > @extschema@.site_today() THEN
+            RAISE EXCEPTION 'notify_scan: % is in the future', at
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = pg_catalog.format('Today is %s in the site time zone.', @extschema@.site_today());
+        END IF;
         -- one scan at a time: a second one waits and then finds the states notified
         LOCK TABLE @extschema@.quota_state_notified IN SHARE ROW EXCLUSIVE MODE;
+        -- scans go in date order: a day before a change already notified would tell its
+        -- members of a state that has passed, and the next scan of the change back
+        SELECT max(n.since) INTO later FROM @extschema@.quota_state_notified n WHERE n.since > at;
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'notify_scan: % comes before the quota state change notified on %', at, later
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
 
         -- quota states: entry into low_priority and blocked, and back
         FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state

@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(94);
+SELECT plan(97);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -174,6 +174,14 @@ SELECT ok((SELECT body FROM outbox WHERE account = 'n_rw') ~ 'Consumable:\s+-100
 SELECT is(notify_scan('2024-04-10'), 1, 'April: back to normal, one message');
 SELECT is((SELECT array_agg(figures ->> 'state' ORDER BY message_id) FROM outbox WHERE account = 'n_rw'),
           ARRAY['low_priority', 'normal'], 'into low priority and back');
+-- scans go in date order and not ahead: a scan of 12 March after April's told the members
+-- of low priority again (and the next scan of normal again)
+SELECT throws_ok($$SELECT hpcacct.notify_scan('2024-03-12')$$, '22023',
+                 'notify_scan: 2024-03-12 comes before the quota state change notified on 2024-04-10',
+                 'a scan of a day before a change notified is refused');
+SELECT throws_ok(format('SELECT hpcacct.notify_scan(%L)', hpcacct.site_today() + 1), '22023', NULL,
+                 'a scan of a day to come is refused');
+SELECT is((SELECT count(*) FROM outbox WHERE account = 'n_rw'), 2::bigint, 'neither wrote a message');
 
 -- ---- HLRN: a balance below a site threshold ----------------------------------------------
 INSERT INTO balance_threshold VALUES (20), (0);
