@@ -13511,11 +13511,21 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
         tz := @extschema@.site_timezone();
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
         -- Runs of a year go in date order: a later run (monthly, or annual) decided on figures
-        -- an earlier date's retraction would change, so an account logged at a later date and
-        -- not at d stops the run (a missed date is caught up before the next run, or skipped).
-        SELECT max(g.run_date) INTO later
+        -- an earlier date's retraction would change, so an account this run would regulate
+        -- (an allocation by as_of, on the threshold's side of this run) that is logged at a
+        -- later date and not at d stops the run (a missed date is caught up before the next
+        -- run, or skipped).
+        SELECT min(g.run_date) INTO later
         FROM @extschema@.regulation_log g
+        JOIN @extschema@.regulation_machine s ON s.machine = g.machine
+        CROSS JOIN LATERAL (SELECT count(*) AS events,
+                                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted
+                            FROM @extschema@.ledger l
+                            WHERE l.account = g.account AND l.pool = g.machine
+                              AND l.kind IN ('grant', 'supplement', 'retraction')
+                              AND l.valid_from <= as_of AND l.valid_until >= y_start) e
         WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')
+          AND e.events > 0 AND (e.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
           AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log h
                           WHERE h.account = g.account AND h.machine = g.machine AND h.run_date = d
                             AND h.run = kind_of_run);
