@@ -85,8 +85,8 @@ $(NOTIFY_BIN): src/bin/hpcacct-notify.cpp src/bin/pq.hpp src/core/mail.o src/cor
 	    src/core/mail.o -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl) \
 	    $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
 
-$(REPORT_BIN): src/bin/hpcacct-report.cpp src/bin/pq.hpp
-	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
+$(REPORT_BIN): src/bin/hpcacct-report.cpp src/bin/pq.hpp src/core/calendar.hpp
+	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
 	    -L$(shell $(PG_CONFIG) --libdir) -lpq
 
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)

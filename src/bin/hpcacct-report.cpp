@@ -14,6 +14,7 @@
 // that has not begun: the message names the SQLSTATE), the connection failed, or a file
 // could not be written; 2 a usage error.
 
+#include "core/calendar.hpp"
 #include "pq.hpp"
 
 #include <libpq-fe.h>
@@ -68,10 +69,8 @@ std::string first_of_month(const std::string &text) {
     int month = shape ? std::stoi(text.substr(5, 2)) : 0;
     bool valid = shape && year >= 1 && month >= 1 && month <= 12;
     if (valid && with_day) {
-        static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-        bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
         int day = std::stoi(text.substr(8, 2));
-        valid = day >= 1 && day <= days_in[month - 1] + (month == 2 && leap ? 1 : 0);
+        valid = day >= 1 && day <= hpcacct::calendar::days_in_month(year, month);
     }
     if (!valid)
         throw UsageError("the month must be YYYY-MM (e.g. 2025-05), not \"" + text + "\"");

@@ -20,6 +20,13 @@ struct Civil {
     int days_in_month;   // 28..31
 };
 
+// Days in a month (1..12) of a year of the proleptic Gregorian calendar.
+constexpr int days_in_month(int year, int month) {
+    constexpr int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const bool leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    return month == 2 && leap ? 29 : kDays[month - 1];
+}
+
 constexpr bool operator<(const Civil& a, const Civil& b) {
     if (a.year != b.year) return a.year < b.year;
     if (a.month != b.month) return a.month < b.month;

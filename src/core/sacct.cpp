@@ -1,5 +1,6 @@
 #include "core/sacct.hpp"
 
+#include "core/calendar.hpp"
 #include "core/error.hpp"
 
 #include <cctype>
@@ -33,13 +34,6 @@ int digits(std::string_view text, std::size_t at, std::size_t count) noexcept {
     return value;
 }
 
-bool leap(int year) noexcept { return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0); }
-
-int days_in_month(int year, int month) noexcept {
-    static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return month == 2 && leap(year) ? 29 : kDays[month - 1];
-}
-
 // Days from 1970-01-01 to a date of the proleptic Gregorian calendar (year >= 1).
 long long days_since_epoch(int year, int month, int day) noexcept {
     const int y = month <= 2 ? year - 1 : year;
@@ -68,7 +62,7 @@ Time parse_time(std::string_view text) noexcept {
     const int year = digits(text, 0, 4), month = digits(text, 5, 2), day = digits(text, 8, 2);
     const int hour = digits(text, 11, 2), minute = digits(text, 14, 2), second = digits(text, 17, 2);
     if (year < 1 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 ||
-        second < 0 || second > 59 || day > days_in_month(year, month)) {
+        second < 0 || second > 59 || day > calendar::days_in_month(year, month)) {
         return kNone;
     }
     const long long wall = days_since_epoch(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
