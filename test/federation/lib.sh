@@ -82,9 +82,9 @@ sqlstate() {  # sqlstate NODE SQL: the SQLSTATE the statement fails with (empty 
     psql "$(conninfo "$1")" -XAtq -v VERBOSITY=verbose -c "$2" 2>&1 >/dev/null | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p' | head -1
 }
 now_ms() { date +%s%3N; }
-wait_for() {  # wait_for NODE SQL EXPECTED: polls until the query returns EXPECTED; prints the ms waited (-1: gave up)
+wait_for() {  # wait_for NODE SQL EXPECTED [DB]: polls until the query returns EXPECTED; prints the ms waited (-1: gave up)
     local start; start=$(now_ms)
-    while [ "$(q "$1" "$2" 2>/dev/null || true)" != "$3" ]; do
+    while [ "$(q "$1" "$2" "${4:-hpc}" 2>/dev/null || true)" != "$3" ]; do
         if [ $(( $(now_ms) - start )) -gt $((WAIT * 1000)) ]; then echo "-1"; return 0; fi
         sleep 0.02
     done

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# test/federation/narrow-role.sh: the federation's links connect with a replication role
+# narrower than postgres, granted what README "Several clusters, one bank" names: LOGIN
+# REPLICATION, USAGE on the schema hpcacct and SELECT on its tables. Two clusters: the centre
+# (database hpc) and one holding two site databases, alpha (site 1) and beta (site 2).
+#  1. alpha joins with that role both ways: the initial copy brings every reference row and
+#     ledger row (row-level security must not hide any account's rows from it), and its
+#     charges reach the centre.
+#  2. beta joins with a role lacking SELECT: the copy fails, and the centre's federation_status
+#     shows beta's rows pending (not 0) until SELECT is granted, when they arrive.
+# Prints TAP lines and appends "fedrole PASSED FAILED" to $HPCACCT_TALLY when set.
+set -euo pipefail
+
+passed=0 failed=0 n=0
+. "$(dirname "$0")/lib.sh"
+
+finish() {
+    local rc=$?
+    stop_all
+    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
+    remove_all
+    tap_end fedrole "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+waited() { ok $([ "$1" -ge 0 ] && echo 0 || echo 1) "$2 ($1 ms)"; }
+# a connection string for role ROLE to database DB of NODE
+as_role() { echo "host=$(nodedir "$1") port=5432 dbname=$2 user=$3"; }
+# every row of the reference tables and ledger, as one checksum per table
+tables="account hpc_user membership resource setting regulation_machine ledger"
+contents() {  # contents NODE DB
+    local tab out=""
+    for tab in $tables; do
+        out+="$tab:$(q "$1" "SELECT count(*) || '/' || md5(coalesce(string_agg(t::text, E'\n' ORDER BY t::text), '')) FROM $tab t" "$2") "
+    done
+    echo "$out"
+}
+
+for node in centre sites; do start_node "$node"; done
+psql "$(conninfo centre postgres)" -XAtq -c "CREATE DATABASE hpc"
+q centre "CREATE EXTENSION hpcacct CASCADE" >/dev/null
+for db in alpha beta; do
+    psql "$(conninfo sites postgres)" -XAtq -c "CREATE DATABASE $db"
+    q sites "CREATE EXTENSION hpcacct CASCADE" "$db" >/dev/null
+done
+q centre "$reference_sql" >/dev/null
+# the roles, in both clusters: hpcacct_repl as documented, hpcacct_repl_nosel without SELECT
+for node in centre sites; do
+    psql "$(conninfo "$node" postgres)" -XAtq -c "CREATE ROLE hpcacct_repl LOGIN REPLICATION" \
+        -c "CREATE ROLE hpcacct_repl_nosel LOGIN REPLICATION"
+done
+grants="GRANT USAGE ON SCHEMA hpcacct TO hpcacct_repl, hpcacct_repl_nosel;
+        GRANT SELECT ON ALL TABLES IN SCHEMA hpcacct TO hpcacct_repl"
+q centre "$grants" >/dev/null
+for db in alpha beta; do q sites "$grants" "$db" >/dev/null; done
+
+# ---- 1. alpha, the documented grants ----
+q centre "CALL federation_publish(1, 'alpha')" >/dev/null
+q sites "CALL federation_join(1, '$(as_role centre hpc hpcacct_repl)')" alpha >/dev/null
+q sites "SELECT create_job_table()" alpha >/dev/null
+q centre "CALL federation_subscribe(1, '$(as_role sites alpha hpcacct_repl)')" >/dev/null
+waited "$(wait_for sites "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'" 0 alpha)" \
+       "alpha's initial copy through hpcacct_repl completed"
+is "$(contents sites alpha)" "$(contents centre hpc)" \
+   "alpha holds every reference row and ledger row of the centre (none hidden by row-level security)"
+q sites "$(jobs_sql alpha 1 50)" alpha >/dev/null || true  # refused when the copy missed the accounts
+want=$(q sites "SELECT count(*) || '/' || sum(amount) FROM ledger WHERE federation_origin(entry_id) = 1" alpha)
+is "${want%%/*}" "50" "alpha charged its 50 jobs"
+waited "$(wait_for centre "SELECT count(*) || '/' || sum(amount) FROM ledger WHERE federation_origin(entry_id) = 1" "$want")" \
+       "alpha's 50 charges reach the centre through hpcacct_repl"
+q centre "SELECT deposit('p3', '2026-10-01', 123)" >/dev/null
+waited "$(wait_for sites "SELECT count(*) FROM ledger WHERE amount = 123" 1 alpha)" "a deposit at the centre reaches alpha"
+is "$(q sites "SELECT coalesce((check_submit('u1', 'p3', '2026-11-20')).reason, 'ok')" alpha)" "ok" \
+   "alpha's check_submit accepts a member's job"
+
+# ---- 2. beta, a role without SELECT ----
+q centre "CALL federation_publish(2, 'beta')" >/dev/null
+q sites "CALL federation_join(2, '$(as_role centre hpc hpcacct_repl_nosel)')" beta >/dev/null
+q sites "SELECT create_job_table()" beta >/dev/null
+q centre "CALL federation_subscribe(2, '$(as_role sites beta hpcacct_repl)')" >/dev/null
+log=$(nodedir centre)/server.log
+start=$(now_ms)
+while ! grep -q 'permission denied for table' "$log" && [ $(( $(now_ms) - start )) -lt $((WAIT * 1000)) ]; do sleep 0.1; done
+ok $(grep -q 'permission denied for table' "$log" && echo 0 || echo 1) "beta's copy fails loudly: the centre's log says permission denied"
+q centre "SELECT deposit('p4', '2026-10-01', 7)" >/dev/null
+# once beta has confirmed the centre's WAL, the rows it lacks still count as pending
+wait_for centre "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_c2s_2' AND confirmed_flush_lsn >= pg_current_wal_insert_lsn()" 1 >/dev/null
+sleep 1.5
+is "$(q sites "SELECT count(*) FROM ledger" beta)/$(q sites "SELECT count(*) FROM account" beta)" "0/0" "beta holds nothing"
+is "$(q centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'")" \
+   "$(q centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) <> 2")" \
+   "the centre's federation_status shows every row beta lacks as pending, not 0"
+q centre "GRANT SELECT ON ALL TABLES IN SCHEMA hpcacct TO hpcacct_repl_nosel" >/dev/null
+waited "$(wait_for sites "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'" 0 beta)" \
+       "once SELECT is granted, beta's copy completes"
+is "$(contents sites beta)" "$(contents centre hpc)" "beta holds every reference row and ledger row of the centre"
+waited "$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'" 0)" \
+       "and the centre shows nothing pending to beta"
+for node in centre sites; do
+    ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
+       "$node: no row arrived twice (no conflict in its log)"
+done
