@@ -16,8 +16,10 @@ COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
     'Accounts the session user is a member of: what row-level security lets a portal role see';
 
 -- Whether the current role sees every row: superusers and members of hpcacct_admin or of
--- hpcacct_auditor (who reads everything and may change nothing), and hpcacct_submit (the
--- scheduler's submit check decides for every account, and holds SELECT only on what that needs).
+-- hpcacct_auditor (who reads everything and may change nothing), hpcacct_submit (the
+-- scheduler's submit check decides for every account, and holds SELECT only on what that needs),
+-- and roles with REPLICATION, which may decode every change of the database anyway: a
+-- federation's initial copy read through its role would otherwise copy no account's rows.
 -- PL/pgSQL, which keeps its plan for the session: every query on a protected table calls it
 -- once, and a SQL function would be parsed and planned again each time (for the submit
 -- role, five times per check_submit).
@@ -29,12 +31,13 @@ CREATE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
         RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
                          AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
-               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user()),
-                           false);
+               OR coalesce((SELECT r.rolsuper OR r.rolreplication FROM pg_catalog.pg_roles r
+                            WHERE r.rolname = pg_catalog.current_user()), false);
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
-    'True for superusers and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, who see every account''s rows';
+    'True for superusers, roles with REPLICATION and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, '
+    'who see every account''s rows';
 
 -- Row-level security on a table that names an account (or a user): reading is restricted,
 -- writing is governed by the table privileges alone. The functions are called through

@@ -949,7 +949,8 @@ COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
 -- reads), whether the link is connected, the last ledger row here that the other end booked
 -- (incoming links), and for outgoing links the replay lag the sender measures, the WAL the
 -- receiver has not confirmed, and rows_pending: 0 when the receiver has confirmed all the WAL
--- written here, else the ledger rows this database holds that the link carries above the last
+-- written here and reported rows of every origin it has rows of here (not before its initial
+-- copy is in), else the ledger rows this database holds that the link carries above the last
 -- id per origin the receiver reported (federation_received, replicated back; at most a second
 -- old while rows stream, receiver_reported_at), and the slot's wal_status ('lost': the receiver
 -- gets nothing more until federation_resync() there). Exact when each origin's rows commit in id order
@@ -988,10 +989,10 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
            CASE WHEN k.direction = 'to'
                 THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
                       FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
-           CASE WHEN k.direction = 'to' AND EXISTS (
+           CASE WHEN k.direction = 'to' AND pending.reported AND EXISTS (
                     SELECT 1 FROM pg_catalog.pg_replication_slots r
                     WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
-                THEN 0  -- the receiver confirmed all the WAL written here
+                THEN 0  -- the receiver confirmed all the WAL written here, and reported rows of each origin
                 ELSE pending.rows END AS rows_pending,
            pending.reported_at AS receiver_reported_at,
            CASE WHEN k.direction = 'to'
@@ -1008,7 +1009,10 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
     LEFT JOIN LATERAL (
         -- per origin the link carries (a site: its own rows; the centre: every origin but the
         -- receiver's), the rows above the last one the receiver reported
-        SELECT pg_catalog.sum(c.rows)::bigint AS rows, pg_catalog.max(p.received_at) AS reported_at
+        -- reported: the receiver reported rows of every origin it has rows of here (a WAL
+        -- position confirmed says nothing of the rows before its slot: the initial copy's)
+        SELECT pg_catalog.sum(c.rows)::bigint AS rows, pg_catalog.max(p.received_at) AS reported_at,
+               coalesce(pg_catalog.bool_and(p.last_entry_id IS NOT NULL OR c.rows = 0), true) AS reported
         FROM (SELECT k.me AS origin WHERE k.role = 'site'
               UNION ALL SELECT 0 WHERE k.role = 'centre'
               UNION ALL SELECT s.site FROM @extschema@.federation_site s WHERE k.role = 'centre') o
