@@ -409,6 +409,19 @@ CREATE FUNCTION hpcacct_internal.federation_not_received(sub text, tabs regclass
 COMMENT ON FUNCTION hpcacct_internal.federation_not_received(text, regclass[]) IS
     'The listed tables the subscription does not receive, comma-separated; NULL when none';
 
+-- Whether subscription `sub` receives no table at all: restored by pg_restore, which creates
+-- subscriptions without their tables (and disabled).
+CREATE FUNCTION hpcacct_internal.federation_receives_nothing(sub text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                           JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                           WHERE s.subname = sub)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_receives_nothing(text) IS
+    'Whether the subscription receives no table (pg_restore creates subscriptions without their tables)';
+
 -- Makes publication `pub` include hpcacct.federation_received with the row filter
 -- `received_where` (a publication made before 0.4 lacks it), publishing inserts and updates.
 CREATE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
@@ -427,6 +440,34 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_received(text, te
 COMMENT ON FUNCTION hpcacct_internal.federation_publish_received(text, text) IS
     'Adds hpcacct.federation_received, with that row filter, to the publication if it lacks it';
 
+-- Makes publication `pub` include hpcacct.ledger with the row filter `ledger_where` (pg_restore
+-- restores a publication without the extension's tables in it).
+CREATE FUNCTION hpcacct_internal.federation_publish_ledger_rows(pub text, ledger_where text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.ledger') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.ledger WHERE (%s)', pub, ledger_where);
+        END IF;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text) IS
+    'Adds hpcacct.ledger, with that row filter, to the publication if it lacks it';
+
+-- The row filter of the ledger rows a link carries: those in `ids`, or outside them (`outside`).
+CREATE FUNCTION hpcacct_internal.federation_ledger_where(ids int8range, outside boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
+                                      ELSE 'entry_id >= %s AND entry_id < %s' END,
+                                 pg_catalog.lower(ids), pg_catalog.upper(ids))
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_ledger_where(int8range, boolean) IS
+    'The row filter of the ledger rows in an id range, or outside it';
+
 -- The publishing side of a link: publication `pub` of the ledger rows in `ids` (or outside
 -- them, `outside`) and of the federation_received rows `received_where` selects, then a
 -- COMMIT and the slot of the same name (see below why). Called with CALL from the
@@ -439,15 +480,14 @@ CREATE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8ra
         ledger_where text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        ledger_where := pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
-                                               ELSE 'entry_id >= %s AND entry_id < %s' END,
-                                          pg_catalog.lower(ids), pg_catalog.upper(ids));
+        ledger_where := hpcacct_internal.federation_ledger_where(ids, outside);
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
                                       'TABLE @extschema@.federation_received WHERE (%s) '
                                       'WITH (publish = ''insert, update'')',
                                       pub, ledger_where, received_where);
         ELSE
+            PERFORM hpcacct_internal.federation_publish_ledger_rows(pub, ledger_where);
             PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
         END IF;
         COMMIT;
@@ -585,6 +625,8 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         IF hpcacct_internal.federation_subscribed(sub) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
+            PERFORM hpcacct_internal.federation_publish_ledger_rows(
+                pub, hpcacct_internal.federation_ledger_where(@extschema@.federation_id_range(site), false));
             PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
@@ -592,7 +634,13 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
             -- PostgreSQL does not allow inside a procedure: say so
             missing := hpcacct_internal.federation_not_received(
                 sub, @extschema@.federation_reference_tables() || '@extschema@.federation_received'::regclass);
-            IF missing IS NOT NULL THEN
+            IF missing IS NOT NULL AND hpcacct_internal.federation_receives_nothing(sub) THEN
+                -- restored from a dump: the tables are here, the centre's rows since the dump are not
+                RAISE WARNING 'this site receives no table (restored from a dump?)'
+                    USING HINT = pg_catalog.format('Run ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = false) '
+                                                   'and CALL hpcacct.federation_resync(0) here, then at the centre '
+                                                   'CALL hpcacct.federation_resync(%s).', sub, site);
+            ELSIF missing IS NOT NULL THEN
                 RAISE WARNING 'this site does not receive %', missing
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
                                                    'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
@@ -644,7 +692,13 @@ CREATE PROCEDURE @extschema@.federation_subscribe(site integer, site_conninfo te
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- a site joined by an earlier version publishes its reports of rows received once
             -- federation_join() ran there again; the subscription needs a refresh (not in a procedure)
-            IF hpcacct_internal.federation_not_received(
+            IF hpcacct_internal.federation_receives_nothing(sub) THEN
+                -- restored from a dump: the ledger is here, the site's rows since the dump are not
+                RAISE WARNING 'this database receives no table from site % (restored from a dump?)', site
+                    USING HINT = pg_catalog.format('Run ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = false) '
+                                                   'and CALL hpcacct.federation_resync(%s) here, before '
+                                                   'CALL hpcacct.federation_publish(%s, ...).', sub, site, site);
+            ELSIF hpcacct_internal.federation_not_received(
                    sub, ARRAY['@extschema@.federation_received'::regclass]) IS NOT NULL THEN
                 RAISE WARNING 'this database does not receive site %''s reports of rows received', site
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_join(%s, ...) at the site, run '
@@ -738,6 +792,9 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         gone     bigint;
         copied   bigint;
         missing  text;
+        own      text;     -- this database's own ids: copied back from the sender after a restore
+        seq      constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        theirs   bigint;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF site IS NULL THEN
@@ -768,6 +825,8 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
             carried := pg_catalog.format('entry_id < %s OR entry_id >= %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
             received := pg_catalog.format('receiver = 0 AND origin = %s', node.site);
         END IF;
+        ids := @extschema@.federation_id_range(node.site);
+        own := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
         SELECT s.subconninfo INTO conninfo FROM pg_catalog.pg_subscription s
         WHERE s.subname = link
           AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
@@ -813,6 +872,26 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
             RAISE EXCEPTION 'the sender has columns this database lacks: %', missing
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Update this database''s hpcacct first (ALTER EXTENSION hpcacct UPDATE).';
+        END IF;
+
+        -- rows of this database's own that only the sender holds (this database was restored from
+        -- a dump): copied back below, but a slot here would send them out again, to receivers that
+        -- hold them (a key conflict there)
+        EXECUTE pg_catalog.format('SELECT t.n FROM %s.dblink(''hpcacct_resync'', %L) AS t(n bigint)', dbl,
+                                  pg_catalog.format('SELECT pg_catalog.count(*) FROM @extschema@.ledger WHERE %s', own))
+            INTO theirs;
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) < $1 FROM @extschema@.ledger WHERE %s', own)
+            USING theirs INTO busy;
+        IF busy AND EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                                WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+                                  AND r.database = pg_catalog.current_database()) THEN
+            EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                      'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+            RAISE EXCEPTION 'the sender holds rows this database booked that it lacks (restored from a dump?), and a '
+                            'federation slot here would send them out again'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Run federation_resync before the calls that create this database''s slots (README, '
+                             '"Several clusters", restoring from a dump), or drop its slots first.';
         END IF;
 
         -- stop the link's apply worker: the slot can be dropped only when no one reads it
@@ -912,9 +991,10 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
                                   '                        WHERE l.entry_id >= b.blk * 65536 AND l.entry_id < (b.blk + 1) * 65536) '
                                   'FROM %s.dblink(''hpcacct_resync'', %L) AS b(blk bigint, rows bigint)',
                                   dbl, pg_catalog.format('SELECT entry_id / 65536, pg_catalog.count(*) FROM @extschema@.ledger '
-                                                         'WHERE %s GROUP BY 1', carried));
+                                                         'WHERE (%s) OR (%s) GROUP BY 1', carried, own));
         copied := 0;
-        FOR blk, n IN SELECT b.blk, b.missing FROM pg_temp.hpcacct_resync_blocks b WHERE b.missing <> 0 ORDER BY b.blk LOOP
+        -- (a block may count more rows here: this database's own rows the sender has not received)
+        FOR blk, n IN SELECT b.blk, b.missing FROM pg_temp.hpcacct_resync_blocks b WHERE b.missing > 0 ORDER BY b.blk LOOP
             EXECUTE pg_catalog.format('INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE SELECT e.* '
                                       'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
                                       'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.ledger, r.j::json) e '
@@ -927,14 +1007,29 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         END LOOP;
         EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''COMMIT'')', dbl);
         EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync'')', dbl);
+        -- the subscription starts at the new slot's consistent point: its origin's position is
+        -- the old sender's WAL, which may lie ahead of a sender restored into another cluster
+        -- (the sender would skip every transaction committed before it)
+        PERFORM pg_catalog.pg_replication_origin_advance(o.roname, '0/0')
+        FROM pg_catalog.pg_subscription s
+        JOIN pg_catalog.pg_replication_origin o ON o.roname = 'pg_' || s.oid
+        WHERE s.subname = link
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
         -- the held charges go in at this commit, rolled up
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- own rows copied back (now in the ledger): its ids go on above them
+        EXECUTE pg_catalog.format('SELECT pg_catalog.setval(%L, x.m) FROM (SELECT pg_catalog.max(entry_id) AS m '
+                                  'FROM @extschema@.ledger WHERE %s) x, %s s WHERE x.m > s.last_value', seq, own, seq);
         EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        -- every hold of this session (a failed run left one)
-        WHILE pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) LOOP
+        -- every hold of this session (a failed run left one); unlocking one not held warns
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                      WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
+                        AND l.classid = pg_catalog.hashtext('hpcacct.federation_resync')::oid
+                        AND l.objid = pg_catalog.hashtext(link)::oid) LOOP
+            PERFORM pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link));
         END LOOP;
         RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
     END

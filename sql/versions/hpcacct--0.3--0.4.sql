@@ -11095,6 +11095,313 @@ COMMENT ON VIEW @extschema@.federation_status IS
     'received from it; for outgoing links the lag, unconfirmed WAL, the rows the receiver has not reported received '
     'and the slot''s wal_status (lost: run federation_resync at the receiver)';
 
+-- ==== federation after a restore from pg_dump: federation_resync() copies back this database's own rows that only the sender holds and numbers the ledger on above them, starts the subscription at the new slot (not at the old sender's WAL position); federation_join()/federation_publish() put the ledger back into a restored publication; the restored-subscription hint ---
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publish_ledger_rows(pub text, ledger_where text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.ledger') THEN
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.ledger WHERE (%s)', pub, ledger_where);
+        END IF;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text) IS
+    'Adds hpcacct.ledger, with that row filter, to the publication if it lacks it';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_ledger_where(ids int8range, outside boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
+                                      ELSE 'entry_id >= %s AND entry_id < %s' END,
+                                 pg_catalog.lower(ids), pg_catalog.upper(ids))
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_ledger_where(int8range, boolean) IS
+    'The row filter of the ledger rows in an id range, or outside it';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_receives_nothing(sub text) RETURNS boolean
+    LANGUAGE sql STABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                           JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                           WHERE s.subname = sub)
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_receives_nothing(text) IS
+    'Whether the subscription receives no table (pg_restore creates subscriptions without their tables)';
+CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        node     @extschema@.federation_node;
+        ids      int8range;
+        link     text;
+        conninfo text;
+        dbl      text;
+        carried  text;
+        received text;
+        snap     text;
+        waited   integer;
+        busy     boolean;
+        tab      regclass;
+        keys     text;
+        fkeys    text;
+        xkeys    text;
+        cols     text;
+        blk      bigint;
+        n        bigint;
+        refs     bigint;
+        gone     bigint;
+        copied   bigint;
+        missing  text;
+        own      text;     -- this database's own ids: copied back from the sender after a restore
+        seq      constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        theirs   bigint;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL THEN
+            RAISE EXCEPTION 'site must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user() AND r.rolsuper) THEN
+            RAISE EXCEPTION 'federation_resync must be run by a superuser' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        SELECT * INTO node FROM @extschema@.federation_node;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'this database is not in a federation' USING ERRCODE = 'undefined_object';
+        END IF;
+        IF node.role = 'centre' THEN
+            IF NOT EXISTS (SELECT 1 FROM @extschema@.federation_site s WHERE s.site = federation_resync.site) THEN
+                RAISE EXCEPTION 'site % is not published from this database', site USING ERRCODE = 'undefined_object';
+            END IF;
+            link := 'hpcacct_fed_s2c_' || site;
+            ids := @extschema@.federation_id_range(site);
+            carried := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+            received := pg_catalog.format('receiver = %s', site);
+        ELSE
+            IF site <> 0 THEN
+                RAISE EXCEPTION 'a site receives from the centre (0) only, not from site %', site
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'At a site, CALL hpcacct.federation_resync(0).';
+            END IF;
+            link := 'hpcacct_fed_c2s_' || node.site;
+            ids := @extschema@.federation_id_range(node.site);
+            carried := pg_catalog.format('entry_id < %s OR entry_id >= %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+            received := pg_catalog.format('receiver = 0 AND origin = %s', node.site);
+        END IF;
+        ids := @extschema@.federation_id_range(node.site);
+        own := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+        SELECT s.subconninfo INTO conninfo FROM pg_catalog.pg_subscription s
+        WHERE s.subname = link
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+        IF conninfo IS NULL THEN
+            RAISE EXCEPTION 'this database has no subscription %', link
+                USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
+        END IF;
+        dbl := hpcacct_internal.federation_dblink_schema();
+        -- one resync of a link at a time (a session lock: it outlives the COMMITs below)
+        IF NOT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) THEN
+            RAISE EXCEPTION 'another federation_resync of % is running', link USING ERRCODE = 'object_in_use';
+        END IF;
+        -- the sender, reached before anything is written here (08001 when it cannot be)
+        EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                  'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync'', %L)', dbl, conninfo);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync_slot'', %L)', dbl,
+                                  CASE WHEN conninfo ~ '^postgres(ql)?://'
+                                       THEN conninfo || CASE WHEN pg_catalog.strpos(conninfo, '?') > 0 THEN '&' ELSE '?' END
+                                            || 'replication=database'
+                                       ELSE conninfo || ' replication=database' END);
+        -- every column the sender has must be here: copied without it, a row would lose it
+        -- (a sender updated first; replication stops on such a row instead)
+        EXECUTE pg_catalog.format(
+            'SELECT pg_catalog.string_agg(r.tab || ''.'' || r.col, '', '' ORDER BY r.tab, r.col) '
+            'FROM %s.dblink(''hpcacct_resync'', %L) AS r(tab text, col text) '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a '
+            '                  WHERE a.attrelid = pg_catalog.to_regclass(pg_catalog.quote_ident(''@extschema@'') || ''.'' || pg_catalog.quote_ident(r.tab)) '
+            '                    AND a.attname = r.col AND a.attnum > 0 AND NOT a.attisdropped)',
+            dbl, pg_catalog.format('SELECT c.relname::text, a.attname::text FROM pg_catalog.pg_attribute a '
+                                   'JOIN pg_catalog.pg_class c ON c.oid = a.attrelid '
+                                   'JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace '
+                                   'WHERE n.nspname = %L AND a.attnum > 0 AND NOT a.attisdropped AND c.relname = ANY (%L::text[])',
+                                   '@extschema@',
+                                   (SELECT pg_catalog.array_agg(c.relname::text) FROM pg_catalog.pg_class c
+                                    WHERE c.oid = ANY ('{@extschema@.ledger, @extschema@.federation_received}'::regclass[]
+                                                       || CASE WHEN node.role = 'site' THEN @extschema@.federation_reference_tables()
+                                                               ELSE '{}'::regclass[] END))))
+            INTO missing;
+        IF missing IS NOT NULL THEN
+            EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                      'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+            RAISE EXCEPTION 'the sender has columns this database lacks: %', missing
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Update this database''s hpcacct first (ALTER EXTENSION hpcacct UPDATE).';
+        END IF;
+
+        -- rows of this database's own that only the sender holds (this database was restored from
+        -- a dump): copied back below, but a slot here would send them out again, to receivers that
+        -- hold them (a key conflict there)
+        EXECUTE pg_catalog.format('SELECT t.n FROM %s.dblink(''hpcacct_resync'', %L) AS t(n bigint)', dbl,
+                                  pg_catalog.format('SELECT pg_catalog.count(*) FROM @extschema@.ledger WHERE %s', own))
+            INTO theirs;
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) < $1 FROM @extschema@.ledger WHERE %s', own)
+            USING theirs INTO busy;
+        IF busy AND EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                                WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+                                  AND r.database = pg_catalog.current_database()) THEN
+            EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                      'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+            RAISE EXCEPTION 'the sender holds rows this database booked that it lacks (restored from a dump?), and a '
+                            'federation slot here would send them out again'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Run federation_resync before the calls that create this database''s slots (README, '
+                             '"Several clusters", restoring from a dump), or drop its slots first.';
+        END IF;
+
+        -- stop the link's apply worker: the slot can be dropped only when no one reads it
+        EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I DISABLE', link);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        waited := 0;
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st WHERE st.subname = link AND st.pid IS NOT NULL) LOOP
+            IF waited >= 600 THEN
+                RAISE EXCEPTION 'the apply worker of % did not stop within 60 s', link USING ERRCODE = 'object_in_use';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            waited := waited + 1;
+        END LOOP;
+
+        -- at the sender: a new slot in place of the old one, its snapshot imported by the
+        -- other connection (the slot's creation waits for transactions that wrote: this one
+        -- has written nothing since its COMMIT)
+        waited := 0;
+        LOOP
+            EXECUTE pg_catalog.format('SELECT t.busy FROM %s.dblink(''hpcacct_resync'', %L) AS t(busy boolean)', dbl,
+                                      pg_catalog.format('SELECT pg_catalog.bool_or(active) FROM pg_catalog.pg_replication_slots '
+                                                        'WHERE slot_name = %L', link)) INTO busy;
+            EXIT WHEN busy IS NOT TRUE;
+            IF waited >= 600 THEN
+                RAISE EXCEPTION 'the slot % is still in use at the sender after 60 s', link USING ERRCODE = 'object_in_use';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            waited := waited + 1;
+        END LOOP;
+        IF busy IS NOT NULL THEN
+            EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.dblink(''hpcacct_resync'', %L) AS t(dropped integer)',
+                                      dbl, pg_catalog.format('SELECT 1 FROM pg_catalog.pg_drop_replication_slot(%L)', link));
+        END IF;
+        EXECUTE pg_catalog.format('SELECT t.snapshot_name FROM %s.dblink(''hpcacct_resync_slot'', %L) '
+                                  'AS t(slot_name text, consistent_point text, snapshot_name text, output_plugin text)',
+                                  dbl, pg_catalog.format('CREATE_REPLICATION_SLOT %I LOGICAL pgoutput (SNAPSHOT ''export'')', link))
+            INTO snap;
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', %L)', dbl,
+                                  pg_catalog.format('SET TRANSACTION SNAPSHOT %L', snap));
+        EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync_slot'')', dbl);
+
+        -- here, as replication writes
+        PERFORM pg_catalog.set_config('session_replication_role', 'replica', true);
+        refs := 0;
+        gone := 0;
+        IF node.role = 'site' THEN
+            FOR tab IN SELECT t FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+                       WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                                     JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                                     WHERE s.subname = link AND r.srrelid = t) LOOP
+                SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                       pg_catalog.string_agg('f.' || pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                       pg_catalog.string_agg('x.' || pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                INTO keys, fkeys, xkeys
+                FROM pg_catalog.pg_index i
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                WHERE i.indrelid = tab AND i.indisprimary;
+                SELECT pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', a.attname), ', ' ORDER BY a.attnum)
+                INTO cols
+                FROM pg_catalog.pg_attribute a
+                WHERE a.attrelid = tab AND a.attnum > 0 AND NOT a.attisdropped
+                  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+                                  WHERE i.indrelid = tab AND i.indisprimary AND a.attnum = ANY (i.indkey));
+                EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE hpcacct_resync_rows ON COMMIT DROP AS SELECT e.* '
+                                          'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                          'LATERAL pg_catalog.json_populate_record(NULL::%s, r.j::json) e',
+                                          dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(t)::text FROM %s t', tab), tab);
+                EXECUTE pg_catalog.format('DELETE FROM %s x WHERE NOT EXISTS (SELECT 1 FROM pg_temp.hpcacct_resync_rows f '
+                                          'WHERE (%s) = (%s))', tab, fkeys, xkeys);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                gone := gone + n;
+                EXECUTE pg_catalog.format('INSERT INTO %s AS x OVERRIDING SYSTEM VALUE SELECT * FROM pg_temp.hpcacct_resync_rows '
+                                          'ON CONFLICT (%s) DO %s', tab, keys,
+                                          CASE WHEN cols IS NULL THEN 'NOTHING'
+                                               ELSE pg_catalog.format('UPDATE SET %s WHERE ROW(x.*)::text IS DISTINCT FROM ROW(excluded.*)::text', cols) END);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                refs := refs + n;
+                DROP TABLE pg_temp.hpcacct_resync_rows;
+            END LOOP;
+        END IF;
+        -- what the sender reports it received over the reverse link
+        EXECUTE pg_catalog.format('INSERT INTO @extschema@.federation_received AS p SELECT e.* '
+                                  'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                  'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.federation_received, r.j::json) e '
+                                  'ON CONFLICT (receiver, origin) DO UPDATE '
+                                  'SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), '
+                                  'received_at = GREATEST(p.received_at, excluded.received_at)',
+                                  dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(p)::text FROM @extschema@.federation_received p '
+                                                         'WHERE %s', received));
+        -- the ledger: per block of 65 536 ids (one origin each), the rows here are a subset of
+        -- the sender's; the blocks that count fewer rows here are read whole
+        CREATE TEMPORARY TABLE hpcacct_resync_blocks ON COMMIT DROP AS SELECT 0::bigint AS blk, 0::bigint AS missing LIMIT 0;
+        EXECUTE pg_catalog.format('INSERT INTO pg_temp.hpcacct_resync_blocks '
+                                  'SELECT b.blk, b.rows - (SELECT pg_catalog.count(*) FROM @extschema@.ledger l '
+                                  '                        WHERE l.entry_id >= b.blk * 65536 AND l.entry_id < (b.blk + 1) * 65536) '
+                                  'FROM %s.dblink(''hpcacct_resync'', %L) AS b(blk bigint, rows bigint)',
+                                  dbl, pg_catalog.format('SELECT entry_id / 65536, pg_catalog.count(*) FROM @extschema@.ledger '
+                                                         'WHERE (%s) OR (%s) GROUP BY 1', carried, own));
+        copied := 0;
+        -- (a block may count more rows here: this database's own rows the sender has not received)
+        FOR blk, n IN SELECT b.blk, b.missing FROM pg_temp.hpcacct_resync_blocks b WHERE b.missing > 0 ORDER BY b.blk LOOP
+            EXECUTE pg_catalog.format('INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE SELECT e.* '
+                                      'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                      'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.ledger, r.j::json) e '
+                                      'WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.entry_id = e.entry_id) '
+                                      'ORDER BY e.entry_id',
+                                      dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(l)::text FROM @extschema@.ledger l '
+                                                             'WHERE l.entry_id >= %s AND l.entry_id < %s',
+                                                             blk * 65536, (blk + 1) * 65536));
+            copied := copied + n;
+        END LOOP;
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''COMMIT'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync'')', dbl);
+        -- the subscription starts at the new slot's consistent point: its origin's position is
+        -- the old sender's WAL, which may lie ahead of a sender restored into another cluster
+        -- (the sender would skip every transaction committed before it)
+        PERFORM pg_catalog.pg_replication_origin_advance(o.roname, '0/0')
+        FROM pg_catalog.pg_subscription s
+        JOIN pg_catalog.pg_replication_origin o ON o.roname = 'pg_' || s.oid
+        WHERE s.subname = link
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+        -- the held charges go in at this commit, rolled up
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- own rows copied back (now in the ledger): its ids go on above them
+        EXECUTE pg_catalog.format('SELECT pg_catalog.setval(%L, x.m) FROM (SELECT pg_catalog.max(entry_id) AS m '
+                                  'FROM @extschema@.ledger WHERE %s) x, %s s WHERE x.m > s.last_value', seq, own, seq);
+        EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- every hold of this session (a failed run left one); unlocking one not held warns
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                      WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
+                        AND l.classid = pg_catalog.hashtext('hpcacct.federation_resync')::oid
+                        AND l.objid = pg_catalog.hashtext(link)::oid) LOOP
+            PERFORM pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link));
+        END LOOP;
+        RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
+    END
+    $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_resync(integer) FROM PUBLIC;
+COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
+    'At the receiving end of a federation link whose slot was lost: a new slot at the sender, and the rows missing '
+    'here copied from its snapshot (dblink); at the centre the site''s number, at a site 0';
+-- federation_join(), federation_subscribe(), federation_publish_ledger(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12223,6 +12530,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         IF hpcacct_internal.federation_subscribed(sub) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
+            PERFORM hpcacct_internal.federation_publish_ledger_rows(
+                pub, hpcacct_internal.federation_ledger_where(@extschema@.federation_id_range(site), false));
             PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
@@ -12230,7 +12539,13 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
             -- PostgreSQL does not allow inside a procedure: say so
             missing := hpcacct_internal.federation_not_received(
                 sub, @extschema@.federation_reference_tables() || '@extschema@.federation_received'::regclass);
-            IF missing IS NOT NULL THEN
+            IF missing IS NOT NULL AND hpcacct_internal.federation_receives_nothing(sub) THEN
+                -- restored from a dump: the tables are here, the centre's rows since the dump are not
+                RAISE WARNING 'this site receives no table (restored from a dump?)'
+                    USING HINT = pg_catalog.format('Run ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = false) '
+                                                   'and CALL hpcacct.federation_resync(0) here, then at the centre '
+                                                   'CALL hpcacct.federation_resync(%s).', sub, site);
+            ELSIF missing IS NOT NULL THEN
                 RAISE WARNING 'this site does not receive %', missing
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_publish(%s, ...) at the centre, run '
                                                    'ALTER SUBSCRIPTION %I REFRESH PUBLICATION here.', site, sub);
@@ -12252,6 +12567,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
                                                         '{}');
     END
     $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_join(integer, text) FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.federation_join(integer, text) IS
     'At a cluster site: join the federation (ledger ids from site * 2^48, publish own charges, subscribe to the '
     'centre); idempotent';
@@ -12278,7 +12594,13 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_subscribe(site integer, site_
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- a site joined by an earlier version publishes its reports of rows received once
             -- federation_join() ran there again; the subscription needs a refresh (not in a procedure)
-            IF hpcacct_internal.federation_not_received(
+            IF hpcacct_internal.federation_receives_nothing(sub) THEN
+                -- restored from a dump: the ledger is here, the site's rows since the dump are not
+                RAISE WARNING 'this database receives no table from site % (restored from a dump?)', site
+                    USING HINT = pg_catalog.format('Run ALTER SUBSCRIPTION %I REFRESH PUBLICATION WITH (copy_data = false) '
+                                                   'and CALL hpcacct.federation_resync(%s) here, before '
+                                                   'CALL hpcacct.federation_publish(%s, ...).', sub, site, site);
+            ELSIF hpcacct_internal.federation_not_received(
                    sub, ARRAY['@extschema@.federation_received'::regclass]) IS NOT NULL THEN
                 RAISE WARNING 'this database does not receive site %''s reports of rows received', site
                     USING HINT = pg_catalog.format('After CALL hpcacct.federation_join(%s, ...) at the site, run '
@@ -12298,6 +12620,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_subscribe(site integer, site_
                                                         ARRAY['synchronous_commit = local', 'binary = true']);
     END
     $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.federation_subscribe(integer, text) FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.federation_subscribe(integer, text) IS
     'At the centre: subscribe to a site''s charges (after federation_join there); idempotent';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
@@ -15439,15 +15762,14 @@ CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text,
         ledger_where text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        ledger_where := pg_catalog.format(CASE WHEN outside THEN 'entry_id < %s OR entry_id >= %s'
-                                               ELSE 'entry_id >= %s AND entry_id < %s' END,
-                                          pg_catalog.lower(ids), pg_catalog.upper(ids));
+        ledger_where := hpcacct_internal.federation_ledger_where(ids, outside);
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
             EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
                                       'TABLE @extschema@.federation_received WHERE (%s) '
                                       'WITH (publish = ''insert, update'')',
                                       pub, ledger_where, received_where);
         ELSE
+            PERFORM hpcacct_internal.federation_publish_ledger_rows(pub, ledger_where);
             PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
         END IF;
         COMMIT;
@@ -15459,6 +15781,7 @@ CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text,
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     END
     $$;
+REVOKE EXECUTE ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) FROM PUBLIC;
 COMMENT ON PROCEDURE hpcacct_internal.federation_publish_ledger(text, int8range, boolean, text) IS
     'Publication of ledger rows (in or outside an id range) and federation_received rows, then its slot; idempotent';
 CREATE OR REPLACE FUNCTION hpcacct_internal.federation_subscribed(sub text) RETURNS boolean
