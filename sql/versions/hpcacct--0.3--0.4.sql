@@ -11154,8 +11154,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
         gone     bigint;
         copied   bigint;
         missing  text;
-        own      text;     -- this database's own ids: copied back from the sender after a restore
-        seq      constant text := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        own      text;
+        seq      text;
         theirs   bigint;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -11187,8 +11187,10 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
             carried := pg_catalog.format('entry_id < %s OR entry_id >= %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
             received := pg_catalog.format('receiver = 0 AND origin = %s', node.site);
         END IF;
+        -- this database's own ids: rows of them only the sender holds are copied back (a restore)
         ids := @extschema@.federation_id_range(node.site);
         own := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+        seq := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
         SELECT s.subconninfo INTO conninfo FROM pg_catalog.pg_subscription s
         WHERE s.subname = link
           AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
