@@ -132,6 +132,17 @@ waited "$(wait_for centre2 "SELECT count(*) || '/' || count(DISTINCT jobid) FROM
 for node in centre2 alpha2; do is "$(q "$node" "$rollup_ok")" "0" "$node: the charge rollup equals the ledger"; done
 is "$(q centre2 "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(wal_status, '-')), ' ' ORDER BY direction) FROM federation_status")" \
    "1/from/t/- 1/to/t/reserved" "federation_status at centre2: both links to alpha2 connected"
+# one database without federation, given the same reference data, deposits and jobs
+psql "$(conninfo centre2 postgres)" -XAtq -c "CREATE DATABASE single"
+q centre2 "CREATE EXTENSION hpcacct CASCADE" single >/dev/null 2>&1
+q centre2 "$reference_sql
+           INSERT INTO account (name) VALUES ('late'); SELECT add_user('late_user'); SELECT add_member('late', 'late_user');
+           SELECT deposit('late', '2026-10-01', 5000);
+           SELECT deposit(a, '2026-10-01', x) FROM (VALUES ('p2', 0.5), ('p3', 0.75), ('p4', 0.875), ('p5', 0.9375)) d(a, x);
+           SELECT create_job_table();" single >/dev/null
+q centre2 "$(jobs_sql alpha 1 210)" single >/dev/null
+is "$(q centre2 "$balances")" "$(q centre2 "$balances" single)" \
+   "every account's balance at centre2 equals that of one database given the same rows"
 for node in centre alpha alpha2 centre2; do
     ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
        "$node: no row arrived twice (no conflict in its log)"
