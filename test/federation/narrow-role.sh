@@ -8,6 +8,9 @@
 #     charges reach the centre.
 #  2. beta joins with a role lacking SELECT: the copy fails, and the centre's federation_status
 #     shows beta's rows pending (not 0) until SELECT is granted, when they arrive.
+#  3. alpha's and the centre's subscriptions owned by a role that lost SUPERUSER: the apply
+#     stops and says why, federation_status shows it, federation_resync(0) at alpha still copies,
+#     and once the role has BYPASSRLS every row arrives once.
 # Prints TAP lines and appends "fedrole PASSED FAILED" to $HPCACCT_TALLY when set.
 set -euo pipefail
 
@@ -98,6 +101,41 @@ waited "$(wait_for sites "SELECT count(*) FROM pg_subscription_rel WHERE srsubst
 is "$(contents sites beta)" "$(contents centre hpc)" "beta holds every reference row and ledger row of the centre"
 waited "$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'" 0)" \
        "and the centre shows nothing pending to beta"
+# ---- 3. subscriptions owned by a role that is no longer a superuser ----
+# the apply worker runs with the owner's rights: it stops, loudly, and nothing is lost or doubled
+for node in centre sites; do psql "$(conninfo "$node" postgres)" -XAtq -c "CREATE ROLE fedowner SUPERUSER LOGIN"; done
+q centre "ALTER SUBSCRIPTION hpcacct_fed_s2c_1 OWNER TO fedowner; ALTER ROLE fedowner NOSUPERUSER" >/dev/null
+q sites "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 OWNER TO fedowner; ALTER ROLE fedowner NOSUPERUSER" alpha >/dev/null
+owner_grants="GRANT USAGE ON SCHEMA hpcacct, hpcacct_internal TO fedowner; GRANT ALL ON ALL TABLES IN SCHEMA hpcacct TO fedowner"
+q centre "$owner_grants" >/dev/null
+q sites "$owner_grants; CREATE EXTENSION dblink SCHEMA public" alpha >/dev/null
+q sites "$(jobs_sql alpha 51 60)" alpha >/dev/null
+q centre "SELECT deposit('p5', '2026-10-01', 0.0625)" >/dev/null
+sleep 3
+is "$(q centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 1")/$(q sites "SELECT count(*) FROM ledger WHERE kind = 'deposit' AND amount = 0.0625" alpha)" \
+   "50/0" "owners without superuser nor BYPASSRLS: alpha's 10 jobs and the centre's deposit do not arrive"
+ok $(grep -q 'cannot replicate into relation with row-level security enabled: "ledger"' "$log" && echo 0 || echo 1) \
+   "the centre's log says why"
+is "$(q sites "SELECT connected || '/' || rows_pending FROM federation_status WHERE direction = 'to'" alpha)" "false/10" \
+   "alpha's federation_status: the link to the centre not connected, its 10 charges pending"
+out=$(q sites "CALL federation_resync(0)" alpha 2>&1)
+ok $(grep -q 'NOTICE:  hpcacct_fed_c2s_1: new slot; 1 ledger rows copied' <<<"$out" && echo 0 || echo 1) \
+   "federation_resync(0) at alpha in that state copies the deposit"
+for node in centre sites; do psql "$(conninfo "$node" postgres)" -XAtq -c "ALTER ROLE fedowner BYPASSRLS"; done
+q centre "SELECT deposit('p5', '2026-10-01', 0.03125)" >/dev/null
+want=$(q sites "SELECT count(*) || '/' || sum(amount) FROM ledger WHERE federation_origin(entry_id) = 1" alpha)
+waited "$(wait_for centre "SELECT count(*) || '/' || sum(amount) FROM ledger WHERE federation_origin(entry_id) = 1" "$want")" \
+       "with BYPASSRLS, alpha's 60 charges are at the centre"
+waited "$(wait_for sites "SELECT count(*) FROM ledger WHERE kind = 'deposit' AND amount IN (0.0625, 0.03125)" 2 alpha)" \
+       "and both deposits at alpha, once each"
+is "$(contents sites alpha | sed 's/ledger:[^ ]* //')" "$(contents centre hpc | sed 's/ledger:[^ ]* //')" "alpha's reference tables equal the centre's"
+is "$(q sites "SELECT count(*) || '/' || md5(string_agg(entry_id::text, ',' ORDER BY entry_id)) FROM ledger" alpha)" \
+   "$(q centre "SELECT count(*) || '/' || md5(string_agg(entry_id::text, ',' ORDER BY entry_id)) FROM ledger WHERE federation_origin(entry_id) <> 2")" \
+   "alpha's ledger is the centre's but beta's rows, the same ids"
+for node in centre; do
+    is "$(q "$node" "SELECT count(*) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' GROUP BY 1
+                     EXCEPT SELECT account, sum(amount) FROM charge_rollup GROUP BY 1) x")" "0" "$node: the charge rollup equals the ledger"
+done
 for node in centre sites; do
     ok $(grep -q 'duplicate key value violates unique constraint' "$(nodedir "$node")/server.log" && echo 1 || echo 0) \
        "$node: no row arrived twice (no conflict in its log)"
