@@ -92,6 +92,8 @@ q centre "SELECT deposit('p4', '2026-10-01', 7)" >/dev/null
 wait_for centre "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'hpcacct_fed_c2s_2' AND confirmed_flush_lsn >= pg_current_wal_insert_lsn()" 1 >/dev/null
 sleep 1.5
 is "$(q sites "SELECT count(*) FROM ledger" beta)/$(q sites "SELECT count(*) FROM account" beta)" "0/0" "beta holds nothing"
+is "$(q sites "SELECT connected || '/' || (tables_copying > 0) FROM federation_status WHERE direction = 'from'" beta)" "true/true" \
+   "beta's federation_status: its link from the centre connected, tables still being copied"
 is "$(q centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'")" \
    "$(q centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) <> 2")" \
    "the centre's federation_status shows every row beta lacks as pending, not 0"
@@ -99,6 +101,8 @@ q centre "GRANT SELECT ON ALL TABLES IN SCHEMA hpcacct TO hpcacct_repl_nosel" >/
 waited "$(wait_for sites "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'" 0 beta)" \
        "once SELECT is granted, beta's copy completes"
 is "$(contents sites beta)" "$(contents centre hpc)" "beta holds every reference row and ledger row of the centre"
+is "$(q sites "SELECT tables_copying FROM federation_status WHERE direction = 'from'" beta)" "0" \
+   "and its federation_status shows no table being copied"
 waited "$(wait_for centre "SELECT rows_pending FROM federation_status WHERE site = 2 AND direction = 'to'" 0)" \
        "and the centre shows nothing pending to beta"
 # ---- 3. subscriptions owned by a role that is no longer a superuser ----
