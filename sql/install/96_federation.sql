@@ -1052,7 +1052,8 @@ COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
 -- old while rows stream, receiver_reported_at), and the slot's wal_status ('lost': the receiver
 -- gets nothing more until federation_resync() there). Exact when each origin's rows commit in id order
 -- (one loader per site); rows of concurrent transactions committed out of that order are not
--- counted while the receiver holds a higher id. An incoming link's are counted at its sender.
+-- counted while the receiver holds a higher id. An incoming link's are counted at its sender;
+-- it shows instead the tables whose initial copy has not finished (tables_copying).
 CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
     WITH links AS (
         SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
@@ -1094,7 +1095,12 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
            pending.reported_at AS receiver_reported_at,
            CASE WHEN k.direction = 'to'
                 THEN (SELECT r.wal_status FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END
-               AS wal_status
+               AS wal_status,
+           -- a table not yet copied is not applied either: its rows wait (or the copy fails, logged)
+           CASE WHEN k.direction = 'from'
+                THEN (SELECT pg_catalog.count(*) FROM pg_catalog.pg_subscription_rel r
+                      JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                      WHERE s.subname = k.link AND r.srsubstate <> 'r')::integer END AS tables_copying
     FROM ends k
     LEFT JOIN LATERAL (
         SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,
@@ -1124,5 +1130,6 @@ CREATE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
     ) pending ON k.direction = 'to';
 COMMENT ON VIEW @extschema@.federation_status IS
     'Per federation link of this database: the site at the other end, direction, connected, the last ledger row '
-    'received from it; for outgoing links the lag, unconfirmed WAL, the rows the receiver has not reported received '
-    'and the slot''s wal_status (lost: run federation_resync at the receiver)';
+    'received from it and the tables whose initial copy has not finished; for outgoing links the lag, unconfirmed '
+    'WAL, the rows the receiver has not reported received and the slot''s wal_status (lost: run federation_resync at '
+    'the receiver)';

@@ -138,7 +138,8 @@ BEGIN
         ('{federation_status}', 'pending_wal_bytes', 'WAL not yet confirmed by the reader of an outgoing link'),
         ('{federation_status}', 'rows_pending', 'Ledger rows here that an outgoing link carries and its receiver has not reported received (NULL for incoming links: counted at their sender)'),
         ('{federation_status}', 'receiver_reported_at', 'When the receiver of an outgoing link last reported rows received'),
-        ('{federation_status}', 'wal_status', 'An outgoing link''s slot: reserved, extended, unreserved or lost (lost: the receiver gets nothing more until federation_resync() there)')
+        ('{federation_status}', 'wal_status', 'An outgoing link''s slot: reserved, extended, unreserved or lost (lost: the receiver gets nothing more until federation_resync() there)'),
+        ('{federation_status}', 'tables_copying', 'An incoming link''s tables whose initial copy has not finished (they apply nothing until it has; NULL for outgoing links)')
     ) AS t(views, col, description) LOOP
         FOREACH v IN ARRAY c.views LOOP
             EXECUTE pg_catalog.format('COMMENT ON COLUMN @extschema@.%I.%I IS %L', v, c.col, c.description);

@@ -11404,6 +11404,89 @@ COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
     'here copied from its snapshot (dblink); at the centre the site''s number, at a site 0';
 -- federation_join(), federation_subscribe(), federation_publish_ledger(): defined in the final definitions
 
+-- ==== federation_status.tables_copying: an incoming link's tables whose initial copy has not finished (a site whose copy failed showed only connected) ---
+CREATE OR REPLACE VIEW @extschema@.federation_status WITH (security_invoker = true) AS
+    WITH links AS (
+        SELECT (pg_catalog.regexp_match(s.subname, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer AS link_site,
+               s.subname AS link, 'from' AS direction, s.subenabled AS enabled
+        FROM pg_catalog.pg_subscription s
+        WHERE s.subname ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+        UNION ALL
+        SELECT (pg_catalog.regexp_match(r.slot_name::text, '^hpcacct_fed_(c2s|s2c)_([0-9]+)$'))[2]::integer,
+               r.slot_name::text, 'to', true
+        FROM pg_catalog.pg_replication_slots r
+        WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$' AND r.database = pg_catalog.current_database()
+    ), ends AS (  -- the other end of each link: at a site, the centre
+        SELECT k.*, CASE WHEN n.role = 'site' THEN 0 ELSE k.link_site END AS other_end, n.role, n.site AS me
+        FROM links k
+        LEFT JOIN @extschema@.federation_node n ON true
+    )
+    SELECT k.other_end AS site, k.direction, k.link, k.enabled,
+           CASE WHEN k.direction = 'from'
+                THEN EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st
+                             WHERE st.subname = k.link AND st.relid IS NULL AND st.pid IS NOT NULL)
+                ELSE EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link AND r.active)
+           END AS connected,
+           last.entry_id AS last_entry_id, last.booked_at AS last_booked_at,
+           CASE WHEN k.direction = 'from'
+                THEN (SELECT st.last_msg_receipt_time FROM pg_catalog.pg_stat_subscription st
+                      WHERE st.subname = k.link AND st.relid IS NULL) END AS last_message_at,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.max(sr.replay_lag) FROM pg_catalog.pg_stat_replication sr
+                      WHERE sr.application_name = k.link) END AS lag,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), r.confirmed_flush_lsn)
+                      FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END AS pending_wal_bytes,
+           CASE WHEN k.direction = 'to' AND pending.reported AND EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_replication_slots r
+                    WHERE r.slot_name = k.link AND r.confirmed_flush_lsn >= pg_catalog.pg_current_wal_insert_lsn())
+                THEN 0  -- the receiver confirmed all the WAL written here, and reported rows of each origin
+                ELSE pending.rows END AS rows_pending,
+           pending.reported_at AS receiver_reported_at,
+           CASE WHEN k.direction = 'to'
+                THEN (SELECT r.wal_status FROM pg_catalog.pg_replication_slots r WHERE r.slot_name = k.link) END
+               AS wal_status,
+           -- a table not yet copied is not applied either: its rows wait (or the copy fails, logged)
+           CASE WHEN k.direction = 'from'
+                THEN (SELECT pg_catalog.count(*) FROM pg_catalog.pg_subscription_rel r
+                      JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                      WHERE s.subname = k.link AND r.srsubstate <> 'r')::integer END AS tables_copying
+    FROM ends k
+    LEFT JOIN LATERAL (
+        SELECT l.entry_id, l.booked_at FROM @extschema@.ledger l,
+               LATERAL (SELECT @extschema@.federation_id_range(k.other_end) AS ids) r
+        WHERE k.direction = 'from'
+          AND l.entry_id >= pg_catalog.lower(r.ids) AND l.entry_id < pg_catalog.upper(r.ids)
+        ORDER BY l.entry_id DESC LIMIT 1
+    ) last ON true
+    LEFT JOIN LATERAL (
+        -- per origin the link carries (a site: its own rows; the centre: every origin but the
+        -- receiver's), the rows above the last one the receiver reported
+        -- reported: the receiver reported rows of every origin it has rows of here (a WAL
+        -- position confirmed says nothing of the rows before its slot: the initial copy's)
+        SELECT pg_catalog.sum(c.rows)::bigint AS rows, pg_catalog.max(p.received_at) AS reported_at,
+               coalesce(pg_catalog.bool_and(p.last_entry_id IS NOT NULL OR c.rows = 0), true) AS reported
+        FROM (SELECT k.me AS origin WHERE k.role = 'site'
+              UNION ALL SELECT 0 WHERE k.role = 'centre'
+              UNION ALL SELECT s.site FROM @extschema@.federation_site s WHERE k.role = 'centre') o
+        LEFT JOIN @extschema@.federation_received p ON p.receiver = k.other_end AND p.origin = o.origin
+        CROSS JOIN LATERAL (SELECT @extschema@.federation_id_range(o.origin) AS ids) r
+        CROSS JOIN LATERAL (
+            SELECT pg_catalog.count(*) AS rows FROM @extschema@.ledger l
+            WHERE l.entry_id > coalesce(p.last_entry_id, pg_catalog.lower(r.ids) - 1)
+              AND l.entry_id < pg_catalog.upper(r.ids)
+        ) c
+        WHERE k.direction = 'to' AND o.origin <> k.other_end
+    ) pending ON k.direction = 'to';
+COMMENT ON VIEW @extschema@.federation_status IS
+    'Per federation link of this database: the site at the other end, direction, connected, the last ledger row '
+    'received from it and the tables whose initial copy has not finished; for outgoing links the lag, unconfirmed '
+    'WAL, the rows the receiver has not reported received and the slot''s wal_status (lost: run federation_resync at '
+    'the receiver)';
+COMMENT ON COLUMN @extschema@.federation_status.tables_copying IS
+    'An incoming link''s tables whose initial copy has not finished (they apply nothing until it has; NULL for outgoing links)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
