@@ -665,6 +665,29 @@ COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
 -- passed since its own message was written: one message that cannot be delivered holds up the
 -- newer ones that long, not for good.
 
+-- Deliveries that wait, at a time, for an older message to their mailbox: pending while one
+-- of an older message to the same mailbox is pending or sending, until notify_order_wait
+-- (order_wait) has passed since their own message was written; waits_for is the oldest such
+-- message (computed only where asked for: the sender asks which deliveries wait). The one
+-- definition for outbox_claim, outbox_next_due and outbox_status; a SQL-standard body without
+-- SET options, which the planner inlines into them.
+CREATE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
+    RETURNS TABLE (recipient_id bigint, waits_for bigint)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT r.recipient_id,
+           (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
+            WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
+    FROM @extschema@.outbox_recipient r
+    JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    WHERE r.state = 'pending' AND m.created_at + order_wait > at
+      AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
+                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
+END;
+COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
+    'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
+    'their own was written), with the oldest such message';
+
 CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
@@ -673,6 +696,7 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ timestamptz;
     BEGIN
         IF worker IS NULL OR lease IS NULL OR batch IS NULL THEN
             RAISE EXCEPTION 'outbox_claim needs a worker, a lease and a batch size' USING ERRCODE = 'null_value_not_allowed';
@@ -685,18 +709,16 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
                                            r.lease_owner, r.lease_until)
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
+        now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
         WITH due AS (
             SELECT r.recipient_id
             FROM @extschema@.outbox_recipient r
-            JOIN @extschema@.outbox m ON m.message_id = r.message_id
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
               -- in the order written: not while an older message to the mailbox is to be delivered
-              AND (m.created_at + order_wait <= pg_catalog.clock_timestamp()
-                   OR NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
-                                    AND o.message_id < r.message_id))
+              AND NOT EXISTS (SELECT 1 FROM hpcacct_internal.outbox_waiting(order_wait, now_) w
+                              WHERE w.recipient_id = r.recipient_id)
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
@@ -727,15 +749,15 @@ CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
-        RETURN (SELECT min(CASE WHEN r.state = 'pending' AND m.created_at + order_wait > pg_catalog.clock_timestamp()
-                                     AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                                                 WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
-                                                   AND o.message_id < r.message_id)
+        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
                                 THEN greatest(r.next_attempt, m.created_at + order_wait)
                                 ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
                 FROM @extschema@.outbox_recipient r
                 JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
+                       ON w.recipient_id = r.recipient_id
                 WHERE r.state IN ('pending', 'sending'));
     END
     $$;
@@ -791,9 +813,11 @@ COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval
 CREATE VIEW @extschema@.outbox_status AS
     SELECT m.message_id, m.topic, m.account, m.subject, m.created_at,
            r.recipient_id, r.username, r.address, coalesce(r.state, 'no_recipient') AS state, r.attempts,
-           r.next_attempt, r.last_error, r.delivered_at
+           r.next_attempt, r.last_error, r.delivered_at, w.waits_for AS waiting_for
     FROM @extschema@.outbox m
-    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id;
+    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id
+    LEFT JOIN hpcacct_internal.outbox_waiting(@extschema@.setting_value('notify_order_wait')::interval,
+                                              pg_catalog.statement_timestamp()) w ON w.recipient_id = r.recipient_id;
 COMMENT ON VIEW @extschema@.outbox_status IS
     'Messages with their deliveries; state no_recipient for a message nobody with an address was to receive';
 

@@ -11003,6 +11003,57 @@ REVOKE EXECUTE ON FUNCTION @extschema@.outbox_next_due() FROM PUBLIC;
 -- ==== notify_scan(): a day to come, or before a quota state change notified already, is 22023 (a scan of an earlier day told members of a state that had passed) ---
 -- notify_scan(): defined in the final definitions
 
+-- ==== outbox_status.waiting_for: why a pending delivery is not sent (an older message to its mailbox is still to be delivered) ---
+-- (the wait of the order written showed as a pending delivery with no error). outbox_claim():
+-- defined in the final definitions
+CREATE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
+    RETURNS TABLE (recipient_id bigint, waits_for bigint)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT r.recipient_id,
+           (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
+            WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
+    FROM @extschema@.outbox_recipient r
+    JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    WHERE r.state = 'pending' AND m.created_at + order_wait > at
+      AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
+                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
+END;
+COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
+    'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
+    'their own was written), with the oldest such message';
+CREATE OR REPLACE VIEW @extschema@.outbox_status WITH (security_invoker = true) AS
+    SELECT m.message_id, m.topic, m.account, m.subject, m.created_at,
+           r.recipient_id, r.username, r.address, coalesce(r.state, 'no_recipient') AS state, r.attempts,
+           r.next_attempt, r.last_error, r.delivered_at, w.waits_for AS waiting_for
+    FROM @extschema@.outbox m
+    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id
+    LEFT JOIN hpcacct_internal.outbox_waiting(@extschema@.setting_value('notify_order_wait')::interval,
+                                              pg_catalog.statement_timestamp()) w ON w.recipient_id = r.recipient_id;
+COMMENT ON COLUMN @extschema@.outbox_status.waiting_for IS
+    'A pending delivery not sent yet because this older message to its mailbox is still to be delivered '
+    '(up to notify_order_wait); NULL: none';
+CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ constant timestamptz := pg_catalog.clock_timestamp();
+    BEGIN
+        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
+                                THEN greatest(r.next_attempt, m.created_at + order_wait)
+                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+                FROM @extschema@.outbox_recipient r
+                JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
+                       ON w.recipient_id = r.recipient_id
+                WHERE r.state IN ('pending', 'sending'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
+    'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12503,6 +12554,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ timestamptz;
     BEGIN
         IF worker IS NULL OR lease IS NULL OR batch IS NULL THEN
             RAISE EXCEPTION 'outbox_claim needs a worker, a lease and a batch size' USING ERRCODE = 'null_value_not_allowed';
@@ -12515,18 +12567,16 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
                                            r.lease_owner, r.lease_until)
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
+        now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
         WITH due AS (
             SELECT r.recipient_id
             FROM @extschema@.outbox_recipient r
-            JOIN @extschema@.outbox m ON m.message_id = r.message_id
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
               -- in the order written: not while an older message to the mailbox is to be delivered
-              AND (m.created_at + order_wait <= pg_catalog.clock_timestamp()
-                   OR NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
-                                    AND o.message_id < r.message_id))
+              AND NOT EXISTS (SELECT 1 FROM hpcacct_internal.outbox_waiting(order_wait, now_) w
+                              WHERE w.recipient_id = r.recipient_id)
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
