@@ -11054,6 +11054,17 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
 COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
     'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
 
+-- ==== a message about a person's job is read as the job: by its owner, and by the account's members only when the job named the account (the default project's members read the message about a job that named none, which pending_job hid from them; an owner could not read one about a job on another account) ---
+-- outbox_add_all() and notify_hold(): defined in the final definitions (the outbox is new in
+-- this update: there are no messages to fill in)
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN job_owner text,
+    ADD COLUMN owner_only boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT outbox_owner_only CHECK (NOT owner_only OR job_owner IS NOT NULL);
+ALTER POLICY member_rows ON @extschema@.outbox
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR job_owner = pg_catalog.session_user()
+           OR (NOT owner_only AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12298,7 +12309,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
-            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
+            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to,
+                                            job_owner, owner_only)
             -- a subject is one header line: a control character of a name in it (an account
             -- named with a line break) is a space, so that the decision is not refused for it
             SELECT m.topic, m.decision_key, m.account, hpcacct_internal.notify_name(m.subject),
@@ -12308,11 +12320,13 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
                          SELECT ms.username FROM @extschema@.membership ms
                          WHERE ms.account = m.account
                            AND ((ms.role = 'admin' AND coalesce(m.to_managers, true)) OR coalesce(m.to_members, false))
-                         ORDER BY 1)
+                         ORDER BY 1),
+                   m.job_owner, coalesce(m.owner_only, false)
             FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
                                                                              subject text, body text, figures jsonb,
                                                                              to_managers boolean, to_members boolean,
-                                                                             also text[])
+                                                                             also text[], job_owner text,
+                                                                             owner_only boolean)
             ORDER BY m.topic, m.decision_key
             ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
             RETURNING message_id, addressed_to
@@ -14510,6 +14524,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),
             'to_managers', false,
+            -- read by the owner, and by the account's members only when they see the job: one
+            -- that named no account is hidden from them (pending_job's row-level security)
+            'job_owner', n.username, 'owner_only', n.account IS NULL,
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
                                          CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
