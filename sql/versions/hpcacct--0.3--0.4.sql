@@ -11065,6 +11065,13 @@ ALTER POLICY member_rows ON @extschema@.outbox
     USING ((SELECT hpcacct_internal.sees_all_accounts()) OR job_owner = pg_catalog.session_user()
            OR (NOT owner_only AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
 
+-- ==== rerate_log: a portal user reads no row (its jobs and amounts are every account's on the resource: one other project's usage where only it ran there) ---
+ALTER TABLE @extschema@.rerate_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY member_rows ON @extschema@.rerate_log FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()));
+CREATE POLICY insert_rows ON @extschema@.rerate_log FOR INSERT WITH CHECK (true);
+CREATE POLICY update_rows ON @extschema@.rerate_log FOR UPDATE USING (true) WITH CHECK (true);
+CREATE POLICY delete_rows ON @extschema@.rerate_log FOR DELETE USING (true);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

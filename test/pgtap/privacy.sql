@@ -5,7 +5,7 @@
 -- see its usage per user.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(24);
+SELECT plan(27);
 
 CALL setup_roles();
 CREATE ROLE pv_alice LOGIN IN ROLE hpcacct_portal;
@@ -97,6 +97,24 @@ SELECT is((SELECT array_agg(job_owner ORDER BY job_owner) FROM outbox WHERE figu
 SELECT is((SELECT array_agg(figures ->> 'jobid' ORDER BY figures ->> 'jobid') FROM outbox
            WHERE figures ->> 'cluster' = 'pvc' AND owner_only), ARRAY['q-bob'],
           'and the one whose job named no account is for its owner only');
+
+-- ---- a re-rating: its jobs and amounts are every account's on the resource ----
+-- (a partition only pv_p2 used: the log's totals would be that project's usage)
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('pvc', 'gpu', 'cpu=24', 'cpu=1', 1, 'NPL');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('pvc', 'g1', 'pv_p2', 'pv_dave', 'gpu', '2024-04-05 00:00+00', '2024-04-05 10:00+00', 'cpu=24', 'COMPLETED');
+SELECT rerate((SELECT resource_id FROM resource WHERE cluster = 'pvc' AND partition = 'gpu'), 2, '2024-01-01');
+CREATE ROLE pv_audit LOGIN IN ROLE hpcacct_auditor;
+SET SESSION AUTHORIZATION pv_carol;
+SELECT is_empty($$SELECT 1 FROM hpcacct.rerate_log$$,
+                'carol does not read the re-ratings'' totals: 240 NPL of one job were pv_p2''s usage of the gpu partition');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION pv_audit;
+SELECT is((SELECT amount_before FROM hpcacct.rerate_log r JOIN hpcacct.resource o ON o.resource_id = r.old_resource_id
+           WHERE o.cluster = 'pvc'), 240::numeric, 'the auditor reads them');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT count(*) FROM rerate_log r JOIN resource o ON o.resource_id = r.old_resource_id WHERE o.cluster = 'pvc'),
+          1::bigint, 'and so do staff');
 
 SELECT * FROM finish();
 ROLLBACK;
