@@ -11072,6 +11072,11 @@ CREATE POLICY insert_rows ON @extschema@.rerate_log FOR INSERT WITH CHECK (true)
 CREATE POLICY update_rows ON @extschema@.rerate_log FOR UPDATE USING (true) WITH CHECK (true);
 CREATE POLICY delete_rows ON @extschema@.rerate_log FOR DELETE USING (true);
 
+-- ==== quarter_log: a default project's reset is read by its user alone (the project's members read that it had been another member's default, which hpc_user hides) ---
+ALTER POLICY member_rows ON @extschema@.quarter_log
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user()
+           OR (username IS NULL AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

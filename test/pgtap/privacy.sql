@@ -5,7 +5,7 @@
 -- see its usage per user.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(27);
+SELECT plan(30);
 
 CALL setup_roles();
 CREATE ROLE pv_alice LOGIN IN ROLE hpcacct_portal;
@@ -115,6 +115,18 @@ SELECT is((SELECT amount_before FROM hpcacct.rerate_log r JOIN hpcacct.resource 
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT count(*) FROM rerate_log r JOIN resource o ON o.resource_id = r.old_resource_id WHERE o.cluster = 'pvc'),
           1::bigint, 'and so do staff');
+
+-- ---- a new quarter: pv_p1 has no allocation for it, so its members' default project is reset ----
+CALL open_quarter('2024-07-01');
+CALL open_quarter('2024-10-01');   -- the personal accounts expire (rows without a user)
+SELECT is((SELECT array_agg(username ORDER BY username) FROM quarter_log WHERE action = 'default_reset' AND account = 'pv_p1'),
+          ARRAY['pv_alice', 'pv_bob', 'pv_carol'], 'setup: the three members'' defaults are reset');
+SET SESSION AUTHORIZATION pv_carol;
+SELECT is((SELECT array_agg(username) FROM hpcacct.quarter_log WHERE action = 'default_reset'), ARRAY['pv_carol'],
+          'carol reads her own default''s reset, not that pv_p1 was bob''s or alice''s default (hpc_user hides it)');
+SELECT isnt_empty($$SELECT 1 FROM hpcacct.quarter_log WHERE account = 'pv_carol' AND action = 'expired'$$,
+                  'and the rest of what the quarters did to her accounts (her personal account''s expiry)');
+RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();
 ROLLBACK;
