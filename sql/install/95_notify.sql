@@ -138,8 +138,8 @@ COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
 -- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
 -- account, subject, body, figures, to_managers, to_members, also, job_owner, owner_only} (the
--- last two: the person a message about their own job is for, and whether only they read it); the recipients of each are
--- the account's managers (unless to_managers is false), its members too when to_members, and
+-- last two: whose job a message is about, and whether only they read it); the recipients of
+-- each are the account's managers (unless to_managers is false), its members too when to_members, and
 -- the users named in also, those with a contact that is not silenced. One set-based statement for all, and one NOTIFY
 -- hpcacct_outbox (delivered at commit) when anything was written. Returns the new ids.
 CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
