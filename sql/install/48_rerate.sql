@@ -152,6 +152,13 @@ CREATE TABLE @extschema@.rerate_log (
 );
 COMMENT ON TABLE @extschema@.rerate_log IS
     'Re-ratings (rerate()): the closed and the new resource row, the rates, from when, jobs and amounts moved';
+-- Its jobs and amounts are every account's on the resource (one other project's usage, where
+-- only it ran there): staff and auditors read it, portal users no row.
+ALTER TABLE @extschema@.rerate_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY member_rows ON @extschema@.rerate_log FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()));
+CREATE POLICY insert_rows ON @extschema@.rerate_log FOR INSERT WITH CHECK (true);
+CREATE POLICY update_rows ON @extschema@.rerate_log FOR UPDATE USING (true) WITH CHECK (true);
+CREATE POLICY delete_rows ON @extschema@.rerate_log FOR DELETE USING (true);
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.rerate_log', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.rerate_log_rerate_id_seq', '');
 

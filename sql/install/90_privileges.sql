@@ -40,6 +40,12 @@ FROM pg_catalog.pg_class c JOIN pg_catalog.pg_depend d
     ON d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
 WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 
+-- quarter_log's rows about one user (default_reset: the default project they had) are that
+-- user's: hpc_user shows a default project to its user alone.
+ALTER POLICY member_rows ON @extschema@.quarter_log
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user()
+           OR (username IS NULL AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
+
 -- A share is an account's fraction of its pool, so computing one account's factor needs
 -- every account's usage, which row-level security hides from a portal user. fairshare()
 -- therefore computes as the owner (fairshare_all) and returns every row to superusers and

@@ -74,7 +74,14 @@ CREATE TABLE @extschema@.outbox (
     -- with a contact get a delivery each
     addressed_to text[] NOT NULL DEFAULT '{}',
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
-    CONSTRAINT outbox_once UNIQUE (topic, decision_key)
+    -- a message about one person's own job (job_held, job_released): that person, who reads it
+    -- whatever its account; NULL: a message about the account
+    job_owner    text,
+    -- read by job_owner alone (and staff), not by the account's members: the job named no account,
+    -- so that they do not see it in pending_job either
+    owner_only   boolean NOT NULL DEFAULT false,
+    CONSTRAINT outbox_once UNIQUE (topic, decision_key),
+    CONSTRAINT outbox_owner_only CHECK (NOT owner_only OR job_owner IS NOT NULL)
 );
 COMMENT ON TABLE @extschema@.outbox IS
     'Messages about decisions, written in the deciding transaction; one per topic and decision (decision_key)';
@@ -130,8 +137,9 @@ COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
 
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
 -- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
--- account, subject, body, figures, to_managers, to_members, also}; the recipients of each are
--- the account's managers (unless to_managers is false), its members too when to_members, and
+-- account, subject, body, figures, to_managers, to_members, also, job_owner, owner_only} (the
+-- last two: whose job a message is about, and whether only they read it); the recipients of
+-- each are the account's managers (unless to_managers is false), its members too when to_members, and
 -- the users named in also, those with a contact that is not silenced. One set-based statement for all, and one NOTIFY
 -- hpcacct_outbox (delivered at commit) when anything was written. Returns the new ids.
 CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
@@ -173,7 +181,8 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
-            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
+            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to,
+                                            job_owner, owner_only)
             -- a subject is one header line: a control character of a name in it (an account
             -- named with a line break) is a space, so that the decision is not refused for it
             SELECT m.topic, m.decision_key, m.account, hpcacct_internal.notify_name(m.subject),
@@ -183,11 +192,13 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
                          SELECT ms.username FROM @extschema@.membership ms
                          WHERE ms.account = m.account
                            AND ((ms.role = 'admin' AND coalesce(m.to_managers, true)) OR coalesce(m.to_members, false))
-                         ORDER BY 1)
+                         ORDER BY 1),
+                   m.job_owner, coalesce(m.owner_only, false)
             FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
                                                                              subject text, body text, figures jsonb,
                                                                              to_managers boolean, to_members boolean,
-                                                                             also text[])
+                                                                             also text[], job_owner text,
+                                                                             owner_only boolean)
             ORDER BY m.topic, m.decision_key
             ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
             RETURNING message_id, addressed_to
@@ -380,6 +391,9 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),
             'to_managers', false,
+            -- read by the owner, and by the account's members only when they see the job: one
+            -- that named no account is hidden from them (pending_job's row-level security)
+            'job_owner', n.username, 'owner_only', n.account IS NULL,
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
                                          CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
@@ -665,6 +679,29 @@ COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
 -- passed since its own message was written: one message that cannot be delivered holds up the
 -- newer ones that long, not for good.
 
+-- Deliveries that wait, at a time, for an older message to their mailbox: pending while one
+-- of an older message to the same mailbox is pending or sending, until notify_order_wait
+-- (order_wait) has passed since their own message was written; waits_for is the oldest such
+-- message (computed only where asked for: the sender asks which deliveries wait). The one
+-- definition for outbox_claim, outbox_next_due and outbox_status; a SQL-standard body without
+-- SET options, which the planner inlines into them.
+CREATE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
+    RETURNS TABLE (recipient_id bigint, waits_for bigint)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT r.recipient_id,
+           (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
+            WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
+    FROM @extschema@.outbox_recipient r
+    JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    WHERE r.state = 'pending' AND m.created_at + order_wait > at
+      AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
+                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
+END;
+COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
+    'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
+    'their own was written), with the oldest such message';
+
 CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
@@ -673,6 +710,7 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ timestamptz;
     BEGIN
         IF worker IS NULL OR lease IS NULL OR batch IS NULL THEN
             RAISE EXCEPTION 'outbox_claim needs a worker, a lease and a batch size' USING ERRCODE = 'null_value_not_allowed';
@@ -685,18 +723,16 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
                                            r.lease_owner, r.lease_until)
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
+        now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
         WITH due AS (
             SELECT r.recipient_id
             FROM @extschema@.outbox_recipient r
-            JOIN @extschema@.outbox m ON m.message_id = r.message_id
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
               -- in the order written: not while an older message to the mailbox is to be delivered
-              AND (m.created_at + order_wait <= pg_catalog.clock_timestamp()
-                   OR NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
-                                    AND o.message_id < r.message_id))
+              AND NOT EXISTS (SELECT 1 FROM hpcacct_internal.outbox_waiting(order_wait, now_) w
+                              WHERE w.recipient_id = r.recipient_id)
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
@@ -727,15 +763,15 @@ CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
-        RETURN (SELECT min(CASE WHEN r.state = 'pending' AND m.created_at + order_wait > pg_catalog.clock_timestamp()
-                                     AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                                                 WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
-                                                   AND o.message_id < r.message_id)
+        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
                                 THEN greatest(r.next_attempt, m.created_at + order_wait)
                                 ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
                 FROM @extschema@.outbox_recipient r
                 JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
+                       ON w.recipient_id = r.recipient_id
                 WHERE r.state IN ('pending', 'sending'));
     END
     $$;
@@ -791,9 +827,11 @@ COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval
 CREATE VIEW @extschema@.outbox_status AS
     SELECT m.message_id, m.topic, m.account, m.subject, m.created_at,
            r.recipient_id, r.username, r.address, coalesce(r.state, 'no_recipient') AS state, r.attempts,
-           r.next_attempt, r.last_error, r.delivered_at
+           r.next_attempt, r.last_error, r.delivered_at, w.waits_for AS waiting_for
     FROM @extschema@.outbox m
-    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id;
+    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id
+    LEFT JOIN hpcacct_internal.outbox_waiting(@extschema@.setting_value('notify_order_wait')::interval,
+                                              pg_catalog.statement_timestamp()) w ON w.recipient_id = r.recipient_id;
 COMMENT ON VIEW @extschema@.outbox_status IS
     'Messages with their deliveries; state no_recipient for a message nobody with an address was to receive';
 
@@ -808,11 +846,17 @@ REVOKE EXECUTE ON FUNCTION
     FROM PUBLIC;
 
 -- Row-level security as for every table naming an account or a user (protect_table): portal
--- users see their accounts' messages, their own deliveries and their accounts' quota states.
+-- users see their accounts' messages (below: a job's message as the job), their own deliveries
+-- and their accounts' quota states.
 -- contact has its own policy above (reading and writing one's own row only).
 SELECT hpcacct_internal.protect_table(t)
 FROM pg_catalog.unnest(ARRAY['@extschema@.outbox', '@extschema@.outbox_recipient',
                              '@extschema@.quota_state_notified']::regclass[]) AS t;
+-- A message about a person's job: that person reads it, and the account's members when the job
+-- named the account (pending_job shows it to them then); a job of no account is its owner's.
+ALTER POLICY member_rows ON @extschema@.outbox
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR job_owner = pg_catalog.session_user()
+           OR (NOT owner_only AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
 ALTER VIEW @extschema@.account_recipient SET (security_invoker = true);
 ALTER VIEW @extschema@.outbox_status SET (security_invoker = true);
 

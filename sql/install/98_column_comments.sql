@@ -111,6 +111,8 @@ BEGIN
         ('{outbox_status}', 'next_attempt', 'When the sender may try again'),
         ('{outbox_status}', 'last_error', 'The last attempt''s error'),
         ('{outbox_status}', 'delivered_at', 'When the delivery succeeded'),
+        ('{outbox_status}', 'waiting_for', 'A pending delivery not sent yet because this older message to its '
+                                            'mailbox is still to be delivered (up to notify_order_wait); NULL: none'),
         -- pending jobs by fair share
         ('{fairshare_queue}', 'position', 'Place in the queue by fair share: 1 is dispatched first'),
         ('{fairshare_queue}', 'cluster', 'Cluster the job is pending on'),

@@ -11003,6 +11003,79 @@ REVOKE EXECUTE ON FUNCTION @extschema@.outbox_next_due() FROM PUBLIC;
 -- ==== notify_scan(): a day to come, or before a quota state change notified already, is 22023 (a scan of an earlier day told members of a state that had passed) ---
 -- notify_scan(): defined in the final definitions
 
+-- ==== outbox_status.waiting_for: why a pending delivery is not sent (an older message to its mailbox is still to be delivered) ---
+-- (the wait of the order written showed as a pending delivery with no error). outbox_claim():
+-- defined in the final definitions
+CREATE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
+    RETURNS TABLE (recipient_id bigint, waits_for bigint)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT r.recipient_id,
+           (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
+            WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
+    FROM @extschema@.outbox_recipient r
+    JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    WHERE r.state = 'pending' AND m.created_at + order_wait > at
+      AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
+                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
+END;
+COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
+    'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
+    'their own was written), with the oldest such message';
+CREATE OR REPLACE VIEW @extschema@.outbox_status WITH (security_invoker = true) AS
+    SELECT m.message_id, m.topic, m.account, m.subject, m.created_at,
+           r.recipient_id, r.username, r.address, coalesce(r.state, 'no_recipient') AS state, r.attempts,
+           r.next_attempt, r.last_error, r.delivered_at, w.waits_for AS waiting_for
+    FROM @extschema@.outbox m
+    LEFT JOIN @extschema@.outbox_recipient r ON r.message_id = m.message_id
+    LEFT JOIN hpcacct_internal.outbox_waiting(@extschema@.setting_value('notify_order_wait')::interval,
+                                              pg_catalog.statement_timestamp()) w ON w.recipient_id = r.recipient_id;
+COMMENT ON COLUMN @extschema@.outbox_status.waiting_for IS
+    'A pending delivery not sent yet because this older message to its mailbox is still to be delivered '
+    '(up to notify_order_wait); NULL: none';
+CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ constant timestamptz := pg_catalog.clock_timestamp();
+    BEGIN
+        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
+                                THEN greatest(r.next_attempt, m.created_at + order_wait)
+                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+                FROM @extschema@.outbox_recipient r
+                JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
+                       ON w.recipient_id = r.recipient_id
+                WHERE r.state IN ('pending', 'sending'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
+    'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
+
+-- ==== a message about a person's job is read as the job: by its owner, and by the account's members only when the job named the account (the default project's members read the message about a job that named none, which pending_job hid from them; an owner could not read one about a job on another account) ---
+-- outbox_add_all() and notify_hold(): defined in the final definitions (the outbox is new in
+-- this update: there are no messages to fill in)
+ALTER TABLE @extschema@.outbox
+    ADD COLUMN job_owner text,
+    ADD COLUMN owner_only boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT outbox_owner_only CHECK (NOT owner_only OR job_owner IS NOT NULL);
+ALTER POLICY member_rows ON @extschema@.outbox
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR job_owner = pg_catalog.session_user()
+           OR (NOT owner_only AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
+
+-- ==== rerate_log: a portal user reads no row (its jobs and amounts are every account's on the resource: one other project's usage where only it ran there) ---
+ALTER TABLE @extschema@.rerate_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY member_rows ON @extschema@.rerate_log FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()));
+CREATE POLICY insert_rows ON @extschema@.rerate_log FOR INSERT WITH CHECK (true);
+CREATE POLICY update_rows ON @extschema@.rerate_log FOR UPDATE USING (true) WITH CHECK (true);
+CREATE POLICY delete_rows ON @extschema@.rerate_log FOR DELETE USING (true);
+
+-- ==== quarter_log: a default project's reset is read by its user alone (the project's members read that it had been another member's default, which hpc_user hides) ---
+ALTER POLICY member_rows ON @extschema@.quarter_log
+    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user()
+           OR (username IS NULL AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
 -- ==== sees_all_accounts(): roles with REPLICATION see every row (a federation initial copy through a role without BYPASSRLS copied no account rows) ---
 CREATE OR REPLACE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
     LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -12747,7 +12820,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
-            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to)
+            INSERT INTO @extschema@.outbox (topic, decision_key, account, subject, body, figures, addressed_to,
+                                            job_owner, owner_only)
             -- a subject is one header line: a control character of a name in it (an account
             -- named with a line break) is a space, so that the decision is not refused for it
             SELECT m.topic, m.decision_key, m.account, hpcacct_internal.notify_name(m.subject),
@@ -12757,11 +12831,13 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
                          SELECT ms.username FROM @extschema@.membership ms
                          WHERE ms.account = m.account
                            AND ((ms.role = 'admin' AND coalesce(m.to_managers, true)) OR coalesce(m.to_members, false))
-                         ORDER BY 1)
+                         ORDER BY 1),
+                   m.job_owner, coalesce(m.owner_only, false)
             FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(topic text, decision_key text, account text,
                                                                              subject text, body text, figures jsonb,
                                                                              to_managers boolean, to_members boolean,
-                                                                             also text[])
+                                                                             also text[], job_owner text,
+                                                                             owner_only boolean)
             ORDER BY m.topic, m.decision_key
             ON CONFLICT ON CONSTRAINT outbox_once DO NOTHING
             RETURNING message_id, addressed_to
@@ -13003,6 +13079,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ timestamptz;
     BEGIN
         IF worker IS NULL OR lease IS NULL OR batch IS NULL THEN
             RAISE EXCEPTION 'outbox_claim needs a worker, a lease and a batch size' USING ERRCODE = 'null_value_not_allowed';
@@ -13015,18 +13092,16 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
                                            r.lease_owner, r.lease_until)
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
+        now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
         WITH due AS (
             SELECT r.recipient_id
             FROM @extschema@.outbox_recipient r
-            JOIN @extschema@.outbox m ON m.message_id = r.message_id
             WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
               AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
               -- in the order written: not while an older message to the mailbox is to be delivered
-              AND (m.created_at + order_wait <= pg_catalog.clock_timestamp()
-                   OR NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending')
-                                    AND o.message_id < r.message_id))
+              AND NOT EXISTS (SELECT 1 FROM hpcacct_internal.outbox_waiting(order_wait, now_) w
+                              WHERE w.recipient_id = r.recipient_id)
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
@@ -14961,6 +15036,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),
             'to_managers', false,
+            -- read by the owner, and by the account's members only when they see the job: one
+            -- that named no account is hidden from them (pending_job's row-level security)
+            'job_owner', n.username, 'owner_only', n.account IS NULL,
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
                                          CASE WHEN e.held THEN 'is held' ELSE 'is released' END),

@@ -3,7 +3,7 @@
 -- notify_order_wait from when its message was written; outbox_next_due() counts the wait.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(13);
+SELECT plan(17);
 
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['no_a', 'no_b', 'no_c']) AS u;
 -- no_a and no_b: one mailbox, spelled two ways; no_c another
@@ -25,15 +25,25 @@ FROM outbox_recipient r JOIN ids i ON i.id = r.message_id WHERE i.n = 2 AND r.ad
 SELECT is(pg_temp.claimed('w2'), '', 'while it is to be retried the newer one waits');
 SELECT ok(outbox_next_due() > clock_timestamp() + interval '55 minutes',
           'and the next delivery is due at the retry, not now (a sender sleeps)');
+-- outbox_status says why a pending delivery is not claimed
+CREATE FUNCTION pg_temp.waiting(n integer, addr text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT s.waiting_for FROM hpcacct.outbox_status s JOIN ids i ON i.id = s.message_id
+    WHERE i.n = waiting.n AND s.address = waiting.addr $$;
+SELECT is(pg_temp.waiting(2, 'q@XN--BCHER-KVA.example'), (SELECT id FROM ids WHERE n = 1),
+          'outbox_status: the waiting delivery names the older message it waits for');
+SELECT is(pg_temp.waiting(1, 'q@bücher.example'), NULL, 'outbox_status: the older one waits for nothing');
 -- its message written more than notify_order_wait (default 1 hour) ago: it goes
 UPDATE outbox SET created_at = created_at - interval '61 minutes' WHERE message_id = (SELECT id FROM ids WHERE n = 2);
 SELECT ok(outbox_next_due() <= clock_timestamp(), 'past notify_order_wait it is due');
+SELECT is(pg_temp.waiting(2, 'q@XN--BCHER-KVA.example'), NULL, 'outbox_status: past notify_order_wait it waits no more');
 SELECT is(pg_temp.claimed('w3'), '2 q@XN--BCHER-KVA.example', 'and is claimed while the older one still waits for its retry');
 
 -- delivered: the next one goes at once
 INSERT INTO ids SELECT 3, outbox_add('quota_state', 'order/3', NULL, 'blocked', E'3\n', '{}', false, ARRAY['no_c']);
 INSERT INTO ids SELECT 4, outbox_add('quota_state', 'order/4', NULL, 'normal', E'4\n', '{}', false, ARRAY['no_c']);
 SELECT is(pg_temp.claimed('w4'), '3 c@lab.example', 'of two new messages to a mailbox the older is claimed');
+SELECT is(pg_temp.waiting(4, 'c@lab.example'), (SELECT id FROM ids WHERE n = 3),
+          'outbox_status: a new message waits for the older one being sent');
 SELECT ok(outbox_result('w4', r.recipient_id, 'delivered'), 'and delivered')
 FROM outbox_recipient r JOIN ids i ON i.id = r.message_id WHERE i.n = 3;
 SELECT is(pg_temp.claimed('w5'), '4 c@lab.example', 'then the newer one is claimed');

@@ -343,6 +343,13 @@ echo "$q2" | sed 's/^/# /'
 check "the account ran negative: its pending job is held" "$([ "$(squeue -h -j "$hold_job" -o %r)" = JobHeldAdmin ] && echo t)"
 check "with the reason in the job's comment" \
     "$(squeue -h -j "$hold_job" -o %k | grep -q '^hpcacct: account e_hold has a negative balance' && echo t)"
+# squeue shows every job's comment to every user (no PrivateData here): another Unix user, a
+# member of no account, reads it; the account's balance is its members' (pending_job, mail)
+others_read=$(runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" squeue -h -j "$hold_job" -o %k 2>&1)
+echo "# the comment as user nobody reads it: $others_read"
+check "which every user reads (squeue as nobody): it gives no figure of the account (no balance)" \
+    "$(grep -q '^hpcacct: account e_hold has a negative balance this quarter: ask' <<<"$others_read" &&
+       ! grep -q 'NPL' <<<"$others_read" && echo t)"
 squeue -h -j "$hold_array" -o '%i %r' | sed 's/^/# the array: /'
 check "a throttled job array of the account is held too, with the reason" \
     "$([ "$(squeue -h -j "$hold_array" -o %r | sort -u)" = JobHeldAdmin ] &&
