@@ -229,36 +229,48 @@ long long stage_sacct(Connection& db, FILE* in, const std::string& source, std::
 }
 
 // Streams `in` into a COPY: the first line that is not blank is the header, which `header`
-// parses before the COPY (`copy`) starts; every further line that is not blank goes through
-// `row(line, lineno, chunk)`, which appends its COPY text to `chunk`, sent 64 KiB at a time.
-// Returns the number of rows; throws Failure(`no_header`) if there is no header line.
+// parses before the COPY (`copy`) starts and which returns the number of fields; the records
+// after it (a record spans lines where a name holds a line break: sacct::RecordJoiner) go
+// through `row(record, lineno, chunk)`, which appends its COPY text to `chunk`, sent 64 KiB
+// at a time. Returns the number of records; throws Failure(`no_header`) if there is no header.
 template <typename Header, typename Row>
 long long copy_lines(Connection& db, FILE* in, const std::string& copy, const std::string& no_header, bool& copying,
-                     Header header, Row row) {
+                     std::string_view delimiter, Header header, Row row) {
     Lines lines(in);
     std::string_view line;
     long long lineno = 0;
-    bool have_header = false;
+    std::unique_ptr<sacct::RecordJoiner> joiner;
+    std::vector<sacct::RecordJoiner::Record> ready;
     std::string chunk;
     long long rows = 0;
-    while (lines.next(line)) {
-        ++lineno;
-        if (sacct::chomp(line).empty()) continue;
-        if (!have_header) {
-            header(line);
-            have_header = true;
-            db.copy_in(copy);
-            copying = true;
-            continue;
+    auto emit = [&]() {
+        for (const sacct::RecordJoiner::Record& r : ready) {
+            row(std::string_view(r.text), r.lineno, chunk);
+            ++rows;
         }
-        row(line, lineno, chunk);
-        ++rows;
+        ready.clear();
         if (chunk.size() >= (1 << 16)) {
             db.put(chunk);
             chunk.clear();
         }
+    };
+    while (lines.next(line)) {
+        ++lineno;
+        const std::string_view text = sacct::chomp(line);
+        if (!joiner) {
+            if (text.empty()) continue;
+            joiner = std::make_unique<sacct::RecordJoiner>(header(line), delimiter);
+            db.copy_in(copy);
+            copying = true;
+            continue;
+        }
+        if (text.empty() && !joiner->open()) continue;  // a blank line, unless inside a record
+        joiner->add(text, lineno, ready);
+        emit();
     }
-    if (!have_header) throw Failure(no_header);
+    if (!joiner) throw Failure(no_header);
+    joiner->finish(ready);
+    emit();
     db.put(chunk);
     copying = false;
     db.end_copy();
@@ -270,10 +282,11 @@ long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source,
     sacct::Header header = sacct::Header();
     return copy_lines(
         db, in, "COPY hpcacct.sacct_staging (" + sacct::staging_columns() + ") FROM STDIN",
-        source + ": no sacct header line (empty input)", copying,
+        source + ": no sacct header line (empty input)", copying, delimiter,
         [&](std::string_view line) {
             try {
                 header = sacct::Header::parse(line, delimiter);
+                return header.width();
             } catch (const hpcacct::Error& e) {
                 throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : "\n  " + e.detail()));
             }
@@ -430,23 +443,30 @@ int command_sync(Connection& db, const std::string& path) {
     db.exec("BEGIN");
     sacct::AssocHeader header;
     bool copying = false;
+    long long skipped = 0;
     copy_lines(
         db, in, "COPY hpcacct.sacctmgr_staging (cluster, account, \"user\") FROM STDIN",
-        "no sacctmgr header line (empty input)", copying,
+        "no sacctmgr header line (empty input)", copying, "|",
         [&](std::string_view line) {
             try {
                 header = sacct::AssocHeader::parse(line);
+                return header.width;
             } catch (const hpcacct::Error& e) {
                 throw Failure(std::string(e.what()) + "\n  " + e.detail());
             }
         },
         [&](std::string_view line, long long lineno, std::string& chunk) {
+            // one odd line does not stop the others: said, counted, and tried again next time
             if (!sacct::assoc_copy_row(header, line, chunk)) {
-                throw Failure("association line " + std::to_string(lineno) + " has the wrong number of fields");
+                std::fprintf(stderr, "hpcacct-sacct: association line %lld has too few fields (skipped): %s\n",
+                             lineno, std::string(line).c_str());
+                ++skipped;
             }
         });
     if (child) child->finish();
-    print_report("sync-accounts", db.exec("SELECT * FROM hpcacct.sync_slurm_accounts()"));
+    const std::string skipped_text = std::to_string(skipped);
+    Result r = db.exec("SELECT *, $1::bigint AS skipped FROM hpcacct.sync_slurm_accounts()", {skipped_text.c_str()});
+    print_report("sync-accounts", r);
     db.exec("COMMIT");
     return 0;
 }

@@ -106,6 +106,52 @@ std::string_view chomp(std::string_view line) {
     return line;
 }
 
+std::size_t field_count(std::string_view line, std::string_view delimiter) {
+    if (delimiter.empty()) delimiter = "|";
+    std::size_t n = 1;
+    for (std::size_t at = line.find(delimiter); at != std::string_view::npos;
+         at = line.find(delimiter, at + delimiter.size())) {
+        ++n;
+    }
+    return n;
+}
+
+void RecordJoiner::add(std::string_view line, long long lineno, std::vector<Record>& ready) {
+    const std::size_t fields = field_count(line, delimiter_);
+    if (open_) {
+        const std::size_t joined = pending_fields_ + fields - 1;
+        if (joined <= width_) {
+            pending_ += '\n';
+            pending_ += line;
+            pending_fields_ = joined;
+            if (joined == width_) {
+                ready.push_back({std::move(pending_), pending_lineno_});
+                pending_.clear();
+                open_ = false;
+            }
+            return;
+        }
+        ready.push_back({std::move(pending_), pending_lineno_});  // too short: reported as it is
+        pending_.clear();
+        open_ = false;
+    }
+    if (fields >= width_) {
+        ready.push_back({std::string(line), lineno});
+        return;
+    }
+    pending_ = std::string(line);
+    pending_lineno_ = lineno;
+    pending_fields_ = fields;
+    open_ = true;
+}
+
+void RecordJoiner::finish(std::vector<Record>& ready) {
+    if (!open_) return;
+    ready.push_back({std::move(pending_), pending_lineno_});
+    pending_.clear();
+    open_ = false;
+}
+
 std::vector<std::string_view> split(std::string_view line, std::string_view delimiter) {
     std::vector<std::string_view> fields;
     if (delimiter.empty()) delimiter = "|";
@@ -313,14 +359,22 @@ AssocHeader AssocHeader::parse(std::string_view line) {
 
 bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out) {
     const std::vector<std::string_view> fields = split(chomp(line));
-    if (fields.size() != header.width) return false;
+    if (fields.size() < header.width) return false;
+    const std::size_t extra = fields.size() - header.width;  // the account's '|'
+    const auto account = static_cast<std::size_t>(header.account);
     const int at[3] = {header.cluster, header.account, header.user};
     for (int i = 0; i < 3; ++i) {
         if (i > 0) out += '\t';
         if (at[i] < 0) {
             append_null(out);
+        } else if (static_cast<std::size_t>(at[i]) == account) {
+            for (std::size_t k = 0; k <= extra; ++k) {
+                if (k > 0) out += '|';
+                append_copy_text(out, fields[account + k]);
+            }
         } else {
-            append_copy_text(out, fields[static_cast<std::size_t>(at[i])]);
+            const auto f = static_cast<std::size_t>(at[i]);
+            append_copy_text(out, fields[f < account ? f : f + extra]);
         }
     }
     out += '\n';

@@ -48,6 +48,36 @@ inline constexpr std::string_view kDelimiter = "\x1f";
 // Removes a trailing '\r' (a file written on another system).
 std::string_view chomp(std::string_view line);
 
+// The number of fields of a line split on `delimiter`.
+std::size_t field_count(std::string_view line, std::string_view delimiter = "|");
+
+// Puts back together a record that spans lines: sacct and sacctmgr print a line break inside
+// a name (an account, a job name) as it is. A line with fewer fields than the header is
+// joined, with '\n', to the lines after it while they complete it to exactly the header's
+// width; a line that would overshoot ends the record (which then has the wrong width and is
+// reported as such) and starts the next one.
+class RecordJoiner {
+public:
+    struct Record {
+        std::string text;
+        long long lineno;  // of its first line
+    };
+    RecordJoiner(std::size_t width, std::string_view delimiter) : width_(width), delimiter_(delimiter) {}
+    // Takes the next line (without its line break); appends the records it completes.
+    void add(std::string_view line, long long lineno, std::vector<Record>& ready);
+    // The record still open at the end of the input, if any.
+    void finish(std::vector<Record>& ready);
+    bool open() const { return open_; }
+
+private:
+    std::size_t width_;
+    std::string delimiter_;
+    bool open_ = false;
+    std::string pending_;
+    long long pending_lineno_ = 0;
+    std::size_t pending_fields_ = 0;
+};
+
 // Appends `text` to `out` escaped for COPY's text format.
 void append_copy_text(std::string& out, std::string_view text);
 
@@ -97,8 +127,10 @@ public:
     int cluster = -1, account = -1, user = -1;
     std::size_t width = 0;
 };
-// One COPY row (cluster, account, user) of an association line; false if it has the wrong
-// number of fields (nothing appended).
+// One COPY row (cluster, account, user) of an association line; false if it has too few
+// fields (nothing appended). sacctmgr lets an account name hold '|' and has no other
+// delimiter: a line with more fields than the header gives the extra ones to the account
+// (Unix user names and cluster names hold no '|').
 bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out);
 std::vector<std::string> sacctmgr_arguments();
 // sacctmgr's list of the clusters named `cluster` (one line with its name if slurmdbd knows it).

@@ -9,7 +9,8 @@
 # unknown account is quarantined and charged once created; both runs of the requeued job are
 # charged; steps and root are not; with `run --every 30` a job is charged within 60 s of
 # its end; a run whose window starts in the hour a DST change repeats (Europe/Berlin) misses no
-# job; an account named p|q is charged. Leaves nothing running. TAP lines; appends "loader PASSED FAILED" to
+# job; accounts named p|q and nl\nname are synced by sync-accounts and
+# charged. Leaves nothing running. TAP lines; appends "loader PASSED FAILED" to
 # $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -223,14 +224,24 @@ sed 's/^/    # /' "$work/bad.txt" "$work/bad2.txt" | grep -v '^    # sacct' | he
 check "and leaves the watermark where it was" \
     "$([ "$(q -c "SELECT loaded_through FROM hpcacct.sacct_watermark WHERE cluster = '$cluster'")" = "$watermark" ] &&
        [ "$(q -c "SELECT count(*) FROM hpcacct.sacct_watermark WHERE cluster = 'no_such_cluster'")" = 0 ] && echo t)"
-# --- an account whose name has a '|' (sacctmgr takes it): charged, not quarantined as a line
-# with too many fields (sacct --parsable2 does not escape it)
-sacctmgr -i add account 'p|q' cluster="$cluster" >/dev/null && sacctmgr -i add user root account='p|q' cluster="$cluster" >/dev/null
-q -c "INSERT INTO hpcacct.account (name) VALUES ('p|q')"
-sleep 1   # slurmctld receives the new association
+# --- accounts whose names have a '|' or a line break (sacctmgr takes both, and prints both as
+# they are): sync-accounts adds them with their members, and does not stop at them; their jobs
+# are charged, not quarantined as lines with too many or too few fields
+nl=$'nl\nname'
+for a in 'p|q' "$nl"; do
+    sacctmgr -i add account "$a" cluster="$cluster" >/dev/null && sacctmgr -i add user root account="$a" cluster="$cluster" >/dev/null
+done
+"$loader" -d "dbname=$db" sync-accounts >"$work/sync.txt" 2>&1
+sync_status=$?
+sed 's/^/    # /' "$work/sync.txt"
+check "sync-accounts adds the accounts p|q and nl\\nname with their member, and the others (exit 0)" \
+    "$([ $sync_status = 0 ] && grep -q 'skipped=0' "$work/sync.txt" &&
+       [ "$(q -c "SELECT count(*) FROM hpcacct.membership WHERE username = 'root' AND account IN ('p|q', E'nl\\nname', 'proj_a')")" = 3 ] && echo t)"
+sleep 1   # slurmctld receives the new associations
 bar=$(sb -A 'p|q' -p cpu -c 1 --mem=100M --wrap 'sleep 1')
+brk=$(sb -A "$nl" -p cpu -c 1 --mem=100M --wrap 'sleep 1')
 for _ in $(seq 1 60); do
-    sacct -n -X -P -j "$bar" -o End,Partition,AllocTRES | grep -qE '^[0-9T:-]+\|cpu\|.*cpu=' && break
+    [ "$(sacct -n -X -P -j "$bar,$brk" -o End,Partition,AllocTRES | grep -cE '^[0-9T:-]+\|cpu\|.*cpu=')" = 2 ] && break
     sleep 0.5
 done
 ld run -M "$cluster" >"$work/bar.txt" 2>&1
@@ -238,6 +249,10 @@ sed 's/^/    # /' "$work/bar.txt"
 check "a job of the account p|q is charged to it" \
     "$([ -n "$bar" ] && [ "$(q -c "SELECT account FROM hpcacct.job WHERE jobid = '$bar'")" = 'p|q' ] &&
        [ "$(q -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid = '$bar' AND amount > 0")" = 1 ] && echo t)"
+check "a job of the account nl\\nname is charged to it, and no line of it is quarantined" \
+    "$([ -n "$brk" ] && [ "$(q -c "SELECT account = E'nl\\nname' FROM hpcacct.job WHERE jobid = '$brk'")" = t ] &&
+       [ "$(q -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid = '$brk' AND amount > 0")" = 1 ] &&
+       [ "$(q -c "SELECT count(*) FROM hpcacct.sacct_quarantine WHERE resolved_at IS NULL AND line ~ '^(testcl[|][0-9]+[|][0-9]+[|]nl|name[|])'")" = 0 ] && echo t)"
 
 # --- a DST change (Europe/Berlin): the job ran 02:21-02:40 CEST on the day the clocks go back,
 # the last run was at 02:35 CEST (the job still running), the next has --overlap 600: its -S

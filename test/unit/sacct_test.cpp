@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace sacct = hpcacct::sacct;
 
@@ -153,6 +154,53 @@ TEST(SacctAssoc, ReadsClusterAccountUser) {
     EXPECT_FALSE(sacct::assoc_copy_row(h, "c|proj1", out));
     EXPECT_EQ(out, "c\tproj1\talice\nc\tproj1\t\n");
     EXPECT_THROW(sacct::AssocHeader::parse("Cluster|User"), hpcacct::Error);
+}
+
+TEST(SacctAssoc, ABarInAnAccountNameStaysInTheAccount) {
+    const auto h = sacct::AssocHeader::parse("Cluster|Account|User");
+    std::string out;
+    EXPECT_TRUE(sacct::assoc_copy_row(h, "c|p|q|alice", out));
+    EXPECT_TRUE(sacct::assoc_copy_row(h, "c|a|b|c|", out));
+    EXPECT_EQ(out, "c\tp|q\talice\nc\ta|b|c\t\n");
+    const auto u = sacct::AssocHeader::parse("User|Account|Cluster");
+    out.clear();
+    EXPECT_TRUE(sacct::assoc_copy_row(u, "alice|p|q|c", out));
+    EXPECT_EQ(out, "c\tp|q\talice\n");
+}
+
+TEST(SacctRecords, ALineBreakInANameJoinsTheLinesOfItsRecord) {
+    sacct::RecordJoiner j(3, "|");
+    std::vector<sacct::RecordJoiner::Record> ready;
+    j.add("c|nl", 2, ready);
+    EXPECT_TRUE(ready.empty());
+    j.add("name|root", 3, ready);
+    j.add("c|plain|root", 4, ready);
+    j.add("c|a", 5, ready);
+    j.add("", 6, ready);       // an empty line inside a name
+    j.add("b|", 7, ready);
+    ASSERT_EQ(ready.size(), 3u);
+    EXPECT_EQ(ready[0].text, "c|nl\nname|root");
+    EXPECT_EQ(ready[0].lineno, 2);
+    EXPECT_EQ(ready[1].text, "c|plain|root");
+    EXPECT_EQ(ready[2].text, "c|a\n\nb|");
+    EXPECT_EQ(ready[2].lineno, 5);
+    EXPECT_FALSE(j.open());
+}
+
+TEST(SacctRecords, ALineThatWouldOvershootStartsTheNextRecord) {
+    sacct::RecordJoiner j(3, "\x1f");
+    std::vector<sacct::RecordJoiner::Record> ready;
+    j.add("c\x1f" "cut", 2, ready);
+    j.add("c\x1f" "x\x1f" "y", 3, ready);   // a whole record: the cut one stays short
+    j.add("c\x1f" "x\x1f" "y\x1f" "z", 4, ready);  // too many: passed on as it is
+    j.add("c\x1f" "end", 5, ready);
+    j.finish(ready);
+    ASSERT_EQ(ready.size(), 4u);
+    EXPECT_EQ(ready[0].text, "c\x1f" "cut");
+    EXPECT_EQ(ready[1].text, "c\x1f" "x\x1f" "y");
+    EXPECT_EQ(ready[2].lineno, 4);
+    EXPECT_EQ(ready[3].text, "c\x1f" "end");
+    EXPECT_EQ(sacct::field_count("a\x1f" "b\x1f", "\x1f"), 3u);
 }
 
 TEST(SacctRow, ValidUtf8) {
