@@ -229,13 +229,14 @@ long long stage_sacct(Connection& db, FILE* in, const std::string& source, std::
 }
 
 // Streams `in` into a COPY: the first line that is not blank is the header, which `header`
-// parses before the COPY (`copy`) starts and which returns the number of fields; the records
+// parses before the COPY (`copy`) starts and which returns the number of fields (and may set
+// `delimiter`, read after it); the records
 // after it (a record spans lines where a name holds a line break: sacct::RecordJoiner) go
 // through `row(record, lineno, chunk)`, which appends its COPY text to `chunk`, sent 64 KiB
 // at a time. Returns the number of records; throws Failure(`no_header`) if there is no header.
 template <typename Header, typename Row>
 long long copy_lines(Connection& db, FILE* in, const std::string& copy, const std::string& no_header, bool& copying,
-                     std::string_view delimiter, Header header, Row row) {
+                     const std::string& delimiter, Header header, Row row) {
     Lines lines(in);
     std::string_view line;
     long long lineno = 0;
@@ -259,7 +260,8 @@ long long copy_lines(Connection& db, FILE* in, const std::string& copy, const st
         const std::string_view text = sacct::chomp(line);
         if (!joiner) {
             if (text.empty()) continue;
-            joiner = std::make_unique<sacct::RecordJoiner>(header(line), delimiter);
+            const std::size_t width = header(line);  // may choose the delimiter
+            joiner = std::make_unique<sacct::RecordJoiner>(width, delimiter);
             db.copy_in(copy);
             copying = true;
             continue;
@@ -280,19 +282,22 @@ long long copy_lines(Connection& db, FILE* in, const std::string& copy, const st
 long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source, std::string_view delimiter,
                             bool& copying) {
     sacct::Header header = sacct::Header();
+    std::string used(delimiter);
     return copy_lines(
         db, in, "COPY hpcacct.sacct_staging (" + sacct::staging_columns() + ") FROM STDIN",
-        source + ": no sacct header line (empty input)", copying, delimiter,
+        source + ": no sacct header line (empty input)", copying, used,
         [&](std::string_view line) {
+            // a file written with sacct's --delimiter=$'\x1f', as `run` reads sacct
+            if (used == "|" && line.find(sacct::kDelimiter) != std::string_view::npos) used = sacct::kDelimiter;
             try {
-                header = sacct::Header::parse(line, delimiter);
+                header = sacct::Header::parse(line, used);
                 return header.width();
             } catch (const hpcacct::Error& e) {
                 throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : "\n  " + e.detail()));
             }
         },
         [&](std::string_view line, long long lineno, std::string& chunk) {
-            if (!sacct::copy_row(header, line, lineno, chunk, delimiter)) {
+            if (!sacct::copy_row(header, line, lineno, chunk, used)) {
                 std::fprintf(stderr, "hpcacct-sacct: %s:%lld: wrong number of fields or not UTF-8 (quarantined)\n",
                              source.c_str(), lineno);
             }
@@ -444,9 +449,10 @@ int command_sync(Connection& db, const std::string& path) {
     sacct::AssocHeader header;
     bool copying = false;
     long long skipped = 0;
+    const std::string bar = "|";
     copy_lines(
         db, in, "COPY hpcacct.sacctmgr_staging (cluster, account, \"user\") FROM STDIN",
-        "no sacctmgr header line (empty input)", copying, "|",
+        "no sacctmgr header line (empty input)", copying, bar,
         [&](std::string_view line) {
             try {
                 header = sacct::AssocHeader::parse(line);

@@ -9,9 +9,9 @@
 # unknown account is quarantined and charged once created; both runs of the requeued job are
 # charged; steps and root are not; with `run --every 30` a job is charged within 60 s of
 # its end; a run whose window starts in the hour a DST change repeats (Europe/Berlin) misses no
-# job; accounts named p|q and nl\nname are synced by sync-accounts and
-# charged. Leaves nothing running. TAP lines; appends "loader PASSED FAILED" to
-# $HPCACCT_TALLY.
+# job; accounts named p|q and nl\nname are synced by sync-accounts and charged; `load` reads
+# a file sacct wrote with --delimiter=$'\x1f' (a job named a|b\nc). Leaves nothing running.
+# TAP lines; appends "loader PASSED FAILED" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . test/scripts/checks.sh
@@ -240,10 +240,20 @@ check "sync-accounts adds the accounts p|q and nl\\nname with their member, and 
 sleep 1   # slurmctld receives the new associations
 bar=$(sb -A 'p|q' -p cpu -c 1 --mem=100M --wrap 'sleep 1')
 brk=$(sb -A "$nl" -p cpu -c 1 --mem=100M --wrap 'sleep 1')
+named=$(sb -A proj_a -J $'a|b\nc' -p cpu -c 1 --mem=100M --wrap 'sleep 1')
 for _ in $(seq 1 60); do
-    [ "$(sacct -n -X -P -j "$bar,$brk" -o End,Partition,AllocTRES | grep -cE '^[0-9T:-]+\|cpu\|.*cpu=')" = 2 ] && break
+    [ "$(sacct -n -X -P -j "$bar,$brk,$named" -o End,Partition,AllocTRES | grep -cE '^[0-9T:-]+\|cpu\|.*cpu=')" = 3 ] && break
     sleep 0.5
 done
+# `load` of a file sacct wrote with the unit separator (sacct does not escape a '|' in a name)
+SLURM_TIME_FORMAT=%s sacct -a -X -D --parsable2 --delimiter=$'\x1f' -j "$named" \
+    --format=Cluster,JobID,JobName,Account,User,Partition,Submit,Start,End,AllocTRES,State >"$work/named.txt"
+ld load "$work/named.txt" >"$work/named.out" 2>&1
+named_status=$?
+sed 's/^/    # /' "$work/named.out"
+check "load reads a file written with --delimiter=\$'\\x1f': a job named a|b\\nc is charged" \
+    "$([ $named_status = 0 ] && grep -q 'inserted=1 .* quarantined=0' "$work/named.out" &&
+       [ "$(q -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid = '$named' AND amount > 0")" = 1 ] && echo t)"
 ld run -M "$cluster" >"$work/bar.txt" 2>&1
 sed 's/^/    # /' "$work/bar.txt"
 check "a job of the account p|q is charged to it" \
