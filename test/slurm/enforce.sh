@@ -568,6 +568,51 @@ sql "DROP TRIGGER fail_once ON hpcacct.pending_job; DROP FUNCTION public.fail_on
      DROP SEQUENCE public.fail_hold; DROP SEQUENCE public.fail_lift" >/dev/null
 scancel "$lost_job"
 
+# Names Slurm takes and prints as they are (sacctmgr keeps a '|', CR, tab and line break in an
+# account name): the plugin checks them, the sync holds their pending jobs and blocks their
+# associations, without stopping at one of them or touching another account. "name" is what
+# the line break's second half would be taken for.
+odd=('p|q' $'cr\rname' $'tab\tname' $'nl\nname' 'sp ace' name)
+for a in "${odd[@]}"; do
+    sacctmgr -i add account "$a" cluster=testcl >/dev/null && sacctmgr -i add user root account="$a" cluster=testcl >/dev/null
+done
+sql "INSERT INTO hpcacct.account (name) VALUES ('p|q'), (E'cr\rname'), (E'tab\tname'), (E'nl\nname'), ('sp ace'), ('name');
+     INSERT INTO hpcacct.membership (account, username)
+     SELECT name, 'root' FROM hpcacct.account WHERE name ~ 'name|[| ]';
+     SELECT hpcacct.deposit(name, current_date, 100) FROM hpcacct.account WHERE name ~ 'name|[| ]'" >/dev/null
+sleep 1   # slurmctld receives the new associations
+odd_jobs=()
+for a in "${odd[@]}"; do
+    submit "$a" --begin=now+1hour
+    odd_jobs+=("$job")
+done
+check "the plugin accepts jobs of valid accounts named p|q, cr\\rname, tab\\tname, nl\\nname, 'sp ace' (${odd_jobs[*]})" \
+    "$([ "${#odd_jobs[@]}" = 6 ] && [ -n "${odd_jobs[4]}" ] && [ "$(squeue -h -j "$(IFS=,; echo "${odd_jobs[*]}")" -o %i | wc -l)" = 6 ] && echo t)"
+# all but "name" run negative
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     SELECT 'testcl', 'big' || md5(name), name, 'root', 'cpu', now() - interval '2 min', now() - interval '1 min',
+            'cpu=60000', 'COMPLETED'
+     FROM hpcacct.account WHERE name ~ 'name|[| ]' AND name <> 'name'"
+n1=$(hpcacct-slurm-sync --queue 2>&1); n1_status=$?
+echo "$n1" | sed 's/^/# /'
+held_odd=0
+for j in "${odd_jobs[@]:0:5}"; do
+    [ "$(squeue -h -j "$j" -o %r)" = JobHeldAdmin ] && squeue -h -j "$j" -o %k | grep -q '^hpcacct: account .* has a negative balance' &&
+        held_odd=$((held_odd + 1))
+done
+check "the queue sync holds the jobs of all five accounts that ran negative, with the reason (exit 0)" \
+    "$([ $n1_status = 0 ] && [ $held_odd = 5 ] && echo t)"
+check "and not the job of the valid account name" \
+    "$([ "$(squeue -h -j "${odd_jobs[5]}" -o %r)" != JobHeldAdmin ] && echo t)"
+n2=$(hpcacct-slurm-sync --queue 2>&1)
+check "a second run changes nothing" "$(grep -q 'pending jobs: nothing to change' <<<"$n2" && ! grep -q 'ran:' <<<"$n2" && echo t)"
+n3=$(hpcacct-slurm-sync --assoc 2>&1)
+echo "$n3" | sed 's/^/# /'
+check "the association sync blocks the five accounts, and not the account name" \
+    "$([ "$(for a in "${odd[@]:0:5}"; do assoc "$a" '' GrpSubmitJobs; done | tr -d '\n')" = 00000 ] &&
+       [ -z "$(assoc name '' GrpSubmitJobs)" ] && echo t)"
+scancel "${odd_jobs[@]}"
+
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
 reload
