@@ -60,6 +60,12 @@ local function oneline(s)
     return trim((tostring(s):gsub("%s+", " ")))
 end
 
+-- a name the user gave (sbatch -A) in a log line: its control characters as \ddd, so that a
+-- line break in it cannot forge a log line of its own
+local function shown(s)
+    return (tostring(s):gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
+end
+
 local function read_config()
     local path = os.getenv("HPCACCT_JOB_SUBMIT_CONF") or (script_dir() .. "/hpcacct_job_submit.conf")
     local conf = {}
@@ -209,17 +215,17 @@ local function decide(what, user, account, job_desc)
     local d, err = check(user, account)
     if not d then
         if conf.on_db_error == "closed" then
-            slurm.log_error("%s: %s refused for %s: accounting database unavailable (%s)", NAME, what, user, err)
+            slurm.log_error("%s: %s refused for %s: accounting database unavailable (%s)", NAME, what, shown(user), err)
             slurm.log_user("%s", "the accounting database cannot be reached or did not answer, so no job can be checked: "
                                  .. "submissions are refused until it is back (try again later)")
             return slurm.ERROR
         end
         slurm.log_error("%s: %s accepted unchecked for %s (account %s): accounting database unavailable (%s)",
-                        NAME, what, user, tostring(account), err)
+                        NAME, what, shown(user), shown(account), err)
         return slurm.SUCCESS
     end
     if not d.ok then
-        slurm.log_info("%s: %s refused for %s on %s: %s", NAME, what, user, tostring(d.account), tostring(d.reason))
+        slurm.log_info("%s: %s refused for %s on %s: %s", NAME, what, shown(user), shown(d.account), tostring(d.reason))
         return refuse(d.reason, d.message)
     end
     if account == nil and d.account and conf.set_account == "yes" and job_desc then

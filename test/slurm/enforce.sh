@@ -232,6 +232,12 @@ check "a job without -A gets hpcacct's default project (e_good)" \
     "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
 scancel --quiet $(squeue -h -o %A) 2>/dev/null
 check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission refused for root on e_neg: negative_balance' "$log" && echo t)"
+# the account a user gives is logged on one line: a line break in it forges no line of its own
+submit $'e_nosuch\nhpcacct: forged line'
+grep -a -A1 'e_nosuch' "$log" | grep -a 'forged line' | sed 's/^/# logged: /'
+check "an account given with a line break is logged on one line, its control characters as \\ddd" \
+    "$([ $rc -ne 0 ] && grep -qF 'refused for root on e_nosuch\010hpcacct: forged line: unknown_account' "$log" &&
+       ! grep -q '^hpcacct: forged line' "$log" && echo t)"
 check "the plugin reaches the database over TCP, with the password from its password file (scram)" \
     "$([ "$(sql "SELECT client_addr FROM pg_stat_activity WHERE application_name LIKE 'slurm job_submit%'")" = 127.0.0.1 ] &&
        grep -q 'connection authenticated: identity="slurm_submit" method=scram-sha-256' "$HPCACCT_SERVER_LOG" && echo t)"
