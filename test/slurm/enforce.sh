@@ -277,6 +277,12 @@ printf '#!/bin/sh\nprintf "%%s\\n" "$*" >>%s/psql.args\nexec %s "$@"\n' "$work" 
 chmod +x "$work/pshim/psql"
 sync2=$(PATH=$work/pshim:$PATH hpcacct-slurm-sync --assoc 2>&1)
 check "a second sync changes nothing" "$(grep -q 'associations: nothing to change' <<<"$sync2" && ! grep -q 'ran:' <<<"$sync2" && echo t)"
+# sacctmgr stores QOS names in lower case (add qos HPCACCT-Low makes hpcacct-low): a setting in
+# another case names the same QOS
+sync3=$(HPCACCT_LOW_QOS=HPCACCT-Low HPCACCT_NORMAL_QOS=Normal hpcacct-slurm-sync --assoc 2>&1)
+echo "$sync3" | grep 'ran:' | sed 's/^/# /'
+check "QOS names set in upper case are Slurm's lower-case ones: nothing to change" \
+    "$(grep -q 'associations: nothing to change' <<<"$sync3" && ! grep -q 'ran:' <<<"$sync3" && echo t)"
 check "--help prints the whole header, to its cron line" \
     "$(hpcacct-slurm-sync --help | tail -n 1 | grep -q 'cron: \*/10' && echo t)"
 wrong=$(PGPASSFILE=$work/wrong.pgpass hpcacct-slurm-sync --assoc 2>&1)
