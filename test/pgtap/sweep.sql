@@ -149,7 +149,8 @@ BEGIN
     RETURN CASE r.prokind
         WHEN 'p' THEN 'CALL ' || call
         WHEN 'a' THEN 'SELECT ' || call || '::text'
-        ELSE format('SELECT (SELECT string_agg(x::text, '' | '') FROM (SELECT * FROM %s) x)', call) END;
+        -- rows sorted: a report's rows come in its plan's order, which the NULL call may change
+        ELSE format('SELECT (SELECT string_agg(x::text, '' | '' ORDER BY x::text) FROM (SELECT * FROM %s) x)', call) END;
 END $$;
 
 INSERT INTO sweep_case (fn, kind, label, argno, argname, argtype, sql)
