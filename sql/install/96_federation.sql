@@ -422,39 +422,36 @@ CREATE FUNCTION hpcacct_internal.federation_receives_nothing(sub text) RETURNS b
 COMMENT ON FUNCTION hpcacct_internal.federation_receives_nothing(text) IS
     'Whether the subscription receives no table (pg_restore creates subscriptions without their tables)';
 
--- Makes publication `pub` include hpcacct.federation_received with the row filter
--- `received_where` (a publication made before 0.4 lacks it), publishing inserts and updates.
-CREATE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
+-- Makes publication `pub` (created if missing) carry the ledger rows `ledger_where` selects
+-- and the federation_received rows `received_where` selects, publishing inserts and updates: a
+-- publication made before 0.4 lacks federation_received, and pg_restore restores one without
+-- the extension's tables in it. A table it has already keeps its row filter.
+CREATE FUNCTION hpcacct_internal.federation_publish_rows(pub text, ledger_where text, received_where text)
+    RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        tab regclass;
+        row_filter text;
     BEGIN
-        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                      'WHERE (%s)', pub, received_where);
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I WITH (publish = ''insert, update'')', pub);
+        ELSE
             EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
         END IF;
+        FOR tab, row_filter IN VALUES ('@extschema@.ledger'::regclass, ledger_where),
+                                      ('@extschema@.federation_received'::regclass, received_where) LOOP
+            IF NOT hpcacct_internal.federation_publishes(pub, tab) THEN
+                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE %s WHERE (%s)', pub, tab, row_filter);
+            END IF;
+        END LOOP;
     END
     $$;
-REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_received(text, text) FROM PUBLIC;
-COMMENT ON FUNCTION hpcacct_internal.federation_publish_received(text, text) IS
-    'Adds hpcacct.federation_received, with that row filter, to the publication if it lacks it';
-
--- Makes publication `pub` include hpcacct.ledger with the row filter `ledger_where` (pg_restore
--- restores a publication without the extension's tables in it).
-CREATE FUNCTION hpcacct_internal.federation_publish_ledger_rows(pub text, ledger_where text) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.ledger') THEN
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.ledger WHERE (%s)', pub, ledger_where);
-        END IF;
-    END
-    $$;
-REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text) FROM PUBLIC;
-COMMENT ON FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text) IS
-    'Adds hpcacct.ledger, with that row filter, to the publication if it lacks it';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_rows(text, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_rows(text, text, text) IS
+    'Creates the publication if missing and adds hpcacct.ledger and hpcacct.federation_received, with those row '
+    'filters, where it lacks them; publishes inserts and updates';
 
 -- The row filter of the ledger rows a link carries: those in `ids`, or outside them (`outside`).
 CREATE FUNCTION hpcacct_internal.federation_ledger_where(ids int8range, outside boolean) RETURNS text
@@ -476,20 +473,10 @@ CREATE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8ra
                                                            received_where text)
     LANGUAGE plpgsql
     AS $$
-    DECLARE
-        ledger_where text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        ledger_where := hpcacct_internal.federation_ledger_where(ids, outside);
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
-                                      'TABLE @extschema@.federation_received WHERE (%s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, ledger_where, received_where);
-        ELSE
-            PERFORM hpcacct_internal.federation_publish_ledger_rows(pub, ledger_where);
-            PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
-        END IF;
+        PERFORM hpcacct_internal.federation_publish_rows(pub, hpcacct_internal.federation_ledger_where(ids, outside),
+                                                         received_where);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF NOT hpcacct_internal.federation_slot_exists(pub) THEN
@@ -625,9 +612,9 @@ CREATE PROCEDURE @extschema@.federation_join(site integer, centre_conninfo text)
         IF hpcacct_internal.federation_subscribed(sub) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
-            PERFORM hpcacct_internal.federation_publish_ledger_rows(
-                pub, hpcacct_internal.federation_ledger_where(@extschema@.federation_id_range(site), false));
-            PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
+            PERFORM hpcacct_internal.federation_publish_rows(
+                pub, hpcacct_internal.federation_ledger_where(@extschema@.federation_id_range(site), false),
+                pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- tables a later version added reach the site only after a refresh, which

@@ -11560,6 +11560,41 @@ COMMENT ON VIEW @extschema@.federation_status IS
 COMMENT ON COLUMN @extschema@.federation_status.tables_copying IS
     'An incoming link''s tables whose initial copy has not finished (they apply nothing until it has; NULL for outgoing links)';
 
+-- ==== one function makes a link's publication carry its rows: federation_publish_rows() (it was two of the same shape, and a CREATE PUBLICATION of its own) ---
+-- federation_publish_ledger() and federation_join(): defined in the final definitions
+-- Makes publication `pub` (created if missing) carry the ledger rows `ledger_where` selects
+-- and the federation_received rows `received_where` selects, publishing inserts and updates: a
+-- publication made before 0.4 lacks federation_received, and pg_restore restores one without
+-- the extension's tables in it. A table it has already keeps its row filter.
+CREATE FUNCTION hpcacct_internal.federation_publish_rows(pub text, ledger_where text, received_where text)
+    RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tab regclass;
+        row_filter text;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
+            EXECUTE pg_catalog.format('CREATE PUBLICATION %I WITH (publish = ''insert, update'')', pub);
+        ELSE
+            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
+        END IF;
+        FOR tab, row_filter IN VALUES ('@extschema@.ledger'::regclass, ledger_where),
+                                      ('@extschema@.federation_received'::regclass, received_where) LOOP
+            IF NOT hpcacct_internal.federation_publishes(pub, tab) THEN
+                EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE %s WHERE (%s)', pub, tab, row_filter);
+            END IF;
+        END LOOP;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.federation_publish_rows(text, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.federation_publish_rows(text, text, text) IS
+    'Creates the publication if missing and adds hpcacct.ledger and hpcacct.federation_received, with those row '
+    'filters, where it lacks them; publishes inserts and updates';
+DROP FUNCTION hpcacct_internal.federation_publish_received(text, text);
+DROP FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12688,9 +12723,9 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_join(site integer, centre_con
         IF hpcacct_internal.federation_subscribed(sub) THEN
             -- joined before: the checks of an empty site no longer apply
             PERFORM @extschema@.federation_prepare(site, 'site');
-            PERFORM hpcacct_internal.federation_publish_ledger_rows(
-                pub, hpcacct_internal.federation_ledger_where(@extschema@.federation_id_range(site), false));
-            PERFORM hpcacct_internal.federation_publish_received(pub, pg_catalog.format('receiver = %s', site));
+            PERFORM hpcacct_internal.federation_publish_rows(
+                pub, hpcacct_internal.federation_ledger_where(@extschema@.federation_id_range(site), false),
+                pg_catalog.format('receiver = %s', site));
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I CONNECTION %L', sub, centre_conninfo);
             EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', sub);
             -- tables a later version added reach the site only after a refresh, which
@@ -15903,38 +15938,14 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_tres(text) RETURNS @extschema@.tres
     AS 'MODULE_PATHNAME', 'hpcacct_sacct_tres' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
     'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
-CREATE OR REPLACE FUNCTION hpcacct_internal.federation_publish_received(pub text, received_where text) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF NOT hpcacct_internal.federation_publishes(pub, '@extschema@.federation_received') THEN
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I ADD TABLE @extschema@.federation_received '
-                                      'WHERE (%s)', pub, received_where);
-            EXECUTE pg_catalog.format('ALTER PUBLICATION %I SET (publish = ''insert, update'')', pub);
-        END IF;
-    END
-    $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_publish_received(text, text) IS
-    'Adds hpcacct.federation_received, with that row filter, to the publication if it lacks it';
 CREATE OR REPLACE PROCEDURE hpcacct_internal.federation_publish_ledger(pub text, ids int8range, outside boolean,
                                                            received_where text)
     LANGUAGE plpgsql
     AS $$
-    DECLARE
-        ledger_where text;
     BEGIN
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        ledger_where := hpcacct_internal.federation_ledger_where(ids, outside);
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = pub) THEN
-            EXECUTE pg_catalog.format('CREATE PUBLICATION %I FOR TABLE @extschema@.ledger WHERE (%s), '
-                                      'TABLE @extschema@.federation_received WHERE (%s) '
-                                      'WITH (publish = ''insert, update'')',
-                                      pub, ledger_where, received_where);
-        ELSE
-            PERFORM hpcacct_internal.federation_publish_ledger_rows(pub, ledger_where);
-            PERFORM hpcacct_internal.federation_publish_received(pub, received_where);
-        END IF;
+        PERFORM hpcacct_internal.federation_publish_rows(pub, hpcacct_internal.federation_ledger_where(ids, outside),
+                                                         received_where);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
         IF NOT hpcacct_internal.federation_slot_exists(pub) THEN

@@ -146,7 +146,7 @@ SELECT is((SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolan
           0::bigint, 'every SQL and PL/pgSQL function is immune to the caller''s search_path');
 SELECT is((SELECT count(*) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind = 'p' AND p.prosrc ~ '\m(COMMIT;|CALL hpcacct_internal\.)'
-             AND (p.prosrc !~ '^\s*DECLARE\s+([a-z_]+\s+[a-z0-9_.]+;\s*)*BEGIN\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);'
+             AND (p.prosrc !~ '^\s*(DECLARE\s+([a-z_]+\s+[a-z0-9_.]+;\s*)*)?BEGIN\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);'
                   OR (SELECT count(*) FROM regexp_matches(p.prosrc, 'COMMIT;\s+PERFORM pg_catalog\.set_config\(''search_path'', ''pg_catalog, pg_temp'', true\);', 'g'))
                      <> (SELECT count(*) FROM regexp_matches(p.prosrc, '\mCOMMIT;', 'g'))
                   OR pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE'))),
