@@ -132,7 +132,11 @@ std::string encoded_words(std::string_view text, std::size_t column, bool phrase
     std::size_t first = std::min(kEncodedWord, kHeaderLine - column);
     std::string q = join(words(text, first, false, phrase));
     std::string b = join(words(text, first, true, phrase));
-    return b.size() < q.size() ? b : q;
+    std::string best = b.size() < q.size() ? b : q;
+    // the first character's word longer than the first line's room (a 4-byte character after
+    // a header name of 59 or 60): the words start on the next line, after a fold
+    if (column + std::min(best.find("\r\n"), best.size()) > kHeaderLine) return "\r\n " + encoded_words(text, 1, phrase);
+    return best;
 }
 
 std::string unstructured(std::string_view text, std::size_t column) {

@@ -24,7 +24,8 @@ std::size_t utf8_length(std::string_view s, std::size_t i);
 
 // text as RFC 2047 encoded words (UTF-8; Q or B, whichever is shorter), each at most 75
 // characters and holding whole characters, folded with CRLF SP so that no line exceeds 78;
-// column: the characters already on the first line ("Subject: " is 9; at most 60). phrase:
+// column: the characters already on the first line ("Subject: " is 9; at most 60; where the
+// first character's word does not fit after them, the value starts with the fold). phrase:
 // the words stand in a display name (Q then encodes all but letters, digits and !*+-/).
 std::string encoded_words(std::string_view text, std::size_t column, bool phrase);
 

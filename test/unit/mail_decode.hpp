@@ -80,6 +80,10 @@ inline Decoded words(const std::string &s, std::size_t column, bool utf8) {
     std::size_t at = 0;
     for (const std::string &line : lines(s)) {
         if (line.size() + (at == 0 ? column : 0) > hpcacct::mail::kHeaderLine) return {"", "a long line: " + line};
+        if (at == 0 && line.empty() && s.size() > 2) {  // the value starts after a fold
+            ++at;
+            continue;
+        }
         if (at > 0 && (line.empty() || line[0] != ' ')) return {"", "a continuation without a blank: " + line};
         std::string w = at == 0 ? line : line.substr(1);
         ++at;

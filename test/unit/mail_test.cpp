@@ -118,6 +118,23 @@ TEST(MailHeader, WhatCouldBeMisreadIsEncoded) {
     EXPECT_EQ(m.compare(0, 8, "=?UTF-8?"), 0) << m;
 }
 
+// A header name of 59 or 60 characters leaves 18 or 19 on its line: a 4-byte character's
+// shortest word (B, 20 characters) does not fit, so the words start on the next line (found
+// by fuzz mail_fuzz at column 60).
+TEST(MailHeader, AFirstWordTooLongForTheFirstLineStartsOnTheNext) {
+    const std::string clef = "\xF0\x9D\x84\x9E";
+    for (std::size_t column : {58u, 59u, 60u}) {
+        for (const std::string &text : {clef, clef + " Zo\xC3\xAB", std::string("\xF0") + clef}) {
+            const std::string w = mail::encoded_words(text, column, true);
+            const std::vector<std::string> ls = lines(w);
+            ASSERT_FALSE(ls.empty());
+            EXPECT_LE(ls[0].size() + column, mail::kHeaderLine) << column << ": " << w;
+            for (std::size_t i = 1; i < ls.size(); ++i) EXPECT_LE(ls[i].size(), mail::kHeaderLine) << w;
+            EXPECT_EQ(words_decode(w, column, valid_utf8(text)), text) << column << ": " << w;
+        }
+    }
+}
+
 TEST(MailHeader, LongSubjectsFoldIntoWordsOfWholeCharacters) {
     std::string ascii, utf8;
     for (int i = 0; i < 30; ++i) ascii += "word ";
