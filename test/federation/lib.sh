@@ -141,6 +141,9 @@ ok() {  # ok STATUS(0: passed) DESCRIPTION
 is() {  # is GOT EXPECTED DESCRIPTION
     if [ "$1" == "$2" ]; then ok 0 "$3"; else ok 1 "$3"; echo "#   got:      $(head -c 600 <<<"$1")"; echo "#   expected: $(head -c 600 <<<"$2")"; fi
 }
+waited() {  # waited MS DESCRIPTION: ok when a wait_for did not give up
+    ok $([ "$1" -ge 0 ] && echo 0 || echo 1) "$2 ($1 ms)"
+}
 # tap_end STAGE RC: after the clusters are stopped, the plan and the counts, appended to
 # $HPCACCT_TALLY when set; fails when a check failed or the test stopped early (RC not 0)
 tap_end() {
@@ -151,4 +154,20 @@ tap_end() {
     echo "# $1: $passed passed, $failed failed"
     if [ -n "${HPCACCT_TALLY:-}" ]; then echo "$1 $passed $failed" >>"$HPCACCT_TALLY"; fi
     [ "$failed" -eq 0 ] && [ "$2" -eq 0 ]
+}
+# stage_traps STAGE: on exit, the script's own before_finish (when it defines one), every node
+# stopped and removed (their logs shown after a failure), and the TAP end as STAGE
+stage_traps() {
+    fed_stage=$1
+    trap stage_finish EXIT
+    trap 'exit 130' INT TERM
+    trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
+}
+stage_finish() {
+    local rc=$?
+    if declare -F before_finish >/dev/null; then before_finish; fi
+    stop_all
+    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
+    remove_all
+    tap_end "$fed_stage" "$rc"
 }

@@ -18,21 +18,12 @@ passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
 loaders=()
 
-finish() {
-    local rc=$? pid
+before_finish() {
+    local pid
     for pid in "${loaders[@]}"; do kill "$pid" 2>/dev/null || true; done
-    stop_all
-    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
-    remove_all
-    tap_end fedlost "$rc"
 }
-trap finish EXIT
-trap 'exit 130' INT TERM
-trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
+stage_traps fedlost
 
-waited() {  # waited MS DESCRIPTION: ok when a wait_for did not give up
-    ok $([ "$1" -ge 0 ] && echo 0 || echo 1) "$2 ($1 ms)"
-}
 
 # loader NODE CLUSTER TAG SECONDS: one session charging single jobs for SECONDS, each committed
 # after a random pause inside its transaction (so two loaders commit out of id order)

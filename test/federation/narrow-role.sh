@@ -17,18 +17,8 @@ set -euo pipefail
 passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
 
-finish() {
-    local rc=$?
-    stop_all
-    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
-    remove_all
-    tap_end fedrole "$rc"
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
-trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
+stage_traps fedrole
 
-waited() { ok $([ "$1" -ge 0 ] && echo 0 || echo 1) "$2 ($1 ms)"; }
 # a connection string for role ROLE to database DB of NODE
 as_role() { echo "host=$(nodedir "$1") port=5432 dbname=$2 user=$3"; }
 # every row of the reference tables and ledger, as one checksum per table

@@ -15,18 +15,8 @@ set -euo pipefail
 passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
 
-finish() {
-    local rc=$?
-    stop_all
-    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
-    remove_all
-    tap_end fedrestore "$rc"
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
-trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
+stage_traps fedrestore
 
-waited() { ok $([ "$1" -ge 0 ] && echo 0 || echo 1) "$2 ($1 ms)"; }
 all_ids="SELECT count(*) || '/' || md5(coalesce(string_agg(entry_id::text || ':' || amount, ',' ORDER BY entry_id), '')) FROM ledger"
 balances="SELECT md5(coalesce(string_agg(account || ':' || s, ',' ORDER BY account), '')) FROM (SELECT account, sum(amount) s FROM ledger GROUP BY 1) x"
 rollup_ok="SELECT count(*) FROM (SELECT account, sum(amount) s FROM ledger WHERE kind = 'charge' GROUP BY 1

@@ -14,17 +14,10 @@ passed=0 failed=0 n=0
 . "$(dirname "$0")/lib.sh"
 
 update_script=
-finish() {
-    local rc=$?
-    stop_all
+before_finish() {
     if [ -n "$update_script" ]; then rm -f "$update_script"; fi
-    if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then show_logs; fi
-    remove_all
-    tap_end federation "$rc"
 }
-trap finish EXIT
-trap 'exit 130' INT TERM
-trap 'echo "# stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
+stage_traps federation
 
 for node in "${nodes[@]}"; do start_node "$node"; done
 for node in "${nodes[@]}"; do psql "$(conninfo "$node" postgres)" -XAtq -c "CREATE DATABASE hpc"; done
