@@ -96,6 +96,23 @@ COMMENT ON COLUMN @extschema@.ledger.core_hours IS
 COMMENT ON COLUMN @extschema@.ledger.amount IS
     'Units (see unit); a charge is positive, its reversal negative; rounded to 6 decimals when booked';
 
+-- The jobs a site must load again after a restore from pg_dump: federation_resync() copies
+-- back the charges the site booked after its dump, but its job table lacks their jobs. A job
+-- loaded, updated or deleted later whose run is listed here has what the ledger holds for it
+-- replaced (reversed, then charged anew), not added to, and leaves the list (charge_jobs).
+CREATE TABLE @extschema@.job_to_reload (
+    cluster    text NOT NULL,
+    jobid      text NOT NULL,
+    job_submit timestamptz,
+    account    text NOT NULL,
+    noted_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE NULLS NOT DISTINCT (cluster, jobid, job_submit)
+);
+COMMENT ON TABLE @extschema@.job_to_reload IS
+    'Job runs whose charges federation_resync copied back to this restored site without their rows: loading one '
+    'replaces its charges instead of adding to them';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.job_to_reload', '');
+
 CREATE FUNCTION hpcacct_internal.ledger_is_append_only() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -243,7 +260,8 @@ COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The colum
 -- Charges jobs as a statement-level AFTER trigger over the transition tables new_jobs and
 -- old_jobs: one set-based INSERT into the ledger per statement (COPY included).
 -- INSERT charges the new jobs; DELETE reverses what the ledger holds for the old ones;
--- UPDATE does both, for the jobs whose charging columns changed.
+-- UPDATE does both, for the jobs whose charging columns changed. An inserted job listed in
+-- job_to_reload has what the ledger holds for it reversed first.
 CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -259,6 +277,10 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
         jobs     bigint;
         max_length  interval;
         need_member boolean;
+        reversal_note text;
+        reloaded_clusters text[];
+        reloaded_jobids   text[];
+        reloaded_submits  timestamptz[];
     BEGIN
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
             RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
@@ -280,6 +302,7 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
                            '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
                            VARIADIC col);
+        reversal_note := 'reversal: job ' || lower(TG_OP) || 'd';
         IF TG_OP = 'UPDATE' THEN
             changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
             changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
@@ -287,6 +310,25 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
             changed_old := format('(SELECT %s FROM old_jobs)', relevant);
         ELSE
             changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+        -- runs listed in job_to_reload leave the list; an inserted one's charges, already in
+        -- the ledger, are reversed before it is charged (an update or delete reverses them anyway)
+        IF EXISTS (SELECT 1 FROM @extschema@.job_to_reload) THEN
+            EXECUTE format($q$
+                WITH reloaded AS (
+                    DELETE FROM @extschema@.job_to_reload r
+                    USING (SELECT %s FROM %s) n
+                    WHERE r.cluster = n.cluster AND r.jobid = n.jobid AND r.job_submit IS NOT DISTINCT FROM n.job_submit
+                    RETURNING r.cluster, r.jobid, r.job_submit)
+                SELECT array_agg(cluster), array_agg(jobid), array_agg(job_submit) FROM reloaded
+                $q$, relevant, CASE TG_OP WHEN 'DELETE' THEN 'old_jobs' ELSE 'new_jobs' END)
+                INTO reloaded_clusters, reloaded_jobids, reloaded_submits;
+            IF TG_OP = 'INSERT' AND reloaded_jobids IS NOT NULL THEN
+                changed_old := format('(SELECT * FROM unnest(%L::text[], %L::text[], %L::timestamptz[]) '
+                                      'AS o(cluster, jobid, job_submit))',
+                                      reloaded_clusters, reloaded_jobids, reloaded_submits);
+                reversal_note := 'reversal: job reloaded';
+            END IF;
         END IF;
 
         IF changed_old IS NOT NULL THEN
@@ -303,7 +345,7 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                 GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
                          l.job_end
                 HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
-                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+                $q$, reversal_note, changed_old);
         END IF;
 
         IF changed_new IS NOT NULL THEN

@@ -745,6 +745,9 @@ COMMENT ON FUNCTION hpcacct_internal.federation_dblink_schema() IS
 -- blocks whose count differs (inserted where missing); then the subscription is enabled. Rows
 -- committed at the sender before the slot's consistent point are in the snapshot, those after
 -- it come through the slot: none is lost or copied twice, whatever the order of their ids.
+-- This database's own charges copied back (it was restored from a dump) name jobs its job
+-- table lacks: their runs are listed in job_to_reload, so that loading them again replaces
+-- their charges instead of adding to them.
 -- Rows are written as replication writes them (session_replication_role = replica: received
 -- charges held back and rolled up at commit, reference rows without the site's refusal).
 -- Why dblink and not a subscription with copy_data: only a replication connection's exported
@@ -984,14 +987,20 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         copied := 0;
         -- (a block may count more rows here: this database's own rows the sender has not received)
         FOR blk, n IN SELECT b.blk, b.missing FROM pg_temp.hpcacct_resync_blocks b WHERE b.missing > 0 ORDER BY b.blk LOOP
-            EXECUTE pg_catalog.format('INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE SELECT e.* '
-                                      'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
-                                      'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.ledger, r.j::json) e '
-                                      'WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.entry_id = e.entry_id) '
-                                      'ORDER BY e.entry_id',
+            -- this database's own charges among them: their jobs are not in its job table
+            EXECUTE pg_catalog.format('WITH fetched AS MATERIALIZED ('
+                                      '    SELECT e.* FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                      '    LATERAL pg_catalog.json_populate_record(NULL::@extschema@.ledger, r.j::json) e '
+                                      '    WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.entry_id = e.entry_id)), '
+                                      'noted AS ('
+                                      '    INSERT INTO @extschema@.job_to_reload (cluster, jobid, job_submit, account) '
+                                      '    SELECT f.cluster, f.jobid, f.job_submit, pg_catalog.min(f.account) FROM fetched f '
+                                      '    WHERE f.kind = ''charge'' AND %s GROUP BY 1, 2, 3 ON CONFLICT DO NOTHING) '
+                                      'INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE SELECT * FROM fetched ORDER BY entry_id',
                                       dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(l)::text FROM @extschema@.ledger l '
                                                              'WHERE l.entry_id >= %s AND l.entry_id < %s',
-                                                             blk * 65536, (blk + 1) * 65536));
+                                                             blk * 65536, (blk + 1) * 65536),
+                                      '(' || own || ')');
             copied := copied + n;
         END LOOP;
         EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''COMMIT'')', dbl);

@@ -11595,6 +11595,30 @@ COMMENT ON FUNCTION hpcacct_internal.federation_publish_rows(text, text, text) I
 DROP FUNCTION hpcacct_internal.federation_publish_received(text, text);
 DROP FUNCTION hpcacct_internal.federation_publish_ledger_rows(text, text);
 
+-- ==== a restored site's jobs charged after its dump: federation_resync() lists them in job_to_reload, and a job of the list loaded again has its charges replaced, not added to (they were charged twice) ---
+-- charge_jobs(), federation_resync(): defined in the final definitions
+CREATE TABLE @extschema@.job_to_reload (
+    cluster    text NOT NULL,
+    jobid      text NOT NULL,
+    job_submit timestamptz,
+    account    text NOT NULL,
+    noted_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE NULLS NOT DISTINCT (cluster, jobid, job_submit)
+);
+COMMENT ON TABLE @extschema@.job_to_reload IS
+    'Job runs whose charges federation_resync copied back to this restored site without their rows: loading one '
+    'replaces its charges instead of adding to them';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.job_to_reload', '');
+SELECT hpcacct_internal.protect_table('@extschema@.job_to_reload');
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.job_to_reload TO hpcacct_admin;
+        GRANT SELECT ON @extschema@.job_to_reload TO hpcacct_portal, hpcacct_auditor;
+    END IF;
+END
+$do$;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15593,6 +15617,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
         jobs     bigint;
         max_length  interval;
         need_member boolean;
+        reversal_note text;
+        reloaded_clusters text[];
+        reloaded_jobids   text[];
+        reloaded_submits  timestamptz[];
     BEGIN
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
             RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
@@ -15614,6 +15642,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                            '%s::text AS partition, %s::timestamptz AS job_start, %s::timestamptz AS job_end, '
                            '%s::@extschema@.tres AS alloctres, %s::timestamptz AS job_submit',
                            VARIADIC col);
+        reversal_note := 'reversal: job ' || lower(TG_OP) || 'd';
         IF TG_OP = 'UPDATE' THEN
             changed_old := format('(SELECT %1$s FROM old_jobs EXCEPT SELECT %1$s FROM new_jobs)', relevant);
             changed_new := format('(SELECT %1$s FROM new_jobs EXCEPT SELECT %1$s FROM old_jobs)', relevant);
@@ -15621,6 +15650,25 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
             changed_old := format('(SELECT %s FROM old_jobs)', relevant);
         ELSE
             changed_new := format('(SELECT %s FROM new_jobs)', relevant);
+        END IF;
+        -- runs listed in job_to_reload leave the list; an inserted one's charges, already in
+        -- the ledger, are reversed before it is charged (an update or delete reverses them anyway)
+        IF EXISTS (SELECT 1 FROM @extschema@.job_to_reload) THEN
+            EXECUTE format($q$
+                WITH reloaded AS (
+                    DELETE FROM @extschema@.job_to_reload r
+                    USING (SELECT %s FROM %s) n
+                    WHERE r.cluster = n.cluster AND r.jobid = n.jobid AND r.job_submit IS NOT DISTINCT FROM n.job_submit
+                    RETURNING r.cluster, r.jobid, r.job_submit)
+                SELECT array_agg(cluster), array_agg(jobid), array_agg(job_submit) FROM reloaded
+                $q$, relevant, CASE TG_OP WHEN 'DELETE' THEN 'old_jobs' ELSE 'new_jobs' END)
+                INTO reloaded_clusters, reloaded_jobids, reloaded_submits;
+            IF TG_OP = 'INSERT' AND reloaded_jobids IS NOT NULL THEN
+                changed_old := format('(SELECT * FROM unnest(%L::text[], %L::text[], %L::timestamptz[]) '
+                                      'AS o(cluster, jobid, job_submit))',
+                                      reloaded_clusters, reloaded_jobids, reloaded_submits);
+                reversal_note := 'reversal: job reloaded';
+            END IF;
         END IF;
 
         IF changed_old IS NOT NULL THEN
@@ -15637,7 +15685,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                 GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
                          l.job_end
                 HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
-                $q$, 'reversal: job ' || lower(TG_OP) || 'd', changed_old);
+                $q$, reversal_note, changed_old);
         END IF;
 
         IF changed_new IS NOT NULL THEN
@@ -16349,4 +16397,282 @@ COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text,
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month '
     '(0 to 2^53: 22003 otherwise; an end before the start: 22023)';
 
+CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
+    LANGUAGE plpgsql
+    AS $$
+    DECLARE
+        node     @extschema@.federation_node;
+        ids      int8range;
+        link     text;
+        conninfo text;
+        dbl      text;
+        carried  text;
+        received text;
+        snap     text;
+        waited   integer;
+        busy     boolean;
+        tab      regclass;
+        keys     text;
+        fkeys    text;
+        xkeys    text;
+        cols     text;
+        blk      bigint;
+        n        bigint;
+        refs     bigint;
+        gone     bigint;
+        copied   bigint;
+        missing  text;
+        own      text;
+        seq      text;
+        theirs   bigint;
+    BEGIN
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        IF site IS NULL THEN
+            RAISE EXCEPTION 'site must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = pg_catalog.current_user() AND r.rolsuper) THEN
+            RAISE EXCEPTION 'federation_resync must be run by a superuser' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        SELECT * INTO node FROM @extschema@.federation_node;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'this database is not in a federation' USING ERRCODE = 'undefined_object';
+        END IF;
+        IF node.role = 'centre' THEN
+            IF NOT EXISTS (SELECT 1 FROM @extschema@.federation_site s WHERE s.site = federation_resync.site) THEN
+                RAISE EXCEPTION 'site % is not published from this database', site USING ERRCODE = 'undefined_object';
+            END IF;
+            link := 'hpcacct_fed_s2c_' || site;
+            ids := @extschema@.federation_id_range(site);
+            carried := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+            received := pg_catalog.format('receiver = %s', site);
+        ELSE
+            IF site <> 0 THEN
+                RAISE EXCEPTION 'a site receives from the centre (0) only, not from site %', site
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'At a site, CALL hpcacct.federation_resync(0).';
+            END IF;
+            link := 'hpcacct_fed_c2s_' || node.site;
+            ids := @extschema@.federation_id_range(node.site);
+            carried := pg_catalog.format('entry_id < %s OR entry_id >= %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+            received := pg_catalog.format('receiver = 0 AND origin = %s', node.site);
+        END IF;
+        -- this database's own ids: rows of them only the sender holds are copied back (a restore)
+        ids := @extschema@.federation_id_range(node.site);
+        own := pg_catalog.format('entry_id >= %s AND entry_id < %s', pg_catalog.lower(ids), pg_catalog.upper(ids));
+        seq := pg_catalog.pg_get_serial_sequence('@extschema@.ledger', 'entry_id');
+        SELECT s.subconninfo INTO conninfo FROM pg_catalog.pg_subscription s
+        WHERE s.subname = link
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+        IF conninfo IS NULL THEN
+            RAISE EXCEPTION 'this database has no subscription %', link
+                USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
+        END IF;
+        dbl := hpcacct_internal.federation_dblink_schema();
+        -- one resync of a link at a time (a session lock: it outlives the COMMITs below)
+        IF NOT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) THEN
+            RAISE EXCEPTION 'another federation_resync of % is running', link USING ERRCODE = 'object_in_use';
+        END IF;
+        -- the sender, reached before anything is written here (08001 when it cannot be)
+        EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                  'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync'', %L)', dbl, conninfo);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_connect(''hpcacct_resync_slot'', %L)', dbl,
+                                  CASE WHEN conninfo ~ '^postgres(ql)?://'
+                                       THEN conninfo || CASE WHEN pg_catalog.strpos(conninfo, '?') > 0 THEN '&' ELSE '?' END
+                                            || 'replication=database'
+                                       ELSE conninfo || ' replication=database' END);
+        -- every column the sender has must be here: copied without it, a row would lose it
+        -- (a sender updated first; replication stops on such a row instead)
+        EXECUTE pg_catalog.format(
+            'SELECT pg_catalog.string_agg(r.tab || ''.'' || r.col, '', '' ORDER BY r.tab, r.col) '
+            'FROM %s.dblink(''hpcacct_resync'', %L) AS r(tab text, col text) '
+            'WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a '
+            '                  WHERE a.attrelid = pg_catalog.to_regclass(pg_catalog.quote_ident(''@extschema@'') || ''.'' || pg_catalog.quote_ident(r.tab)) '
+            '                    AND a.attname = r.col AND a.attnum > 0 AND NOT a.attisdropped)',
+            dbl, pg_catalog.format('SELECT c.relname::text, a.attname::text FROM pg_catalog.pg_attribute a '
+                                   'JOIN pg_catalog.pg_class c ON c.oid = a.attrelid '
+                                   'JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace '
+                                   'WHERE n.nspname = %L AND a.attnum > 0 AND NOT a.attisdropped AND c.relname = ANY (%L::text[])',
+                                   '@extschema@',
+                                   (SELECT pg_catalog.array_agg(c.relname::text) FROM pg_catalog.pg_class c
+                                    WHERE c.oid = ANY ('{@extschema@.ledger, @extschema@.federation_received}'::regclass[]
+                                                       || CASE WHEN node.role = 'site' THEN @extschema@.federation_reference_tables()
+                                                               ELSE '{}'::regclass[] END))))
+            INTO missing;
+        IF missing IS NOT NULL THEN
+            EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                      'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+            RAISE EXCEPTION 'the sender has columns this database lacks: %', missing
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Update this database''s hpcacct first (ALTER EXTENSION hpcacct UPDATE).';
+        END IF;
+
+        -- rows of this database's own that only the sender holds (this database was restored from
+        -- a dump): copied back below, but a slot here would send them out again, to receivers that
+        -- hold them (a key conflict there)
+        EXECUTE pg_catalog.format('SELECT t.n FROM %s.dblink(''hpcacct_resync'', %L) AS t(n bigint)', dbl,
+                                  pg_catalog.format('SELECT pg_catalog.count(*) FROM @extschema@.ledger WHERE %s', own))
+            INTO theirs;
+        EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) < $1 FROM @extschema@.ledger WHERE %s', own)
+            USING theirs INTO busy;
+        IF busy AND EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots r
+                                WHERE r.slot_name ~ '^hpcacct_fed_(c2s|s2c)_[0-9]+$'
+                                  AND r.database = pg_catalog.current_database()) THEN
+            EXECUTE pg_catalog.format('SELECT %1$s.dblink_disconnect(c) FROM pg_catalog.unnest(%1$s.dblink_get_connections()) c '
+                                      'WHERE c IN (''hpcacct_resync'', ''hpcacct_resync_slot'')', dbl);
+            RAISE EXCEPTION 'the sender holds rows this database booked that it lacks (restored from a dump?), and a '
+                            'federation slot here would send them out again'
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Run federation_resync before the calls that create this database''s slots (README, '
+                             '"Several clusters", restoring from a dump), or drop its slots first.';
+        END IF;
+
+        -- stop the link's apply worker: the slot can be dropped only when no one reads it
+        EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I DISABLE', link);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        waited := 0;
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st WHERE st.subname = link AND st.pid IS NOT NULL) LOOP
+            IF waited >= 600 THEN
+                RAISE EXCEPTION 'the apply worker of % did not stop within 60 s', link USING ERRCODE = 'object_in_use';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            waited := waited + 1;
+        END LOOP;
+
+        -- at the sender: a new slot in place of the old one, its snapshot imported by the
+        -- other connection (the slot's creation waits for transactions that wrote: this one
+        -- has written nothing since its COMMIT)
+        waited := 0;
+        LOOP
+            EXECUTE pg_catalog.format('SELECT t.busy FROM %s.dblink(''hpcacct_resync'', %L) AS t(busy boolean)', dbl,
+                                      pg_catalog.format('SELECT pg_catalog.bool_or(active) FROM pg_catalog.pg_replication_slots '
+                                                        'WHERE slot_name = %L', link)) INTO busy;
+            EXIT WHEN busy IS NOT TRUE;
+            IF waited >= 600 THEN
+                RAISE EXCEPTION 'the slot % is still in use at the sender after 60 s', link USING ERRCODE = 'object_in_use';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+            waited := waited + 1;
+        END LOOP;
+        IF busy IS NOT NULL THEN
+            EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM %s.dblink(''hpcacct_resync'', %L) AS t(dropped integer)',
+                                      dbl, pg_catalog.format('SELECT 1 FROM pg_catalog.pg_drop_replication_slot(%L)', link));
+        END IF;
+        EXECUTE pg_catalog.format('SELECT t.snapshot_name FROM %s.dblink(''hpcacct_resync_slot'', %L) '
+                                  'AS t(slot_name text, consistent_point text, snapshot_name text, output_plugin text)',
+                                  dbl, pg_catalog.format('CREATE_REPLICATION_SLOT %I LOGICAL pgoutput (SNAPSHOT ''export'')', link))
+            INTO snap;
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', %L)', dbl,
+                                  pg_catalog.format('SET TRANSACTION SNAPSHOT %L', snap));
+        EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync_slot'')', dbl);
+
+        -- here, as replication writes
+        PERFORM pg_catalog.set_config('session_replication_role', 'replica', true);
+        refs := 0;
+        gone := 0;
+        IF node.role = 'site' THEN
+            FOR tab IN SELECT t FROM pg_catalog.unnest(@extschema@.federation_reference_tables()) t
+                       WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                                     JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                                     WHERE s.subname = link AND r.srrelid = t) LOOP
+                SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                       pg_catalog.string_agg('f.' || pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                       pg_catalog.string_agg('x.' || pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                INTO keys, fkeys, xkeys
+                FROM pg_catalog.pg_index i
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                WHERE i.indrelid = tab AND i.indisprimary;
+                SELECT pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', a.attname), ', ' ORDER BY a.attnum)
+                INTO cols
+                FROM pg_catalog.pg_attribute a
+                WHERE a.attrelid = tab AND a.attnum > 0 AND NOT a.attisdropped
+                  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+                                  WHERE i.indrelid = tab AND i.indisprimary AND a.attnum = ANY (i.indkey));
+                EXECUTE pg_catalog.format('CREATE TEMPORARY TABLE hpcacct_resync_rows ON COMMIT DROP AS SELECT e.* '
+                                          'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                          'LATERAL pg_catalog.json_populate_record(NULL::%s, r.j::json) e',
+                                          dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(t)::text FROM %s t', tab), tab);
+                EXECUTE pg_catalog.format('DELETE FROM %s x WHERE NOT EXISTS (SELECT 1 FROM pg_temp.hpcacct_resync_rows f '
+                                          'WHERE (%s) = (%s))', tab, fkeys, xkeys);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                gone := gone + n;
+                EXECUTE pg_catalog.format('INSERT INTO %s AS x OVERRIDING SYSTEM VALUE SELECT * FROM pg_temp.hpcacct_resync_rows '
+                                          'ON CONFLICT (%s) DO %s', tab, keys,
+                                          CASE WHEN cols IS NULL THEN 'NOTHING'
+                                               ELSE pg_catalog.format('UPDATE SET %s WHERE ROW(x.*)::text IS DISTINCT FROM ROW(excluded.*)::text', cols) END);
+                GET DIAGNOSTICS n = ROW_COUNT;
+                refs := refs + n;
+                DROP TABLE pg_temp.hpcacct_resync_rows;
+            END LOOP;
+        END IF;
+        -- what the sender reports it received over the reverse link
+        EXECUTE pg_catalog.format('INSERT INTO @extschema@.federation_received AS p SELECT e.* '
+                                  'FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                  'LATERAL pg_catalog.json_populate_record(NULL::@extschema@.federation_received, r.j::json) e '
+                                  'ON CONFLICT (receiver, origin) DO UPDATE '
+                                  'SET last_entry_id = GREATEST(p.last_entry_id, excluded.last_entry_id), '
+                                  'received_at = GREATEST(p.received_at, excluded.received_at)',
+                                  dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(p)::text FROM @extschema@.federation_received p '
+                                                         'WHERE %s', received));
+        -- the ledger: per block of 65 536 ids (one origin each), the rows here are a subset of
+        -- the sender's; the blocks that count fewer rows here are read whole
+        CREATE TEMPORARY TABLE hpcacct_resync_blocks ON COMMIT DROP AS SELECT 0::bigint AS blk, 0::bigint AS missing LIMIT 0;
+        EXECUTE pg_catalog.format('INSERT INTO pg_temp.hpcacct_resync_blocks '
+                                  'SELECT b.blk, b.rows - (SELECT pg_catalog.count(*) FROM @extschema@.ledger l '
+                                  '                        WHERE l.entry_id >= b.blk * 65536 AND l.entry_id < (b.blk + 1) * 65536) '
+                                  'FROM %s.dblink(''hpcacct_resync'', %L) AS b(blk bigint, rows bigint)',
+                                  dbl, pg_catalog.format('SELECT entry_id / 65536, pg_catalog.count(*) FROM @extschema@.ledger '
+                                                         'WHERE (%s) OR (%s) GROUP BY 1', carried, own));
+        copied := 0;
+        -- (a block may count more rows here: this database's own rows the sender has not received)
+        FOR blk, n IN SELECT b.blk, b.missing FROM pg_temp.hpcacct_resync_blocks b WHERE b.missing > 0 ORDER BY b.blk LOOP
+            -- this database's own charges among them: their jobs are not in its job table
+            EXECUTE pg_catalog.format('WITH fetched AS MATERIALIZED ('
+                                      '    SELECT e.* FROM %s.dblink(''hpcacct_resync'', %L) AS r(j text), '
+                                      '    LATERAL pg_catalog.json_populate_record(NULL::@extschema@.ledger, r.j::json) e '
+                                      '    WHERE NOT EXISTS (SELECT 1 FROM @extschema@.ledger l WHERE l.entry_id = e.entry_id)), '
+                                      'noted AS ('
+                                      '    INSERT INTO @extschema@.job_to_reload (cluster, jobid, job_submit, account) '
+                                      '    SELECT f.cluster, f.jobid, f.job_submit, pg_catalog.min(f.account) FROM fetched f '
+                                      '    WHERE f.kind = ''charge'' AND %s GROUP BY 1, 2, 3 ON CONFLICT DO NOTHING) '
+                                      'INSERT INTO @extschema@.ledger OVERRIDING SYSTEM VALUE SELECT * FROM fetched ORDER BY entry_id',
+                                      dbl, pg_catalog.format('SELECT pg_catalog.row_to_json(l)::text FROM @extschema@.ledger l '
+                                                             'WHERE l.entry_id >= %s AND l.entry_id < %s',
+                                                             blk * 65536, (blk + 1) * 65536),
+                                      '(' || own || ')');
+            copied := copied + n;
+        END LOOP;
+        EXECUTE pg_catalog.format('SELECT %s.dblink_exec(''hpcacct_resync'', ''COMMIT'')', dbl);
+        EXECUTE pg_catalog.format('SELECT %s.dblink_disconnect(''hpcacct_resync'')', dbl);
+        -- the subscription starts at the new slot's consistent point: its origin's position is
+        -- the old sender's WAL, which may lie ahead of a sender restored into another cluster
+        -- (the sender would skip every transaction committed before it)
+        PERFORM pg_catalog.pg_replication_origin_advance(o.roname, '0/0')
+        FROM pg_catalog.pg_subscription s
+        JOIN pg_catalog.pg_replication_origin o ON o.roname = 'pg_' || s.oid
+        WHERE s.subname = link
+          AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+        -- the held charges go in at this commit, rolled up
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- own rows copied back (now in the ledger): its ids go on above them
+        EXECUTE pg_catalog.format('SELECT pg_catalog.setval(%L, x.m) FROM (SELECT pg_catalog.max(entry_id) AS m '
+                                  'FROM @extschema@.ledger WHERE %s) x, %s s WHERE x.m > s.last_value', seq, own, seq);
+        EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        -- every hold of this session (a failed run left one); unlocking one not held warns
+        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                      WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
+                        AND l.classid = pg_catalog.hashtext('hpcacct.federation_resync')::oid
+                        AND l.objid = pg_catalog.hashtext(link)::oid) LOOP
+            PERFORM pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link));
+        END LOOP;
+        RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
+    END
+    $$;
+COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
+    'At the receiving end of a federation link whose slot was lost: a new slot at the sender, and the rows missing '
+    'here copied from its snapshot (dblink); at the centre the site''s number, at a site 0';
 -- ==== end of final definitions

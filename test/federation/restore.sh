@@ -5,7 +5,9 @@
 #     and deposit reach both; alpha's WAL runs far ahead (so a fresh cluster's positions are
 #     lower), then alpha is lost. Restored as alpha2 and linked again: alpha2 holds every row
 #     of the centre, the same ids (its own 51 charges after the dump too), its next jobs get
-#     ids the centre does not hold and reach it, nothing arrives twice.
+#     ids the centre does not hold and reach it, nothing arrives twice. The 51 jobs its job
+#     table lacks are listed in job_to_reload; loaded again, each is charged once (net), at
+#     alpha2 and at the centre.
 #  2. the centre dumped; a deposit there and alpha2's jobs after the dump; the centre lost,
 #     restored as centre2 and linked again: centre2 holds every row alpha2 holds (its own
 #     deposit after the dump too), balances agree, its next deposits reach alpha2.
@@ -91,22 +93,35 @@ waited "$(wait_for centre "$all_ids" "$(q alpha2 "$all_ids")")" "they reach the 
 is "$(q centre "SELECT count(*) || '/' || count(DISTINCT jobid) FROM ledger WHERE federation_origin(entry_id) = 1")" "171/171" \
    "the centre holds 171 charges of alpha, one per job"
 for node in centre alpha2; do is "$(q "$node" "$rollup_ok")" "0" "$node: the charge rollup equals the ledger"; done
-# the jobs alpha loaded after the dump: charged, not in alpha2's job table (README's query); their
-# rows loaded with charging off, a loader's upsert of them again charges nothing
+# the jobs alpha loaded after the dump: charged, not in alpha2's job table; listed in
+# job_to_reload, and loaded again they are charged once each (their charges replaced)
 unloaded="SELECT count(*) FROM (SELECT l.cluster, l.jobid, l.job_submit FROM hpcacct.ledger l
            WHERE l.kind = 'charge' AND hpcacct.federation_origin(l.entry_id) = 1
              AND NOT EXISTS (SELECT 1 FROM hpcacct.job j WHERE j.cluster = l.cluster AND j.jobid = l.jobid
                                                          AND j.submit IS NOT DISTINCT FROM l.job_submit)
            GROUP BY 1, 2, 3 HAVING sum(l.amount) <> 0) x"
-is "$(q alpha2 "$unloaded")" "51" "alpha2 lists the 51 jobs charged after the dump that its job table lacks"
-q alpha2 "BEGIN; ALTER TABLE hpcacct.job DISABLE TRIGGER hpcacct_charge_insert; $(jobs_sql alpha 101 151);
-          ALTER TABLE hpcacct.job ENABLE TRIGGER hpcacct_charge_insert; COMMIT" >/dev/null
+is "$(q alpha2 "$unloaded")" "51" "alpha2's ledger holds charges of 51 jobs (charged after the dump) that its job table lacks"
+is "$(q alpha2 "SELECT count(*) || '/' || min(jobid) || '/' || max(jobid) FROM job_to_reload")" "51/alpha-101/alpha-151" \
+   "federation_resync listed those 51 jobs in job_to_reload"
+one_each="SELECT count(*) FILTER (WHERE n <> 1) || '/' || count(*) FROM (
+            SELECT jobid, count(*) FILTER (WHERE amount > 0) - count(*) FILTER (WHERE amount < 0) AS n
+            FROM ledger WHERE federation_origin(entry_id) = 1 GROUP BY jobid) x"
+charged_each="SELECT md5(string_agg(jobid || ':' || s, ',' ORDER BY jobid)) FROM (
+                SELECT jobid, sum(amount) s FROM ledger WHERE federation_origin(entry_id) = 1 GROUP BY jobid) x"
+before=$(q alpha2 "$charged_each")
+# the loader's upsert of the same rows
 q alpha2 "$(jobs_sql alpha 101 151) ON CONFLICT (cluster, jobid, submit) DO UPDATE SET state = excluded.state" >/dev/null
+is "$(q alpha2 "SELECT count(*) FROM job_to_reload")/$(q alpha2 "$unloaded")" "0/0" \
+   "loaded again, they left job_to_reload, and every charge of alpha2 has its job row"
+is "$(q alpha2 "$one_each")" "0/171" "each of the 171 jobs of alpha is charged once (net) at alpha2"
+is "$(q alpha2 "$charged_each")" "$before" "and each job's charge is what it was before the reload"
 q centre "SELECT deposit('p2', '2026-10-01', 0.5)" >/dev/null
 waited "$(wait_for alpha2 "SELECT count(*) FROM ledger WHERE kind = 'deposit' AND amount = 0.5" 1)" "a deposit at the centre reaches alpha2"
 wait_for alpha2 "SELECT rows_pending FROM federation_status WHERE direction = 'to'" 0 >/dev/null
-is "$(q alpha2 "$unloaded")/$(q alpha2 "SELECT count(*) || '/' || count(DISTINCT jobid) FROM ledger WHERE federation_origin(entry_id) = 1")/$(q centre "SELECT count(*) || '/' || count(DISTINCT jobid) FROM ledger WHERE federation_origin(entry_id) = 1")" \
-   "0/171/171/171/171" "once loaded with charging off, loading them again charged nothing: 171 charges of 171 jobs at alpha2 and the centre"
+wait_for centre "$all_ids" "$(q alpha2 "$all_ids")" >/dev/null
+is "$(q centre "$one_each")/$(q centre "$charged_each")" "0/171/$before" \
+   "the reversals and new charges reached the centre: each job charged once there too, the same amounts"
+for node in centre alpha2; do is "$(q "$node" "$rollup_ok")" "0" "$node: the charge rollup still equals the ledger"; done
 
 # ---- 2. the centre restored ----
 dump centre
@@ -131,7 +146,7 @@ is "$(q centre2 "SELECT entry_id > ${alpha_had#*/} FROM ledger WHERE kind = 'dep
    "centre2's next deposit gets an id above every centre id alpha2 holds"
 waited "$(wait_for alpha2 "$all_ids" "$(q centre2 "$all_ids")")" "it reaches alpha2: alpha2 holds centre2's rows, the same ids"
 q alpha2 "$(jobs_sql alpha 201 210)" >/dev/null
-waited "$(wait_for centre2 "SELECT count(*) || '/' || count(DISTINCT jobid) FROM ledger WHERE federation_origin(entry_id) = 1" "210/210")" \
+waited "$(wait_for centre2 "$one_each" "0/210")" \
        "alpha2's next jobs reach centre2, each once"
 for node in centre2 alpha2; do is "$(q "$node" "$rollup_ok")" "0" "$node: the charge rollup equals the ledger"; done
 is "$(q centre2 "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(wal_status, '-')), ' ' ORDER BY direction) FROM federation_status")" \

@@ -1,7 +1,7 @@
 -- The charging trigger's contract: SQLSTATEs, nothing written on error, ledger = jobs.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(21);
+SELECT plan(26);
 
 INSERT INTO account (name) VALUES ('p1'), ('p2');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive) VALUES
@@ -81,6 +81,27 @@ SELECT results_eq(
 SELECT is((SELECT count(*) FROM (SELECT jobid FROM hpcacct.ledger GROUP BY jobid HAVING sum(amount) <> 0
                                  EXCEPT SELECT jobid FROM hpcacct.job) s),
           0::bigint, 'deleted jobs net to zero in the ledger');
+
+-- A run listed in job_to_reload (a restored site: its charges are in the ledger, its row is
+-- not): inserted, what the ledger holds for it is replaced; an unlisted run is charged as
+-- ever; an update or delete of a listed run takes it off the list too.
+INSERT INTO hpcacct.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_start, job_end)
+SELECT 'p1', 'charge', 5, 'core-hours', resource_id, 'c', 'back1', '2024-03-01 00:00+00', '2024-03-01 01:00+00'
+FROM hpcacct.resource WHERE partition = 'cpu';
+INSERT INTO hpcacct.job_to_reload (cluster, jobid, job_submit, account) VALUES
+    ('c', 'back1', NULL, 'p1'), ('c', '1', NULL, 'p1'), ('c', 'gone', NULL, 'p1');
+INSERT INTO hpcacct.job VALUES
+    ('c', 'back1', 'p1', 'u1', 'cpu', NULL, '2024-03-01 00:00+00', '2024-03-01 03:00+00', 'cpu=2', 'COMPLETED'),
+    ('c', 'fresh', 'p1', 'u1', 'cpu', NULL, '2024-03-01 00:00+00', '2024-03-01 03:00+00', 'cpu=2', 'COMPLETED');
+SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = 'back1'), 6.000000,
+          'a listed run loaded again is charged what it costs (2 cores x 3 h), its earlier charge reversed, not added to');
+SELECT is((SELECT string_agg(coalesce(note, '-') || ' ' || amount, ', ' ORDER BY entry_id) FROM ledger WHERE jobid = 'back1'),
+          '- 5.000000, reversal: job reloaded -5.000000, - 6.000000', 'as a reversal and a new charge');
+SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = 'fresh'), 6.000000, 'an unlisted run in the same statement is charged as ever');
+UPDATE hpcacct.job SET state = 'COMPLETED' WHERE jobid = '1';
+SELECT is((SELECT string_agg(jobid, ',' ORDER BY jobid) FROM job_to_reload), 'gone',
+          'the runs loaded or updated left the list; the one not loaded stays');
+SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = '1'), 8.000000, 'an update of an unchanged listed run books nothing');
 
 SELECT * FROM finish();
 ROLLBACK;
