@@ -625,6 +625,32 @@ check "the association sync blocks the five accounts, and not the account name" 
        [ -z "$(assoc name '' GrpSubmitJobs)" ] && echo t)"
 scancel "${odd_jobs[@]}"
 
+# The hold comment, which every user reads (squeue as nobody): why the job is held, from the
+# decision, without the account's figures (here: when its allocation begins, which no
+# parenthesis marks), while its owner reads them in pending_job.hold_reason (and job_held).
+sacctmgr -i add account e_later cluster=testcl >/dev/null && sacctmgr -i add user root account=e_later cluster=testcl >/dev/null
+later_first=$(sql "SELECT (date_trunc('quarter', current_date) + interval '3 months')::date")
+sql "INSERT INTO hpcacct.account (name, kind) VALUES ('e_later', 'project');
+     INSERT INTO hpcacct.membership (account, username) VALUES ('e_later', 'root');
+     SELECT hpcacct.deposit('e_later', '$later_first', 100)" >/dev/null
+sleep 1   # slurmctld receives the new association
+printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit e_later --begin=now+1hour      # accepted unchecked: e_later's allocation begins next quarter
+later_job=$job
+sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+hpcacct-slurm-sync --queue 2>&1 | sed 's/^/# /'
+later_read=$(runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" squeue -h -j "$later_job" -o %k 2>&1)
+echo "# the comment of job $later_job as user nobody reads it: $later_read"
+check "an inactive account's held job: every user reads why, not the day its allocation begins ($later_first)" \
+    "$([ -n "$later_job" ] && [ "$(squeue -h -j "$later_job" -o %r)" = JobHeldAdmin ] &&
+       [ "$later_read" = 'hpcacct: account e_later has no allocation for this quarter: ask staff to move allocation into this quarter, or submit with another account' ] &&
+       echo t)"
+check "while its owner reads the day in pending_job.hold_reason" \
+    "$(sql "SELECT hold_reason FROM hpcacct.pending_job WHERE jobid = '$later_job'" | grep -qF "its allocation begins on $later_first" && echo t)"
+[ -n "$later_job" ] && scancel "$later_job"
+
 # Slurm itself refuses a blocked account, without the plugin's check
 printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
 reload
@@ -662,6 +688,8 @@ echo "$q7" | sed 's/^/# /'
 check "the job accepted unchecked is held by the next queue run" \
     "$([ -n "$fo_job" ] && [ "$(squeue -h -j "$fo_job" -o %r)" = JobHeldAdmin ] &&
        squeue -h -j "$fo_job" -o %k | grep -q '^hpcacct: account e_nosuch does not exist' && echo t)"
+check "its comment keeps the reason's words in parentheses" \
+    "$([ "$(squeue -h -j "$fo_job" -o %k)" = 'hpcacct: account e_nosuch does not exist: check the account you gave (sbatch -A)' ] && echo t)"
 [ -n "$fo_job" ] && scancel "$fo_job" 2>/dev/null
 
 # a database that does not answer (its backend stopped): the submission waits for it (README)
