@@ -37,10 +37,16 @@ CREATE TABLE @extschema@.pending_job (
     sync_lifting boolean NOT NULL DEFAULT false,
     -- Slurm showed a hold the sync did not place (an operator's) when it last read the queue
     other_hold   boolean NOT NULL DEFAULT false,
+    -- why it is held, without the account's figures (refusal_message with no details): the
+    -- comment hpcacct-slurm-sync gives the job, which every user of the cluster reads
+    hold_comment text,
     PRIMARY KEY (cluster, jobid)
 );
 COMMENT ON TABLE @extschema@.pending_job IS
     'Queued jobs as the site records them; recheck_queued() holds those whose account became invalid';
+COMMENT ON COLUMN @extschema@.pending_job.hold_comment IS
+    'Why the job is held, without the account''s figures (hold_reason has them, for its owner): the comment '
+    'hpcacct-slurm-sync gives the job, which every user of the cluster may read';
 
 CREATE INDEX ledger_bank ON @extschema@.ledger (account, valid_from) WHERE kind IN ('deposit', 'transfer', 'refund');
 -- A personal top-up to a level is booked once per account and quarter, whatever runs at the

@@ -65,6 +65,50 @@ COMMENT ON FUNCTION @extschema@.account_policies(text) IS
 CREATE TYPE @extschema@.submit_decision AS (ok boolean, account text, reason text, message text);
 COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the job run, on which account, and why not';
 
+-- The words of every refusal, defined once: check_submit's message, with details (what only the
+-- account's members read: its balance, a quota's use and allowance, the day its allocation
+-- begins, the day checked), and with details NULL the public reason, which a held job's comment
+-- shows every user of the cluster (pending_job.hold_comment). reason is check_submit's, or
+-- no_default_account (its unknown_account for a user with neither a default project nor a
+-- personal account); another reason gives NULL.
+CREATE FUNCTION hpcacct_internal.refusal_message(reason text, account text, username text, details text)
+    RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE reason
+        WHEN 'unknown_user' THEN pg_catalog.format(
+            'user %s is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you',
+            username)
+        WHEN 'no_default_account' THEN pg_catalog.format(
+            'user %s has no default project and no personal account: submit with an account (sbatch -A)', username)
+        WHEN 'unknown_account' THEN pg_catalog.format(
+            'account %s does not exist: check the account you gave (sbatch -A)', account)
+        WHEN 'account_deleted' THEN pg_catalog.format(
+            'account %s has been deleted and cannot be used again', account)
+        WHEN 'no_access' THEN pg_catalog.format(
+            'user %s is not a member of account %s: ask one of its project administrators to add you, or submit with '
+            'another account', username, account)
+        WHEN 'account_expired' THEN pg_catalog.format(
+            'account %s has no allocation for this or a later quarter: ask for a new allocation, or submit with another '
+            'account (sbatch -A)', account)
+        WHEN 'account_inactive' THEN pg_catalog.format(
+            'account %s has no allocation for this quarter%s: ask staff to move allocation into this quarter, or submit '
+            'with another account', account, '; its allocation begins on ' || details)
+        WHEN 'negative_balance' THEN pg_catalog.format(
+            'account %s has a negative balance this quarter%s: ask for a transfer or a deposit, or submit with another '
+            'account', account, ' (' || details || ')')
+        WHEN 'quota_blocked' THEN pg_catalog.format(
+            'account %s is blocked by its sliding-window quota%s: submit with another account', account,
+            ' (' || details || ')')
+        WHEN 'no_allocation' THEN pg_catalog.format(
+            'account %s has no allocation valid%s: submit with another account', account, ' on ' || details)
+        WHEN 'allocation_exhausted' THEN pg_catalog.format(
+            'account %s has used up its allocation (after retractions): ask for a supplement, or submit with another '
+            'account', account)
+    END;
+COMMENT ON FUNCTION hpcacct_internal.refusal_message(text, text, text, text) IS
+    'The message of a submit refusal: with details (figures and days only the account''s members read) as '
+    'check_submit gives it, with details NULL the public reason of a held job''s comment';
+
 -- What an account's own state allows, whoever submits: unknown_account, account_deleted, and
 -- per policy
 --   bank:         account_expired (no allocation this quarter or later), account_inactive (none
@@ -98,10 +142,10 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
-                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('unknown_account', account, NULL, NULL))::@extschema@.submit_decision;
         ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
             RETURN ROW(false, account, 'account_deleted',
-                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('account_deleted', account, NULL, NULL))::@extschema@.submit_decision;
         END IF;
         pol := @extschema@.account_policies(account);
 
@@ -109,18 +153,15 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
             IF bank.state = 'expired' THEN
                 RETURN ROW(false, account, 'account_expired',
-                           format('account %s has no allocation for this or a later quarter: ask for a new '
-                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('account_expired', account, NULL, NULL))::@extschema@.submit_decision;
             ELSIF bank.state = 'inactive' THEN
                 RETURN ROW(false, account, 'account_inactive',
-                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
-                                  'ask staff to move allocation into this quarter, or submit with another account',
-                                  account, bank.next_allocation))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('account_inactive', account, NULL,
+                                                            bank.next_allocation::text))::@extschema@.submit_decision;
             ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
-                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
-                                  'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('negative_balance', account, NULL,
+                               format('%s %s', pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit())))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -129,10 +170,9 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             FROM @extschema@.window_quota_usage(a.name, at) u;
             IF wq.state = 'blocked' THEN
                 RETURN ROW(false, account, 'quota_blocked',
-                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
-                                  'monthly allowance %s): submit with another account',
-                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
-                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('quota_blocked', account, NULL,
+                               format('%s %s used this month, monthly allowance %s',
+                                      round(wq.consumed_current::numeric, 2), wq.unit, round(wq.monthly::numeric, 2))))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -145,11 +185,10 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.pool, at) s;
             IF machines = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
-                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('no_allocation', account, NULL, at::text))::@extschema@.submit_decision;
             ELSIF open_machines = 0 THEN
                 RETURN ROW(false, account, 'allocation_exhausted',
-                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
-                                  'or submit with another account', account))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('allocation_exhausted', account, NULL, NULL))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -185,24 +224,21 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
             IF NOT FOUND THEN
                 RETURN ROW(false, NULL::text, 'unknown_user',
-                           format('user %s is not known to the accounting system: submit with an account '
-                                  '(sbatch -A) or ask support to register you', username))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('unknown_user', NULL, username, NULL))::@extschema@.submit_decision;
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
             RETURN ROW(false, chosen, 'unknown_account',
-                       format('user %s has no default project and no personal account: submit with an account '
-                              '(sbatch -A)', username))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('no_default_account', chosen, username, NULL))::@extschema@.submit_decision;
         ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
             RETURN verdict;
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = chosen AND m.username = check_submit.username) THEN
             RETURN ROW(false, chosen, 'no_access',
-                       format('user %s is not a member of account %s: ask one of its project administrators '
-                              'to add you, or submit with another account', username, chosen))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('no_access', chosen, username, NULL))::@extschema@.submit_decision;
         END IF;
         RETURN verdict;
     END
@@ -215,7 +251,8 @@ COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
 -- Re-checks queued jobs (HLRN's SystemHold): holds those whose account became invalid and
 -- releases those it held whose account is valid again (a transfer, a deposit, another
 -- account). Returns what changed: holds with their reason and message, releases with reason
--- NULL. A held job whose reason changed keeps its hold with the new message.
+-- NULL. A held job whose reason changed keeps its hold with the new message. A held job gets
+-- the message for its owner (hold_reason) and the reason for everyone else (hold_comment).
 CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_today())
     RETURNS TABLE (cluster text, jobid text, reason text, message text)
     LANGUAGE plpgsql
@@ -225,13 +262,19 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
         at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
         RETURN QUERY
         WITH checked AS (
-            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
+            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,
+                   -- the same refusal without the account's details, a control character a space;
+                   -- unknown_account of a job that named none is check_submit's no_default_account
+                   hpcacct_internal.notify_name(hpcacct_internal.refusal_message(
+                       CASE WHEN c.reason = 'unknown_account' AND p.account IS NULL THEN 'no_default_account'
+                            ELSE c.reason END, c.account, p.username, NULL)) AS public_message
             FROM @extschema@.pending_job p
             CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
             FOR UPDATE OF p
         ), updated AS (
             UPDATE @extschema@.pending_job p
             SET held = NOT c.ok, hold_reason = CASE WHEN c.ok THEN NULL ELSE c.message END,
+                hold_comment = CASE WHEN c.ok THEN NULL ELSE c.public_message END,
                 checked_at = pg_catalog.now()
             FROM checked c
             WHERE p.cluster = c.cluster AND p.jobid = c.jobid
@@ -245,8 +288,9 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
     END
     $$;
 COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
-    'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
-    'returns the changes (releases with reason NULL)';
+    'Holds queued jobs whose account became invalid and releases those whose account is valid again (hold_reason '
+    'for the owner, hold_comment without the account''s figures for everyone); returns the changes (releases with '
+    'reason NULL)';
 REVOKE EXECUTE ON FUNCTION @extschema@.recheck_queued(date) FROM PUBLIC;
 
 -- ---- the association state Slurm should have ------------------------------------------

@@ -11619,6 +11619,51 @@ BEGIN
 END
 $do$;
 
+-- ==== a held job's comment: the public reason from the decision, pending_job.hold_comment (the sync cut parenthesised parts from the owner's message: figures without parentheses showed, words in them were lost) ---
+-- filled by the next recheck_queued() (hpcacct-slurm-sync runs it before it reads the column);
+-- account_verdict(), check_submit(), recheck_queued(): defined in the final definitions
+ALTER TABLE @extschema@.pending_job ADD COLUMN hold_comment text;
+COMMENT ON COLUMN @extschema@.pending_job.hold_comment IS
+    'Why the job is held, without the account''s figures (hold_reason has them, for its owner): the comment '
+    'hpcacct-slurm-sync gives the job, which every user of the cluster may read';
+CREATE FUNCTION hpcacct_internal.refusal_message(reason text, account text, username text, details text)
+    RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE reason
+        WHEN 'unknown_user' THEN pg_catalog.format(
+            'user %s is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you',
+            username)
+        WHEN 'no_default_account' THEN pg_catalog.format(
+            'user %s has no default project and no personal account: submit with an account (sbatch -A)', username)
+        WHEN 'unknown_account' THEN pg_catalog.format(
+            'account %s does not exist: check the account you gave (sbatch -A)', account)
+        WHEN 'account_deleted' THEN pg_catalog.format(
+            'account %s has been deleted and cannot be used again', account)
+        WHEN 'no_access' THEN pg_catalog.format(
+            'user %s is not a member of account %s: ask one of its project administrators to add you, or submit with '
+            'another account', username, account)
+        WHEN 'account_expired' THEN pg_catalog.format(
+            'account %s has no allocation for this or a later quarter: ask for a new allocation, or submit with another '
+            'account (sbatch -A)', account)
+        WHEN 'account_inactive' THEN pg_catalog.format(
+            'account %s has no allocation for this quarter%s: ask staff to move allocation into this quarter, or submit '
+            'with another account', account, '; its allocation begins on ' || details)
+        WHEN 'negative_balance' THEN pg_catalog.format(
+            'account %s has a negative balance this quarter%s: ask for a transfer or a deposit, or submit with another '
+            'account', account, ' (' || details || ')')
+        WHEN 'quota_blocked' THEN pg_catalog.format(
+            'account %s is blocked by its sliding-window quota%s: submit with another account', account,
+            ' (' || details || ')')
+        WHEN 'no_allocation' THEN pg_catalog.format(
+            'account %s has no allocation valid%s: submit with another account', account, ' on ' || details)
+        WHEN 'allocation_exhausted' THEN pg_catalog.format(
+            'account %s has used up its allocation (after retractions): ask for a supplement, or submit with another '
+            'account', account)
+    END;
+COMMENT ON FUNCTION hpcacct_internal.refusal_message(text, text, text, text) IS
+    'The message of a submit refusal: with details (figures and days only the account''s members read) as '
+    'check_submit gives it, with details NULL the public reason of a held job''s comment';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12057,24 +12102,21 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
             FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
             IF NOT FOUND THEN
                 RETURN ROW(false, NULL::text, 'unknown_user',
-                           format('user %s is not known to the accounting system: submit with an account '
-                                  '(sbatch -A) or ask support to register you', username))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('unknown_user', NULL, username, NULL))::@extschema@.submit_decision;
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
             RETURN ROW(false, chosen, 'unknown_account',
-                       format('user %s has no default project and no personal account: submit with an account '
-                              '(sbatch -A)', username))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('no_default_account', chosen, username, NULL))::@extschema@.submit_decision;
         ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
             RETURN verdict;
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = chosen AND m.username = check_submit.username) THEN
             RETURN ROW(false, chosen, 'no_access',
-                       format('user %s is not a member of account %s: ask one of its project administrators '
-                              'to add you, or submit with another account', username, chosen))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('no_access', chosen, username, NULL))::@extschema@.submit_decision;
         END IF;
         RETURN verdict;
     END
@@ -12408,10 +12450,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         SELECT x.name, x.deleted_in INTO a FROM @extschema@.account x WHERE x.name = account_verdict.account;
         IF NOT FOUND THEN
             RETURN ROW(false, account, 'unknown_account',
-                       format('account %s does not exist: check the account you gave (sbatch -A)', account))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('unknown_account', account, NULL, NULL))::@extschema@.submit_decision;
         ELSIF a.deleted_in IS NOT NULL AND a.deleted_in <= at THEN
             RETURN ROW(false, account, 'account_deleted',
-                       format('account %s has been deleted and cannot be used again', account))::@extschema@.submit_decision;
+                       hpcacct_internal.refusal_message('account_deleted', account, NULL, NULL))::@extschema@.submit_decision;
         END IF;
         pol := @extschema@.account_policies(account);
 
@@ -12419,18 +12461,15 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             SELECT b.state, b.next_allocation, b.balance INTO bank FROM @extschema@.bank_state(a.name, at) b;
             IF bank.state = 'expired' THEN
                 RETURN ROW(false, account, 'account_expired',
-                           format('account %s has no allocation for this or a later quarter: ask for a new '
-                                  'allocation, or submit with another account (sbatch -A)', account))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('account_expired', account, NULL, NULL))::@extschema@.submit_decision;
             ELSIF bank.state = 'inactive' THEN
                 RETURN ROW(false, account, 'account_inactive',
-                           format('account %s has no allocation for this quarter; its allocation begins on %s: '
-                                  'ask staff to move allocation into this quarter, or submit with another account',
-                                  account, bank.next_allocation))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('account_inactive', account, NULL,
+                                                            bank.next_allocation::text))::@extschema@.submit_decision;
             ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
-                           format('account %s has a negative balance this quarter (%s %s): ask for a transfer '
-                                  'or a deposit, or submit with another account',
-                                  account, pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit()))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('negative_balance', account, NULL,
+                               format('%s %s', pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit())))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -12439,10 +12478,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             FROM @extschema@.window_quota_usage(a.name, at) u;
             IF wq.state = 'blocked' THEN
                 RETURN ROW(false, account, 'quota_blocked',
-                           format('account %s is blocked by its sliding-window quota (%s %s used this month, '
-                                  'monthly allowance %s): submit with another account',
-                                  account, round(wq.consumed_current::numeric, 2), wq.unit,
-                                  round(wq.monthly::numeric, 2)))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('quota_blocked', account, NULL,
+                               format('%s %s used this month, monthly allowance %s',
+                                      round(wq.consumed_current::numeric, 2), wq.unit, round(wq.monthly::numeric, 2))))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -12455,11 +12493,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.pool, at) s;
             IF machines = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
-                           format('account %s has no allocation valid on %s: submit with another account', account, at))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('no_allocation', account, NULL, at::text))::@extschema@.submit_decision;
             ELSIF open_machines = 0 THEN
                 RETURN ROW(false, account, 'allocation_exhausted',
-                           format('account %s has used up its allocation (after retractions): ask for a supplement, '
-                                  'or submit with another account', account))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('allocation_exhausted', account, NULL, NULL))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -12477,13 +12514,19 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
         at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
         RETURN QUERY
         WITH checked AS (
-            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message
+            SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,
+                   -- the same refusal without the account's details, a control character a space;
+                   -- unknown_account of a job that named none is check_submit's no_default_account
+                   hpcacct_internal.notify_name(hpcacct_internal.refusal_message(
+                       CASE WHEN c.reason = 'unknown_account' AND p.account IS NULL THEN 'no_default_account'
+                            ELSE c.reason END, c.account, p.username, NULL)) AS public_message
             FROM @extschema@.pending_job p
             CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
             FOR UPDATE OF p
         ), updated AS (
             UPDATE @extschema@.pending_job p
             SET held = NOT c.ok, hold_reason = CASE WHEN c.ok THEN NULL ELSE c.message END,
+                hold_comment = CASE WHEN c.ok THEN NULL ELSE c.public_message END,
                 checked_at = pg_catalog.now()
             FROM checked c
             WHERE p.cluster = c.cluster AND p.jobid = c.jobid
@@ -12497,8 +12540,9 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
     END
     $$;
 COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
-    'Holds queued jobs whose account became invalid and releases those whose account is valid again; '
-    'returns the changes (releases with reason NULL)';
+    'Holds queued jobs whose account became invalid and releases those whose account is valid again (hold_reason '
+    'for the owner, hold_comment without the account''s figures for everyone); returns the changes (releases with '
+    'reason NULL)';
 CREATE OR REPLACE FUNCTION @extschema@.slurm_associations(at date DEFAULT @extschema@.site_today())
     RETURNS TABLE (account text, policies text[], state text, reason text, message text)
     LANGUAGE sql STABLE

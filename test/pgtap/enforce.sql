@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(61);
+SELECT plan(68);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -139,6 +139,51 @@ SELECT results_eq($$SELECT jobid, reason, message FROM recheck_queued('2024-05-1
 SELECT is((SELECT held FROM pending_job WHERE jobid = 'p1'), false, 'and marked not held');
 SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'p1'), NULL, 'without a reason');
 SELECT is_empty($$SELECT * FROM recheck_queued('2024-05-10')$$, 'a second recheck releases nothing again');
+-- The reason everyone reads (hold_comment, the held job's comment in Slurm): the same refusal
+-- without the account's figures, and with every word of it.
+SELECT is((SELECT hold_comment FROM pending_job WHERE jobid = 'p3'),
+          'account e_future has no allocation for this quarter: ask staff to move allocation into this quarter, '
+          'or submit with another account',
+          'the comment of an inactive account''s job leaves out when its allocation begins');
+SELECT matches((SELECT hold_reason FROM pending_job WHERE jobid = 'p3'), 'its allocation begins on 2024-10-01: ',
+               'which its owner reads in hold_reason');
+SELECT is((SELECT hold_comment FROM pending_job WHERE jobid = 'p1'), NULL, 'a released job has no comment');
+INSERT INTO hpc_user (username) VALUES ('e_nodef');             -- no default project, no personal account
+INSERT INTO account (name, kind, deleted_in) VALUES ('e_past', 'project', NULL), ('e_gone', 'personal', '2024-01-01');
+SELECT add_member('e_past', 'eu');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('e_past', 'grant', 100, 'hours', 'enfg', '2023-01-01', '2023-12-31');   -- no grant valid in 2024
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES
+    ('enf', 'c1', 'eu', 'e_bank'), ('enf', 'c2', 'eu', 'e_rwth'), ('enf', 'c3', 'eu', 'e_genci'),
+    ('enf', 'c4', 'eu', 'e_old'), ('enf', 'c5', 'e_nodef', NULL), ('enf', 'c6', 'e_nodef', 'e_bank'),
+    ('enf', 'c7', 'e_unknown', NULL), ('enf', 'c8', 'eu', 'e_nosuch'), ('enf', 'c9', 'eu', 'e_past'),
+    ('enf', 'd1', 'eu', 'e_gone');
+INSERT INTO job VALUES ('enf', 'n2', 'e_bank', 'eu', 'cpu', NULL, '2024-05-05 00:00+00', '2024-05-06 00:00+00',
+                        'cpu=16', 'COMPLETED');          -- e_bank negative again
+SELECT is((SELECT count(*) FROM recheck_queued('2024-05-10')), 11::bigint, 'the ten jobs are held, and p1 again');
+SELECT results_eq($$SELECT jobid, hold_comment, hold_reason FROM pending_job WHERE jobid ~ '^[cd][0-9]$'
+                     AND held ORDER BY jobid$$,
+                  $$SELECT c.jobid, c.comment, (check_submit(c.username, c.account, '2024-05-10')).message
+                    FROM (SELECT 'c1', 'eu', 'e_bank', 'account e_bank has a negative balance this quarter: ask for a transfer or a deposit, or submit with another account'
+                          UNION ALL SELECT 'c2', 'eu', 'e_rwth', 'account e_rwth is blocked by its sliding-window quota: submit with another account'
+                          UNION ALL SELECT 'c3', 'eu', 'e_genci', 'account e_genci has used up its allocation (after retractions): ask for a supplement, or submit with another account'
+                          UNION ALL SELECT 'c4', 'eu', 'e_old', 'account e_old has no allocation for this or a later quarter: ask for a new allocation, or submit with another account (sbatch -A)'
+                          UNION ALL SELECT 'c5', 'e_nodef', NULL, 'user e_nodef has no default project and no personal account: submit with an account (sbatch -A)'
+                          UNION ALL SELECT 'c6', 'e_nodef', 'e_bank', 'user e_nodef is not a member of account e_bank: ask one of its project administrators to add you, or submit with another account'
+                          UNION ALL SELECT 'c7', 'e_unknown', NULL, 'user e_unknown is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you'
+                          UNION ALL SELECT 'c8', 'eu', 'e_nosuch', 'account e_nosuch does not exist: check the account you gave (sbatch -A)'
+                          UNION ALL SELECT 'c9', 'eu', 'e_past', 'account e_past has no allocation valid: submit with another account'
+                          UNION ALL SELECT 'd1', 'eu', 'e_gone', 'account e_gone has been deleted and cannot be used again')
+                         AS c(jobid, username, account, comment)
+                    ORDER BY 1$$,
+                  'each held job''s comment is its owner''s message without the figures, its parenthesised words kept');
+SELECT ok((SELECT bool_and(hold_reason <> hold_comment) FROM pending_job WHERE jobid IN ('c1', 'c2', 'c9')),
+          'while the owner''s message has the balance, the quota''s use and the day checked');
+SELECT is(hpcacct_internal.refusal_message('negative_balance', E'a\nb (c)', NULL, NULL),
+          E'account a\nb (c) has a negative balance this quarter: ask for a transfer or a deposit, or submit with another account',
+          'an account name with parentheses is kept whole');
+DELETE FROM pending_job WHERE jobid ~ '^[cd][0-9]$';
+DELETE FROM job WHERE jobid = 'n2';
 SELECT throws_ok($$SELECT * FROM hpcacct.check_submit('eu', 'e_bank', 'infinity')$$, '22008', NULL,
                  'an infinite day is refused');
 SELECT throws_ok($$SELECT * FROM hpcacct.check_submit('nobody-at-all', NULL, 'infinity')$$, '22008',
