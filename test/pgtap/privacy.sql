@@ -5,7 +5,7 @@
 -- see its usage per user.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(30);
+SELECT plan(34);
 
 CALL setup_roles();
 CREATE ROLE pv_alice LOGIN IN ROLE hpcacct_portal;
@@ -126,6 +126,37 @@ SELECT is((SELECT array_agg(username) FROM hpcacct.quarter_log WHERE action = 'd
           'carol reads her own default''s reset, not that pv_p1 was bob''s or alice''s default (hpc_user hides it)');
 SELECT isnt_empty($$SELECT 1 FROM hpcacct.quarter_log WHERE account = 'pv_carol' AND action = 'expired'$$,
                   'and the rest of what the quarters did to her accounts (her personal account''s expiry)');
+RESET SESSION AUTHORIZATION;
+
+-- ---- outbox_status: whether another person had an address (a delivery) does not show ----
+-- A portal user sees their own deliveries only, so a message they read shows no_recipient when
+-- it has no delivery of theirs, whoever else received it.
+DELETE FROM contact WHERE username = 'pv_alice';          -- alice has no address now; bob has one
+SELECT outbox_add('balance_low', 'pv-to-bob', 'pv_p1', 'pv: to bob', 'b', '{}', false, ARRAY['pv_bob']),
+       outbox_add('balance_low', 'pv-to-alice', 'pv_p1', 'pv: to alice', 'b', '{}', false, '{}');
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('pvc', 'q-alice2', 'pv_alice', 'pv_p1');
+UPDATE pending_job SET held = true, hold_reason = 'reason of q-alice2' WHERE jobid = 'q-alice2';
+CREATE FUNCTION pg_temp.seen(which text) RETURNS TABLE (recipient_id bigint, username text, address text, state text,
+                                                      attempts integer, last_error text, waiting_for bigint)
+    LANGUAGE sql AS $$
+    SELECT s.recipient_id, s.username, s.address, s.state, s.attempts, s.last_error, s.waiting_for
+    FROM hpcacct.outbox_status s JOIN hpcacct.outbox o ON o.message_id = s.message_id
+    WHERE o.decision_key = which OR o.figures ->> 'jobid' = which
+    ORDER BY s.recipient_id $$;
+SELECT is((SELECT array_agg(x.state) FROM (SELECT state FROM pg_temp.seen('pv-to-bob')
+                                             UNION ALL SELECT state FROM pg_temp.seen('q-alice')) x),
+          ARRAY['pending', 'pending'],
+          'setup: the message to the managers and bob has bob''s delivery (alice has no address), the one about '
+          'alice''s first held job hers');
+SELECT is((SELECT array_agg(x.state) FROM (SELECT state FROM pg_temp.seen('pv-to-alice')
+                                             UNION ALL SELECT state FROM pg_temp.seen('q-alice2')) x),
+          ARRAY['no_recipient', 'no_recipient'],
+          'setup: the message to the managers alone (alice) has none, nor the one about her job held now');
+SET SESSION AUTHORIZATION pv_carol;
+SELECT results_eq($$SELECT * FROM pg_temp.seen('pv-to-bob')$$, $$SELECT * FROM pg_temp.seen('pv-to-alice')$$,
+                  'carol reads both messages alike in outbox_status (no_recipient: none of hers), so not that alice has no address');
+SELECT results_eq($$SELECT * FROM pg_temp.seen('q-alice')$$, $$SELECT * FROM pg_temp.seen('q-alice2')$$,
+                  'nor which of alice''s held jobs was delivered to her (one before her address was removed, one after)');
 RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();
