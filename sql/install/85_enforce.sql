@@ -73,7 +73,7 @@ COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the 
 -- personal account); another reason gives NULL.
 CREATE FUNCTION hpcacct_internal.refusal_message(reason text, account text, username text, details text)
     RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE reason
         WHEN 'unknown_user' THEN pg_catalog.format(
             'user %s is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you',

@@ -11628,7 +11628,7 @@ COMMENT ON COLUMN @extschema@.pending_job.hold_comment IS
     'hpcacct-slurm-sync gives the job, which every user of the cluster may read';
 CREATE FUNCTION hpcacct_internal.refusal_message(reason text, account text, username text, details text)
     RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     RETURN CASE reason
         WHEN 'unknown_user' THEN pg_catalog.format(
             'user %s is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you',
