@@ -41,3 +41,34 @@ CREATE FUNCTION hpcacct_internal.refuse_argument(value anyelement, caller text, 
     $$;
 COMMENT ON FUNCTION hpcacct_internal.refuse_argument(anyelement, text, text) IS
     'Raises the error for a bad argument of an inlined SQL function: NULL 22004, infinite 22008, negative or month-long interval 22023';
+
+-- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
+-- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
+-- lock, and so stall the loader or the rollups; a row of this table can be locked only by
+-- its owner and whoever may execute run_alone() (hpcacct_admin). federation_resync() holds
+-- a row of its own link across its commits, as a lease naming its session (holder_pid).
+CREATE TABLE hpcacct_internal.run_lock (
+    name         text PRIMARY KEY,
+    holder_pid   integer,
+    holder_since timestamptz
+);
+COMMENT ON TABLE hpcacct_internal.run_lock IS
+    'Rows that runs which must not overlap lock (rollup upkeep, sacct loads, account syncs, quarter openings), '
+    'and the leases of federation_resync() runs';
+INSERT INTO hpcacct_internal.run_lock (name) VALUES ('rollup'), ('load_sacct'), ('sync_slurm_accounts'), ('open_quarter');
+
+CREATE FUNCTION hpcacct_internal.run_alone(run text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM 1 FROM hpcacct_internal.run_lock l WHERE l.name = run FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no run named %', run USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
+    'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter), '
+    'then keeps others waiting until this transaction ends';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_alone(text) FROM PUBLIC;

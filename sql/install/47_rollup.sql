@@ -378,7 +378,7 @@ CREATE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         rows_added bigint;
     BEGIN
         LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
+        PERFORM hpcacct_internal.run_alone('rollup');  -- no compaction meanwhile
         DELETE FROM @extschema@.fairshare_base;
         DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
@@ -397,8 +397,8 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rebuild_rollup() FROM PUBLIC;
 
 -- Rolls up the pending charges (setting rollup = deferred) with the trigger's statements, over
 -- the ledger rows of the ranges it takes out of rollup_pending. Run it every minute (pg_cron).
--- Concurrency: it waits for compactions and rebuilds (their advisory lock), and two calls wait
--- for each other on it. Without that lock the DELETE's row locks would still do: a second
+-- Concurrency: it waits for compactions and rebuilds (run_alone('rollup')), and two calls
+-- wait for each other on it. Without that lock the DELETE's row locks would still do: a second
 -- call's DELETE waits for the first's transaction and then skips the ranges it deleted, so no
 -- range is rolled up twice. Ranges a loader commits meanwhile stay for the next call. No
 -- deadlock with rebuild_rollup(), which locks the ledger (SHARE) before this lock: this
@@ -420,7 +420,7 @@ CREATE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
         lasts bigint[];
         charges bigint;
     BEGIN
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        PERFORM hpcacct_internal.run_alone('rollup');
         WITH deleted AS (
             DELETE FROM @extschema@.rollup_pending p RETURNING p.first_entry_id, p.last_entry_id
         )
@@ -469,7 +469,7 @@ CREATE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETURNS bigint
             RAISE EXCEPTION 'cannot fold up to %: not the first day of a month before the current one', through_month
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        PERFORM hpcacct_internal.run_alone('rollup');
         PERFORM @extschema@.roll_up_pending();  -- the pending charges first
         SELECT greatest((SELECT max(b.through) FROM @extschema@.fairshare_base b),
                         (SELECT max(b.through) FROM @extschema@.usage_base b))

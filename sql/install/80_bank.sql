@@ -670,7 +670,7 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
                       DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
         END IF;
         -- one run at a time
-        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+        PERFORM hpcacct_internal.run_alone('open_quarter');
         -- Quarters are opened in order: a run of an earlier quarter after a later one would
         -- expire and delete accounts on states the later quarter has changed.
         SELECT max(g.quarter) INTO later FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter;

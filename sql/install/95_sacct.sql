@@ -184,7 +184,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
             RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
         END IF;
         -- One load at a time (another waits here): every committed line is loaded once.
-        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
+        PERFORM hpcacct_internal.run_alone('load_sacct');
         -- When no other session holds the staging table (none is staging or reading lines) it
         -- is locked until commit, read whole and truncated: deleting every line cost 0.4 s per
         -- 200 000. Only where each statement sees what is committed (read committed): a
@@ -499,7 +499,7 @@ CREATE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT u
     SET search_path = pg_catalog, pg_temp
     AS $fn$
     BEGIN
-        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacctmgr_staging'::regclass::oid::bigint);
+        PERFORM hpcacct_internal.run_alone('sync_slurm_accounts');
         IF pg_catalog.to_regclass('pg_temp.hpcacct_assoc') IS NOT NULL THEN
             DROP TABLE pg_temp.hpcacct_assoc;
         END IF;

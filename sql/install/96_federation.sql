@@ -827,8 +827,15 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
                 USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
         END IF;
         dbl := hpcacct_internal.federation_dblink_schema();
-        -- one resync of a link at a time (a session lock: it outlives the COMMITs below)
-        IF NOT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) THEN
+        -- one resync of a link at a time, across the COMMITs below: a lease naming this session
+        -- (a lease of a session that has ended, or of this one after a failed run, is taken over)
+        INSERT INTO hpcacct_internal.run_lock (name) VALUES ('federation_resync ' || link) ON CONFLICT DO NOTHING;
+        UPDATE hpcacct_internal.run_lock l SET holder_pid = pg_catalog.pg_backend_pid(), holder_since = pg_catalog.now()
+        WHERE l.name = 'federation_resync ' || link
+          AND (l.holder_pid IS NULL OR l.holder_pid = pg_catalog.pg_backend_pid()
+               OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                              WHERE a.pid = l.holder_pid AND a.backend_start <= l.holder_since));
+        IF NOT FOUND THEN
             RAISE EXCEPTION 'another federation_resync of % is running', link USING ERRCODE = 'object_in_use';
         END IF;
         -- the sender, reached before anything is written here (08001 when it cannot be)
@@ -1022,13 +1029,8 @@ CREATE PROCEDURE @extschema@.federation_resync(site integer)
         EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        -- every hold of this session (a failed run left one); unlocking one not held warns
-        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
-                      WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
-                        AND l.classid = pg_catalog.hashtext('hpcacct.federation_resync')::oid
-                        AND l.objid = pg_catalog.hashtext(link)::oid) LOOP
-            PERFORM pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link));
-        END LOOP;
+        UPDATE hpcacct_internal.run_lock l SET holder_pid = NULL, holder_since = NULL
+        WHERE l.name = 'federation_resync ' || link AND l.holder_pid = pg_catalog.pg_backend_pid();
         RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
     END
     $$;

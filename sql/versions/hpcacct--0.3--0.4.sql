@@ -11664,6 +11664,46 @@ COMMENT ON FUNCTION hpcacct_internal.refusal_message(text, text, text, text) IS
     'The message of a submit refusal: with details (figures and days only the account''s members read) as '
     'check_submit gives it, with details NULL the public reason of a held job''s comment';
 
+-- ==== runs that must not overlap keep apart on rows of hpcacct_internal.run_lock, which a login cannot lock (an advisory lock, which any login may take, stalled the loader, the account sync, the rollups' upkeep, open_quarter and federation_resync) ---
+-- rebuild_rollup(), roll_up_pending(), fold_rollup(), load_sacct(), sync_slurm_accounts(), open_quarter(), federation_resync(): defined in the final definitions
+-- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
+-- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
+-- lock, and so stall the loader or the rollups; a row of this table can be locked only by
+-- its owner and whoever may execute run_alone() (hpcacct_admin). federation_resync() holds
+-- a row of its own link across its commits, as a lease naming its session (holder_pid).
+CREATE TABLE hpcacct_internal.run_lock (
+    name         text PRIMARY KEY,
+    holder_pid   integer,
+    holder_since timestamptz
+);
+COMMENT ON TABLE hpcacct_internal.run_lock IS
+    'Rows that runs which must not overlap lock (rollup upkeep, sacct loads, account syncs, quarter openings), '
+    'and the leases of federation_resync() runs';
+INSERT INTO hpcacct_internal.run_lock (name) VALUES ('rollup'), ('load_sacct'), ('sync_slurm_accounts'), ('open_quarter');
+
+CREATE FUNCTION hpcacct_internal.run_alone(run text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM 1 FROM hpcacct_internal.run_lock l WHERE l.name = run FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no run named %', run USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
+    'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter), '
+    'then keeps others waiting until this transaction ends';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_alone(text) FROM PUBLIC;
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT EXECUTE ON FUNCTION hpcacct_internal.run_alone(text) TO hpcacct_admin;
+    END IF;
+END
+$do$;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -11964,7 +12004,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
                       DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
         END IF;
         -- one run at a time
-        PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.open_quarter'));
+        PERFORM hpcacct_internal.run_alone('open_quarter');
         -- Quarters are opened in order: a run of an earlier quarter after a later one would
         -- expire and delete accounts on states the later quarter has changed.
         SELECT max(g.quarter) INTO later FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter;
@@ -13739,7 +13779,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
             RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
         END IF;
         -- One load at a time (another waits here): every committed line is loaded once.
-        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacct_staging'::regclass::oid::bigint);
+        PERFORM hpcacct_internal.run_alone('load_sacct');
         -- When no other session holds the staging table (none is staging or reading lines) it
         -- is locked until commit, read whole and truncated: deleting every line cost 0.4 s per
         -- 200 000. Only where each statement sees what is committed (read committed): a
@@ -14049,7 +14089,7 @@ CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bi
     SET search_path = pg_catalog, pg_temp
     AS $fn$
     BEGIN
-        PERFORM pg_catalog.pg_advisory_xact_lock('@extschema@.sacctmgr_staging'::regclass::oid::bigint);
+        PERFORM hpcacct_internal.run_alone('sync_slurm_accounts');
         IF pg_catalog.to_regclass('pg_temp.hpcacct_assoc') IS NOT NULL THEN
             DROP TABLE pg_temp.hpcacct_assoc;
         END IF;
@@ -15868,7 +15908,7 @@ CREATE OR REPLACE FUNCTION @extschema@.rebuild_rollup() RETURNS bigint
         rows_added bigint;
     BEGIN
         LOCK TABLE @extschema@.ledger IN SHARE MODE;  -- no charge is booked meanwhile
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));  -- no compaction meanwhile
+        PERFORM hpcacct_internal.run_alone('rollup');  -- no compaction meanwhile
         DELETE FROM @extschema@.fairshare_base;
         DELETE FROM @extschema@.usage_base;
         DELETE FROM @extschema@.charge_rollup;
@@ -15901,7 +15941,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.fold_rollup(through_month date) RETU
             RAISE EXCEPTION 'cannot fold up to %: not the first day of a month before the current one', through_month
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        PERFORM hpcacct_internal.run_alone('rollup');
         PERFORM @extschema@.roll_up_pending();  -- the pending charges first
         SELECT greatest((SELECT max(b.through) FROM @extschema@.fairshare_base b),
                         (SELECT max(b.through) FROM @extschema@.usage_base b))
@@ -16215,7 +16255,7 @@ CREATE OR REPLACE FUNCTION @extschema@.roll_up_pending() RETURNS bigint
         lasts bigint[];
         charges bigint;
     BEGIN
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.charge_rollup'));
+        PERFORM hpcacct_internal.run_alone('rollup');
         WITH deleted AS (
             DELETE FROM @extschema@.rollup_pending p RETURNING p.first_entry_id, p.last_entry_id
         )
@@ -16511,8 +16551,15 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
                 USING ERRCODE = 'undefined_object', HINT = 'Run the set-up calls first (README, "Several clusters").';
         END IF;
         dbl := hpcacct_internal.federation_dblink_schema();
-        -- one resync of a link at a time (a session lock: it outlives the COMMITs below)
-        IF NOT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link)) THEN
+        -- one resync of a link at a time, across the COMMITs below: a lease naming this session
+        -- (a lease of a session that has ended, or of this one after a failed run, is taken over)
+        INSERT INTO hpcacct_internal.run_lock (name) VALUES ('federation_resync ' || link) ON CONFLICT DO NOTHING;
+        UPDATE hpcacct_internal.run_lock l SET holder_pid = pg_catalog.pg_backend_pid(), holder_since = pg_catalog.now()
+        WHERE l.name = 'federation_resync ' || link
+          AND (l.holder_pid IS NULL OR l.holder_pid = pg_catalog.pg_backend_pid()
+               OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                              WHERE a.pid = l.holder_pid AND a.backend_start <= l.holder_since));
+        IF NOT FOUND THEN
             RAISE EXCEPTION 'another federation_resync of % is running', link USING ERRCODE = 'object_in_use';
         END IF;
         -- the sender, reached before anything is written here (08001 when it cannot be)
@@ -16706,13 +16753,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
         EXECUTE pg_catalog.format('ALTER SUBSCRIPTION %I ENABLE', link);
         COMMIT;
         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-        -- every hold of this session (a failed run left one); unlocking one not held warns
-        WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
-                      WHERE l.locktype = 'advisory' AND l.pid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
-                        AND l.classid = pg_catalog.hashtext('hpcacct.federation_resync')::oid
-                        AND l.objid = pg_catalog.hashtext(link)::oid) LOOP
-            PERFORM pg_catalog.pg_advisory_unlock(pg_catalog.hashtext('hpcacct.federation_resync'), pg_catalog.hashtext(link));
-        END LOOP;
+        UPDATE hpcacct_internal.run_lock l SET holder_pid = NULL, holder_since = NULL
+        WHERE l.name = 'federation_resync ' || link AND l.holder_pid = pg_catalog.pg_backend_pid();
         RAISE NOTICE '%: new slot; % ledger rows copied, % reference rows written, % deleted', link, copied, refs, gone;
     END
     $$;

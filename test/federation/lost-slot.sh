@@ -249,22 +249,32 @@ is "$(q alpha "SELECT subenabled FROM pg_subscription WHERE subname = 'hpcacct_f
 q alpha "ALTER SUBSCRIPTION hpcacct_fed_c2s_1 CONNECTION '$(conninfo centre)'" >/dev/null
 q centre "SELECT deposit('p2', '2026-10-01', 0.0625)" >/dev/null
 waited "$(wait_for alpha "SELECT count(*) FROM ledger WHERE amount = 0.0625" 1)" "and the centre's rows still reach alpha"
-# one resync of a link at a time: another session holding the link's lock makes it 55006
-psql "$(conninfo centre)" -XAtq -c "SELECT pg_advisory_lock(hashtext('hpcacct.federation_resync'), hashtext('hpcacct_fed_s2c_2'))" \
+# one resync of a link at a time: another live session holding the link's lease makes it 55006
+psql "$(conninfo centre)" -XAtq -c "INSERT INTO hpcacct_internal.run_lock VALUES ('federation_resync hpcacct_fed_s2c_2', pg_backend_pid(), now())
+                                    ON CONFLICT (name) DO UPDATE SET holder_pid = excluded.holder_pid, holder_since = excluded.holder_since" \
      -c "SELECT pg_sleep(20) /* fedlost-lock-holder */" >/dev/null 2>&1 &
 holder=$!
-wait_for centre "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted" 1 >/dev/null
+wait_for centre "SELECT count(*) FROM hpcacct_internal.run_lock WHERE holder_pid IS NOT NULL" 1 >/dev/null
 is "$(sqlstate centre "CALL hpcacct.federation_resync(2)")" "55006" "federation_resync while another runs for the same link: 55006"
 is "$(q centre "SELECT subenabled FROM pg_subscription WHERE subname = 'hpcacct_fed_s2c_2'")" "t" \
    "and the centre's subscription to beta is still enabled"
 kill "$holder" 2>/dev/null || true
 q centre "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%fedlost-lock-holder%' AND pid <> pg_backend_pid()" >/dev/null
 wait "$holder" 2>/dev/null || true
-wait_for centre "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'" 0 >/dev/null
+# that session gone, its lease is taken over; a login holding the advisory key the resync used
+# before does not stop it either
+psql "$(conninfo centre)" -XAtq -c "SELECT pg_advisory_lock(hashtext('hpcacct.federation_resync'), hashtext('hpcacct_fed_s2c_2'))" \
+     -c "SELECT pg_sleep(30) /* fedlost-advisory-holder */" >/dev/null 2>&1 &
+holder=$!
+wait_for centre "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted" 1 >/dev/null
 # a link that was not lost: a resync copies nothing and the link runs on
 out=$(psql "$(conninfo centre)" -XAtq -v ON_ERROR_STOP=1 -c "CALL hpcacct.federation_resync(2)" 2>&1)
 ok $(grep -q 'NOTICE:  hpcacct_fed_s2c_2: new slot; 0 ledger rows copied' <<<"$out" && echo 0 || echo 1) \
-   "federation_resync(2) at the centre, beta's link not lost: nothing to copy"
+   "federation_resync(2) at the centre, beta's link not lost: nothing to copy (the lease of a session gone taken over, an advisory lock on the old key held)"
+is "$(q centre "SELECT count(*) FROM hpcacct_internal.run_lock WHERE holder_pid IS NOT NULL")" "0" "the resync left no lease behind"
+kill "$holder" 2>/dev/null || true
+q centre "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%fedlost-advisory-holder%' AND pid <> pg_backend_pid()" >/dev/null
+wait "$holder" 2>/dev/null || true
 q beta "$(jobs_sql beta $((JOBS + 301)) $((JOBS + 305)))" >/dev/null
 want=$(ids_of beta "federation_origin(entry_id) = 2")
 for node in centre alpha; do

@@ -154,11 +154,13 @@ SELECT is((SELECT count(*) FROM pg_proc p
 SELECT cmp_ok((SELECT count(*) FROM pg_proc p
                WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prokind = 'p' AND p.prosrc ~ '\mCOMMIT;'),
               '>=', 3::bigint, 'the federation''s three set-up procedures are among them (the check is not vacuous)');
-SELECT is((SELECT count(*) FROM pg_proc p
+SELECT is((SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef),
-          11::bigint, 'exactly eleven functions run with the owner''s rights (charge_jobs, visible_accounts, fairshare, '
-                      'add_member, remove_member, load_sacct, sacct_window_start, and the rollups'' writers '
-                      'roll_up_charges, rebuild_rollup, roll_up_pending, fold_rollup)');
+          'add_member,charge_jobs,fairshare,fold_rollup,load_sacct,rebuild_rollup,remove_member,roll_up_charges,'
+          'roll_up_pending,run_alone,sacct_window_start,visible_accounts',
+          'exactly these twelve functions run with the owner''s rights (charging, visible_accounts, fairshare, the '
+          'portal''s member management, the sacct loader, the rollups'' writers, and run_alone, which locks a row '
+          'of run_lock for the runs that must not overlap)');
 SELECT is((SELECT count(*) FROM pg_class c
            WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v'
              AND NOT coalesce(c.reloptions @> ARRAY['security_invoker=true'], false)),

@@ -3,7 +3,7 @@
 # the middle of a large COPY; after each, the ledger invariants (invariants.sql) must hold.
 # Then concurrent top-ups, deletes racing loads (delete_race.sh), and sacct loads beside
 # sessions staging lines (loader_race.sh), and deferred rollups beside two loaders
-# (deferred_race.sh).
+# (deferred_race.sh), and the runs' locks beside a login holding advisory locks (run_lock.sh).
 # Prints one line per check and appends "stress passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -125,5 +125,8 @@ rm -f "$HPCACCT_SCRATCH.rr"
 # Deferred rollups: two loaders and two roll_up_pending() sessions at once, then the rollups
 # equal rebuild_rollup()'s.
 . ./deferred_race.sh
+
+# The runs that must not overlap keep apart on locks a login cannot take.
+. ./run_lock.sh
 
 report stress
