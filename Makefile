@@ -169,6 +169,35 @@ $(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuz
 	@mkdir -p $(@D)
 	$(SAN_CXX) $(FUZZ_CXXFLAGS) -o $@ $< $(FUZZ_CORE_OBJS)
 
+# `make commands-asan`: the three commands built with ASan (+ LeakSanitizer) and UBSan into
+# $(CMDS_ASAN)/, their core modules compiled with them. `make install-commands-asan` puts them
+# into PG_CONFIG's bindir, where the harnesses find them (a private install tree only: `make
+# install` puts the plain ones back). README, Testing, says how to run a harness with them.
+CMDS_ASAN       = build/commands-asan
+CMDS_ASAN_FLAGS = $(CXXSTD) -O1 -g $(SAN_FLAGS) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc \
+                  -I$(shell $(PG_CONFIG) --includedir)
+CMDS_ASAN_BINS  = $(CMDS_ASAN)/hpcacct-sacct $(CMDS_ASAN)/hpcacct-notify $(CMDS_ASAN)/hpcacct-report
+EXTRA_CLEAN    += build
+
+$(CMDS_ASAN)/hpcacct-sacct: src/bin/hpcacct-sacct.cpp src/core/sacct.cpp src/core/sacct.hpp src/core/error.hpp
+	@mkdir -p $(@D)
+	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-sacct.cpp src/core/sacct.cpp -L$(shell $(PG_CONFIG) --libdir) -lpq
+
+$(CMDS_ASAN)/hpcacct-notify: src/bin/hpcacct-notify.cpp src/bin/pq.hpp src/core/mail.cpp src/core/mail.hpp
+	@mkdir -p $(@D)
+	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-notify.cpp src/core/mail.cpp -L$(shell $(PG_CONFIG) --libdir) -lpq \
+	    $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl) $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
+
+$(CMDS_ASAN)/hpcacct-report: src/bin/hpcacct-report.cpp src/bin/pq.hpp src/core/calendar.hpp
+	@mkdir -p $(@D)
+	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-report.cpp -L$(shell $(PG_CONFIG) --libdir) -lpq
+
+.PHONY: commands-asan install-commands-asan
+commands-asan: $(CMDS_ASAN_BINS)
+
+install-commands-asan: $(CMDS_ASAN_BINS)
+	$(INSTALL_PROGRAM) $(CMDS_ASAN_BINS) '$(DESTDIR)$(bindir)/'
+
 .PHONY: unit-asan fuzz-build fuzz fuzz-smoke
 unit-asan: test/unit/run_unit_tests_asan
 	ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
