@@ -477,6 +477,19 @@ int command_sync(Connection& db, const std::string& path) {
     return 0;
 }
 
+// A number of seconds for --every and --overlap, from `least` to 2^31 - 1: larger ones
+// overflowed the loop's clock arithmetic (undefined behaviour; a loop that never slept).
+long seconds_option(const std::string& name, const std::string& text, long least) {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || n < least || n > 2147483647L) {
+        throw Usage(name + " takes a number of seconds from " + std::to_string(least) + " to 2147483647, not \"" +
+                    text + "\"");
+    }
+    return n;
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     std::string conninfo;
@@ -510,13 +523,9 @@ int run(int argc, char** argv) {
             } else if (args[i] == "--since" && i + 1 < args.size()) {
                 since = args[++i];
             } else if (args[i] == "--every" && i + 1 < args.size()) {
-                char* end = nullptr;
-                every = std::strtol(args[++i].c_str(), &end, 10);
-                if (*end != '\0' || every <= 0) throw Usage("--every takes a number of seconds > 0");
+                every = seconds_option("--every", args[++i], 1);
             } else if (args[i] == "--overlap" && i + 1 < args.size()) {
-                char* end = nullptr;
-                overlap = std::strtol(args[++i].c_str(), &end, 10);
-                if (*end != '\0' || overlap < 0) throw Usage("--overlap takes a number of seconds >= 0");
+                overlap = seconds_option("--overlap", args[++i], 0);
             } else {
                 throw Usage("unknown argument " + args[i] + " to run");
             }

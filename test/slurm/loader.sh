@@ -211,6 +211,17 @@ check "a job is charged within 60 s of its end by run --every 30 (took ${lag:-ne
 check "the loop is found by this test's mark (so that the next check can fail)" "$([ -n "$(ours)" ] && echo t)"
 kill "$loop_pid"; wait "$loop_pid" 2>/dev/null; loop_pid=
 check "the loop stopped" "$([ -z "$(ours)" ] && echo t)"
+# --every and --overlap beyond 2^31 - 1 s are usage errors: an --every of 2^63 - 1 overflowed
+# the loop's clock (undefined behaviour), and the loop then ran again at once, for ever
+timeout 20 env "$mark" PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" run -M "$cluster" --every 9223372036854775807 \
+    >"$work/huge.txt" 2>&1; r=$?
+check "run --every 9223372036854775807 is a usage error (exit 2, got $r), not a loop that never sleeps" \
+    "$([ $r -eq 2 ] && grep -q -- '--every takes a number of seconds from 1 to 2147483647' "$work/huge.txt" && echo t)"
+timeout 20 env "$mark" PGUSER=hp_slurm_loader PGDATABASE=$db "$loader" run -M "$cluster" --overlap 99999999999999999999 \
+    >"$work/huge2.txt" 2>&1; r=$?
+check "run --overlap 99999999999999999999 is a usage error (exit 2, got $r)" \
+    "$([ $r -eq 2 ] && grep -q -- '--overlap takes a number of seconds from 0 to 2147483647' "$work/huge2.txt" && echo t)"
+check "nothing of those runs is left" "$([ -z "$(ours)" ] && echo t)"
 
 # --- a cluster slurmdbd does not know, and a sacct that fails: nothing loaded, said so ---
 watermark=$(q -c "SELECT loaded_through FROM hpcacct.sacct_watermark WHERE cluster = '$cluster'")
