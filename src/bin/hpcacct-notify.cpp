@@ -79,9 +79,13 @@ struct Config {
         char *end = nullptr;
         errno = 0;
         long n = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || errno != 0 || n <= 0)
-            throw ConfigError(k + " must be a positive whole number of " +
-                              (k == "batch" ? std::string("deliveries") : std::string("seconds")) + ", not \"" + v + "\"");
+        // at most 2^31 - 1: products, select()'s and sleep()'s arguments stay in range;
+        // timeout at most what libcurl takes (it ignores a larger one: no timeout at all)
+        const long most = k == "timeout" ? 2147483L : 2147483647L;
+        if (v.empty() || *end != '\0' || errno != 0 || n <= 0 || n > most)
+            throw ConfigError(k + " must be a whole number of " +
+                              (k == "batch" ? std::string("deliveries") : std::string("seconds")) + " from 1 to " +
+                              std::to_string(most) + ", not \"" + v + "\"");
         return n;
     }
     void set(const std::string &k, const std::string &v, const std::string &where) {

@@ -135,6 +135,17 @@ out=$("$sender" --config "$work/notify.conf" --once --colour 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'unknown argument' <<<"$out"; ok $? "an unknown argument is refused" "$out"
 out=$(HPCACCT_NOTIFY_SMTP_TLS=sometimes "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'smtp_tls must be' <<<"$out"; ok $? "the environment overrides the file, and is checked" "$out"
+# numbers out of range are refused (a database that does not exist: a sender that took them
+# would try, and fail, to connect): timeout x batch overflowed (undefined behaviour) and passed
+# the lease check; a poll of 2^63 - 1 s overflowed select()'s timeout; libcurl ignores a
+# timeout over 2147483 s, which left none
+for setting in TIMEOUT=9223372036854775807 POLL=9223372036854775807 LEASE=9999999999 TIMEOUT=3000000; do
+    out=$(env HPCACCT_NOTIFY_LEASE=2000000000 HPCACCT_NOTIFY_CONNINFO=dbname=hpcacct_notify_nosuch \
+              "HPCACCT_NOTIFY_$setting" "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
+    key=$(tr 'A-Z' 'a-z' <<<"${setting%%=*}")
+    [ $rc -eq 1 ] && grep -q "configuration: $key must be a whole number of seconds from 1 to" <<<"$out"
+    ok $? "$key = ${setting#*=} is refused (exit 1, got $rc)" "$out"
+done
 is "$(count_state delivered)" 0 "refused configurations sent nothing"
 
 # ---- delivery ----
