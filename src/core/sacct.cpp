@@ -218,6 +218,7 @@ bool valid_utf8(std::string_view text) {
         const unsigned char c = static_cast<unsigned char>(text[i]);
         std::size_t n;
         unsigned int cp;
+        if (c == 0) return false;  // valid UTF-8, but no text
         if (c < 0x80) {
             ++i;
             continue;
@@ -268,7 +269,7 @@ bool copy_row(const Header& header, std::string_view line, long long lineno, std
         append_copy_text(out, line);
     } else {
         std::string shown;
-        for (char c : line) shown += (static_cast<unsigned char>(c) < 0x80) ? c : '?';
+        for (char c : line) shown += (c != '\0' && static_cast<unsigned char>(c) < 0x80) ? c : '?';
         append_copy_text(out, shown);
     }
     out += '\t';
@@ -276,7 +277,10 @@ bool copy_row(const Header& header, std::string_view line, long long lineno, std
         append_null(out);
     } else if (!utf8) {
         char problem[160];
-        std::snprintf(problem, sizeof problem, "line %lld is not valid UTF-8 (its non-ASCII bytes are shown as ?)",
+        std::snprintf(problem, sizeof problem,
+                      line.find('\0') != std::string_view::npos
+                          ? "line %lld holds a NUL byte (shown as ?, as any non-ASCII byte)"
+                          : "line %lld is not valid UTF-8 (its non-ASCII bytes are shown as ?)",
                       lineno);
         append_copy_text(out, problem);
     } else {

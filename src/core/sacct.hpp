@@ -81,7 +81,8 @@ private:
 // Appends `text` to `out` escaped for COPY's text format.
 void append_copy_text(std::string& out, std::string_view text);
 
-// Whether the text is valid UTF-8 (the loader sends UTF-8: one bad byte would fail the COPY).
+// Whether the text is valid UTF-8 without a NUL byte, which no PostgreSQL text holds (the
+// loader sends UTF-8: one bad byte, or a NUL, would fail the COPY).
 bool valid_utf8(std::string_view text);
 
 // Appends one COPY text row for a sacct line: lineno, the line, a problem (NULL unless the

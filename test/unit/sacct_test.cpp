@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -211,6 +212,26 @@ TEST(SacctRow, ValidUtf8) {
     EXPECT_FALSE(sacct::valid_utf8("\xc0\xaf"));           // overlong
     EXPECT_FALSE(sacct::valid_utf8("\xed\xa0\x80"));       // surrogate
     EXPECT_FALSE(sacct::valid_utf8("\xf4\x90\x80\x80"));   // beyond U+10FFFF
+    EXPECT_FALSE(sacct::valid_utf8(std::string_view("a\0b", 3)));  // a NUL: no PostgreSQL text
+}
+
+// A NUL byte in a name (sacct prints it as it is) failed the COPY of the whole load (22021):
+// its line is a problem like any line that is not text, shown without it.
+TEST(SacctRow, ALineWithANulByteIsAProblemShownWithoutIt) {
+    std::string out;
+    const std::string line = std::string("c|1|p|a") + '\0' + "b|q|S|T|E|cpu=1|COMPLETED";
+    EXPECT_FALSE(sacct::copy_row(sacct::Header::parse(kHeader), line, 4, out));
+    EXPECT_EQ(out.find('\0'), std::string::npos);
+    EXPECT_EQ(out, "4\tc|1|p|a?b|q|S|T|E|cpu=1|COMPLETED\tline 4 holds a NUL byte (shown as ?, as any non-ASCII byte)"
+                   "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n");
+    out.clear();
+    std::string us_header = kHeader;
+    std::replace(us_header.begin(), us_header.end(), '|', '\x1f');
+    EXPECT_FALSE(sacct::copy_row(sacct::Header::parse(us_header, sacct::kDelimiter),
+                                 std::string("c\x1f" "1\x1f" "p\x1f" "a") + '\0' +
+                                     "b\x1f" "q\x1f" "S\x1f" "T\x1f" "E\x1f" "cpu=1\x1f" "COMPLETED",
+                                 5, out, sacct::kDelimiter));
+    EXPECT_EQ(out.find('\0'), std::string::npos);
 }
 
 TEST(SacctRow, ALineThatIsNotUtf8IsAProblemShownWithoutItsBadBytes) {
