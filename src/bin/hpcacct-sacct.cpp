@@ -105,12 +105,12 @@ public:
             throw Failure("COPY failed: " + trimmed(PQerrorMessage(conn_)));
         }
     }
-    void end_copy(const char* error = nullptr) {
+    void end_copy(const char* error = nullptr, const std::string& what = "COPY") {
         if (PQputCopyEnd(conn_, error) != 1) throw Failure("COPY failed: " + trimmed(PQerrorMessage(conn_)));
         Result r(PQgetResult(conn_));
         while (Result more{PQgetResult(conn_)}) {
         }
-        if (error == nullptr) check(r.get(), "COPY hpcacct.sacct_staging");
+        if (error == nullptr) check(r.get(), what);
     }
     void rollback() {
         if (conn_ != nullptr && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
@@ -275,7 +275,7 @@ long long copy_lines(Connection& db, FILE* in, const std::string& copy, const st
     emit();
     db.put(chunk);
     copying = false;
-    db.end_copy();
+    db.end_copy(nullptr, copy);
     return rows;
 }
 
@@ -464,7 +464,7 @@ int command_sync(Connection& db, const std::string& path) {
         [&](std::string_view line, long long lineno, std::string& chunk) {
             // one odd line does not stop the others: said, counted, and tried again next time
             if (!sacct::assoc_copy_row(header, line, chunk)) {
-                std::fprintf(stderr, "hpcacct-sacct: association line %lld has too few fields (skipped): %s\n",
+                std::fprintf(stderr, "hpcacct-sacct: association line %lld has too few fields or is not UTF-8 (skipped): %s\n",
                              lineno, std::string(line).c_str());
                 ++skipped;
             }

@@ -362,6 +362,7 @@ AssocHeader AssocHeader::parse(std::string_view line) {
 }
 
 bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out) {
+    if (!valid_utf8(chomp(line))) return false;
     const std::vector<std::string_view> fields = split(chomp(line));
     if (fields.size() < header.width) return false;
     const std::size_t extra = fields.size() - header.width;  // the account's '|'

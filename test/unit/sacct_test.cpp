@@ -157,6 +157,17 @@ TEST(SacctAssoc, ReadsClusterAccountUser) {
     EXPECT_THROW(sacct::AssocHeader::parse("Cluster|User"), hpcacct::Error);
 }
 
+// A line that is not text (a NUL, a byte that is not UTF-8) failed the COPY of the whole
+// sync (22021): it is skipped like a line with too few fields, and the others are synced.
+TEST(SacctAssoc, ALineThatIsNotTextIsSkipped) {
+    const auto h = sacct::AssocHeader::parse("Cluster|Account|User");
+    std::string out;
+    EXPECT_FALSE(sacct::assoc_copy_row(h, std::string("c|proj1|a") + '\0' + "b", out));
+    EXPECT_FALSE(sacct::assoc_copy_row(h, "c|proj1|M\xfcller", out));
+    EXPECT_TRUE(sacct::assoc_copy_row(h, "c|proj1|M\xc3\xbcller", out));
+    EXPECT_EQ(out, "c\tproj1\tM\xc3\xbcller\n");
+}
+
 TEST(SacctAssoc, ABarInAnAccountNameStaysInTheAccount) {
     const auto h = sacct::AssocHeader::parse("Cluster|Account|User");
     std::string out;
