@@ -129,9 +129,9 @@ public:
     std::size_t width = 0;
 };
 // One COPY row (cluster, account, user) of an association line; false if it has too few
-// fields or is not UTF-8 text (nothing appended: it would fail the whole COPY). sacctmgr lets an account name hold '|' and has no other
-// delimiter: a line with more fields than the header gives the extra ones to the account
-// (Unix user names and cluster names hold no '|').
+// fields or is not UTF-8 text (nothing appended: it would fail the whole COPY). sacctmgr lets
+// an account name hold '|' and has no other delimiter: a line with more fields than the header
+// gives the extra ones to the account (Unix user names and cluster names hold no '|').
 bool assoc_copy_row(const AssocHeader& header, std::string_view line, std::string& out);
 std::vector<std::string> sacctmgr_arguments();
 // sacctmgr's list of the clusters named `cluster` (one line with its name if slurmdbd knows it).
