@@ -66,7 +66,8 @@ CREATE UNIQUE INDEX sacct_quarantine_open ON @extschema@.sacct_quarantine (job_k
 COMMENT ON TABLE @extschema@.sacct_quarantine IS
     'sacct lines a load could not charge: the line, the reason and its SQLSTATE; retried by every load until resolved';
 COMMENT ON COLUMN @extschema@.sacct_quarantine.job_key IS
-    'cluster|jobid|submit (submit as epoch seconds when it parses): one open row per job run';
+    'cluster|jobid|submit (submit as epoch seconds when it parses), or line:<the line> when none of them is read: '
+    'one open row per job run; a key of more than 99 characters is its first 64, ... and an md5 of it';
 COMMENT ON COLUMN @extschema@.sacct_quarantine.resolution IS
     'What a later load did with it: inserted, rerated, updated, unchanged, ignored, step, unfinished, never_started; '
     'rekeyed: quarantined again under another key (a time that parses now)';
@@ -235,13 +236,19 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                   FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
             OFFSET 0  -- computed once per line: flattened, every reference would parse the times again
         ), keyed AS (
+            -- a key longer than 99 characters (a line no field was read from, or a field of
+            -- garbage): its first 64 and an md5 of it, within what the index of open rows takes
             SELECT p.*,
-                   CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
-                        THEN 'line:' || coalesce(p.line, '')
-                        ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
-                             || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
-                   END AS job_key
+                   CASE WHEN pg_catalog.length(k.job_key) > 99
+                        THEN pg_catalog.left(k.job_key, 64) || '...' || pg_catalog.md5(k.job_key)
+                        ELSE k.job_key END AS job_key
             FROM parsed p
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
+                            THEN 'line:' || coalesce(p.line, '')
+                            ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
+                                 || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
+                       END AS job_key) k
             OFFSET 0
         ), ranked AS (
             SELECT k.*,

@@ -11704,6 +11704,12 @@ BEGIN
 END
 $do$;
 
+-- ==== load_sacct(): a quarantine key longer than 99 characters is its first 64 and an md5 of it (a line of 3 MB that no field was read from failed the load, 54000: too long for the index of open rows) ---
+-- load_sacct(): defined in the final definitions
+COMMENT ON COLUMN @extschema@.sacct_quarantine.job_key IS
+    'cluster|jobid|submit (submit as epoch seconds when it parses), or line:<the line> when none of them is read: '
+    'one open row per job run; a key of more than 99 characters is its first 64, ... and an md5 of it';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13830,13 +13836,19 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                   FROM @extschema@.sacct_quarantine q WHERE q.resolved_at IS NULL) r
             OFFSET 0  -- computed once per line: flattened, every reference would parse the times again
         ), keyed AS (
+            -- a key longer than 99 characters (a line no field was read from, or a field of
+            -- garbage): its first 64 and an md5 of it, within what the index of open rows takes
             SELECT p.*,
-                   CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
-                        THEN 'line:' || coalesce(p.line, '')
-                        ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
-                             || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
-                   END AS job_key
+                   CASE WHEN pg_catalog.length(k.job_key) > 99
+                        THEN pg_catalog.left(k.job_key, 64) || '...' || pg_catalog.md5(k.job_key)
+                        ELSE k.job_key END AS job_key
             FROM parsed p
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
+                            THEN 'line:' || coalesce(p.line, '')
+                            ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
+                                 || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
+                       END AS job_key) k
             OFFSET 0
         ), ranked AS (
             SELECT k.*,

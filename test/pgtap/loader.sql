@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(82);
+SELECT plan(85);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -268,6 +268,17 @@ SELECT is((SELECT (inserted, rerated, updated, unchanged)::text FROM outcome WHE
           'a quarantined run hpcacct.job holds as it is: 1 unchanged');
 SELECT is((SELECT resolution || ', ' || (pg_temp.ledger_rows() - :before_rows) FROM sacct_quarantine WHERE jobid = '30'),
           'unchanged, 0', 'its quarantine row resolved as unchanged, no ledger row written');
+
+-- A line of 3 MB that no field can be read from (a broken export): quarantined beside a good
+-- line, its key short enough for the index of open rows (the whole line as key failed the load,
+-- 54000, and every later one of the window).
+INSERT INTO sacct_staging (lineno, line, problem) VALUES (1, repeat('x', 3000000), 'line 1 has 1 field, the header 10');
+SELECT pg_temp.stage('ldr|31|lp1|u1|cpu|2024-01-12T08:00:00+00|2024-01-12T08:00:00+00|2024-01-12T09:00:00+00|cpu=1|COMPLETED');
+SELECT lives_ok('SELECT pg_temp.load(42)', 'a load with a line of 3 MB runs');
+SELECT is((SELECT inserted || ', ' || (SELECT count(*) FROM sacct_quarantine WHERE resolved_at IS NULL AND line LIKE 'xxx%')
+           FROM outcome WHERE load = 42), '1, 1', 'the good line is charged, the long one quarantined');
+SELECT is((SELECT length(job_key) <= 100 AND length(line) = 3000000 FROM sacct_quarantine
+           WHERE resolved_at IS NULL AND line LIKE 'xxx%'), true, 'with its whole line, under a short key');
 
 SELECT * FROM finish();
 ROLLBACK;
