@@ -120,6 +120,8 @@ struct Config {
             from.find_first_of(" \t\r\n<>,;\"") != std::string::npos)
             throw ConfigError("from must be the sender's address (e.g. hpc-accounting@example.org), not \"" + from + "\"");
         hpcacct::mail::Envelope sender = hpcacct::mail::envelope(from, idna_to_ascii);
+        if (sender.error.empty() && !hpcacct::mail::host_name(sender.address.substr(sender.address.rfind('@') + 1)))
+            sender.error = "its domain is not a host name (labels of letters, digits and hyphens, separated by single dots)";
         if (!sender.error.empty() || sender.needs_smtputf8)
             throw ConfigError("from must be an address with an ASCII local part (its domain may be internationalized), not \"" +
                               from + "\"" + (sender.error.empty() ? "" : ": " + sender.error));
@@ -128,7 +130,7 @@ struct Config {
         else {
             // the right-hand side of the Message-ID: an internationalized domain as its A-label
             hpcacct::mail::Envelope id = hpcacct::mail::envelope("id@" + get("domain"), idna_to_ascii);
-            if (!id.error.empty())
+            if (!id.error.empty() || !hpcacct::mail::host_name(id.address.substr(3)))
                 throw ConfigError("domain must be a domain name (an internationalized one with an IDNA A-label), not \"" +
                                   get("domain") + "\"");
             values["domain"] = id.address.substr(3);

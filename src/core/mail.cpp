@@ -280,6 +280,21 @@ Envelope envelope(std::string_view address, const ToAscii &to_ascii) {
     return e;
 }
 
+bool host_name(std::string_view domain) {
+    if (domain.empty() || domain.size() > 253) return false;
+    std::size_t start = 0;
+    while (true) {
+        const std::size_t dot = domain.find('.', start);
+        const std::string_view label = domain.substr(start, dot == std::string_view::npos ? dot : dot - start);
+        if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+        for (char c : label) {
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-')) return false;
+        }
+        if (dot == std::string_view::npos) return true;
+        start = dot + 1;
+    }
+}
+
 std::string mailbox_key(std::string_view address, const ToAscii &to_ascii) {
     // what the sender sends to; an address it cannot send stays as written
     Envelope e = envelope(address, to_ascii);

@@ -66,6 +66,11 @@ struct Envelope {
 using ToAscii = std::function<bool(const std::string &, std::string &, std::string &)>;
 Envelope envelope(std::string_view address, const ToAscii &to_ascii);
 
+// Whether an ASCII domain is a host name SMTP takes (RFC 5321's Domain): labels of 1 to 63
+// letters, digits and hyphens, none beginning or ending with a hyphen, separated by single
+// dots, at most 253 characters in all.
+bool host_name(std::string_view domain);
+
 // The mailbox an address names, as one key: two addresses with the same key get one copy of a
 // message. The address as envelope() sends it -- the local part as written (RFC 5321: only
 // the receiving host may read it another way), an internationalized domain as its A-label --

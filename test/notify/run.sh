@@ -146,6 +146,13 @@ for setting in TIMEOUT=9223372036854775807 POLL=9223372036854775807 LEASE=999999
     [ $rc -eq 1 ] && grep -q "configuration: $key must be a whole number of seconds from 1 to" <<<"$out"
     ok $? "$key = ${setting#*=} is refused (exit 1, got $rc)" "$out"
 done
+# a sender's domain or a Message-ID domain that is not a host name (an empty label, a bare dot)
+for setting in FROM=a@b..c FROM=a@. FROM=a@-lab.example DOMAIN=. DOMAIN=b..c; do
+    out=$(env "HPCACCT_NOTIFY_$setting" "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
+    key=$(tr 'A-Z' 'a-z' <<<"${setting%%=*}")
+    [ $rc -eq 1 ] && grep -q "configuration: $key must be" <<<"$out"
+    ok $? "$key = ${setting#*=} is refused (exit 1, got $rc)" "$out"
+done
 is "$(count_state delivered)" 0 "refused configurations sent nothing"
 
 # ---- delivery ----

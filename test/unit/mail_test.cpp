@@ -304,3 +304,20 @@ TEST(MailboxKey, WithLibidn2) {
     // fullwidth punctuation maps to '>', ',', '<', '@': envelope() refuses it, the key is the address
     EXPECT_EQ(mail::mailbox_key("z@x＞，＜v＠evil.example", mail::idna_to_ascii), "z@x＞，＜v＠evil.example");
 }
+
+TEST(MailHostName, LabelsOfLettersDigitsAndHyphens) {
+    for (const char *good : {"example.org", "a.b", "xn--universit-j4a.example", "mail-1.lab.example", "localhost",
+                             "1.2.3.4.example"})
+        EXPECT_TRUE(mail::host_name(good)) << good;
+    std::string label63(63, 'a'), label64(64, 'a');
+    EXPECT_TRUE(mail::host_name(label63 + ".example"));
+    EXPECT_FALSE(mail::host_name(label64 + ".example"));
+    std::string long_name;
+    while (long_name.size() < 250) long_name += "abcdefghi.";
+    long_name += "org";  // 253 characters
+    EXPECT_TRUE(mail::host_name(long_name.substr(0, 253))) << long_name.size();
+    EXPECT_FALSE(mail::host_name(long_name.substr(0, 250) + "orgx"));
+    for (const char *bad : {"", ".", "b..c", ".example", "example.", "-lab.example", "lab-.example", "lab_x.example",
+                            "l\u00fcb.example", "lab example", "[192.0.2.1]"})
+        EXPECT_FALSE(mail::host_name(bad)) << bad;
+}
