@@ -110,6 +110,22 @@ COMMENT ON FUNCTION @extschema@.regulation_status(float8, float8, float8) IS
 
 -- ---- Where an account stands -------------------------------------------------------------
 
+-- The allocation events (grants, supplements, retractions) of an account on a machine whose
+-- validity overlaps from_day..to_day: what every figure of an account on a machine reads.
+-- SQL-standard, without SET options: the planner inlines it into its callers' plans.
+CREATE FUNCTION hpcacct_internal.allocation_events(account text, machine text, from_day date, to_day date)
+    RETURNS TABLE (kind text, amount numeric, valid_from date, valid_until date)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT l.kind, l.amount, l.valid_from, l.valid_until
+    FROM @extschema@.ledger l
+    WHERE l.account = allocation_events.account AND l.pool = allocation_events.machine
+      AND l.kind IN ('grant', 'supplement', 'retraction')
+      AND l.valid_from <= allocation_events.to_day AND l.valid_until >= allocation_events.from_day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.allocation_events(text, text, date, date) IS
+    'Grants, supplements and retractions of an account on a machine valid on some day from from_day to to_day';
+
 -- Alloc, TMC, TC, consumption and Δ of an account on a machine at a date, counted from
 -- 1 January of that date's year (TC = TC(at) - TC(31 Dec of the previous year), so an
 -- event that began in an earlier year counts only for its part in this year). The account
@@ -139,10 +155,8 @@ CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at dat
                    coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
                             0) AS tc
-            FROM @extschema@.ledger l
-            CROSS JOIN period p
-            WHERE l.account = acct AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
-              AND l.valid_from <= day AND l.valid_until >= p.year_start
+            FROM period p
+            CROSS JOIN LATERAL hpcacct_internal.allocation_events(acct, $2, p.year_start, day) l
         ), used AS MATERIALIZED (  -- once: pulled up, it was computed at each of its three uses
             SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
                     - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
@@ -193,9 +207,7 @@ CREATE FUNCTION @extschema@.regulation_year(account text, machine text, year int
         RETURN QUERY
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
-            FROM @extschema@.ledger l
-            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
-              AND l.valid_from <= y_end AND l.valid_until >= y_start
+            FROM hpcacct_internal.allocation_events($1, $2, y_start, y_end) l
         ), bounds AS (
             SELECT b.day
             FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)
@@ -343,10 +355,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         JOIN @extschema@.regulation_machine s ON s.machine = g.machine
         CROSS JOIN LATERAL (SELECT count(*) AS events,
                                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted
-                            FROM @extschema@.ledger l
-                            WHERE l.account = g.account AND l.pool = g.machine
-                              AND l.kind IN ('grant', 'supplement', 'retraction')
-                              AND l.valid_from <= as_of AND l.valid_until >= y_start) e
+                            FROM hpcacct_internal.allocation_events(g.account, g.machine, y_start, as_of) l) e
         WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')
           AND e.events > 0 AND (e.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
           AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log h

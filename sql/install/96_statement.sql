@@ -304,13 +304,9 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                             FROM (SELECT g.day::date AS day,
                                          (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
                                                           - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
-                                          FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tc,
                                          (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
-                                          FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tmc,
                                          (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                   y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
                                           FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
@@ -322,9 +318,7 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         INTO section
         FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
-        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                      WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, upto));
         IF section IS NOT NULL THEN
             sections := sections || jsonb_build_object('regulation', section);
         END IF;
@@ -419,11 +413,8 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                                          ORDER BY s.machine)
                                         FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
-                                        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                      WHERE l.account = a.name AND l.pool = s.machine
-                                                        AND l.kind IN ('grant', 'supplement', 'retraction')
-                                                        AND l.valid_from <= at
-                                                        AND l.valid_until >= date_trunc('year', at)::date)),
+                                        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(
+                                                                        a.name, s.machine, date_trunc('year', at)::date, at))),
                          -- the month's charges up to the end of at (pro rata, as charge_by_month and
                          -- the balance): a past day does not count the rest of its month
                          'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)

@@ -11710,6 +11710,24 @@ COMMENT ON COLUMN @extschema@.sacct_quarantine.job_key IS
     'cluster|jobid|submit (submit as epoch seconds when it parses), or line:<the line> when none of them is read: '
     'one open row per job run; a key of more than 99 characters is its first 64, ... and an md5 of it';
 
+-- ==== one definition of an account's allocation events on a machine in a period: allocation_events() (allocation_status(), regulation_year(), regulate(), account_month() and my_accounts() each had the query) ---
+-- The five: defined in the final definitions below
+-- The allocation events (grants, supplements, retractions) of an account on a machine whose
+-- validity overlaps from_day..to_day: what every figure of an account on a machine reads.
+-- SQL-standard, without SET options: the planner inlines it into its callers' plans.
+CREATE FUNCTION hpcacct_internal.allocation_events(account text, machine text, from_day date, to_day date)
+    RETURNS TABLE (kind text, amount numeric, valid_from date, valid_until date)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT l.kind, l.amount, l.valid_from, l.valid_until
+    FROM @extschema@.ledger l
+    WHERE l.account = allocation_events.account AND l.pool = allocation_events.machine
+      AND l.kind IN ('grant', 'supplement', 'retraction')
+      AND l.valid_from <= allocation_events.to_day AND l.valid_until >= allocation_events.from_day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.allocation_events(text, text, date, date) IS
+    'Grants, supplements and retractions of an account on a machine valid on some day from from_day to to_day';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13400,13 +13418,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                             FROM (SELECT g.day::date AS day,
                                          (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
                                                           - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
-                                          FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tc,
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tc,
                                          (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
-                                          FROM @extschema@.ledger l
-                                          WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                                            AND l.valid_from <= g.day AND l.valid_until >= y_start) AS tmc,
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tmc,
                                          (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
                                                                   y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
                                           FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
@@ -13418,9 +13432,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         INTO section
         FROM @extschema@.regulation_machine s
         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, upto) st
-        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                      WHERE l.account = a.name AND l.pool = s.machine AND l.kind IN ('grant', 'supplement', 'retraction')
-                        AND l.valid_from <= upto AND l.valid_until >= y_start);
+        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, upto));
         IF section IS NOT NULL THEN
             sections := sections || jsonb_build_object('regulation', section);
         END IF;
@@ -13513,11 +13525,8 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                                          ORDER BY s.machine)
                                         FROM @extschema@.regulation_machine s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
-                                        WHERE EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                      WHERE l.account = a.name AND l.pool = s.machine
-                                                        AND l.kind IN ('grant', 'supplement', 'retraction')
-                                                        AND l.valid_from <= at
-                                                        AND l.valid_until >= date_trunc('year', at)::date)),
+                                        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(
+                                                                        a.name, s.machine, date_trunc('year', at)::date, at))),
                          -- the month's charges up to the end of at (pro rata, as charge_by_month and
                          -- the balance): a past day does not count the rest of its month
                          'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
@@ -14250,10 +14259,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
         JOIN @extschema@.regulation_machine s ON s.machine = g.machine
         CROSS JOIN LATERAL (SELECT count(*) AS events,
                                    coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted
-                            FROM @extschema@.ledger l
-                            WHERE l.account = g.account AND l.pool = g.machine
-                              AND l.kind IN ('grant', 'supplement', 'retraction')
-                              AND l.valid_from <= as_of AND l.valid_until >= y_start) e
+                            FROM hpcacct_internal.allocation_events(g.account, g.machine, y_start, as_of) l) e
         WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')
           AND e.events > 0 AND (e.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
           AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log h
@@ -15591,10 +15597,8 @@ CREATE OR REPLACE FUNCTION @extschema@.allocation_status(account text, machine t
                    coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention)
                             - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
                             0) AS tc
-            FROM @extschema@.ledger l
-            CROSS JOIN period p
-            WHERE l.account = acct AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
-              AND l.valid_from <= day AND l.valid_until >= p.year_start
+            FROM period p
+            CROSS JOIN LATERAL hpcacct_internal.allocation_events(acct, $2, p.year_start, day) l
         ), used AS MATERIALIZED (  -- once: pulled up, it was computed at each of its three uses
             SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
                     - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
@@ -15642,9 +15646,7 @@ CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine tex
         RETURN QUERY
         WITH events AS (
             SELECT l.valid_from AS f, l.valid_until AS u, l.amount AS a
-            FROM @extschema@.ledger l
-            WHERE l.account = $1 AND l.pool = $2 AND l.kind IN ('grant', 'supplement', 'retraction')
-              AND l.valid_from <= y_end AND l.valid_until >= y_start
+            FROM hpcacct_internal.allocation_events($1, $2, y_start, y_end) l
         ), bounds AS (
             SELECT b.day
             FROM (SELECT y_start UNION SELECT e.f FROM events e UNION SELECT e.u + 1 FROM events e) AS b(day)

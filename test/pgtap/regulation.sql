@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(89);
+SELECT plan(92);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -314,6 +314,20 @@ DO $$ BEGIN PERFORM * FROM hpcacct.allocation_status('X', 'ada', '2025-02-20'); 
 SELECT is(pg_stat_get_xact_function_calls('hpcacct.consumption_before(text, text, timestamptz)'::regprocedure)
           - (SELECT coalesce(n, 0) FROM consumption_calls), 2::bigint,
           'allocation_status() reads the consumption twice: up to the day and up to 1 January');
+
+-- ---- One definition of an account's allocation events on a machine in a period ----
+SELECT is((SELECT array_agg(e.kind || ' ' || e.amount || ' ' || e.valid_from || '..' || e.valid_until ORDER BY e.valid_from)
+           FROM hpcacct_internal.allocation_events('Z', 'ada', '2025-02-01', '2025-03-15') e),
+          ARRAY['grant 1200000.000000 2025-01-01..2025-12-31', 'retraction -100000.000000 2025-03-15..2025-12-31'],
+          'allocation_events(): the grant and the retraction valid in the period (not the one from 15 April)');
+SELECT is((SELECT count(*) FROM hpcacct_internal.allocation_events('Z', 'ada', '2026-01-01', '2026-12-31'))
+          + (SELECT count(*) FROM hpcacct_internal.allocation_events('Z', 'turing', '2025-01-01', '2025-12-31'))
+          + (SELECT count(*) FROM hpcacct_internal.allocation_events('C', 'ada', '2024-01-01', '2024-12-31')),
+          0::bigint, 'allocation_events(): none in a period the validity misses, on another machine');
+SELECT is((SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
+           WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
+             AND p.prosrc ~ 'l\.pool = [a-z_$0-9.]+\s+AND l\.kind IN \(''grant'', ''supplement'', ''retraction''\)\s+AND l\.valid_from <= [a-z_$0-9.]+\s+AND l\.valid_until >='),
+          NULL::text[], 'no function writes the events query out instead of calling allocation_events()');
 
 SELECT * FROM finish();
 ROLLBACK;
