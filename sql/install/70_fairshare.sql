@@ -177,6 +177,18 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
     'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year from 1 '
     'to 9999 (22008 otherwise)';
 
+-- The projection of a year's usage to its end, as the usage reports give it: in the current
+-- year, usage x length / elapsed (wall-clock time, allocation_year()); NULL in a past or future
+-- year, or before any time elapsed. SQL-standard, without SET options: inlined.
+CREATE FUNCTION hpcacct_internal.projected_usage(usage numeric, state text, elapsed interval, length interval)
+    RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN state = 'current' AND elapsed > interval '0'
+                THEN usage * pg_catalog.date_part('epoch', length)::numeric
+                     / pg_catalog.date_part('epoch', elapsed)::numeric END;
+COMMENT ON FUNCTION hpcacct_internal.projected_usage(numeric, text, interval, interval) IS
+    'Usage projected to the end of its allocation year (usage x length / elapsed) in the current year, else NULL';
+
 -- ---- Usage reports ----------------------------------------------------------------------
 
 -- The charges of each pool's allocation year up to `at`, pro rata by wall-clock time
@@ -259,9 +271,7 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
         FROM (
             SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
                    sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
-                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
-                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
-                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+                   hpcacct_internal.projected_usage(sum(c.usage), c.state, c.elapsed, c.length) AS projected
             FROM (  -- per rate first: one division per rate
                 SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
                        y.elapsed, y.length, sum(y.amount) AS usage
@@ -316,9 +326,7 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
         FROM acct r
         JOIN years y ON y.pool = r.pool
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
-                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
-                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+            SELECT hpcacct_internal.projected_usage(r.usage, y.state, y.elapsed, y.length) AS projected
         ) p
         CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
@@ -343,9 +351,7 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
         FROM (
             SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
                    sum(c.amount) AS usage,
-                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
-                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
-                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+                   hpcacct_internal.projected_usage(sum(c.amount), c.state, c.elapsed, c.length) AS projected
             FROM @extschema@.year_usage($1, $2, true) c
             GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length

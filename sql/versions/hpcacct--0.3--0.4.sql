@@ -11728,6 +11728,20 @@ END;
 COMMENT ON FUNCTION hpcacct_internal.allocation_events(text, text, date, date) IS
     'Grants, supplements and retractions of an account on a machine valid on some day from from_day to to_day';
 
+-- ==== one definition of the usage reports' projection to the year's end: projected_usage() (usage_by_resource(), usage_by_account() and usage_by_submitter() each wrote it out) ---
+-- The three: defined in the final definitions below
+-- The projection of a year's usage to its end, as the usage reports give it: in the current
+-- year, usage x length / elapsed (wall-clock time, allocation_year()); NULL in a past or future
+-- year, or before any time elapsed. SQL-standard, without SET options: inlined.
+CREATE FUNCTION hpcacct_internal.projected_usage(usage numeric, state text, elapsed interval, length interval)
+    RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN state = 'current' AND elapsed > interval '0'
+                THEN usage * pg_catalog.date_part('epoch', length)::numeric
+                     / pg_catalog.date_part('epoch', elapsed)::numeric END;
+COMMENT ON FUNCTION hpcacct_internal.projected_usage(numeric, text, interval, interval) IS
+    'Usage projected to the end of its allocation year (usage x length / elapsed) in the current year, else NULL';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15454,9 +15468,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAUL
         FROM (
             SELECT c.pool, c.unit, c.cluster, c.partition, c.year AS year, c.first_day, c.last_day,
                    sum(c.usage / nullif(c.rate, 0)::numeric) AS hours, sum(c.usage) AS usage,
-                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
-                        THEN sum(c.usage) * pg_catalog.date_part('epoch', c.length)::numeric
-                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+                   hpcacct_internal.projected_usage(sum(c.usage), c.state, c.elapsed, c.length) AS projected
             FROM (  -- per rate first: one division per rate
                 SELECT y.pool, y.unit, y.cluster, y.partition, y.rate, y.year, y.first_day, y.last_day, y.state,
                        y.elapsed, y.length, sum(y.amount) AS usage
@@ -15509,9 +15521,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT
         FROM acct r
         JOIN years y ON y.pool = r.pool
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN y.state = 'current' AND y.elapsed > interval '0'
-                        THEN r.usage * pg_catalog.date_part('epoch', y.length)::numeric
-                             / pg_catalog.date_part('epoch', y.elapsed)::numeric END AS projected
+            SELECT hpcacct_internal.projected_usage(r.usage, y.state, y.elapsed, y.length) AS projected
         ) p
         CROSS JOIN (SELECT (SELECT @extschema@.setting_value('hours_per_year'))::numeric AS hours) h
     $$;
@@ -15534,9 +15544,7 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAU
         FROM (
             SELECT c.pool, c.unit, c.account, c.submitter, c.year AS year, c.first_day, c.last_day,
                    sum(c.amount) AS usage,
-                   CASE WHEN c.state = 'current' AND c.elapsed > interval '0'
-                        THEN sum(c.amount) * pg_catalog.date_part('epoch', c.length)::numeric
-                             / pg_catalog.date_part('epoch', c.elapsed)::numeric END AS projected
+                   hpcacct_internal.projected_usage(sum(c.amount), c.state, c.elapsed, c.length) AS projected
             FROM @extschema@.year_usage($1, $2, true) c
             GROUP BY c.pool, c.unit, c.account, c.submitter, c.year, c.first_day, c.last_day, c.state,
                      c.elapsed, c.length

@@ -4,7 +4,7 @@
 -- mid-year; pools starting in April and in January; allocations over one and two years).
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(51);
+SELECT plan(53);
 
 -- ---- objects and their labels ----
 SELECT is_aggregate('hpcacct', 'decayed_usage', ARRAY['timestamp with time zone', 'double precision',
@@ -471,6 +471,14 @@ SELECT is((SELECT count(*) FROM hpcacct.usage_by_account(NULL, '2024-11-15 10:00
            AND usage > 0), (SELECT count(*) FROM fs_expected_account WHERE y = 2024 AND usage > 0),
           'usage_by_account under a hostile search_path: the same accounts have usage');
 SET LOCAL search_path = public, hpcacct;
+
+-- ---- One definition of the projection to the year's end ----
+SELECT is(hpcacct_internal.projected_usage(10, 'current', interval '1 day', interval '4 days'), 40::numeric,
+          'projected_usage(): usage x length / elapsed in the current year');
+SELECT is(ARRAY[hpcacct_internal.projected_usage(10, 'past', interval '4 days', interval '4 days'),
+                hpcacct_internal.projected_usage(10, 'future', interval '0', interval '4 days'),
+                hpcacct_internal.projected_usage(10, 'current', interval '0', interval '4 days')],
+          ARRAY[NULL, NULL, NULL]::numeric[], 'projected_usage(): none in a past or future year, nor before time elapsed');
 
 SELECT * FROM finish();
 ROLLBACK;
