@@ -500,14 +500,20 @@ COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
     'a username is not empty and at most 64 characters (22023)';
 REVOKE EXECUTE ON FUNCTION @extschema@.add_user(text, date) FROM PUBLIC;
 
+-- Whether a user administers an account (a membership with role admin).
+CREATE FUNCTION hpcacct_internal.administers(username text, account text) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN EXISTS (SELECT 1 FROM @extschema@.membership m
+                   WHERE m.account = administers.account AND m.username = administers.username AND m.role = 'admin');
+COMMENT ON FUNCTION hpcacct_internal.administers(text, text) IS
+    'Whether a user is an administrator of an account (membership role admin)';
+
 CREATE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF by_user IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM @extschema@.membership m
-            WHERE m.account = require_admin.account AND m.username = by_user AND m.role = 'admin') THEN
+        IF by_user IS NOT NULL AND NOT hpcacct_internal.administers(by_user, account) THEN
             RAISE EXCEPTION 'user "%" is not an administrator of account "%"', by_user, account
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
@@ -537,10 +543,7 @@ CREATE FUNCTION hpcacct_internal.require_member_manager(account text, by_user te
             RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
-        IF account IS NULL OR NOT EXISTS (
-            SELECT 1 FROM @extschema@.membership m
-            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
-              AND m.role = 'admin') THEN
+        IF account IS NULL OR NOT hpcacct_internal.administers(pg_catalog.session_user(), account) THEN
             RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
                 USING ERRCODE = 'insufficient_privilege',
                       HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';

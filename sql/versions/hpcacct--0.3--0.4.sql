@@ -11742,6 +11742,16 @@ CREATE FUNCTION hpcacct_internal.projected_usage(usage numeric, state text, elap
 COMMENT ON FUNCTION hpcacct_internal.projected_usage(numeric, text, interval, interval) IS
     'Usage projected to the end of its allocation year (usage x length / elapsed) in the current year, else NULL';
 
+-- ==== one definition of who administers an account: administers() (require_admin() and require_member_manager() each wrote the membership query) ---
+-- The two: defined in the final definitions below
+-- Whether a user administers an account (a membership with role admin).
+CREATE FUNCTION hpcacct_internal.administers(username text, account text) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN EXISTS (SELECT 1 FROM @extschema@.membership m
+                   WHERE m.account = administers.account AND m.username = administers.username AND m.role = 'admin');
+COMMENT ON FUNCTION hpcacct_internal.administers(text, text) IS
+    'Whether a user is an administrator of an account (membership role admin)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14905,9 +14915,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_admin(account text, by_user 
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
-        IF by_user IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM @extschema@.membership m
-            WHERE m.account = require_admin.account AND m.username = by_user AND m.role = 'admin') THEN
+        IF by_user IS NOT NULL AND NOT hpcacct_internal.administers(by_user, account) THEN
             RAISE EXCEPTION 'user "%" is not an administrator of account "%"', by_user, account
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
@@ -14930,10 +14938,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_member_manager(account text,
             RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
-        IF account IS NULL OR NOT EXISTS (
-            SELECT 1 FROM @extschema@.membership m
-            WHERE m.account = require_member_manager.account AND m.username = pg_catalog.session_user()
-              AND m.role = 'admin') THEN
+        IF account IS NULL OR NOT hpcacct_internal.administers(pg_catalog.session_user(), account) THEN
             RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
                 USING ERRCODE = 'insufficient_privilege',
                       HINT = 'A project''s administrators manage its members; ask one of them, or the centre''s staff.';

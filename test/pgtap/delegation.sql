@@ -14,7 +14,7 @@ CREATE TEMP TABLE relations_with_account AS
                   AND NOT a.attisdropped)
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 29);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 30);
 
 CALL setup_roles();
 CREATE ROLE dg_audit LOGIN IN ROLE hpcacct_auditor;
@@ -112,6 +112,12 @@ SELECT throws_ok($$SELECT hpcacct.add_member('dg_a', 'dg_new')$$, '42501', NULL,
 RESET SESSION AUTHORIZATION;
 SELECT lives_ok($$SELECT hpcacct.add_member('dg_b', 'dg_new', 'member', 'dg_other')$$,
                 'staff act for a project administrator through by_user');
+
+SELECT is(ARRAY[hpcacct_internal.administers('dg_member', 'dg_a'), hpcacct_internal.administers('dg_pa', 'dg_a'),
+                hpcacct_internal.administers('dg_new', 'dg_b'), hpcacct_internal.administers('dg_other', 'dg_a'),
+                hpcacct_internal.administers('dg_other', 'dg_b')],
+          ARRAY[true, false, false, false, true],
+          'administers(): an admin membership of that account (dg_member promoted, dg_pa removed), not a member''s');
 
 SELECT * FROM finish();
 ROLLBACK;
