@@ -13406,7 +13406,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                    'equivalent_hours', round(u.hours, 6),
                    'usage_years', round(u.usage / h.hours, 6),
                    'core_hours', round(u.core_hours, 6), 'core_years', round(u.core_hours / h.hours, 6),
-                   'projected_usage', CASE WHEN u.elapsed > 0 THEN round(u.usage * u.year_length / u.elapsed, 6) END)
+                   -- projected from the statement's last day, in the year current on that day
+                   'projected_usage', round(hpcacct_internal.projected_usage(u.usage, 'current', u.elapsed, u.year_length), 6))
                    ORDER BY u.pool, u.cluster, u.partition), '[]')
         INTO section
         FROM (SELECT c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day,
@@ -13415,10 +13416,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                      -- of jobs no longer in the job table) still count
                      CASE WHEN coalesce(sum(c.amount) FILTER (WHERE c.core_hours IS NULL), 0) = 0
                           THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
-                     -- wall-clock seconds in the site's time zone, as usage_by_resource() counts
-                     -- them (a DST change makes a day 23 or 25 hours)
-                     date_part('epoch', (y.last_day + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz)::numeric AS year_length,
-                     date_part('epoch', (upto + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz)::numeric AS elapsed
+                     -- wall-clock time in the site's time zone, as usage_by_resource() counts it (a
+                     -- DST change makes a day 23 or 25 hours)
+                     (y.last_day + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz AS year_length,
+                     (upto + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz AS elapsed
               FROM @extschema@.charge_by_month c
               JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
               JOIN @extschema@.resource r ON r.resource_id = l.resource_id
