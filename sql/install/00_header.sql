@@ -42,6 +42,14 @@ CREATE FUNCTION hpcacct_internal.refuse_argument(value anyelement, caller text, 
 COMMENT ON FUNCTION hpcacct_internal.refuse_argument(anyelement, text, text) IS
     'Raises the error for a bad argument of an inlined SQL function: NULL 22004, infinite 22008, negative or month-long interval 22023';
 
+-- A name in a message's body (account, user, cluster, unit...), a subject or a held job's
+-- comment: a control character (a CR or LF that would split the line) shows as a space. Inlined.
+CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.regexp_replace(name, '[[:cntrl:]]', ' ', 'g');
+COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
+    'A name or subject as messages print it: each control character (CR, LF...) a space';
+
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
 -- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
 -- lock, and so stall the loader or the rollups; a row of this table can be locked only by

@@ -127,14 +127,6 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_message_id_seq', 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
 
--- A name in a message's body (account, user, cluster, unit...) or a subject: a control character
--- (a CR or LF that would split the line) shows as a space. Inlined.
-CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN pg_catalog.regexp_replace(name, '[[:cntrl:]]', ' ', 'g');
-COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
-    'A name or subject as messages print it: each control character (CR, LF...) a space';
-
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
 -- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
 -- account, subject, body, figures, to_managers, to_members, also, job_owner, owner_only} (the
