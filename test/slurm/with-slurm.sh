@@ -232,8 +232,16 @@ munged --socket="$base/munge/munge.socket" --key-file="$base/munge/munge.key" \
     fail "munged did not start"
 
 # --- MariaDB ---
-mariadb-install-db --no-defaults --datadir="$base/db" --user=root --auth-root-authentication-method=normal \
-    --skip-test-db >"$log/mariadb-install.log" 2>&1 || fail "mariadb-install-db failed"
+# (tried twice: on a busy machine one of two harnesses started at once has seen it fail; the
+# first attempt's errors stay in the log)
+install_db() {
+    rm -rf "$base/db"
+    mariadb-install-db --no-defaults --datadir="$base/db" --user=root --auth-root-authentication-method=normal \
+        --skip-test-db >>"$log/mariadb-install.log" 2>&1
+}
+install_db || { grep -i -E 'error|warning' "$log/mariadb-install.log" | head -5 | sed 's/^/with-slurm: mariadb-install-db: /' >&2
+                echo "with-slurm: mariadb-install-db failed once; trying again" >&2; install_db; } ||
+    { grep -i -E 'error' "$log/mariadb-install.log" | head -10 >&2; fail "mariadb-install-db failed"; }
 setsid setpriv --pdeathsig KILL mariadbd --no-defaults --user=root --datadir="$base/db" \
     --socket="$run/mysqld.sock" --pid-file="$run/mysqld.pid" --log-error="$log/mariadb.log" \
     --bind-address=127.0.0.1 --port="$db_port" --skip-grant-tables --skip-name-resolve --skip-log-bin \
