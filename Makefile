@@ -38,7 +38,13 @@ SCRIPTS_built = $(NOTIFY_BIN) $(LOADER) $(REPORT_BIN)
 CXXSTD      = -std=c++17
 PG_CPPFLAGS = -I$(CURDIR)/src
 PG_CXXFLAGS = $(CXXSTD) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK  = -lstdc++ $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
+IDN2_LIBS   = $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
+SHLIB_LINK  = -lstdc++ $(IDN2_LIBS)
+# The commands: compiled against the core and libpq's header, linked with libpq (and the
+# sender with libcurl and libidn2); plain by the rules below, sanitized by commands-asan's.
+CMD_CXXFLAGS = $(CXXSTD) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir)
+PQ_LIBS      = -L$(shell $(PG_CONFIG) --libdir) -lpq
+NOTIFY_LIBS  = $(PQ_LIBS) $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl) $(IDN2_LIBS)
 EXTRA_CLEAN = test/unit/run_unit_tests results regression.diffs regression.out $(NOTIFY_BIN) $(LOADER) $(REPORT_BIN)
 
 PG_CONFIG  ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
@@ -72,8 +78,7 @@ src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 
 # The loader links the core's sacct module and libpq (libpq-dev), nothing of the server.
 $(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/core/error.hpp
-	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) \
-	    -o $@ $< src/core/sacct.o -lpq
+	$(CXX) $(CMD_CXXFLAGS) -O2 -g -o $@ $< src/core/sacct.o $(PQ_LIBS)
 
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.
 $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
@@ -81,13 +86,10 @@ $(GLUE_SRCS:.cpp=.o): $(wildcard src/pg/*.hpp src/core/*.hpp)
 # The sender links the core's mail module (header folding, body encoding), libpq, libcurl and
 # libidn2 (internationalized domains' A-labels).
 $(NOTIFY_BIN): src/bin/hpcacct-notify.cpp src/bin/pq.hpp src/core/mail.o src/core/mail.hpp
-	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
-	    src/core/mail.o -L$(shell $(PG_CONFIG) --libdir) -lpq $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl) \
-	    $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
+	$(CXX) $(CMD_CXXFLAGS) -O2 -g -o $@ $< src/core/mail.o $(NOTIFY_LIBS)
 
 $(REPORT_BIN): src/bin/hpcacct-report.cpp src/bin/pq.hpp src/core/calendar.hpp
-	$(CXX) $(CXXSTD) -O2 -g -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
-	    -L$(shell $(PG_CONFIG) --libdir) -lpq
+	$(CXX) $(CMD_CXXFLAGS) -O2 -g -o $@ $< $(PQ_LIBS)
 
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 	cat $^ > $@
@@ -174,23 +176,21 @@ $(FUZZ_BUILD)/%_fuzz: test/fuzz/%_fuzz.cpp $(FUZZ_CORE_OBJS) $(wildcard test/fuz
 # into PG_CONFIG's bindir, where the harnesses find them (a private install tree only: `make
 # install` puts the plain ones back). README, Testing, says how to run a harness with them.
 CMDS_ASAN       = build/commands-asan
-CMDS_ASAN_FLAGS = $(CXXSTD) -O1 -g $(SAN_FLAGS) -Wall -Wextra -DHPCACCT_CORE_BUILD -Isrc \
-                  -I$(shell $(PG_CONFIG) --includedir)
+CMDS_ASAN_FLAGS = $(CMD_CXXFLAGS) -O1 -g $(SAN_FLAGS)
 CMDS_ASAN_BINS  = $(CMDS_ASAN)/hpcacct-sacct $(CMDS_ASAN)/hpcacct-notify $(CMDS_ASAN)/hpcacct-report
 EXTRA_CLEAN    += build
 
 $(CMDS_ASAN)/hpcacct-sacct: src/bin/hpcacct-sacct.cpp src/core/sacct.cpp src/core/sacct.hpp src/core/error.hpp
 	@mkdir -p $(@D)
-	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-sacct.cpp src/core/sacct.cpp -L$(shell $(PG_CONFIG) --libdir) -lpq
+	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-sacct.cpp src/core/sacct.cpp $(PQ_LIBS)
 
 $(CMDS_ASAN)/hpcacct-notify: src/bin/hpcacct-notify.cpp src/bin/pq.hpp src/core/mail.cpp src/core/mail.hpp
 	@mkdir -p $(@D)
-	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-notify.cpp src/core/mail.cpp -L$(shell $(PG_CONFIG) --libdir) -lpq \
-	    $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl) $(shell pkg-config --libs libidn2 2>/dev/null || echo -lidn2)
+	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-notify.cpp src/core/mail.cpp $(NOTIFY_LIBS)
 
 $(CMDS_ASAN)/hpcacct-report: src/bin/hpcacct-report.cpp src/bin/pq.hpp src/core/calendar.hpp
 	@mkdir -p $(@D)
-	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-report.cpp -L$(shell $(PG_CONFIG) --libdir) -lpq
+	$(SAN_CXX) $(CMDS_ASAN_FLAGS) -o $@ src/bin/hpcacct-report.cpp $(PQ_LIBS)
 
 .PHONY: commands-asan install-commands-asan
 commands-asan: $(CMDS_ASAN_BINS)
