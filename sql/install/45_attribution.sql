@@ -104,3 +104,53 @@ CREATE VIEW @extschema@.charge_by_month AS
       AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
 COMMENT ON VIEW @extschema@.charge_by_month IS
     'Charges (and their raw core-hours) split pro rata over the calendar months (site time zone) in which the jobs ran';
+
+-- An account's charges from the start of first_day to the end of each day up to last_day
+-- (site time zone), on one machine or pool and in one unit (NULL: any), for the daily charts:
+-- the job-by-job sum of amount x period_share(job, first_day, end of the day), in one pass.
+-- A job that ended by a day's end counts its share from first_day on from that day (whole:
+-- the same numeric as at any later day); a job running across a day's end counts its share
+-- up to it, for each day it runs across. The same exact numerics, summed in another order.
+CREATE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    WITH z AS (
+        SELECT @extschema@.site_timezone() AS tz
+    ), charged AS (
+        SELECT l.amount, l.job_start, l.job_end,
+               (l.job_start AT TIME ZONE z.tz)::date AS start_day, (l.job_end AT TIME ZONE z.tz)::date AS end_day,
+               charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+        CROSS JOIN z
+        WHERE l.account = charges_to_day_end.account AND l.kind = 'charge'
+          AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
+          AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
+          AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
+          AND l.job_end >= charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz
+    ), ended AS (
+        SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
+                   AS amount
+        FROM charged c
+        GROUP BY c.end_day
+    ), running AS (
+        SELECT d.day::date AS day,
+               sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start,
+                                                       (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
+        FROM charged c
+        CROSS JOIN z
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day),
+                                                      least(c.end_day - 1, charges_to_day_end.last_day),
+                                                      interval '1 day') d(day)
+        GROUP BY d.day::date
+    )
+    SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
+    FROM pg_catalog.generate_series(charges_to_day_end.first_day, charges_to_day_end.last_day, interval '1 day') g(day)
+    LEFT JOIN ended e ON e.day = g.day::date
+    LEFT JOIN running r ON r.day = g.day::date
+    ORDER BY g.day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
+    'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
+    'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';

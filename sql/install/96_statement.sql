@@ -302,19 +302,14 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                    'delta', st.delta, 'status', st.status,
                    'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
                                                                round(dd.consumption, 2)) ORDER BY dd.day)
-                            FROM (SELECT g.day::date AS day,
-                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                            FROM (SELECT c.day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, c.day, s.month_convention)
                                                           - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
-                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tc,
-                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
-                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tmc,
-                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
-                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
-                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
-                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
-                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
-                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, c.day) l) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, c.day, s.month_convention), 0)
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, c.day) l) AS tmc,
+                                         c.amount AS consumption
+                                  FROM hpcacct_internal.charges_to_day_end(a.name, s.machine, NULL, y_start, upto) c) dd))
                ORDER BY s.machine)
         INTO section
         FROM @extschema@.regulation_machine s
@@ -345,15 +340,8 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         SELECT jsonb_build_object(
                    'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
                    'balance', hpcacct_internal.balance_at_end(a.name, upto),
-                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
-                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
-                                                            FROM @extschema@.ledger l
-                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
-                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
-                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
-                                              ORDER BY g.day)
-                            FROM generate_series(q, upto, interval '1 day') g(day)))
+                   'days', (SELECT jsonb_agg(jsonb_build_array(c.day, round(al.amount - c.amount, 2)) ORDER BY c.day)
+                            FROM hpcacct_internal.charges_to_day_end(a.name, NULL, bank_unit, q, upto) c))
         INTO section
         FROM (SELECT sum(l.amount) AS amount
               FROM @extschema@.ledger l

@@ -11752,6 +11752,58 @@ CREATE FUNCTION hpcacct_internal.administers(username text, account text) RETURN
 COMMENT ON FUNCTION hpcacct_internal.administers(text, text) IS
     'Whether a user is an administrator of an account (membership role admin)';
 
+-- ==== the portal page's daily charts in one pass: charges_to_day_end() (account_month() summed the ledger again for every day of the GENCI and bank charts) ---
+-- account_month(): defined in the final definitions below
+-- An account's charges from the start of first_day to the end of each day up to last_day
+-- (site time zone), on one machine or pool and in one unit (NULL: any), for the daily charts:
+-- the job-by-job sum of amount x period_share(job, first_day, end of the day), in one pass.
+-- A job that ended by a day's end counts its share from first_day on from that day (whole:
+-- the same numeric as at any later day); a job running across a day's end counts its share
+-- up to it, for each day it runs across. The same exact numerics, summed in another order.
+CREATE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    WITH z AS (
+        SELECT @extschema@.site_timezone() AS tz
+    ), charged AS (
+        SELECT l.amount, l.job_start, l.job_end,
+               (l.job_start AT TIME ZONE z.tz)::date AS start_day, (l.job_end AT TIME ZONE z.tz)::date AS end_day,
+               charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+        CROSS JOIN z
+        WHERE l.account = charges_to_day_end.account AND l.kind = 'charge'
+          AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
+          AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
+          AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
+          AND l.job_end >= charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz
+    ), ended AS (
+        SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
+                   AS amount
+        FROM charged c
+        GROUP BY c.end_day
+    ), running AS (
+        SELECT d.day::date AS day,
+               sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start,
+                                                       (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
+        FROM charged c
+        CROSS JOIN z
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day),
+                                                      least(c.end_day - 1, charges_to_day_end.last_day),
+                                                      interval '1 day') d(day)
+        GROUP BY d.day::date
+    )
+    SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
+    FROM pg_catalog.generate_series(charges_to_day_end.first_day, charges_to_day_end.last_day, interval '1 day') g(day)
+    LEFT JOIN ended e ON e.day = g.day::date
+    LEFT JOIN running r ON r.day = g.day::date
+    ORDER BY g.day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
+    'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
+    'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13440,19 +13492,14 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                    'delta', st.delta, 'status', st.status,
                    'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
                                                                round(dd.consumption, 2)) ORDER BY dd.day)
-                            FROM (SELECT g.day::date AS day,
-                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention)
+                            FROM (SELECT c.day,
+                                         (SELECT coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, c.day, s.month_convention)
                                                           - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention), 0)
-                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tc,
-                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, g.day::date, s.month_convention), 0)
-                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, g.day::date) l) AS tmc,
-                                         (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                                  y_start::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
-                                          FROM @extschema@.ledger l JOIN @extschema@.resource r USING (resource_id)
-                                          WHERE l.account = a.name AND l.kind = 'charge' AND coalesce(r.pool, r.cluster) = s.machine
-                                            AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
-                                            AND l.job_end >= y_start::timestamp AT TIME ZONE tz) AS consumption
-                                  FROM generate_series(y_start, upto, interval '1 day') g(day)) dd))
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, c.day) l) AS tc,
+                                         (SELECT coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, c.day, s.month_convention), 0)
+                                          FROM hpcacct_internal.allocation_events(a.name, s.machine, y_start, c.day) l) AS tmc,
+                                         c.amount AS consumption
+                                  FROM hpcacct_internal.charges_to_day_end(a.name, s.machine, NULL, y_start, upto) c) dd))
                ORDER BY s.machine)
         INTO section
         FROM @extschema@.regulation_machine s
@@ -13483,15 +13530,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         SELECT jsonb_build_object(
                    'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
                    'balance', hpcacct_internal.balance_at_end(a.name, upto),
-                   'days', (SELECT jsonb_agg(jsonb_build_array(g.day::date,
-                                round(al.amount - coalesce((SELECT sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                                        q::timestamp AT TIME ZONE tz, (g.day::date + 1)::timestamp AT TIME ZONE tz))
-                                                            FROM @extschema@.ledger l
-                                                            WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
-                                                              AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
-                                                              AND l.job_end >= q::timestamp AT TIME ZONE tz), 0), 2))
-                                              ORDER BY g.day)
-                            FROM generate_series(q, upto, interval '1 day') g(day)))
+                   'days', (SELECT jsonb_agg(jsonb_build_array(c.day, round(al.amount - c.amount, 2)) ORDER BY c.day)
+                            FROM hpcacct_internal.charges_to_day_end(a.name, NULL, bank_unit, q, upto) c))
         INTO section
         FROM (SELECT sum(l.amount) AS amount
               FROM @extschema@.ledger l

@@ -197,6 +197,40 @@ JOIN bench.variant fast ON fast.grp = g.grp AND fast.variant = 'view'
 JOIN bench.variant ref ON ref.grp = g.grp AND ref.variant = 'hand-written'
 WHERE g.ord BETWEEN 70 AND 140;
 
+-- ---- the portal page's daily charts (account_month()): the 2 GENCI projects with the most
+-- charges on a regulated machine, from 1 January, and the 2 HLRN projects with the most
+-- charges in the bank's unit, from the quarter's first day; up to the anchor (the reference
+-- reads the ledger once per day: about a minute a run at 1 M jobs)
+CREATE TABLE bench.chart_case AS
+SELECT * FROM (
+    SELECT l.account, coalesce(r.pool, r.cluster) AS pool, NULL::text AS unit,
+           date_trunc('year', :'anchor'::date)::date AS first_day, :'anchor'::date AS last_day
+    FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+    JOIN hpcacct.regulation_machine s ON s.machine = coalesce(r.pool, r.cluster)
+    WHERE l.kind = 'charge' AND l.job_end >= date_trunc('year', :'anchor'::date)
+    GROUP BY 1, 2 ORDER BY count(*) DESC, 1, 2 LIMIT 2) genci
+UNION ALL
+SELECT * FROM (
+    SELECT l.account, NULL, l.unit, hpcacct.quarter_start(:'anchor'::date), :'anchor'::date
+    FROM hpcacct.ledger l
+    WHERE l.kind = 'charge' AND l.unit = hpcacct.setting_value('bank_unit')
+      AND l.job_end >= hpcacct.quarter_start(:'anchor'::date)
+    GROUP BY 1, 2, 3 ORDER BY count(*) DESC, 1 LIMIT 2) hlrn;
+INSERT INTO bench.grp VALUES
+    ('daily_charts', 145, 'main',
+     'SELECT sum(last_day - first_day + 1) FROM bench.chart_case', false);
+INSERT INTO bench.variant (grp, variant, sql) VALUES
+    ('daily_charts', 'one pass',
+     'SELECT c.account, d.* FROM bench.chart_case c, hpcacct_internal.charges_to_day_end(c.account, c.pool, c.unit, c.first_day, c.last_day) d'),
+    ('daily_charts', 'day by day',
+     'SELECT c.account, d.* FROM bench.chart_case c, bench.charges_to_day_end_hand(c.account, c.pool, c.unit, c.first_day, c.last_day) d');
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
+    (145, 'daily charts of 4 portal pages', 'daily_charts', 'one pass', 'day by day',
+     'job-by-job sum for every day', 'ratio <= 0.2',
+     'SELECT c.account, coalesce(c.pool, c.unit) AS what, d.day, d.amount FROM bench.chart_case c, hpcacct_internal.charges_to_day_end(c.account, c.pool, c.unit, c.first_day, c.last_day) d',
+     'SELECT c.account, coalesce(c.pool, c.unit) AS what, d.day, d.amount FROM bench.chart_case c, bench.charges_to_day_end_hand(c.account, c.pool, c.unit, c.first_day, c.last_day) d',
+     '{account,what,day}');
+
 -- ---- scheduled procedures at 10 000 accounts (ADMIN_ACCOUNTS), and the submit check ------
 INSERT INTO bench.grp VALUES
     ('regulate', 150, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE name LIKE ''r%''', false),

@@ -660,3 +660,27 @@ CREATE FUNCTION bench.check_submit_genci_all()
         LEFT JOIN used u ON u.i = a.i AND u.machine = a.machine
         GROUP BY s.i, s.account
     $$;
+
+-- ---- the portal page's daily charts (account_month()) -------------------------------------
+-- An account's charges from the start of first_day to the end of each day, written as the
+-- page first had it: for every day, the job-by-job sum over the ledger.
+CREATE FUNCTION bench.charges_to_day_end_hand(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE plpgsql STABLE
+    AS $$
+    DECLARE
+        tz text := hpcacct.site_timezone();
+    BEGIN
+        RETURN QUERY
+        SELECT g.day::date,
+               (SELECT coalesce(sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, $4::timestamp AT TIME ZONE tz,
+                                                                    (g.day::date + 1)::timestamp AT TIME ZONE tz)), 0)
+                FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+                WHERE l.account = $1 AND l.kind = 'charge'
+                  AND ($2 IS NULL OR coalesce(r.pool, r.cluster) = $2) AND ($3 IS NULL OR l.unit = $3)
+                  AND l.job_start < (g.day::date + 1)::timestamp AT TIME ZONE tz
+                  AND l.job_end >= $4::timestamp AT TIME ZONE tz)
+        FROM generate_series($4, $5, interval '1 day') g(day)
+        ORDER BY 1;
+    END
+    $$;

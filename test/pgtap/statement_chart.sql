@@ -1,0 +1,84 @@
+-- account_month()'s daily charts: every day's point is the figure of that day's end, as the
+-- reports give it (allocation_status() for the GENCI chart, balance at the end of the day for
+-- the bank's), and the day-by-day sum over the ledger, in a time zone with a DST change:
+-- jobs across several days, ending at midnight, of no length, begun before the year or the
+-- quarter, re-rated (a reversal and a new charge), and running past the statement's month.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(10);
+
+INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sc_c', 'p', 'cpu=16', 'cpu=1', 1, 'NPL');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sc_h', 'p', 'cpu=16', 'cpu=1', 3, 'core-h');
+INSERT INTO account (name) VALUES ('sc_a');
+SELECT deposit('sc_a', '2024-01-01', 5000), deposit('sc_a', '2024-04-01', 5000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('sc_c', 100);
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('sc_a', 'grant', 9000, 'NPL', 'sc_c', '2024-01-01', '2024-12-31'),
+       ('sc_a', 'supplement', 700, 'NPL', 'sc_c', '2024-03-10', '2024-12-31');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    -- begun in the old year, and in the old quarter
+    ('sc_c', 'y', 'sc_a', 'u', 'p', '2023-12-30 20:00+01', '2024-01-02 04:00+01', 'cpu=2', 'COMPLETED'),
+    ('sc_c', 'q', 'sc_a', 'u', 'p', '2024-03-29 12:00+01', '2024-04-03 12:00+02', 'cpu=3', 'COMPLETED'),
+    -- across the DST change (31 March 2024, a day of 23 hours)
+    ('sc_c', 'dst', 'sc_a', 'u', 'p', '2024-03-30 22:30+01', '2024-04-01 01:15+02', 'cpu=4', 'COMPLETED'),
+    -- ending at midnight, beginning at midnight, of no length at midnight and at noon
+    ('sc_c', 'm1', 'sc_a', 'u', 'p', '2024-04-10 18:00+02', '2024-04-11 00:00+02', 'cpu=1', 'COMPLETED'),
+    ('sc_c', 'm2', 'sc_a', 'u', 'p', '2024-04-12 00:00+02', '2024-04-12 07:00+02', 'cpu=5', 'COMPLETED'),
+    ('sc_c', 'z1', 'sc_a', 'u', 'p', '2024-04-13 00:00+02', '2024-04-13 00:00+02', 'cpu=1', 'COMPLETED'),
+    ('sc_c', 'z2', 'sc_a', 'u', 'p', '2024-04-14 12:00+02', '2024-04-14 12:00+02', 'cpu=1', 'COMPLETED'),
+    -- ten days long, and one running past the end of April
+    ('sc_c', 'long', 'sc_a', 'u', 'p', '2024-04-15 09:00+02', '2024-04-25 21:00+02', 'cpu=1', 'COMPLETED'),
+    ('sc_c', 'past', 'sc_a', 'u', 'p', '2024-04-29 13:00+02', '2024-05-03 02:00+02', 'cpu=2', 'COMPLETED'),
+    -- on the other machine, in another unit: on neither chart
+    ('sc_h', 'h', 'sc_a', 'u', 'p', '2024-04-05 00:00+02', '2024-04-06 00:00+02', 'cpu=1', 'COMPLETED');
+-- re-rated: a reversal and a new charge of the same job
+UPDATE job SET alloctres = 'cpu=6' WHERE jobid = 'long';
+
+CREATE TEMP TABLE d AS SELECT account_month('sc_a', '2024-04-01') AS d;
+CREATE TEMP TABLE genci AS
+SELECT (p ->> 0)::date AS day, (p ->> 1)::numeric AS tc, (p ->> 2)::numeric AS tmc, (p ->> 3)::numeric AS consumption
+FROM d, jsonb_array_elements(d -> 'regulation' -> 0 -> 'days') p;
+CREATE TEMP TABLE bank AS
+SELECT (p ->> 0)::date AS day, (p ->> 1)::numeric AS balance FROM d, jsonb_array_elements(d -> 'bank' -> 'days') p;
+
+SELECT is((SELECT count(*) FROM ledger WHERE jobid = 'long' AND kind = 'charge'), 3::bigint,
+          'setup: the re-rated job has its charge, a reversal and a new charge');
+SELECT is((SELECT count(*) || ' ' || min(day) || ' ' || max(day) FROM genci), '121 2024-01-01 2024-04-30',
+          'the GENCI chart has a point per day from 1 January to 30 April');
+SELECT is((SELECT count(*) || ' ' || min(day) || ' ' || max(day) FROM bank), '30 2024-04-01 2024-04-30',
+          'the bank chart has a point per day of the quarter up to 30 April');
+SELECT is((SELECT count(*) FROM genci g CROSS JOIN LATERAL allocation_status('sc_a', 'sc_c', g.day) s
+           WHERE g.consumption IS DISTINCT FROM round(s.consumption::numeric, 2)
+              OR g.tc IS DISTINCT FROM round(s.tc::numeric, 2) OR g.tmc IS DISTINCT FROM round(s.tmc::numeric, 2)),
+          0::bigint, 'every day of the GENCI chart is allocation_status() at that day''s end');
+SELECT is((SELECT count(*) FROM bank b
+           WHERE b.balance IS DISTINCT FROM round(hpcacct_internal.balance_at_end('sc_a', b.day), 2)),
+          0::bigint, 'every day of the bank chart is the balance at that day''s end');
+-- the same sums written out day by day, job by job (exact numerics)
+SELECT is((SELECT count(*) FROM genci g
+           WHERE g.consumption IS DISTINCT FROM round(
+               (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '2024-01-01 00:00+01',
+                                                            (g.day + 1)::timestamp AT TIME ZONE 'Europe/Berlin')), 0)
+                FROM ledger l WHERE l.account = 'sc_a' AND l.kind = 'charge' AND l.cluster = 'sc_c'), 2)),
+          0::bigint, 'every day of the GENCI chart is the job-by-job sum from 1 January');
+SELECT is((SELECT count(*) FROM bank b
+           WHERE b.balance IS DISTINCT FROM 5000 - round(
+               (SELECT coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '2024-04-01 00:00+02',
+                                                            (b.day + 1)::timestamp AT TIME ZONE 'Europe/Berlin')), 0)
+                FROM ledger l WHERE l.account = 'sc_a' AND l.kind = 'charge' AND l.unit = 'NPL'), 2)),
+          0::bigint, 'every day of the bank chart is the deposits less the job-by-job sum from 1 April');
+-- figures checked by hand: 31 March has 23 hours, so the DST job's 25.75 hours on 4 cores
+-- are 1.5 h on 30 March, 23 h on the 31st and 1.25 h on 1 April
+SELECT is((SELECT consumption FROM genci WHERE day = '2024-03-31') - (SELECT consumption FROM genci WHERE day = '2024-03-30'),
+          (4 * 23 + 3 * 23)::numeric, '31 March adds its 23 hours of the DST job (4 cores) and of q (3 cores)');
+SELECT is((SELECT consumption FROM genci WHERE day = '2024-01-01'), (2 * 24)::numeric,
+          '1 January counts the old year''s job from midnight only');
+SELECT is((SELECT balance FROM bank WHERE day = '2024-04-30'),
+          5000 - (3 * 60 + 4 * 1.25 + 6 + 5 * 7 + 0 + 0 + 6 * 252 + 2 * 35)::numeric,
+          'the bank on 30 April: the quarter''s deposit less q''s April 60 hours, the DST job''s 1.25, m1, m2, z1, z2, '
+          'long at 6 cores (its first charge reversed) and past''s April 35 hours');
+
+SELECT * FROM finish();
+ROLLBACK;
