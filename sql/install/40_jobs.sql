@@ -98,8 +98,9 @@ COMMENT ON COLUMN @extschema@.ledger.amount IS
 
 -- The jobs a site must load again after a restore from pg_dump: federation_resync() copies
 -- back the charges the site booked after its dump, but its job table lacks their jobs. A job
--- loaded, updated or deleted later whose run is listed here has what the ledger holds for it
--- replaced (reversed, then charged anew), not added to, and leaves the list (charge_jobs).
+-- loaded later whose run is listed here (or updated onto its key) has what the ledger holds for
+-- it replaced (reversed, then charged anew), not added to; a listed run loaded, updated (old or
+-- new key) or deleted leaves the list (charge_jobs).
 CREATE TABLE @extschema@.job_to_reload (
     cluster    text NOT NULL,
     jobid      text NOT NULL,
@@ -260,8 +261,9 @@ COMMENT ON FUNCTION hpcacct_internal.job_columns(regclass, text[]) IS 'The colum
 -- Charges jobs as a statement-level AFTER trigger over the transition tables new_jobs and
 -- old_jobs: one set-based INSERT into the ledger per statement (COPY included).
 -- INSERT charges the new jobs; DELETE reverses what the ledger holds for the old ones;
--- UPDATE does both, for the jobs whose charging columns changed. An inserted job listed in
--- job_to_reload has what the ledger holds for it reversed first.
+-- UPDATE does both, for the jobs whose charging columns changed. A job listed in
+-- job_to_reload that is inserted, or that an update moves onto the listed key, has what the
+-- ledger holds for it reversed first.
 CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -281,6 +283,9 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
         reloaded_clusters text[];
         reloaded_jobids   text[];
         reloaded_submits  timestamptz[];
+        run_key  text;
+        reloaded_old text;
+        reversal text;
     BEGIN
         IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'STATEMENT' THEN
             RAISE EXCEPTION 'hpcacct_internal.charge_jobs() must run AFTER ... FOR EACH STATEMENT'
@@ -311,41 +316,56 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
         ELSE
             changed_new := format('(SELECT %s FROM new_jobs)', relevant);
         END IF;
-        -- runs listed in job_to_reload leave the list; an inserted one's charges, already in
-        -- the ledger, are reversed before it is charged (an update or delete reverses them anyway)
+        -- runs listed in job_to_reload leave the list (an update's old and new keys). A run
+        -- arriving at a listed key (inserted, or an update's new key no old row had) has the
+        -- charges already in the ledger reversed before it is charged; a run that keeps its key
+        -- or leaves it is reversed by the update or delete anyway
         IF EXISTS (SELECT 1 FROM @extschema@.job_to_reload) THEN
+            run_key := format('%s::text AS cluster, %s::text AS jobid, %s::timestamptz AS job_submit', col[1], col[2], col[9]);
             EXECUTE format($q$
                 WITH reloaded AS (
                     DELETE FROM @extschema@.job_to_reload r
-                    USING (SELECT %s FROM %s) n
+                    USING (%s) n
                     WHERE r.cluster = n.cluster AND r.jobid = n.jobid AND r.job_submit IS NOT DISTINCT FROM n.job_submit
                     RETURNING r.cluster, r.jobid, r.job_submit)
-                SELECT array_agg(cluster), array_agg(jobid), array_agg(job_submit) FROM reloaded
-                $q$, relevant, CASE TG_OP WHEN 'DELETE' THEN 'old_jobs' ELSE 'new_jobs' END)
+                SELECT array_agg(r.cluster), array_agg(r.jobid), array_agg(r.job_submit) FROM reloaded r
+                WHERE %s
+                $q$,
+                CASE TG_OP WHEN 'INSERT' THEN format('SELECT %s FROM new_jobs', run_key)
+                           WHEN 'DELETE' THEN format('SELECT %s FROM old_jobs', run_key)
+                           ELSE format('SELECT %1$s FROM new_jobs UNION SELECT %1$s FROM old_jobs', run_key) END,
+                CASE TG_OP WHEN 'INSERT' THEN 'true'
+                           WHEN 'DELETE' THEN 'false'
+                           ELSE format('NOT EXISTS (SELECT 1 FROM (SELECT %s FROM old_jobs) o WHERE o.cluster = r.cluster '
+                                       'AND o.jobid = r.jobid AND o.job_submit IS NOT DISTINCT FROM r.job_submit)', run_key) END)
                 INTO reloaded_clusters, reloaded_jobids, reloaded_submits;
-            IF TG_OP = 'INSERT' AND reloaded_jobids IS NOT NULL THEN
-                changed_old := format('(SELECT * FROM unnest(%L::text[], %L::text[], %L::timestamptz[]) '
-                                      'AS o(cluster, jobid, job_submit))',
-                                      reloaded_clusters, reloaded_jobids, reloaded_submits);
-                reversal_note := 'reversal: job reloaded';
+            IF reloaded_jobids IS NOT NULL THEN
+                reloaded_old := format('(SELECT * FROM unnest(%L::text[], %L::text[], %L::timestamptz[]) '
+                                       'AS o(cluster, jobid, job_submit))',
+                                       reloaded_clusters, reloaded_jobids, reloaded_submits);
             END IF;
         END IF;
 
+        reversal := $q$
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                            job_submit, submitter, job_start, job_end, note, core_hours)
+            SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
+                   l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
+            FROM @extschema@.ledger l
+            WHERE l.kind = 'charge'
+              AND EXISTS (SELECT 1 FROM %s o
+                          WHERE o.cluster = l.cluster AND o.jobid = l.jobid
+                            AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
+            GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
+                     l.job_end
+            HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
+            $q$;
         IF changed_old IS NOT NULL THEN
-            EXECUTE format($q$
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
-                                                job_submit, submitter, job_start, job_end, note, core_hours)
-                SELECT l.account, 'charge', -sum(l.amount), l.unit, l.resource_id, l.cluster, l.jobid,
-                       l.job_submit, l.submitter, l.job_start, l.job_end, %L, -sum(l.core_hours)
-                FROM @extschema@.ledger l
-                WHERE l.kind = 'charge'
-                  AND EXISTS (SELECT 1 FROM %s o
-                              WHERE o.cluster = l.cluster AND o.jobid = l.jobid
-                                AND o.job_submit IS NOT DISTINCT FROM l.job_submit)
-                GROUP BY l.account, l.unit, l.resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start,
-                         l.job_end
-                HAVING sum(l.amount) <> 0 OR sum(l.core_hours) <> 0  -- a free partition's job has cores to take back
-                $q$, reversal_note, changed_old);
+            EXECUTE format(reversal, reversal_note, changed_old);
+        END IF;
+        -- (an arriving key is not among changed_old's, which are old rows' keys)
+        IF reloaded_old IS NOT NULL THEN
+            EXECUTE format(reversal, 'reversal: job reloaded', reloaded_old);
         END IF;
 
         IF changed_new IS NOT NULL THEN

@@ -1,7 +1,7 @@
 -- The charging trigger's contract: SQLSTATEs, nothing written on error, ledger = jobs.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(26);
+SELECT plan(31);
 
 INSERT INTO account (name) VALUES ('p1'), ('p2');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive) VALUES
@@ -102,6 +102,31 @@ UPDATE hpcacct.job SET state = 'COMPLETED' WHERE jobid = '1';
 SELECT is((SELECT string_agg(jobid, ',' ORDER BY jobid) FROM job_to_reload), 'gone',
           'the runs loaded or updated left the list; the one not loaded stays');
 SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = '1'), 8.000000, 'an update of an unchanged listed run books nothing');
+-- An update that changes a run's key: a row moved onto a listed run's key takes its place as
+-- an insert would (the listed run's charges reversed, not added to); the listed key it leaves
+-- was reversed whole, and leaves the list as a delete would.
+INSERT INTO hpcacct.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_start, job_end)
+SELECT 'p1', 'charge', 5, 'core-hours', resource_id, 'c', 'back2', '2024-03-01 00:00+00', '2024-03-01 01:00+00'
+FROM hpcacct.resource WHERE partition = 'cpu';
+INSERT INTO hpcacct.job VALUES
+    ('c', 'typo2', 'p1', 'u1', 'cpu', NULL, '2024-03-01 00:00+00', '2024-03-01 03:00+00', 'cpu=2', 'COMPLETED'),
+    ('c', 'move3', 'p1', 'u1', 'cpu', NULL, '2024-03-01 00:00+00', '2024-03-01 03:00+00', 'cpu=2', 'COMPLETED');
+INSERT INTO hpcacct.job_to_reload (cluster, jobid, job_submit, account) VALUES
+    ('c', 'back2', NULL, 'p1'), ('c', 'move3', NULL, 'p1');
+UPDATE hpcacct.job SET jobid = 'back2' WHERE jobid = 'typo2';
+SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = 'back2'), 6.000000,
+          'a row whose key becomes a listed run''s is charged once: the listed charge reversed, not added to');
+SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = 'typo2'), 0.000000, 'and the key it left nets to zero');
+UPDATE hpcacct.job SET jobid = 'moved3' WHERE jobid = 'move3';
+SELECT is((SELECT string_agg(jobid, ',' ORDER BY jobid) FROM job_to_reload), 'gone',
+          'a listed run whose row moves to another key leaves the list, as when it is deleted');
+INSERT INTO hpcacct.job VALUES
+    ('c', 'move3', 'p1', 'u1', 'cpu', NULL, '2024-03-01 00:00+00', '2024-03-01 02:00+00', 'cpu=2', 'COMPLETED');
+SELECT is((SELECT string_agg(jobid || ' ' || s, ', ' ORDER BY jobid)
+           FROM (SELECT jobid, sum(amount) AS s FROM ledger WHERE jobid IN ('move3', 'moved3') GROUP BY jobid) x),
+          'move3 4.000000, moved3 6.000000', 'a new run with the key it left is charged what it costs, the moved one too');
+SELECT is((SELECT count(*) FROM ledger WHERE jobid = 'move3' AND note = 'reversal: job reloaded'), 0::bigint,
+          'without a reload reversal');
 
 SELECT * FROM finish();
 ROLLBACK;
