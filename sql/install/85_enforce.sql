@@ -68,9 +68,8 @@ COMMENT ON TYPE @extschema@.submit_decision IS 'Result of check_submit: may the 
 -- The words of every refusal, defined once: check_submit's message, with details (what only the
 -- account's members read: its balance, a quota's use and allowance, the day its allocation
 -- begins, the day checked), and with details NULL the public reason, which a held job's comment
--- shows every user of the cluster (pending_job.hold_comment). reason is check_submit's, or
--- no_default_account (its unknown_account for a user with neither a default project nor a
--- personal account); another reason gives NULL.
+-- shows every user of the cluster (pending_job.hold_comment). reason is check_submit's; another
+-- gives NULL.
 CREATE FUNCTION hpcacct_internal.refusal_message(reason text, account text, username text, details text)
     RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -78,7 +77,7 @@ CREATE FUNCTION hpcacct_internal.refusal_message(reason text, account text, user
         WHEN 'unknown_user' THEN pg_catalog.format(
             'user %s is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you',
             username)
-        WHEN 'no_default_account' THEN pg_catalog.format(
+        WHEN 'no_default_project' THEN pg_catalog.format(
             'user %s has no default project and no personal account: submit with an account (sbatch -A)', username)
         WHEN 'unknown_account' THEN pg_catalog.format(
             'account %s does not exist: check the account you gave (sbatch -A)', account)
@@ -199,8 +198,9 @@ COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
     'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
 
 -- Resolves the account a job is charged to and says whether it may be submitted. Refusals:
--- unknown_user (no account given, user unknown), unknown_account, account_deleted,
--- no_access (not a member), then the account's policies (account_verdict).
+-- unknown_user (no account given, user unknown), no_default_project (no account given, the
+-- user has neither a default project nor a personal account), unknown_account,
+-- account_deleted, no_access (not a member), then the account's policies (account_verdict).
 CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NULL,
                                          at date DEFAULT @extschema@.site_today())
     RETURNS @extschema@.submit_decision
@@ -230,8 +230,8 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
         verdict := @extschema@.account_verdict(chosen, at);
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
-            RETURN ROW(false, chosen, 'unknown_account',
-                       hpcacct_internal.refusal_message('no_default_account', chosen, username, NULL))::@extschema@.submit_decision;
+            RETURN ROW(false, chosen, 'no_default_project',
+                       hpcacct_internal.refusal_message('no_default_project', chosen, username, NULL))::@extschema@.submit_decision;
         ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
             RETURN verdict;
         END IF;
@@ -244,9 +244,9 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
     END
     $$;
 COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
-    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, unknown_account, '
-    'account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, no_allocation, '
-    'allocation_exhausted, with a message';
+    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, no_default_project, '
+    'unknown_account, account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, '
+    'no_allocation, allocation_exhausted, with a message';
 
 -- Re-checks queued jobs (HLRN's SystemHold): holds those whose account became invalid and
 -- releases those it held whose account is valid again (a transfer, a deposit, another
@@ -263,11 +263,9 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,
-                   -- the same refusal without the account's details, a control character a space;
-                   -- unknown_account of a job that named none is check_submit's no_default_account
-                   hpcacct_internal.notify_name(hpcacct_internal.refusal_message(
-                       CASE WHEN c.reason = 'unknown_account' AND p.account IS NULL THEN 'no_default_account'
-                            ELSE c.reason END, c.account, p.username, NULL)) AS public_message
+                   -- the same refusal without the account's details, a control character a space
+                   hpcacct_internal.notify_name(hpcacct_internal.refusal_message(c.reason, c.account, p.username, NULL))
+                       AS public_message
             FROM @extschema@.pending_job p
             CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
             FOR UPDATE OF p

@@ -11807,6 +11807,46 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
 -- ==== charge_jobs(): an update moving a row onto a listed run's key reverses its charges first (it was charged twice), and the keys it leaves leave job_to_reload ---
 -- charge_jobs(): defined in the final definitions below
 
+-- ==== check_submit(): a user with neither a default project nor a personal account, without -A, is no_default_project (it was unknown_account with other words); recheck_queued() no longer repeats the rule ---
+-- check_submit() and recheck_queued(): defined in the final definitions below
+CREATE OR REPLACE FUNCTION hpcacct_internal.refusal_message(reason text, account text, username text, details text)
+    RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN CASE reason
+        WHEN 'unknown_user' THEN pg_catalog.format(
+            'user %s is not known to the accounting system: submit with an account (sbatch -A) or ask support to register you',
+            username)
+        WHEN 'no_default_project' THEN pg_catalog.format(
+            'user %s has no default project and no personal account: submit with an account (sbatch -A)', username)
+        WHEN 'unknown_account' THEN pg_catalog.format(
+            'account %s does not exist: check the account you gave (sbatch -A)', account)
+        WHEN 'account_deleted' THEN pg_catalog.format(
+            'account %s has been deleted and cannot be used again', account)
+        WHEN 'no_access' THEN pg_catalog.format(
+            'user %s is not a member of account %s: ask one of its project administrators to add you, or submit with '
+            'another account', username, account)
+        WHEN 'account_expired' THEN pg_catalog.format(
+            'account %s has no allocation for this or a later quarter: ask for a new allocation, or submit with another '
+            'account (sbatch -A)', account)
+        WHEN 'account_inactive' THEN pg_catalog.format(
+            'account %s has no allocation for this quarter%s: ask staff to move allocation into this quarter, or submit '
+            'with another account', account, '; its allocation begins on ' || details)
+        WHEN 'negative_balance' THEN pg_catalog.format(
+            'account %s has a negative balance this quarter%s: ask for a transfer or a deposit, or submit with another '
+            'account', account, ' (' || details || ')')
+        WHEN 'quota_blocked' THEN pg_catalog.format(
+            'account %s is blocked by its sliding-window quota%s: submit with another account', account,
+            ' (' || details || ')')
+        WHEN 'no_allocation' THEN pg_catalog.format(
+            'account %s has no allocation valid%s: submit with another account', account, ' on ' || details)
+        WHEN 'allocation_exhausted' THEN pg_catalog.format(
+            'account %s has used up its allocation (after retractions): ask for a supplement, or submit with another '
+            'account', account)
+    END;
+COMMENT ON FUNCTION hpcacct_internal.refusal_message(text, text, text, text) IS
+    'The message of a submit refusal: with details (figures and days only the account''s members read) as '
+    'check_submit gives it, with details NULL the public reason of a held job''s comment';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12251,8 +12291,8 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
         verdict := @extschema@.account_verdict(chosen, at);
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
-            RETURN ROW(false, chosen, 'unknown_account',
-                       hpcacct_internal.refusal_message('no_default_account', chosen, username, NULL))::@extschema@.submit_decision;
+            RETURN ROW(false, chosen, 'no_default_project',
+                       hpcacct_internal.refusal_message('no_default_project', chosen, username, NULL))::@extschema@.submit_decision;
         ELSIF verdict.reason IN ('unknown_account', 'account_deleted') THEN
             RETURN verdict;
         END IF;
@@ -12265,9 +12305,9 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
     END
     $$;
 COMMENT ON FUNCTION @extschema@.check_submit(text, text, date) IS
-    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, unknown_account, '
-    'account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, no_allocation, '
-    'allocation_exhausted, with a message';
+    'Submit check under the account''s policies: resolves the default project; refuses unknown_user, no_default_project, '
+    'unknown_account, account_deleted, no_access, account_expired, account_inactive, negative_balance, quota_blocked, '
+    'no_allocation, allocation_exhausted, with a message';
 CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
         account text,
         at date DEFAULT @extschema@.site_today())
@@ -12658,11 +12698,9 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,
-                   -- the same refusal without the account's details, a control character a space;
-                   -- unknown_account of a job that named none is check_submit's no_default_account
-                   hpcacct_internal.notify_name(hpcacct_internal.refusal_message(
-                       CASE WHEN c.reason = 'unknown_account' AND p.account IS NULL THEN 'no_default_account'
-                            ELSE c.reason END, c.account, p.username, NULL)) AS public_message
+                   -- the same refusal without the account's details, a control character a space
+                   hpcacct_internal.notify_name(hpcacct_internal.refusal_message(c.reason, c.account, p.username, NULL))
+                       AS public_message
             FROM @extschema@.pending_job p
             CROSS JOIN LATERAL @extschema@.check_submit(p.username, p.account, at) c
             FOR UPDATE OF p

@@ -185,6 +185,7 @@ end
 
 local error_of_reason = {
     unknown_account = "ESLURM_INVALID_ACCOUNT",
+    no_default_project = "ESLURM_INVALID_ACCOUNT",
     account_deleted = "ESLURM_INVALID_ACCOUNT",
     unknown_user = "ESLURM_ACCESS_DENIED",
     no_access = "ESLURM_ACCESS_DENIED",

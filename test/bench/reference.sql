@@ -523,6 +523,7 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
         ), x AS MATERIALIZED (
             SELECT c.*, n.next_q,
                    CASE WHEN c.chosen IS NULL THEN 'unknown_user'
+                        WHEN a.name IS NULL AND $2 IS NULL THEN 'no_default_project'
                         WHEN a.name IS NULL THEN 'unknown_account'
                         WHEN a.deleted_in IS NOT NULL AND a.deleted_in <= $3 THEN 'account_deleted'
                         WHEN NOT EXISTS (SELECT 1 FROM hpcacct.membership m WHERE m.account = c.chosen AND m.username = $1)
@@ -572,11 +573,10 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                CASE y.reason
                    WHEN 'unknown_user' THEN format('user %s is not known to the accounting system: submit with an '
                                                    'account (sbatch -A) or ask support to register you', $1)
-                   WHEN 'unknown_account' THEN
-                       CASE WHEN $2 IS NULL
-                            THEN format('user %s has no default project and no personal account: submit with an '
-                                        'account (sbatch -A)', $1)
-                            ELSE format('account %s does not exist: check the account you gave (sbatch -A)', y.chosen) END
+                   WHEN 'no_default_project' THEN format('user %s has no default project and no personal account: '
+                                                         'submit with an account (sbatch -A)', $1)
+                   WHEN 'unknown_account' THEN format('account %s does not exist: check the account you gave (sbatch -A)',
+                                                      y.chosen)
                    WHEN 'account_deleted' THEN format('account %s has been deleted and cannot be used again', y.chosen)
                    WHEN 'no_access' THEN format('user %s is not a member of account %s: ask one of its project '
                                                 'administrators to add you, or submit with another account', $1, y.chosen)

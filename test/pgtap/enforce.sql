@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(68);
+SELECT plan(70);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -57,10 +57,15 @@ SELECT is((SELECT reason FROM d WHERE account = 'nosuch'), 'unknown_account', 'a
 SELECT is((SELECT ok FROM d WHERE account = 'e_genci'), true, 'a GENCI project with a valid grant is accepted');
 SELECT is((check_submit('ghost', NULL, '2024-05-10')).reason, 'unknown_user', 'an unknown user without -A');
 SELECT is((check_submit('ghost', 'e_bank', '2024-05-10')).reason, 'no_access', 'a non-member');
--- a user with no personal account (as sync_slurm_accounts() adds them), without -A: unknown_account,
--- and the message does not blame an account the user did not give
+-- a user with no personal account (as sync_slurm_accounts() adds them), without -A: a reason of
+-- its own, whose words do not blame an account the user did not give
 INSERT INTO hpc_user (username) VALUES ('synced');
-SELECT is((check_submit('synced', NULL, '2024-05-10')).reason, 'unknown_account', 'a user without a personal account, without -A');
+SELECT is((check_submit('synced', NULL, '2024-05-10')).reason, 'no_default_project',
+          'a user without a personal account, without -A (it was unknown_account, with another reason''s words)');
+SELECT is((SELECT c.message FROM check_submit('synced', NULL, '2024-05-10') c),
+          (SELECT hpcacct_internal.refusal_message(c.reason, c.account, 'synced', NULL)
+           FROM check_submit('synced', NULL, '2024-05-10') c),
+          'its message is its reason''s, as refusal_message() words it');
 SELECT is((check_submit('synced', NULL, '2024-05-10')).message,
           'user synced has no default project and no personal account: submit with an account (sbatch -A)',
           'is told to name an account');
@@ -177,6 +182,11 @@ SELECT results_eq($$SELECT jobid, hold_comment, hold_reason FROM pending_job WHE
                          AS c(jobid, username, account, comment)
                     ORDER BY 1$$,
                   'each held job''s comment is its owner''s message without the figures, its parenthesised words kept');
+SELECT results_eq($$SELECT p.jobid, p.hold_comment FROM pending_job p WHERE p.jobid ~ '^[cd][0-9]$' ORDER BY 1$$,
+                  $$SELECT p.jobid, hpcacct_internal.refusal_message(c.reason, c.account, p.username, NULL)
+                    FROM pending_job p CROSS JOIN LATERAL check_submit(p.username, p.account, '2024-05-10') c
+                    WHERE p.jobid ~ '^[cd][0-9]$' ORDER BY 1$$,
+                  'each comment is the refusal_message() of check_submit''s reason, a job without -A''s too');
 SELECT ok((SELECT bool_and(hold_reason <> hold_comment) FROM pending_job WHERE jobid IN ('c1', 'c2', 'c9')),
           'while the owner''s message has the balance, the quota''s use and the day checked');
 SELECT is(hpcacct_internal.refusal_message('negative_balance', E'a\nb (c)', NULL, NULL),

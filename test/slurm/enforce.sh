@@ -58,6 +58,7 @@ INSERT INTO account (name, kind) VALUES
     ('e_low', 'project'), ('e_staff', 'special'), ('e_hold', 'project'), ('e_low2', 'project');
 INSERT INTO account (name, kind, deleted_in) VALUES ('e_deleted', 'personal', current_date - 1);
 INSERT INTO hpc_user (username) VALUES ('e_deleted');
+INSERT INTO hpc_user (username) VALUES ('nobody');   -- neither a default project nor a personal account
 INSERT INTO membership (account, username, role)
 SELECT a, 'root', 'admin'
 FROM unnest(ARRAY['e_good', 'e_expired', 'e_neg', 'e_rwth', 'e_low', 'e_staff', 'e_hold', 'e_deleted', 'e_low2']) AS a;
@@ -232,6 +233,16 @@ check "a job without -A gets hpcacct's default project (e_good)" \
     "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
 scancel --quiet $(squeue -h -o %A) 2>/dev/null
 check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission refused for root on e_neg: negative_balance' "$log" && echo t)"
+# a user without a default project or a personal account, without -A (root submits as nobody):
+# no_default_project, Slurm's text that of an invalid account
+out=$(sbatch --parsable --uid=nobody -p cpu -n 1 -t 5 -o /dev/null --wrap 'sleep 600' 2>&1)
+rc=$?
+check "a user without a default project, without -A, is refused as an invalid account, with hpcacct's message" \
+    "$([ $rc -ne 0 ] && grep -qF 'user nobody has no default project and no personal account' <<<"$out" &&
+       grep -qF 'Invalid account' <<<"$out" &&
+       grep -q 'hpcacct: submission refused for nobody on nobody: no_default_project' "$log" && echo t)"
+[ $rc -ne 0 ] || scancel --quiet "${out%%;*}" 2>/dev/null
+echo "$out" | sed 's/^/# sbatch said: /'
 # the account a user gives is logged on one line: a line break in it forges no line of its own
 submit $'e_nosuch\nhpcacct: forged line'
 grep -a -A1 'e_nosuch' "$log" | grep -a 'forged line' | sed 's/^/# logged: /'
