@@ -13511,18 +13511,18 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                           THEN coalesce(sum(c.core_hours), 0) END AS core_hours,
                      -- wall-clock time in the site's time zone, as usage_by_resource() counts it (a
                      -- DST change makes a day 23 or 25 hours)
-                     (y.last_day + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz AS year_length,
-                     (upto + 1)::timestamp AT TIME ZONE tz - y.first_day::timestamp AT TIME ZONE tz AS elapsed
-              FROM @extschema@.charge_by_month c
+                     y.length AS year_length, (upto + 1)::timestamp AT TIME ZONE tz - y.starts AS elapsed
+              -- each pool's allocation year containing the month, once per pool
+              FROM (SELECT p.pool, ay.first_day, ay.last_day, ay.starts, ay.length
+                    FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM @extschema@.resource r) p
+                    CROSS JOIN LATERAL @extschema@.allocation_year(p.pool, NULL, m::timestamp AT TIME ZONE tz) ay
+                    OFFSET 0) y
+              JOIN @extschema@.charge_by_month c ON c.pool = y.pool
               JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
               JOIN @extschema@.resource r ON r.resource_id = l.resource_id
-              CROSS JOIN LATERAL (
-                  SELECT s.first_day, (s.first_day + interval '1 year')::date - 1 AS last_day
-                  FROM (SELECT make_date(EXTRACT(year FROM m)::integer - CASE WHEN EXTRACT(month FROM m) < sm.start_month THEN 1 ELSE 0 END,
-                                         sm.start_month, 1) AS first_day
-                        FROM (SELECT @extschema@.year_start_month(c.pool) AS start_month) sm) s) y
-              WHERE c.account = a.name AND c.month >= y.first_day AND c.month <= m
-              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, upto) u
+              -- (a year containing m began less than a year before it)
+              WHERE c.account = a.name AND c.month >= y.first_day AND c.month > m - interval '1 year' AND c.month <= m
+              GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, y.starts, y.length) u
         CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
 

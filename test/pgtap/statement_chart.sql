@@ -5,7 +5,7 @@
 -- quarter, re-rated (a reversal and a new charge), and running past the statement's month.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(10);
+SELECT plan(12);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -32,7 +32,10 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
     ('sc_c', 'long', 'sc_a', 'u', 'p', '2024-04-15 09:00+02', '2024-04-25 21:00+02', 'cpu=1', 'COMPLETED'),
     ('sc_c', 'past', 'sc_a', 'u', 'p', '2024-04-29 13:00+02', '2024-05-03 02:00+02', 'cpu=2', 'COMPLETED'),
     -- on the other machine, in another unit: on neither chart
-    ('sc_h', 'h', 'sc_a', 'u', 'p', '2024-04-05 00:00+02', '2024-04-06 00:00+02', 'cpu=1', 'COMPLETED');
+    ('sc_h', 'h', 'sc_a', 'u', 'p', '2024-04-05 00:00+02', '2024-04-06 00:00+02', 'cpu=1', 'COMPLETED'),
+    ('sc_h', 'h0', 'sc_a', 'u', 'p', '2024-03-05 00:00+01', '2024-03-05 10:00+01', 'cpu=1', 'COMPLETED');
+-- the other machine's allocation year begins in April
+INSERT INTO pool (name, year_start_month) VALUES ('sc_h', 4);
 -- re-rated: a reversal and a new charge of the same job
 UPDATE job SET alloctres = 'cpu=6' WHERE jobid = 'long';
 
@@ -79,6 +82,15 @@ SELECT is((SELECT balance FROM bank WHERE day = '2024-04-30'),
           5000 - (3 * 60 + 4 * 1.25 + 6 + 5 * 7 + 0 + 0 + 6 * 252 + 2 * 35)::numeric,
           'the bank on 30 April: the quarter''s deposit less q''s April 60 hours, the DST job''s 1.25, m1, m2, z1, z2, '
           'long at 6 cores (its first charge reversed) and past''s April 35 hours');
+
+-- usage by resource: each pool's allocation year containing the month
+SELECT is((SELECT x ->> 'year_start' || ' ' || (x ->> 'usage') FROM jsonb_array_elements(account_month('sc_a', '2024-03-01') -> 'usage_by_resource') x
+           WHERE x ->> 'pool' = 'sc_h'), '2023-04-01 30.000000', 'March: sc_h''s year from April 2023, h0''s 10 hours at rate 3');
+SELECT is((SELECT x ->> 'year_start' || ' ' || (x ->> 'usage') || ' ' || (x ->> 'projected_usage')
+           FROM d, jsonb_array_elements(d -> 'usage_by_resource') x WHERE x ->> 'pool' = 'sc_h'),
+          (SELECT first_day || ' ' || round(usage, 6) || ' ' || round(projected_usage, 6)
+           FROM usage_by_resource(NULL, '2024-05-01 00:00 Europe/Berlin') WHERE pool = 'sc_h'),
+          'April: sc_h''s new year, as usage_by_resource() at the end of April');
 
 SELECT * FROM finish();
 ROLLBACK;
