@@ -92,7 +92,8 @@ CREATE VIEW @extschema@.charge_by_month AS
                                                (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
            l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
                                                    m.month AT TIME ZONE z.tz,
-                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours,
+           l.job_start, l.job_end
     FROM @extschema@.ledger l
     JOIN @extschema@.resource r USING (resource_id)
     CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
@@ -111,6 +112,7 @@ COMMENT ON VIEW @extschema@.charge_by_month IS
 -- A job that ended by a day's end counts its share from first_day on from that day (whole:
 -- the same numeric as at any later day); a job running across a day's end counts its share
 -- up to it, for each day it runs across. The same exact numerics, summed in another order.
+-- A NULL or infinite first or last day is 22004 or 22008.
 CREATE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
     RETURNS TABLE (day date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -128,7 +130,8 @@ BEGIN ATOMIC
           AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
           AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
           AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
-          AND l.job_end >= charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz
+          -- (the instant once, as a parameter: the ledger's BRIN index reads only the period's part)
+          AND l.job_end >= (SELECT charges_to_day_end.first_day::timestamp AT TIME ZONE @extschema@.site_timezone())
     ), ended AS (
         SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
                    AS amount
@@ -146,7 +149,14 @@ BEGIN ATOMIC
         GROUP BY d.day::date
     )
     SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
-    FROM pg_catalog.generate_series(charges_to_day_end.first_day, charges_to_day_end.last_day, interval '1 day') g(day)
+    FROM pg_catalog.generate_series(
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.first_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day')
+             THEN charges_to_day_end.first_day END,
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
+             THEN charges_to_day_end.last_day END,
+        interval '1 day') g(day)
     LEFT JOIN ended e ON e.day = g.day::date
     LEFT JOIN running r ON r.day = g.day::date
     ORDER BY g.day;

@@ -208,7 +208,8 @@ CREATE FUNCTION hpcacct_internal.balance_at_end(account text, day date) RETURNS 
                                                            (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz, z.q_end AT TIME ZONE z.tz)), 6)
                            FROM @extschema@.ledger l
                            WHERE l.account = balance_at_end.account AND l.kind = 'charge' AND l.unit = hpcacct_internal.bank_unit()
-                             AND l.job_end >= (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz
+                             -- (the instant once, as a parameter: the ledger's BRIN index reads only the days after)
+                             AND l.job_end >= (SELECT (balance_at_end.day + 1)::timestamp AT TIME ZONE @extschema@.site_timezone())
                              AND l.job_start < z.q_end AT TIME ZONE z.tz), 0)
         FROM (SELECT @extschema@.site_timezone() AS tz,
                      (@extschema@.quarter_start(balance_at_end.day) + interval '3 months')::timestamp AS q_end) z
@@ -226,6 +227,8 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
     DECLARE
         a @extschema@.account := hpcacct_internal.visible_account(account);
         m date;
+        m_start timestamptz;  -- instants as parameters: the ledger's BRIN index on job_end reads from them
+        year_floor timestamptz;
         m_end date;
         tz text := @extschema@.site_timezone();
         upto date;
@@ -237,6 +240,8 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         bank_unit text := @extschema@.setting_value('bank_unit');
     BEGIN
         m := hpcacct_internal.statement_month(month);
+        m_start := m::timestamp AT TIME ZONE tz;
+        year_floor := (m - interval '1 year') AT TIME ZONE tz;
         m_end := (m + interval '1 month')::date - 1;
         upto := least(m_end, @extschema@.site_today());
         y_start := date_trunc('year', m)::date;
@@ -257,7 +262,8 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
                      GROUPING(c.cluster, c.partition, c.submitter) AS g
               FROM @extschema@.charge_by_month c
-              WHERE c.account = a.name AND c.month = m
+              -- (a job with a part in the month ended in it or later)
+              WHERE c.account = a.name AND c.month = m AND c.job_end >= m_start
               GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
         sections := sections || jsonb_build_object('charges', section);
 
@@ -289,8 +295,9 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
               JOIN @extschema@.charge_by_month c ON c.pool = y.pool
               JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
               JOIN @extschema@.resource r ON r.resource_id = l.resource_id
-              -- (a year containing m began less than a year before it)
+              -- (a year containing m began less than a year before it; its jobs ended since)
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month > m - interval '1 year' AND c.month <= m
+                AND c.job_end >= year_floor
               GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, y.starts, y.length) u
         CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
@@ -370,6 +377,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
     DECLARE
         bank_unit text := @extschema@.setting_value('bank_unit');
         tz constant text := @extschema@.site_timezone();
+        month_start timestamptz;
         result jsonb;
     BEGIN
         IF at IS NULL THEN
@@ -378,6 +386,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
         IF NOT isfinite(at) THEN
             RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
         END IF;
+        month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
         SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
         INTO result
         FROM (SELECT a.name,
@@ -412,10 +421,12 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                               FROM @extschema@.ledger l
                                               WHERE l.account = a.name AND l.kind = 'charge'
                                                 AND l.job_start < z.d_end AND (l.job_end > z.m_start OR l.job_start >= z.m_start)
+                                                -- (implied, as job_end >= job_start; a parameter: the ledger's BRIN
+                                                -- index reads only the month's part)
+                                                AND l.job_end >= month_start
                                               GROUP BY l.unit) t))) AS item
               FROM @extschema@.account a
-              CROSS JOIN (SELECT date_trunc('month', at)::timestamp AT TIME ZONE tz AS m_start,
-                                 (at + 1)::timestamp AT TIME ZONE tz AS d_end) z
+              CROSS JOIN (SELECT month_start AS m_start, (at + 1)::timestamp AT TIME ZONE tz AS d_end) z
               WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
         RETURN result;
     END

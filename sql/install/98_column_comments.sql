@@ -127,6 +127,8 @@ BEGIN
         ('{fairshare_queue}', 'held', 'Whether hpcacct-slurm-sync holds the job'),
         ('{fairshare_queue}', 'submitted_at', 'When the sync first recorded the job pending (the third sort key)'),
         ('{charge_by_month}', 'core_hours', 'Raw core-hours of the charges in that month (AllocTRES cores x wall-clock hours, pro rata; NULL when a charge''s cores are unknown)'),
+        ('{charge_by_month}', 'job_start', 'Start of the charged job (the whole job, not its part in the month)'),
+        ('{charge_by_month}', 'job_end', 'End of the charged job (the whole job; a bound on it lets the ledger''s index on job_end be used)'),
         -- several clusters
         ('{federation_status}', 'site', 'Site at the other end of the link (0: the centre; at a site always 0)'),
         ('{federation_status}', 'direction', 'from (a subscription here) or to (a slot another database reads)'),

@@ -11760,6 +11760,7 @@ COMMENT ON FUNCTION hpcacct_internal.administers(text, text) IS
 -- A job that ended by a day's end counts its share from first_day on from that day (whole:
 -- the same numeric as at any later day); a job running across a day's end counts its share
 -- up to it, for each day it runs across. The same exact numerics, summed in another order.
+-- A NULL or infinite first or last day is 22004 or 22008.
 CREATE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
     RETURNS TABLE (day date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -11777,7 +11778,8 @@ BEGIN ATOMIC
           AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
           AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
           AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
-          AND l.job_end >= charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz
+          -- (the instant once, as a parameter: the ledger's BRIN index reads only the period's part)
+          AND l.job_end >= (SELECT charges_to_day_end.first_day::timestamp AT TIME ZONE @extschema@.site_timezone())
     ), ended AS (
         SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
                    AS amount
@@ -11795,7 +11797,14 @@ BEGIN ATOMIC
         GROUP BY d.day::date
     )
     SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
-    FROM pg_catalog.generate_series(charges_to_day_end.first_day, charges_to_day_end.last_day, interval '1 day') g(day)
+    FROM pg_catalog.generate_series(
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.first_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day')
+             THEN charges_to_day_end.first_day END,
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
+             THEN charges_to_day_end.last_day END,
+        interval '1 day') g(day)
     LEFT JOIN ended e ON e.day = g.day::date
     LEFT JOIN running r ON r.day = g.day::date
     ORDER BY g.day;
@@ -11846,6 +11855,31 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.refusal_message(reason text, account
 COMMENT ON FUNCTION hpcacct_internal.refusal_message(text, text, text, text) IS
     'The message of a submit refusal: with details (figures and days only the account''s members read) as '
     'check_submit gives it, with details NULL the public reason of a held job''s comment';
+
+-- ==== the portal pages read the ledger from an instant on, through its BRIN index on job_end: charge_by_month shows each charge's job_start and job_end (account_month(), my_accounts() and balance_at_end() read everything again) ---
+-- account_month(), my_accounts() and balance_at_end(): defined in the final definitions below
+CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
+    SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
+           m.month::date AS month,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               m.month AT TIME ZONE z.tz,
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
+           l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
+                                                   m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours,
+           l.job_start, l.job_end
+    FROM @extschema@.ledger l
+    JOIN @extschema@.resource r USING (resource_id)
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
+        interval '1 month') AS m(month)
+    WHERE l.kind = 'charge'
+      AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+COMMENT ON COLUMN @extschema@.charge_by_month.job_start IS 'Start of the charged job (the whole job, not its part in the month)';
+COMMENT ON COLUMN @extschema@.charge_by_month.job_end IS
+    'End of the charged job (the whole job; a bound on it lets the ledger''s index on job_end be used)';
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -13457,6 +13491,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
     DECLARE
         a @extschema@.account := hpcacct_internal.visible_account(account);
         m date;
+        m_start timestamptz;  -- instants as parameters: the ledger's BRIN index on job_end reads from them
+        year_floor timestamptz;
         m_end date;
         tz text := @extschema@.site_timezone();
         upto date;
@@ -13468,6 +13504,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         bank_unit text := @extschema@.setting_value('bank_unit');
     BEGIN
         m := hpcacct_internal.statement_month(month);
+        m_start := m::timestamp AT TIME ZONE tz;
+        year_floor := (m - interval '1 year') AT TIME ZONE tz;
         m_end := (m + interval '1 month')::date - 1;
         upto := least(m_end, @extschema@.site_today());
         y_start := date_trunc('year', m)::date;
@@ -13488,7 +13526,8 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
                      GROUPING(c.cluster, c.partition, c.submitter) AS g
               FROM @extschema@.charge_by_month c
-              WHERE c.account = a.name AND c.month = m
+              -- (a job with a part in the month ended in it or later)
+              WHERE c.account = a.name AND c.month = m AND c.job_end >= m_start
               GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
         sections := sections || jsonb_build_object('charges', section);
 
@@ -13520,8 +13559,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
               JOIN @extschema@.charge_by_month c ON c.pool = y.pool
               JOIN @extschema@.ledger l ON l.entry_id = c.entry_id
               JOIN @extschema@.resource r ON r.resource_id = l.resource_id
-              -- (a year containing m began less than a year before it)
+              -- (a year containing m began less than a year before it; its jobs ended since)
               WHERE c.account = a.name AND c.month >= y.first_day AND c.month > m - interval '1 year' AND c.month <= m
+                AND c.job_end >= year_floor
               GROUP BY c.pool, c.cluster, c.partition, c.unit, y.first_day, y.last_day, y.starts, y.length) u
         CROSS JOIN (SELECT @extschema@.setting_value('hours_per_year')::numeric AS hours) h;
         sections := sections || jsonb_build_object('usage_by_resource', section);
@@ -13599,6 +13639,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
     DECLARE
         bank_unit text := @extschema@.setting_value('bank_unit');
         tz constant text := @extschema@.site_timezone();
+        month_start timestamptz;
         result jsonb;
     BEGIN
         IF at IS NULL THEN
@@ -13607,6 +13648,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
         IF NOT isfinite(at) THEN
             RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
         END IF;
+        month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
         SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
         INTO result
         FROM (SELECT a.name,
@@ -13641,10 +13683,12 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                               FROM @extschema@.ledger l
                                               WHERE l.account = a.name AND l.kind = 'charge'
                                                 AND l.job_start < z.d_end AND (l.job_end > z.m_start OR l.job_start >= z.m_start)
+                                                -- (implied, as job_end >= job_start; a parameter: the ledger's BRIN
+                                                -- index reads only the month's part)
+                                                AND l.job_end >= month_start
                                               GROUP BY l.unit) t))) AS item
               FROM @extschema@.account a
-              CROSS JOIN (SELECT date_trunc('month', at)::timestamp AT TIME ZONE tz AS m_start,
-                                 (at + 1)::timestamp AT TIME ZONE tz AS d_end) z
+              CROSS JOIN (SELECT month_start AS m_start, (at + 1)::timestamp AT TIME ZONE tz AS d_end) z
               WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
         RETURN result;
     END
@@ -16888,4 +16932,22 @@ CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
 COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
     'At the receiving end of a federation link whose slot was lost: a new slot at the sender, and the rows missing '
     'here copied from its snapshot (dblink); at the centre the site''s number, at a site 0';
+CREATE OR REPLACE FUNCTION hpcacct_internal.balance_at_end(account text, day date) RETURNS numeric
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+        SELECT @extschema@.balance(balance_at_end.account, balance_at_end.day)
+               + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                                           (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz, z.q_end AT TIME ZONE z.tz)), 6)
+                           FROM @extschema@.ledger l
+                           WHERE l.account = balance_at_end.account AND l.kind = 'charge' AND l.unit = hpcacct_internal.bank_unit()
+                             -- (the instant once, as a parameter: the ledger's BRIN index reads only the days after)
+                             AND l.job_end >= (SELECT (balance_at_end.day + 1)::timestamp AT TIME ZONE @extschema@.site_timezone())
+                             AND l.job_start < z.q_end AT TIME ZONE z.tz), 0)
+        FROM (SELECT @extschema@.site_timezone() AS tz,
+                     (@extschema@.quarter_start(balance_at_end.day) + interval '3 months')::timestamp AS q_end) z
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
+    'Bank balance of an account at the end of a day: balance() without the quarter''s charges after that day';
+
 -- ==== end of final definitions

@@ -5,7 +5,7 @@
 -- quarter, re-rated (a reversal and a new charge), and running past the statement's month.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(12);
+SELECT plan(15);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -91,6 +91,14 @@ SELECT is((SELECT x ->> 'year_start' || ' ' || (x ->> 'usage') || ' ' || (x ->> 
           (SELECT first_day || ' ' || round(usage, 6) || ' ' || round(projected_usage, 6)
            FROM usage_by_resource(NULL, '2024-05-01 00:00 Europe/Berlin') WHERE pool = 'sc_h'),
           'April: sc_h''s new year, as usage_by_resource() at the end of April');
+
+-- the days of a chart are finite and given
+SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NULL, NULL, '-infinity', '2024-04-30')$$,
+                 '22008', NULL, 'a first day of -infinity is 22008, not a series without end');
+SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NULL, NULL, '2024-04-01', 'infinity')$$,
+                 '22008', NULL, 'a last day of infinity is 22008');
+SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NULL, NULL, NULL, '2024-04-30')$$,
+                 '22004', NULL, 'a NULL first day is 22004');
 
 SELECT * FROM finish();
 ROLLBACK;
