@@ -579,6 +579,14 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
         PERFORM hpcacct_internal.require_admin(account, by_user);
+        -- making the last administrator a plain member would remove them as one (HA003)
+        IF role = 'member' AND hpcacct_internal.administers(username, account)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                           WHERE m.account = add_member.account AND m.username <> add_member.username
+                             AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
         INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
         ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
     END

@@ -11881,6 +11881,9 @@ COMMENT ON COLUMN @extschema@.charge_by_month.job_start IS 'Start of the charged
 COMMENT ON COLUMN @extschema@.charge_by_month.job_end IS
     'End of the charged job (the whole job; a bound on it lets the ledger''s index on job_end be used)';
 
+-- ==== add_member(): the last administrator made a plain member is HA003, as remove_member() refuses removing them ---
+-- add_member(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12509,6 +12512,14 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
         PERFORM hpcacct_internal.require_admin(account, by_user);
+        -- making the last administrator a plain member would remove them as one (HA003)
+        IF role = 'member' AND hpcacct_internal.administers(username, account)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                           WHERE m.account = add_member.account AND m.username <> add_member.username
+                             AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
         INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
         ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
     END

@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(33);
+SELECT plan(35);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -24,6 +24,10 @@ SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'ghost')$$, '42704', NULL, 
 SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member', 'ghost')$$, '42501', NULL,
                  'only administrators add members');
 SELECT throws_ok($$SELECT hpcacct.remove_member('proj', 'u1')$$, 'HA003', NULL, 'the last administrator stays');
+SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member')$$, 'HA003', NULL,
+                 'nor is the last administrator made a plain member by add_member()');
+SELECT is((SELECT role FROM hpcacct.membership WHERE account = 'proj' AND username = 'u1'), 'admin',
+          'u1 still administers proj');
 SELECT throws_ok($$UPDATE hpcacct.account SET personal_allotment = 6000 WHERE name = 'u1'$$, '22003', NULL,
                  'allotment above double the default');
 SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('personal_allotment', '-5')$$, '22023', NULL,

@@ -14,7 +14,7 @@ CREATE TEMP TABLE relations_with_account AS
                   AND NOT a.attisdropped)
     ORDER BY 1;
 GRANT SELECT ON relations_with_account TO PUBLIC;
-SELECT plan((SELECT count(*)::int FROM relations_with_account) + 30);
+SELECT plan((SELECT count(*)::int FROM relations_with_account) + 31);
 
 CALL setup_roles();
 CREATE ROLE dg_audit LOGIN IN ROLE hpcacct_auditor;
@@ -104,6 +104,8 @@ SELECT is((SELECT array_agg(username ORDER BY username) FROM membership WHERE ac
 SET SESSION AUTHORIZATION dg_other;
 SELECT throws_ok($$SELECT hpcacct.add_member('dg_a', 'dg_other')$$, '42501', NULL,
                  'a user who does not administer dg_a cannot add herself to it');
+SELECT throws_ok($$SELECT hpcacct.add_member('dg_b', 'dg_other', 'member')$$, 'HA003', NULL,
+                 'dg_b''s only administrator cannot make herself a plain member (the project would have none)');
 RESET SESSION AUTHORIZATION;
 SELECT lives_ok($$SELECT hpcacct.remove_member('dg_a', 'dg_pa')$$, 'dg_member, now an administrator too, lets dg_pa go (staff)');
 SET SESSION AUTHORIZATION dg_pa;
