@@ -124,6 +124,11 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
         IF NOT ($4 >= 0 AND $4 <= 9007199254740992) THEN  -- NaN fails it too
             RAISE EXCEPTION 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not %', $4
                 USING ERRCODE = 'numeric_value_out_of_range';
+        ELSIF $5 = '' THEN
+            RAISE EXCEPTION 'add_quota_period: cluster must not be empty (NULL: every cluster)'
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSIF $6 = '' THEN
+            RAISE EXCEPTION 'add_quota_period: unit must not be empty' USING ERRCODE = 'invalid_parameter_value';
         ELSIF $3 < $2 THEN
             RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %',
                 pg_catalog.to_char($3, 'YYYY-MM-DD'), pg_catalog.to_char($2, 'YYYY-MM-DD')
@@ -138,7 +143,7 @@ CREATE FUNCTION @extschema@.add_quota_period(account text, period_start date, pe
     $$;
 COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month '
-    '(0 to 2^53: 22003 otherwise; an end before the start: 22023)';
+    '(0 to 2^53: 22003 otherwise; an empty cluster or unit, or an end before the start: 22023)';
 REVOKE EXECUTE ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) FROM PUBLIC;
 
 -- The sliding-window quota of one account in the month containing `at`, with r_wlm_usage's

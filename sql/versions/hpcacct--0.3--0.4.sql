@@ -11884,6 +11884,9 @@ COMMENT ON COLUMN @extschema@.charge_by_month.job_end IS
 -- ==== add_member(): the last administrator made a plain member is HA003, as remove_member() refuses removing them ---
 -- add_member(): defined in the final definitions
 
+-- ==== add_quota_period(): an empty cluster or unit is 22023 --------------------------------
+-- add_quota_period(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -16647,6 +16650,11 @@ CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_sta
         IF NOT ($4 >= 0 AND $4 <= 9007199254740992) THEN  -- NaN fails it too
             RAISE EXCEPTION 'add_quota_period: monthly_allowance must be a number from 0 to 2^53, not %', $4
                 USING ERRCODE = 'numeric_value_out_of_range';
+        ELSIF $5 = '' THEN
+            RAISE EXCEPTION 'add_quota_period: cluster must not be empty (NULL: every cluster)'
+                USING ERRCODE = 'invalid_parameter_value';
+        ELSIF $6 = '' THEN
+            RAISE EXCEPTION 'add_quota_period: unit must not be empty' USING ERRCODE = 'invalid_parameter_value';
         ELSIF $3 < $2 THEN
             RAISE EXCEPTION 'add_quota_period: period_end % is before period_start %',
                 pg_catalog.to_char($3, 'YYYY-MM-DD'), pg_catalog.to_char($2, 'YYYY-MM-DD')
@@ -16661,7 +16669,7 @@ CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_sta
     $$;
 COMMENT ON FUNCTION @extschema@.add_quota_period(text, date, date, float8, text, text) IS
     'Adds an accounting period (first day to last day of whole months) with the same allowance in every month '
-    '(0 to 2^53: 22003 otherwise; an end before the start: 22023)';
+    '(0 to 2^53: 22003 otherwise; an empty cluster or unit, or an end before the start: 22023)';
 
 CREATE OR REPLACE PROCEDURE @extschema@.federation_resync(site integer)
     LANGUAGE plpgsql

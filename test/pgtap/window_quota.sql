@@ -3,7 +3,7 @@
 -- workers really ran.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(58);
+SELECT plan(60);
 
 -- ---- objects and their labels ----
 SELECT has_composite('hpcacct', 'quota', 'composite type hpcacct.quota');
@@ -100,6 +100,11 @@ SELECT throws_ok($$INSERT INTO hpcacct.monthly_allowance VALUES ('wq_a', '2012-0
                  '23503', NULL, 'allowance of a period that does not exist');
 SELECT throws_ok($$UPDATE hpcacct.quota_period SET period_start = '2012-02-01' WHERE account = 'wq_a'$$,
                  '23514', NULL, 'a period cannot lose months that have an allowance');
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', '2012-06-30', 1000, '')$$, '22023',
+                 'add_quota_period: cluster must not be empty (NULL: every cluster)',
+                 'an empty cluster (no charge would ever count)');
+SELECT throws_ok($$SELECT hpcacct.add_quota_period('wq_b', '2012-01-01', '2012-06-30', 1000, NULL, '')$$, '22023',
+                 'add_quota_period: unit must not be empty', 'an empty unit');
 SELECT is(pg_temp.quota_rows(), 7::bigint, 'nothing was written by the refused statements');
 
 -- ---- states for the submit check, from the ledger ----
