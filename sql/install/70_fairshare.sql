@@ -160,6 +160,10 @@ CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT 
         END IF;
         year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
                                    - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);
+        IF year NOT BETWEEN 1 AND 9999 THEN
+            RAISE EXCEPTION 'allocation_year: the allocation year containing at is %, outside 1 to 9999', year
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         first_day := pg_catalog.make_date(year, m, 1);
         last_day := (first_day + interval '1 year')::date - 1;
         starts := first_day::timestamp AT TIME ZONE tz;
@@ -174,8 +178,8 @@ CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT 
     $$;
 COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
     'A pool''s allocation year (by the year it starts in, or the one containing at): days, bounds in the site '
-    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year from 1 '
-    'to 9999 (22008 otherwise)';
+    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year, or '
+    'the year containing at, from 1 to 9999 (22008 otherwise)';
 
 -- The projection of a year's usage to its end, as the usage reports give it: in the current
 -- year, usage x length / elapsed (wall-clock time, allocation_year()); NULL in a past or future

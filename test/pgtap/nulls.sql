@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(58);
+SELECT plan(61);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -98,6 +98,18 @@ SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_submitter(NULL, NULL)$$, '2200
                  'usage_by_submitter(year, NULL) too');
 SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_month(NULL, 'infinity')$$, '22008', 'usage_by_month: at must be finite, not infinity',
                  'usage_by_month(year, infinity) too');
+-- the allocation year containing `at` must be one of 1 to 9999, as a named for_year must be
+-- (an April year seen in March of year 1 is year 0: it was PostgreSQL's "date field value
+-- out of range: 0-04-01"; an instant in year 10000 gave a year 10000 row)
+INSERT INTO hpcacct.pool (name, year_start_month) VALUES ('nl-april', 4);
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_year('nl-april', NULL, '0001-03-01 12:00+00')$$, '22008',
+                 'allocation_year: the allocation year containing at is 0, outside 1 to 9999',
+                 'allocation_year() of an instant in allocation year 0');
+SELECT throws_ok($$SELECT * FROM hpcacct.allocation_year('nl-april', NULL, '10000-06-01 12:00+00')$$, '22008',
+                 'allocation_year: the allocation year containing at is 10000, outside 1 to 9999',
+                 'and of one in year 10000');
+SELECT lives_ok($$SELECT * FROM hpcacct.allocation_year('nl-april', NULL, '0001-06-01 12:00+00')$$,
+                'year 1 is a year');
 -- period_share(): an infinite job start or end is 22008 naming it (it was PostgreSQL's
 -- 'cannot subtract infinite timestamps'); infinite period bounds stay no bound.
 SELECT throws_ok($$SELECT hpcacct.period_share('2024-01-01', 'infinity', '2024-01-01', '2024-02-01')$$, '22008',
