@@ -184,6 +184,14 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         IF through IS NOT NULL AND NOT pg_catalog.isfinite(through) THEN
             RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
         END IF;
+        -- it only moves forward: one ahead of the clock would make every later window skip
+        -- the jobs that end before it (an hour's leeway for the loader host's clock)
+        IF through > pg_catalog.statement_timestamp() + interval '1 hour' THEN
+            RAISE EXCEPTION 'the watermark % is more than an hour after the database server''s clock (%)',
+                through, pg_catalog.statement_timestamp()
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The next sacct window starts at the watermark, which never moves back: check the loader host''s clock.';
+        END IF;
         -- One load at a time (another waits here): every committed line is loaded once.
         PERFORM hpcacct_internal.run_alone('load_sacct');
         -- When no other session holds the staging table (none is staging or reading lines) it
@@ -494,7 +502,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
     $fn$;
 COMMENT ON FUNCTION @extschema@.load_sacct(timestamptz, text[]) IS
     'Loads the staged sacct lines (and retries the quarantine): charges finished runs, skips steps, unfinished runs and '
-    'ignored accounts, quarantines the rest; advances the clusters'' watermarks to through';
+    'ignored accounts, quarantines the rest; advances the clusters'' watermarks to through (at most an hour ahead of '
+    'the server''s clock: 22023)';
 
 -- Accounts, users and memberships from sacctmgr's associations: adds what is missing, never
 -- removes anything. Slurm accounts in slurm_account_map are not added (an ignored account is

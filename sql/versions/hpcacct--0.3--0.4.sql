@@ -11931,6 +11931,9 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
     'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year, or '
     'the year containing at, from 1 to 9999 (22008 otherwise)';
 
+-- ==== load_sacct(): a watermark more than an hour after the server's clock is 22023 and moves nothing ---
+-- load_sacct(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14001,6 +14004,14 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
         IF through IS NOT NULL AND NOT pg_catalog.isfinite(through) THEN
             RAISE EXCEPTION 'the watermark must be finite, not %', through USING ERRCODE = 'datetime_field_overflow';
         END IF;
+        -- it only moves forward: one ahead of the clock would make every later window skip
+        -- the jobs that end before it (an hour's leeway for the loader host's clock)
+        IF through > pg_catalog.statement_timestamp() + interval '1 hour' THEN
+            RAISE EXCEPTION 'the watermark % is more than an hour after the database server''s clock (%)',
+                through, pg_catalog.statement_timestamp()
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The next sacct window starts at the watermark, which never moves back: check the loader host''s clock.';
+        END IF;
         -- One load at a time (another waits here): every committed line is loaded once.
         PERFORM hpcacct_internal.run_alone('load_sacct');
         -- When no other session holds the staging table (none is staging or reading lines) it
@@ -14311,7 +14322,8 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
     $fn$;
 COMMENT ON FUNCTION @extschema@.load_sacct(timestamptz, text[]) IS
     'Loads the staged sacct lines (and retries the quarantine): charges finished runs, skips steps, unfinished runs and '
-    'ignored accounts, quarantines the rest; advances the clusters'' watermarks to through';
+    'ignored accounts, quarantines the rest; advances the clusters'' watermarks to through (at most an hour ahead of '
+    'the server''s clock: 22023)';
 CREATE OR REPLACE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT users_added bigint,
                                                 OUT memberships_added bigint, OUT associations bigint)
     LANGUAGE plpgsql

@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(85);
+SELECT plan(87);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -210,6 +210,11 @@ SELECT is(sacct_window_start('ldr', '0'), '2024-01-12 00:00+00'::timestamptz, 'd
 SELECT is(sacct_window_start('nowhere', '0'), NULL, 'a cluster never loaded has no window start');
 SELECT throws_ok($$SELECT * FROM hpcacct.load_sacct('2024-01-12 00:00+00')$$, '22004', NULL,
                  'a watermark without clusters is refused');
+-- a watermark in the future would stay there (it never moves back) and every later window
+-- would start after the jobs that end before it: refused, nothing moved
+SELECT throws_ok($$SELECT * FROM hpcacct.load_sacct(now() + interval '10 years', ARRAY['ldr'])$$, '22023', NULL,
+                 'a watermark ten years ahead of the clock is refused');
+SELECT is(sacct_window_start('ldr', '0'), '2024-01-12 00:00+00'::timestamptz, 'and the watermark stays');
 
 -- The roles: the ingestion role stages and loads (no row-level security on staging, so
 -- COPY works for it); a portal user cannot read staged lines at all.
