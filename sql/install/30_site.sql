@@ -133,6 +133,7 @@ CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
         BEGIN
             ok := CASE NEW.name
                 WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'bank_unit' THEN NEW.value <> ''
                 WHEN 'half_life' THEN NEW.value::interval > interval '0'
                                       AND pg_catalog.date_part('month', NEW.value::interval) = 0
                                       AND pg_catalog.date_part('year', NEW.value::interval) = 0

@@ -11934,6 +11934,9 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ==== load_sacct(): a watermark more than an hour after the server's clock is 22023 and moves nothing ---
 -- load_sacct(): defined in the final definitions
 
+-- ==== check_setting(): an empty bank_unit is 22023 -----------------------------------------
+-- check_setting(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14671,6 +14674,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
         BEGIN
             ok := CASE NEW.name
                 WHEN 'decay' THEN NEW.value IN ('half_life', 'interval')
+                WHEN 'bank_unit' THEN NEW.value <> ''
                 WHEN 'half_life' THEN NEW.value::interval > interval '0'
                                       AND pg_catalog.date_part('month', NEW.value::interval) = 0
                                       AND pg_catalog.date_part('year', NEW.value::interval) = 0

@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(35);
+SELECT plan(36);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -33,6 +33,8 @@ SELECT throws_ok($$UPDATE hpcacct.account SET personal_allotment = 6000 WHERE na
 SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('personal_allotment', '-5')$$, '22023', NULL,
                  'a negative default allotment');
 SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('colour', 'blue')$$, '42704', NULL, 'an unknown setting');
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('bank_unit', '')$$, '22023', NULL,
+                 'an empty bank unit (no deposit or charge could be in it)');
 SELECT throws_ok($$SELECT hpcacct.quarter_balance('deposit', '2024-01-01', 1, NULL)$$, '22004', NULL,
                  'NULL at in the aggregate');
 SELECT throws_ok($$SELECT hpcacct.quarter_balance('bonus', '2024-01-01', 1, '2024-01-01')$$, '22023', NULL,
