@@ -579,6 +579,10 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
         PERFORM hpcacct_internal.require_admin(account, by_user);
+        -- one member change of an account at a time, so that two administrators demoting or
+        -- removing each other at once cannot both pass the check below (loads, which lock
+        -- the account FOR KEY SHARE, do not wait)
+        PERFORM FROM @extschema@.account a WHERE a.name = add_member.account FOR NO KEY UPDATE;
         -- making the last administrator a plain member would remove them as one (HA003)
         IF role = 'member' AND hpcacct_internal.administers(username, account)
            AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
@@ -606,6 +610,8 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
             RAISE EXCEPTION 'remove_member: account and username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        -- one member change of an account at a time (see add_member())
+        PERFORM FROM @extschema@.account a WHERE a.name = remove_member.account FOR NO KEY UPDATE;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account

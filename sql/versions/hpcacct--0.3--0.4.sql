@@ -11937,6 +11937,9 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ==== check_setting(): an empty bank_unit is 22023 -----------------------------------------
 -- check_setting(): defined in the final definitions
 
+-- ==== add_member(), remove_member(): one member change of an account at a time (two administrators removing each other at once left none) ---
+-- add_member(), remove_member(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12565,6 +12568,10 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
             RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
         END IF;
         PERFORM hpcacct_internal.require_admin(account, by_user);
+        -- one member change of an account at a time, so that two administrators demoting or
+        -- removing each other at once cannot both pass the check below (loads, which lock
+        -- the account FOR KEY SHARE, do not wait)
+        PERFORM FROM @extschema@.account a WHERE a.name = add_member.account FOR NO KEY UPDATE;
         -- making the last administrator a plain member would remove them as one (HA003)
         IF role = 'member' AND hpcacct_internal.administers(username, account)
            AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
@@ -12590,6 +12597,8 @@ CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text
             RAISE EXCEPTION 'remove_member: account and username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         PERFORM hpcacct_internal.require_member_manager(account, by_user);
+        -- one member change of an account at a time (see add_member())
+        PERFORM FROM @extschema@.account a WHERE a.name = remove_member.account FOR NO KEY UPDATE;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account

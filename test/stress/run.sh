@@ -3,7 +3,8 @@
 # the middle of a large COPY; after each, the ledger invariants (invariants.sql) must hold.
 # Then concurrent top-ups, deletes racing loads (delete_race.sh), and sacct loads beside
 # sessions staging lines (loader_race.sh), and deferred rollups beside two loaders
-# (deferred_race.sh), and the runs' locks beside a login holding advisory locks (run_lock.sh).
+# (deferred_race.sh), and the runs' locks beside a login holding advisory locks (run_lock.sh),
+# and a project's last administrator kept through concurrent member changes (member_race.sh).
 # Prints one line per check and appends "stress passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -128,5 +129,8 @@ rm -f "$HPCACCT_SCRATCH.rr"
 
 # The runs that must not overlap keep apart on locks a login cannot take.
 . ./run_lock.sh
+
+# Two administrators of a project removing each other at once: one stays (HA003).
+. ./member_race.sh
 
 report stress
