@@ -479,6 +479,9 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
         IF username = '' THEN
             RAISE EXCEPTION 'add_user: username must not be empty' USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        IF username ~ '[[:cntrl:]]' THEN
+            RAISE EXCEPTION 'add_user: username must not hold control characters' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
             RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
                 USING ERRCODE = 'invalid_parameter_value';
@@ -497,7 +500,7 @@ CREATE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.
     $$;
 COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
     'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
-    'a username is not empty and at most 64 characters (22023)';
+    'a username is not empty, holds no control character and is at most 64 characters (22023)';
 REVOKE EXECUTE ON FUNCTION @extschema@.add_user(text, date) FROM PUBLIC;
 
 -- Whether a user administers an account (a membership with role admin).

@@ -11940,6 +11940,9 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ==== add_member(), remove_member(): one member change of an account at a time (two administrators removing each other at once left none) ---
 -- add_member(), remove_member(): defined in the final definitions
 
+-- ==== add_user(): a username with a control character is 22023 -----------------------------
+-- add_user(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -16680,6 +16683,9 @@ CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @
         IF username = '' THEN
             RAISE EXCEPTION 'add_user: username must not be empty' USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        IF username ~ '[[:cntrl:]]' THEN
+            RAISE EXCEPTION 'add_user: username must not hold control characters' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         IF pg_catalog.length(username) > 64 THEN  -- a login name (useradd takes 32)
             RAISE EXCEPTION 'add_user: username must be at most 64 characters, not %', pg_catalog.length(username)
                 USING ERRCODE = 'invalid_parameter_value';
@@ -16698,7 +16704,7 @@ CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @
     $$;
 COMMENT ON FUNCTION @extschema@.add_user(text, date) IS
     'Creates a user with a personal account holding the allotment for this and the next two quarters (at NULL: today in the site time zone); '
-    'a username is not empty and at most 64 characters (22023)';
+    'a username is not empty, holds no control character and is at most 64 characters (22023)';
 
 CREATE OR REPLACE FUNCTION @extschema@.add_quota_period(account text, period_start date, period_end date,
                                              monthly_allowance float8, cluster text DEFAULT NULL,

@@ -2,7 +2,7 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(61);
+SELECT plan(62);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
@@ -142,6 +142,8 @@ SELECT throws_ok($$CALL hpcacct.open_quarter(NULL)$$, '22004', NULL, 'open_quart
 -- Users and members: a NULL user is 22004 too, not 42704 "unknown user" nor a NOT NULL violation.
 SELECT throws_ok($$SELECT hpcacct.add_user(NULL)$$, '22004', NULL, 'add_user(NULL)');
 SELECT throws_ok($$SELECT hpcacct.add_user('')$$, '22023', 'add_user: username must not be empty', 'add_user('''')');
+SELECT throws_ok($$SELECT hpcacct.add_user(E'bo\nb')$$, '22023', 'add_user: username must not hold control characters',
+                 'add_user() of a name with a line break (no login has one; it would become an account name)');
 SELECT throws_ok($$SELECT hpcacct.add_member('nip00001', NULL)$$, '22004', NULL, 'add_member() without a user');
 SELECT throws_ok($$SELECT hpcacct.remove_member('nip00001', NULL)$$, '22004', NULL, 'remove_member() without a user');
 SELECT throws_ok($$SELECT hpcacct.remove_member(NULL, 'alice')$$, '22004', NULL, 'remove_member() without an account');
