@@ -14,7 +14,7 @@ for change in "remove_member('mr_p', '%s')" "add_member('mr_p', '%s', 'member')"
     PGAPPNAME=hpcacct_member_race_first psql -X -q -At -d $mdb -c "BEGIN" \
         -c "SELECT hpcacct.$(printf "$change" mr_a)" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null 2>&1 &
     first=$!
-    for _ in $(seq 1 50); do
+    for _ in $(seq 1 300); do  # up to 30 s on a loaded machine
         [ "$(mq -c "SELECT count(*) FROM pg_stat_activity WHERE datname = '$mdb'
                     AND application_name = 'hpcacct_member_race_first' AND query LIKE '%pg_sleep%'")" = 1 ] && break
         sleep 0.1
