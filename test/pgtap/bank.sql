@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(36);
+SELECT plan(39);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -100,6 +100,15 @@ SELECT isnt(cron.schedule('hpcacct-open-quarter', '5 12 1 1,4,7,10 *', $$CALL hp
 SELECT lives_ok((SELECT command FROM cron.job WHERE jobname = 'hpcacct-open-quarter'),
                 'the scheduled command runs');
 SELECT ok(cron.unschedule('hpcacct-open-quarter'), 'and can be unscheduled');
+
+-- A deleted personal account takes no credit and no new member (HA002); its members can
+-- still be removed.
+INSERT INTO hpc_user (username) VALUES ('gone');
+INSERT INTO account (name, kind, deleted_in) VALUES ('gone', 'personal', '2024-01-01');
+INSERT INTO membership VALUES ('gone', 'gone', 'admin'), ('gone', 'u1', 'member');
+SELECT throws_ok($$SELECT hpcacct.deposit('gone', '2024-04-01', 10)$$, 'HA002', NULL, 'no deposit on a deleted account');
+SELECT throws_ok($$SELECT hpcacct.add_member('gone', 'u1', 'admin')$$, 'HA002', NULL, 'nor a member change by add_member()');
+SELECT lives_ok($$SELECT hpcacct.remove_member('gone', 'u1')$$, 'but remove_member() still removes its members');
 
 -- The aggregate in a parallel plan gives the serial result.
 INSERT INTO account (name) SELECT 'bulk' || i FROM generate_series(1, 40) AS i;
