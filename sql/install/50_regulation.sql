@@ -187,9 +187,7 @@ CREATE FUNCTION @extschema@.regulation_year(account text, machine text, year int
             RAISE EXCEPTION 'account, machine and year must not be NULL'
                 USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
-            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account($1, 'regulation_year');  -- the reports' 42704
         IF $3 NOT BETWEEN 1401 AND 9999 THEN
             RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
                 USING ERRCODE = 'datetime_field_overflow';

@@ -11943,6 +11943,9 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ==== add_user(): a username with a control character is 22023 -----------------------------
 -- add_user(): defined in the final definitions
 
+-- ==== regulation_year(): an unknown or invisible account is the reports' 42704 (require_account), with its message and hint ---
+-- regulation_year(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15851,9 +15854,7 @@ CREATE OR REPLACE FUNCTION @extschema@.regulation_year(account text, machine tex
             RAISE EXCEPTION 'account, machine and year must not be NULL'
                 USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = $1) THEN
-            RAISE EXCEPTION 'unknown account "%"', $1 USING ERRCODE = 'undefined_object';
-        END IF;
+        PERFORM hpcacct_internal.require_account($1, 'regulation_year');  -- the reports' 42704
         IF $3 NOT BETWEEN 1401 AND 9999 THEN
             RAISE EXCEPTION 'year % is outside the supported range 1401 to 9999', $3
                 USING ERRCODE = 'datetime_field_overflow';

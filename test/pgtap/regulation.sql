@@ -251,7 +251,9 @@ SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
               'nothing was written, not even for the account that came first (C)');
 
 -- ---- The allocation year ----
-SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('nobody', 'ada', 2025)$$, '42704', NULL, 'unknown account');
+SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('nobody', 'ada', 2025)$$, '42704',
+                 'account "nobody" does not exist or is not visible to you',
+                 'unknown account, in the words of every report (the same for one row-level security hides)');
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', NULL)$$, '22004', NULL, 'NULL year');
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', 0)$$, '22008', NULL, 'year out of range');
 SELECT throws_ok($$SELECT * FROM hpcacct.regulation_year('Z', 'ada', 2025, 'bogus')$$, '22023',
