@@ -511,6 +511,25 @@ CREATE FUNCTION hpcacct_internal.administers(username text, account text) RETURN
 COMMENT ON FUNCTION hpcacct_internal.administers(text, text) IS
     'Whether a user is an administrator of an account (membership role admin)';
 
+-- An account keeps an administrator: removing its last one, or making them a plain member,
+-- is HA003 (remove_member(), add_member()). The caller holds the account's row lock.
+CREATE FUNCTION hpcacct_internal.refuse_last_admin(account text, username text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF hpcacct_internal.administers(username, account)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                           WHERE m.account = refuse_last_admin.account AND m.username <> refuse_last_admin.username
+                             AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_last_admin(text, text) IS
+    'HA003 if the user is the account''s only administrator (before removing them or making them a member)';
+
 CREATE FUNCTION hpcacct_internal.require_admin(account text, by_user text) RETURNS void
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -587,12 +606,8 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
         -- the account FOR KEY SHARE, do not wait)
         PERFORM FROM @extschema@.account a WHERE a.name = add_member.account FOR NO KEY UPDATE;
         -- making the last administrator a plain member would remove them as one (HA003)
-        IF role = 'member' AND hpcacct_internal.administers(username, account)
-           AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                           WHERE m.account = add_member.account AND m.username <> add_member.username
-                             AND m.role = 'admin') THEN
-            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
-                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        IF role = 'member' THEN
+            PERFORM hpcacct_internal.refuse_last_admin(account, username);
         END IF;
         INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
         ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
@@ -620,12 +635,7 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
                 USING ERRCODE = 'undefined_object';
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
-                         AND m.role = 'admin') THEN
-            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
-                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
-        END IF;
+        PERFORM hpcacct_internal.refuse_last_admin(account, username);
         DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
         UPDATE @extschema@.hpc_user u SET default_account = NULL
         WHERE u.username = remove_member.username AND u.default_account = remove_member.account;

@@ -11946,6 +11946,27 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
 -- ==== regulation_year(): an unknown or invisible account is the reports' 42704 (require_account), with its message and hint ---
 -- regulation_year(): defined in the final definitions
 
+-- ==== one definition of the last-administrator rule: refuse_last_admin() (add_member() and remove_member() each wrote it; remove_member() refused a plain member of an account without administrator) ---
+-- add_member() and remove_member(): defined in the final definitions below
+-- An account keeps an administrator: removing its last one, or making them a plain member,
+-- is HA003 (remove_member(), add_member()). The caller holds the account's row lock.
+CREATE FUNCTION hpcacct_internal.refuse_last_admin(account text, username text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF hpcacct_internal.administers(username, account)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
+                           WHERE m.account = refuse_last_admin.account AND m.username <> refuse_last_admin.username
+                             AND m.role = 'admin') THEN
+            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
+                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_last_admin(text, text) IS
+    'HA003 if the user is the account''s only administrator (before removing them or making them a member)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12579,12 +12600,8 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
         -- the account FOR KEY SHARE, do not wait)
         PERFORM FROM @extschema@.account a WHERE a.name = add_member.account FOR NO KEY UPDATE;
         -- making the last administrator a plain member would remove them as one (HA003)
-        IF role = 'member' AND hpcacct_internal.administers(username, account)
-           AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                           WHERE m.account = add_member.account AND m.username <> add_member.username
-                             AND m.role = 'admin') THEN
-            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
-                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
+        IF role = 'member' THEN
+            PERFORM hpcacct_internal.refuse_last_admin(account, username);
         END IF;
         INSERT INTO @extschema@.membership (account, username, role) VALUES (account, username, role)
         ON CONFLICT ON CONSTRAINT membership_pkey DO UPDATE SET role = EXCLUDED.role;
@@ -12610,12 +12627,7 @@ CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
                 USING ERRCODE = 'undefined_object';
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
-                       WHERE m.account = remove_member.account AND m.username <> remove_member.username
-                         AND m.role = 'admin') THEN
-            RAISE EXCEPTION 'user "%" is the last administrator of account "%"', username, account
-                USING ERRCODE = 'HA003', HINT = 'Make another member an administrator first.';
-        END IF;
+        PERFORM hpcacct_internal.refuse_last_admin(account, username);
         DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
         UPDATE @extschema@.hpc_user u SET default_account = NULL
         WHERE u.username = remove_member.username AND u.default_account = remove_member.account;

@@ -2,7 +2,7 @@
 -- idempotent and schedulable with pg_cron.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(39);
+SELECT plan(40);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -28,6 +28,13 @@ SELECT throws_ok($$SELECT hpcacct.add_member('proj', 'u1', 'member')$$, 'HA003',
                  'nor is the last administrator made a plain member by add_member()');
 SELECT is((SELECT role FROM hpcacct.membership WHERE account = 'proj' AND username = 'u1'), 'admin',
           'u1 still administers proj');
+-- a plain member leaves an account that has no administrator (staff set it up without one)
+SAVEPOINT no_admin;
+INSERT INTO account (name) VALUES ('proj_noadmin');
+INSERT INTO membership VALUES ('proj_noadmin', 'u1', 'member');
+SELECT lives_ok($$SELECT hpcacct.remove_member('proj_noadmin', 'u1')$$,
+                'a plain member is not the last administrator: removed from an account without one');
+ROLLBACK TO SAVEPOINT no_admin;
 SELECT throws_ok($$UPDATE hpcacct.account SET personal_allotment = 6000 WHERE name = 'u1'$$, '22003', NULL,
                  'allotment above double the default');
 SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('personal_allotment', '-5')$$, '22023', NULL,
