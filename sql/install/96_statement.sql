@@ -377,7 +377,8 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
     DECLARE
         bank_unit text := @extschema@.setting_value('bank_unit');
         tz constant text := @extschema@.site_timezone();
-        month_start timestamptz;
+        month_start timestamptz;  -- instants as parameters: the ledger's BRIN index on job_end reads from them
+        day_end timestamptz;
         result jsonb;
     BEGIN
         IF at IS NULL THEN
@@ -387,6 +388,7 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
             RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
         END IF;
         month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
+        day_end := (at + 1)::timestamp AT TIME ZONE tz;
         SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
         INTO result
         FROM (SELECT a.name,
@@ -417,16 +419,14 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                          -- the balance): a past day does not count the rest of its month
                          'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
                                         FROM (SELECT l.unit, round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                                                                           z.m_start, z.d_end)), 6) AS amount
+                                                                                                           month_start, day_end)), 6) AS amount
                                               FROM @extschema@.ledger l
                                               WHERE l.account = a.name AND l.kind = 'charge'
-                                                AND l.job_start < z.d_end AND (l.job_end > z.m_start OR l.job_start >= z.m_start)
-                                                -- (implied, as job_end >= job_start; a parameter: the ledger's BRIN
-                                                -- index reads only the month's part)
+                                                AND l.job_start < day_end AND (l.job_end > month_start OR l.job_start >= month_start)
+                                                -- (implied, as job_end >= job_start: the bound the BRIN index reads by)
                                                 AND l.job_end >= month_start
                                               GROUP BY l.unit) t))) AS item
               FROM @extschema@.account a
-              CROSS JOIN (SELECT month_start AS m_start, (at + 1)::timestamp AT TIME ZONE tz AS d_end) z
               WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
         RETURN result;
     END
