@@ -11967,6 +11967,39 @@ CREATE FUNCTION hpcacct_internal.refuse_last_admin(account text, username text) 
 COMMENT ON FUNCTION hpcacct_internal.refuse_last_admin(text, text) IS
     'HA003 if the user is the account''s only administrator (before removing them or making them a member)';
 
+-- ==== my_accounts(): every account's month charges and bank balance in one pass of the ledger each (read once per account: 10.7 s for 2 000 accounts at 1 M jobs, 6.2 s on a past day) ---
+-- balances_at_end() is new; my_accounts() and balance_at_end(): defined in the final definitions below
+CREATE FUNCTION hpcacct_internal.balances_at_end(accounts text[], day date)
+    RETURNS TABLE (account text, balance numeric)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        -- once, as parameters: in the scan's filter they would be evaluated for every row, and
+        -- the ledger's BRIN index on job_end reads only the days after day_end
+        tz constant text := @extschema@.site_timezone();
+        bank_unit constant text := hpcacct_internal.bank_unit();
+        day_end constant timestamptz := ($2 + 1)::timestamp AT TIME ZONE tz;
+        quarter_end constant timestamptz := (@extschema@.quarter_start($2) + interval '3 months')::timestamp AT TIME ZONE tz;
+    BEGIN
+        IF $2 IS NULL THEN  -- not balance()'s today, which counts the rest of the quarter
+            PERFORM hpcacct_internal.refuse_argument($2, 'balance_at_end', 'day');
+        END IF;
+        RETURN QUERY
+        SELECT x.account, @extschema@.balance(x.account, $2) + coalesce(after_day.amount, 0)
+        FROM (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) x
+        LEFT JOIN (
+            SELECT l.account, round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, quarter_end)), 6)
+                              AS amount
+            FROM @extschema@.ledger l
+            JOIN (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) y ON y.account = l.account
+            WHERE l.kind = 'charge' AND l.unit = bank_unit AND l.job_end >= day_end AND l.job_start < quarter_end
+            GROUP BY l.account) after_day ON after_day.account = x.account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
+    'Bank balances of accounts at the end of a day: balance() without the quarter''s charges after that day';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13742,16 +13775,37 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
         END IF;
         month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
         day_end := (at + 1)::timestamp AT TIME ZONE tz;
+        -- the month's charges up to the end of at (pro rata, as charge_by_month and the balance: a
+        -- past day does not count the rest of its month), every account's in one pass of the ledger
+        WITH this_month AS (
+            SELECT t.account, jsonb_object_agg(t.unit, t.amount) AS amounts
+            FROM (SELECT l.account, l.unit,
+                         round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, month_start, day_end)), 6) AS amount
+                  FROM @extschema@.ledger l
+                  WHERE l.kind = 'charge'
+                    AND l.job_start < day_end AND (l.job_end > month_start OR l.job_start >= month_start)
+                    -- (implied, as job_end >= job_start: the bound the BRIN index reads by)
+                    AND l.job_end >= month_start
+                  GROUP BY l.account, l.unit) t
+            GROUP BY t.account
+        ), bank AS (  -- the accounts with a deposit or transfer in the bank's unit, balances in one pass
+            SELECT b.account, b.balance
+            FROM hpcacct_internal.balances_at_end(
+                     ARRAY(SELECT a.name FROM @extschema@.account a
+                           WHERE (a.deleted_in IS NULL OR a.deleted_in > at)
+                             AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                         WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)),
+                     at) b
+        )
         SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
         INTO result
         FROM (SELECT a.name,
                      jsonb_strip_nulls(jsonb_build_object(
                          'account', a.name, 'kind', a.kind, 'description', a.description,
                          'role', (SELECT m.role FROM @extschema@.membership m WHERE m.account = a.name AND m.username = session_user),
-                         'bank', CASE WHEN EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
+                         'bank', CASE WHEN b.account IS NOT NULL
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
-                                                              'balance', hpcacct_internal.balance_at_end(a.name, at), 'unit', bank_unit,
+                                                              'balance', b.balance, 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
                          'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
                                                              'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
@@ -13768,18 +13822,10 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                         CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
                                         WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(
                                                                         a.name, s.machine, date_trunc('year', at)::date, at))),
-                         -- the month's charges up to the end of at (pro rata, as charge_by_month and
-                         -- the balance): a past day does not count the rest of its month
-                         'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
-                                        FROM (SELECT l.unit, round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                                                                           month_start, day_end)), 6) AS amount
-                                              FROM @extschema@.ledger l
-                                              WHERE l.account = a.name AND l.kind = 'charge'
-                                                AND l.job_start < day_end AND (l.job_end > month_start OR l.job_start >= month_start)
-                                                -- (implied, as job_end >= job_start: the bound the BRIN index reads by)
-                                                AND l.job_end >= month_start
-                                              GROUP BY l.unit) t))) AS item
+                         'this_month', tm.amounts)) AS item
               FROM @extschema@.account a
+              LEFT JOIN this_month tm ON tm.account = a.name
+              LEFT JOIN bank b ON b.account = a.name
               WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
         RETURN result;
     END
@@ -17043,16 +17089,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.balance_at_end(account text, day dat
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT @extschema@.balance(balance_at_end.account, balance_at_end.day)
-               + coalesce((SELECT round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end,
-                                                           (balance_at_end.day + 1)::timestamp AT TIME ZONE z.tz, z.q_end AT TIME ZONE z.tz)), 6)
-                           FROM @extschema@.ledger l
-                           WHERE l.account = balance_at_end.account AND l.kind = 'charge' AND l.unit = hpcacct_internal.bank_unit()
-                             -- (the instant once, as a parameter: the ledger's BRIN index reads only the days after)
-                             AND l.job_end >= (SELECT (balance_at_end.day + 1)::timestamp AT TIME ZONE @extschema@.site_timezone())
-                             AND l.job_start < z.q_end AT TIME ZONE z.tz), 0)
-        FROM (SELECT @extschema@.site_timezone() AS tz,
-                     (@extschema@.quarter_start(balance_at_end.day) + interval '3 months')::timestamp AS q_end) z
+        SELECT b.balance FROM hpcacct_internal.balances_at_end(ARRAY[balance_at_end.account], balance_at_end.day) b
     $$;
 COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
     'Bank balance of an account at the end of a day: balance() without the quarter''s charges after that day';

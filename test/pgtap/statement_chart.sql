@@ -5,7 +5,7 @@
 -- quarter, re-rated (a reversal and a new charge), and running past the statement's month.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(15);
+SELECT plan(21);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -99,6 +99,44 @@ SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NUL
                  '22008', NULL, 'a last day of infinity is 22008');
 SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NULL, NULL, NULL, '2024-04-30')$$,
                  '22004', NULL, 'a NULL first day is 22004');
+
+-- several accounts' balances at the end of a day in one pass (my_accounts()): a second account
+-- with a job across days and one across the quarter's end, each account once however often
+-- it is named, each day of the quarter the deposits less the job-by-job sum
+INSERT INTO account (name) VALUES ('sc_b');
+SELECT deposit('sc_b', '2024-04-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('sc_c', 'b1', 'sc_b', 'u', 'p', '2024-04-18 12:00+02', '2024-04-22 12:00+02', 'cpu=2', 'COMPLETED'),
+    ('sc_c', 'b2', 'sc_b', 'u', 'p', '2024-06-29 00:00+02', '2024-07-02 00:00+02', 'cpu=1', 'COMPLETED');
+CREATE TEMP TABLE both_days AS
+SELECT g.day::date AS day, b.account, b.balance
+FROM generate_series('2024-04-01'::date, '2024-06-30', interval '1 day') g(day),
+     hpcacct_internal.balances_at_end(ARRAY['sc_a', 'sc_b', 'sc_a'], g.day::date) b;
+SELECT is((SELECT count(*) || ' ' || count(DISTINCT (day, account)) FROM both_days), '182 182',
+          'balances_at_end(): each account once a day, though sc_a is named twice');
+SELECT is((SELECT count(*) FROM both_days b
+           WHERE b.balance IS DISTINCT FROM
+                 (SELECT sum(l.amount) FROM ledger l WHERE l.account = b.account AND l.kind = 'deposit')
+                 - (SELECT round(coalesce(sum(l.amount * period_share(l.job_start, l.job_end, '2024-04-01 00:00+02',
+                                                                      (b.day + 1)::timestamp AT TIME ZONE 'Europe/Berlin')), 0), 6)
+                    FROM ledger l WHERE l.account = b.account AND l.kind = 'charge' AND l.unit = 'NPL')
+                 - CASE b.account WHEN 'sc_a' THEN 5000 ELSE 0 END),
+          0::bigint, 'balances_at_end(): every day of the quarter, each account''s deposits less the job-by-job sum (to 6 decimals)');
+SELECT is((SELECT balance FROM both_days WHERE account = 'sc_b' AND day = '2024-06-30'),
+          1000 - (2 * 96 + 1 * 48)::numeric, 'sc_b on 30 June: b1''s 96 hours on 2 cores and b2''s 48 hours up to midnight');
+SELECT is((SELECT string_agg(x ->> 'account' || ' ' || (x -> 'bank' ->> 'balance') || ' ' || (x -> 'this_month' ->> 'NPL'), ', '
+                             ORDER BY x ->> 'account')
+           FROM jsonb_array_elements(my_accounts('2024-04-20') -> 'accounts') x WHERE x ->> 'account' LIKE 'sc\_%'),
+          (SELECT string_agg(b.account || ' ' || b.balance || ' ' || (SELECT round(sum(l.amount * period_share(l.job_start, l.job_end,
+                                                                                      '2024-04-01 00:00+02', '2024-04-21 00:00+02')), 6)
+                                                                      FROM ledger l WHERE l.account = b.account AND l.kind = 'charge'
+                                                                        AND l.unit = 'NPL'), ', ' ORDER BY b.account)
+           FROM both_days b WHERE b.day = '2024-04-20'),
+          'my_accounts() on 20 April: both accounts'' balances at the end of the day, and April''s charges up to it');
+SELECT throws_ok($$SELECT * FROM hpcacct_internal.balances_at_end(ARRAY[NULL], '2024-04-20')$$,
+                 '22004', NULL, 'balances_at_end() of a NULL account is 22004');
+SELECT throws_ok($$SELECT hpcacct_internal.balance_at_end('sc_a', NULL)$$,
+                 '22004', NULL, 'balance_at_end(): a NULL day is 22004, not the whole quarter''s balance');
 
 SELECT * FROM finish();
 ROLLBACK;
