@@ -231,6 +231,26 @@ INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast
      'SELECT c.account, coalesce(c.pool, c.unit) AS what, d.day, d.amount FROM bench.chart_case c, bench.charges_to_day_end_hand(c.account, c.pool, c.unit, c.first_day, c.last_day) d',
      '{account,what,day}');
 
+-- ---- the portal's first page (my_accounts()) as the superuser: every account (2 000), on the
+-- anchor and on the last day of the month before
+INSERT INTO bench.grp VALUES
+    ('first_page', 147, 'main', 'SELECT 2 * count(*) FROM hpcacct.account', false);
+INSERT INTO bench.variant (grp, variant, sql) VALUES
+    ('first_page', 'one pass',
+     format('SELECT hpcacct.my_accounts(d) FROM unnest(ARRAY[%L::date, date_trunc(''month'', %L::date)::date - 1]) d',
+            :'anchor', :'anchor')),
+    ('first_page', 'per account',
+     format('SELECT bench.my_accounts_per_account(d) FROM unnest(ARRAY[%L::date, date_trunc(''month'', %L::date)::date - 1]) d',
+            :'anchor', :'anchor'));
+INSERT INTO bench.pair (ord, name, grp, fast, ref, ref_label, target, check_fast, check_ref, check_keys) VALUES
+    (147, 'portal first page, every account', 'first_page', 'one pass', 'per account',
+     'the month''s charges read once per account', 'ratio <= 0.3',
+     format('SELECT d, x ->> ''account'' AS account, x AS item FROM unnest(ARRAY[%L::date, date_trunc(''month'', %L::date)::date - 1]) d, '
+            'jsonb_array_elements(hpcacct.my_accounts(d) -> ''accounts'') x', :'anchor', :'anchor'),
+     format('SELECT d, x ->> ''account'' AS account, x AS item FROM unnest(ARRAY[%L::date, date_trunc(''month'', %L::date)::date - 1]) d, '
+            'jsonb_array_elements(bench.my_accounts_per_account(d) -> ''accounts'') x', :'anchor', :'anchor'),
+     '{d,account}');
+
 -- ---- scheduled procedures at 10 000 accounts (ADMIN_ACCOUNTS), and the submit check ------
 INSERT INTO bench.grp VALUES
     ('regulate', 150, 'admin', 'SELECT count(*) FROM hpcacct.account WHERE name LIKE ''r%''', false),

@@ -684,3 +684,68 @@ CREATE FUNCTION bench.charges_to_day_end_hand(account text, pool text, unit text
         ORDER BY 1;
     END
     $$;
+
+-- ---- the portal's first page (my_accounts()) ------------------------------------------------
+-- The page as it first had it: the month's charges read from the ledger once per account.
+CREATE FUNCTION bench.my_accounts_per_account(at date)
+    RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        bank_unit text := hpcacct.setting_value('bank_unit');
+        tz constant text := hpcacct.site_timezone();
+        month_start timestamptz;  -- instants as parameters: the ledger's BRIN index on job_end reads from them
+        day_end timestamptz;
+        result jsonb;
+    BEGIN
+        IF at IS NULL THEN
+            RAISE EXCEPTION 'a date is needed' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF NOT isfinite(at) THEN
+            RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
+        day_end := (at + 1)::timestamp AT TIME ZONE tz;
+        SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
+        INTO result
+        FROM (SELECT a.name,
+                     jsonb_strip_nulls(jsonb_build_object(
+                         'account', a.name, 'kind', a.kind, 'description', a.description,
+                         'role', (SELECT m.role FROM hpcacct.membership m WHERE m.account = a.name AND m.username = session_user),
+                         'bank', CASE WHEN EXISTS (SELECT 1 FROM hpcacct.ledger l
+                                                   WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)
+                                      THEN jsonb_build_object('state', hpcacct.account_state(a.name, at),
+                                                              'balance', hpcacct_internal.balance_at_end(a.name, at), 'unit', bank_unit,
+                                                              'quarter', hpcacct.quarter_start(at)) END,
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
+                                                             'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
+                                                             'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                                                             'unit', u.unit)
+                                   FROM hpcacct.window_quota_usage(a.name, at) u
+                                   WHERE EXISTS (SELECT 1 FROM hpcacct.quota_period p WHERE p.account = a.name)),
+                         'regulation', (SELECT jsonb_agg(jsonb_build_object('machine', s.machine, 'alloc', st.alloc,
+                                                                            'tmc', round(st.tmc::numeric, 2), 'tc', round(st.tc::numeric, 2),
+                                                                            'consumption', round(st.consumption::numeric, 2),
+                                                                            'delta', round(st.delta::numeric, 2), 'status', st.status)
+                                                         ORDER BY s.machine)
+                                        FROM hpcacct.regulation_machine s
+                                        CROSS JOIN LATERAL hpcacct.allocation_status(a.name, s.machine, at) st
+                                        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(
+                                                                        a.name, s.machine, date_trunc('year', at)::date, at))),
+                         -- the month's charges up to the end of at (pro rata, as charge_by_month and
+                         -- the balance): a past day does not count the rest of its month
+                         'this_month', (SELECT jsonb_object_agg(t.unit, t.amount)
+                                        FROM (SELECT l.unit, round(sum(l.amount * hpcacct.period_share(l.job_start, l.job_end,
+                                                                                                           month_start, day_end)), 6) AS amount
+                                              FROM hpcacct.ledger l
+                                              WHERE l.account = a.name AND l.kind = 'charge'
+                                                AND l.job_start < day_end AND (l.job_end > month_start OR l.job_start >= month_start)
+                                                -- (implied, as job_end >= job_start: the bound the BRIN index reads by)
+                                                AND l.job_end >= month_start
+                                              GROUP BY l.unit) t))) AS item
+              FROM hpcacct.account a
+              WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
+        RETURN result;
+    END
+    $$;
