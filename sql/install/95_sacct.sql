@@ -126,16 +126,21 @@ COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
 
 -- Where hpcacct-sacct run starts a cluster's next window: the watermark minus the overlap
 -- (sacct's -S and -E include both ends, and slurmdbd may record a job after it ended).
--- NULL when the cluster was never loaded.
+-- NULL when the cluster was never loaded. The overlap is checked first, loaded or not: a
+-- negative one would start the window after the watermark, skipping the jobs in between.
 CREATE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) RETURNS timestamptz
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
-        FROM @extschema@.sacct_watermark w WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster
+        SELECT CASE WHEN overlap OPERATOR(pg_catalog.>=) interval '0'
+                         OR hpcacct_internal.refuse_argument(overlap, 'sacct_window_start', 'overlap')
+                    THEN (SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
+                          FROM @extschema@.sacct_watermark w
+                          WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster) END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
-    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded';
+    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
+    'a NULL overlap is an error (22004), a negative one 22023';
 
 -- The load: every staged line (and every open quarantine row) is sorted, in one statement,
 -- into steps, ignored accounts, unfinished runs (not charged yet: a later window shows them

@@ -12000,6 +12000,9 @@ CREATE FUNCTION hpcacct_internal.balances_at_end(accounts text[], day date)
 COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
     'Bank balances of accounts at the end of a day: balance() without the quarter''s charges after that day';
 
+-- ==== sacct_window_start(): a negative overlap is 22023, a NULL one 22004 (a negative one started the window after the watermark) ---
+-- sacct_window_start(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14038,11 +14041,15 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap 
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
-        FROM @extschema@.sacct_watermark w WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster
+        SELECT CASE WHEN overlap OPERATOR(pg_catalog.>=) interval '0'
+                         OR hpcacct_internal.refuse_argument(overlap, 'sacct_window_start', 'overlap')
+                    THEN (SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
+                          FROM @extschema@.sacct_watermark w
+                          WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster) END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
-    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded';
+    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
+    'a NULL overlap is an error (22004), a negative one 22023';
 CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
     OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,
     OUT unfinished bigint, OUT never_started bigint, OUT steps bigint, OUT ignored bigint,

@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(87);
+SELECT plan(91);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -284,6 +284,17 @@ SELECT is((SELECT inserted || ', ' || (SELECT count(*) FROM sacct_quarantine WHE
            FROM outcome WHERE load = 42), '1, 1', 'the good line is charged, the long one quarantined');
 SELECT is((SELECT length(job_key) <= 100 AND length(line) = 3000000 FROM sacct_quarantine
            WHERE resolved_at IS NULL AND line LIKE 'xxx%'), true, 'with its whole line, under a short key');
+
+-- sacct_window_start(): a negative overlap would start the window after the watermark (jobs
+-- ending in between never loaded): 22023; a NULL one 22004; whether the cluster was loaded or not.
+SELECT throws_ok($$SELECT hpcacct.sacct_window_start('ldr', '-1 hour')$$, '22023',
+                 'sacct_window_start: overlap must not be negative', 'a negative overlap is refused (22023)');
+SELECT throws_ok($$SELECT hpcacct.sacct_window_start('nowhere', '-1 second')$$, '22023',
+                 'sacct_window_start: overlap must not be negative', 'for a cluster never loaded too');
+SELECT throws_ok($$SELECT hpcacct.sacct_window_start('ldr', NULL)$$, '22004',
+                 'sacct_window_start: overlap must not be NULL', 'a NULL overlap is refused (22004)');
+SELECT is(sacct_window_start('ldr', '1 mon'), '2023-12-12 00:00+00'::timestamptz,
+          'a month is an overlap like any other (the watermark minus a calendar month)');
 
 SELECT * FROM finish();
 ROLLBACK;

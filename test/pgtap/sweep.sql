@@ -235,10 +235,11 @@ WHERE o.nspname = 'hpcacct' AND o.provolatile <> 'i' AND o.sqlstate IS NULL
   AND o.argtype IN ('numeric', 'double precision') AND o.label IN ('NaN', 'Infinity', '-Infinity', 'negative')
 UNION ALL
 -- "22023 invalid_parameter_value: … negative elapsed time or one with a month part" (README
--- "Errors"); half-lives and decay periods too.
+-- "Errors"); half-lives and decay periods too; a negative sacct overlap.
 SELECT o.*, 'a negative or month-long time span accepted' FROM sweep_outcome o
 WHERE o.nspname = 'hpcacct' AND o.sqlstate IS NULL AND o.argtype = 'interval'
-  AND o.argname IN ('elapsed', 'half_life', 'period') AND o.label IN ('negative', 'months')
+  AND (o.argname IN ('elapsed', 'half_life', 'period') AND o.label IN ('negative', 'months')
+       OR o.argname = 'overlap' AND o.label = 'negative')
 UNION ALL
 -- An error must say which argument was wrong: its name (or its last word: from_quarter,
 -- quarter) is in the message. PostgreSQL's own "numeric field overflow" names none.
@@ -275,7 +276,7 @@ INSERT INTO sweep_allowed VALUES
   'Every object: account_verdict "ok, or one reason and a message"'),
  ('sacct_time', '%', 'NULL', 'NULL accepted', false,
   'Every object: sacct_time "NULL if it is not a time (Unknown, None, bad)"'),
- ('sacct_window_start', '%', 'NULL', 'NULL accepted', true,
+ ('sacct_window_start', 'cluster', 'NULL', 'NULL accepted', true,
   'Every object: sacct_window_start "NULL if never loaded"'),
  ('outbox_sending', '%', 'NULL', 'NULL accepted', false,
   'Every object: outbox_sending "false when worker no longer holds the lease"'),
@@ -340,7 +341,7 @@ SELECT is_empty(pg_temp.sweep_unexpected('an infinite date or instant accepted')
 SELECT is_empty(pg_temp.sweep_unexpected('an unknown account accepted'), 'an unknown account is refused (42704)');
 SELECT is_empty(pg_temp.sweep_unexpected('a negative or non-finite amount accepted'), 'a negative or non-finite amount is refused (22003)');
 SELECT is_empty(pg_temp.sweep_unexpected('a negative or month-long time span accepted'),
-                'a negative elapsed time, half-life or period, or one with a month part, is refused (22023)');
+                'a negative elapsed time, half-life or period, or one with a month part, or a negative overlap, is refused (22023)');
 SELECT is_empty(pg_temp.sweep_unexpected('the message does not name the argument'), 'an error names the argument that was wrong');
 
 -- The lists do not outlive what they describe.
