@@ -221,6 +221,9 @@ CREATE TABLE @extschema@.resource (
     exclusive   boolean NOT NULL DEFAULT false,
     valid       tstzrange NOT NULL DEFAULT '[-infinity,infinity)' CHECK (NOT pg_catalog.isempty(valid)),
     description text,
+    CONSTRAINT resource_cluster_named CHECK (cluster <> ''),
+    CONSTRAINT resource_partition_named CHECK (partition <> ''),
+    CONSTRAINT resource_unit_named CHECK (unit <> ''),
     CONSTRAINT resource_exclusive_has_node
         CHECK (NOT exclusive OR node OPERATOR(@extschema@.<>) ''),
     CONSTRAINT resource_one_rate_at_a_time

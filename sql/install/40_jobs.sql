@@ -74,7 +74,8 @@ CREATE TABLE @extschema@.ledger (
     CONSTRAINT ledger_allocation_has_no_cluster CHECK (
         kind = 'charge' OR cluster IS NULL
         OR hpcacct_internal.ledger_column_refused('ledger_allocation_has_no_cluster', kind, cluster)),
-    CONSTRAINT ledger_pool_named CHECK (pool <> '')
+    CONSTRAINT ledger_pool_named CHECK (pool <> ''),
+    CONSTRAINT ledger_unit_named CHECK (unit <> '')
 );
 CREATE INDEX ledger_job ON @extschema@.ledger (cluster, jobid) WHERE kind = 'charge';
 CREATE INDEX ledger_allocation_account ON @extschema@.ledger (account) WHERE kind <> 'charge';

@@ -71,6 +71,8 @@ CREATE TABLE @extschema@.quota_period (
         pg_catalog.date_part('day', period_start::timestamp) = 1
         AND pg_catalog.date_part('day', (period_end + 1)::timestamp) = 1),
     CONSTRAINT quota_period_not_empty CHECK (period_end >= period_start),
+    CONSTRAINT quota_period_cluster_named CHECK (cluster <> ''),  -- NULL: every cluster
+    CONSTRAINT quota_period_unit_named CHECK (unit <> ''),
     CONSTRAINT quota_period_no_overlap
         EXCLUDE USING gist (account WITH =, pg_catalog.daterange(period_start, period_end, '[]') WITH &&)
 );

@@ -40,7 +40,9 @@ CREATE TABLE @extschema@.pending_job (
     -- why it is held, without the account's figures (refusal_message with no details): the
     -- comment hpcacct-slurm-sync gives the job, which every user of the cluster reads
     hold_comment text,
-    PRIMARY KEY (cluster, jobid)
+    PRIMARY KEY (cluster, jobid),
+    CONSTRAINT pending_job_cluster_named CHECK (cluster <> ''),
+    CONSTRAINT pending_job_jobid_named CHECK (jobid <> '')
 );
 COMMENT ON TABLE @extschema@.pending_job IS
     'Queued jobs as the site records them; recheck_queued() holds those whose account became invalid';

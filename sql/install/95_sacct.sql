@@ -78,7 +78,8 @@ COMMENT ON COLUMN @extschema@.sacct_quarantine.resolution IS
 CREATE TABLE @extschema@.slurm_account_map (
     slurm_account text PRIMARY KEY,
     account       text REFERENCES @extschema@.account,
-    note          text
+    note          text,
+    CONSTRAINT slurm_account_map_slurm_account_named CHECK (slurm_account <> '')
 );
 COMMENT ON TABLE @extschema@.slurm_account_map IS
     'Slurm accounts charged under another name (account), or not at all (account NULL: jobs ignored, e.g. root)';

@@ -12003,6 +12003,57 @@ COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
 -- ==== sacct_window_start(): a negative overlap is 22023, a NULL one 22004 (a negative one started the window after the watermark) ---
 -- sacct_window_start(): defined in the final definitions
 
+-- ==== no empty names in direct writes: resource, ledger, quota_period, pending_job, slurm_account_map (23514, where the functions refuse them with 22023) ---
+-- (slurm_account_map is new in 0.4, made above.) A 0.3 database may hold such rows in the
+-- other tables. The update then stops before it changes anything (the
+-- whole update is one transaction), naming the rows and how to fix them: it does not guess a
+-- name, and it does not rewrite the ledger (README, *updates*).
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(f.row_name ORDER BY f.row_name) INTO found FROM (
+            SELECT pg_catalog.format('resource %s: %s', r.resource_id,
+                                     pg_catalog.concat_ws(', ', CASE WHEN r.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN r.partition = '' THEN 'partition' END,
+                                                          CASE WHEN r.unit = '' THEN 'unit' END)) AS row_name
+            FROM @extschema@.resource r WHERE '' IN (r.cluster, r.partition, r.unit)
+            UNION ALL
+            SELECT pg_catalog.format('ledger entry %s: unit', l.entry_id) FROM @extschema@.ledger l WHERE l.unit = ''
+            UNION ALL
+            SELECT pg_catalog.format('quota_period (%L, %s): %s', q.account, q.period_start,
+                                     pg_catalog.concat_ws(', ', CASE WHEN q.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN q.unit = '' THEN 'unit' END))
+            FROM @extschema@.quota_period q WHERE q.cluster = '' OR q.unit = ''
+            UNION ALL
+            SELECT pg_catalog.format('pending_job (%L, %L): %s', j.cluster, j.jobid,
+                                     pg_catalog.concat_ws(', ', CASE WHEN j.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN j.jobid = '' THEN 'jobid' END))
+            FROM @extschema@.pending_job j WHERE '' IN (j.cluster, j.jobid)
+        ) f;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses empty names, and % rows hold one: %', pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Name each (UPDATE) or delete it, then run ALTER EXTENSION hpcacct UPDATE '
+                             'again; for ledger rows see the README, "updates".';
+        END IF;
+    END
+$$;
+ALTER TABLE @extschema@.resource
+    ADD CONSTRAINT resource_cluster_named CHECK (cluster <> ''),
+    ADD CONSTRAINT resource_partition_named CHECK (partition <> ''),
+    ADD CONSTRAINT resource_unit_named CHECK (unit <> '');
+ALTER TABLE @extschema@.ledger ADD CONSTRAINT ledger_unit_named CHECK (unit <> '');
+ALTER TABLE @extschema@.quota_period
+    ADD CONSTRAINT quota_period_cluster_named CHECK (cluster <> ''),
+    ADD CONSTRAINT quota_period_unit_named CHECK (unit <> '');
+ALTER TABLE @extschema@.pending_job
+    ADD CONSTRAINT pending_job_cluster_named CHECK (cluster <> ''),
+    ADD CONSTRAINT pending_job_jobid_named CHECK (jobid <> '');
+ALTER TABLE @extschema@.slurm_account_map
+    ADD CONSTRAINT slurm_account_map_slurm_account_named CHECK (slurm_account <> '');
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

@@ -111,6 +111,48 @@ check "the updated schema equals a fresh install of $current ($(wc -l <"$work/fr
     "$(cmp -s "$work/fresh.txt" "$work/updated.txt" && echo t)"
 diff "$work/fresh.txt" "$work/updated.txt" | head -20
 
+# ---- empty names (rows 0.3 took that 0.4's constraints refuse; slurm_account_map is new) ----
+# The update stops before it changes anything, with 23514 naming each row; once they are named
+# (the ledger's as the README's *updates* says: the site renames the unit, trigger disabled,
+# rollups rebuilt) it runs.
+createdb hpcacct_empty_names
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_empty_names -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('en1')" \
+    -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('', 'p', 'cpu=4', 'cpu=1', 1, '')" \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
+        VALUES ('en1', 'grant', 10, '', '2024-01-01', '2024-12-31')" \
+    -c "INSERT INTO hpcacct.quota_period (account, period_start, period_end, cluster, unit)
+        VALUES ('en1', '2024-01-01', '2024-06-30', '', 'core-hours')" \
+    -c "INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('c', '', 'u')" >/dev/null 2>"$work/empty.err"
+grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
+psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d hpcacct_empty_names -c 'ALTER EXTENSION hpcacct UPDATE' \
+    >/dev/null 2>"$work/empty.err"
+empty_error=$(tr '\n' ' ' <"$work/empty.err")
+empty_state=$(psql -X -At -d hpcacct_empty_names -c "SELECT e.extversion || ' ' || (SELECT count(*) FROM hpcacct.resource WHERE cluster = '')
+    || ' ' || (SELECT count(*) FROM hpcacct.ledger WHERE unit = '') || ' ' || (SELECT count(*) FROM hpcacct.quota_period WHERE cluster = '')
+    || ' ' || (SELECT count(*) FROM hpcacct.pending_job WHERE jobid = '')
+    FROM pg_extension e WHERE e.extname = 'hpcacct'")
+check "rows with empty names stop the update with 23514 naming each, nothing changed ($empty_state)" \
+    "$(case "$empty_error" in *"ERROR:  23514: hpcacct 0.4 refuses empty names, and 4 rows hold one: "*"ledger entry 1: unit; "*"pending_job ('c', ''): jobid; "*"quota_period ('en1', 2024-01-01): cluster; "*"resource 1: cluster, unit"*"HINT:  Nothing was changed."*)
+           [ "$empty_state" = "$previous 1 1 1 1" ] && echo t ;; esac)"
+[ "$empty_state" = "$previous 1 1 1 1" ] || echo "    $empty_error" | head -c 600
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_empty_names >/dev/null 2>"$work/empty.err" <<'SQL'
+BEGIN;
+UPDATE hpcacct.resource SET cluster = 'c', unit = 'core-hours' WHERE resource_id = 1;
+ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
+UPDATE hpcacct.ledger SET unit = 'core-hours' WHERE unit = '';
+ALTER TABLE hpcacct.ledger ENABLE TRIGGER ledger_append_only;
+SELECT hpcacct.rebuild_rollup();
+UPDATE hpcacct.quota_period SET cluster = NULL WHERE cluster = '';
+DELETE FROM hpcacct.pending_job WHERE jobid = '';
+COMMIT;
+ALTER EXTENSION hpcacct UPDATE;
+SQL
+check "named, they let the update run" \
+    "$([ "$(psql -X -At -d hpcacct_empty_names -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
+dropdb hpcacct_empty_names
+
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
 bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)

@@ -1,7 +1,7 @@
 -- The charging trigger's contract: SQLSTATEs, nothing written on error, ledger = jobs.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(31);
+SELECT plan(35);
 
 INSERT INTO account (name) VALUES ('p1'), ('p2');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive) VALUES
@@ -127,6 +127,23 @@ SELECT is((SELECT string_agg(jobid || ' ' || s, ', ' ORDER BY jobid)
           'move3 4.000000, moved3 6.000000', 'a new run with the key it left is charged what it costs, the moved one too');
 SELECT is((SELECT count(*) FROM ledger WHERE jobid = 'move3' AND note = 'reversal: job reloaded'), 0::bigint,
           'without a reload reversal');
+
+-- A resource names its cluster, partition and unit: an empty one (which no job or allocation
+-- names) is refused by a named constraint (23514), nothing written.
+SELECT throws_ok($$INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
+                   VALUES ('', 'e', 'cpu=24', 'cpu=1', 1, 'core-hours')$$,
+                 '23514', 'new row for relation "resource" violates check constraint "resource_cluster_named"',
+                 'a resource with an empty cluster is refused (resource_cluster_named)');
+SELECT throws_ok($$INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
+                   VALUES ('e', '', 'cpu=24', 'cpu=1', 1, 'core-hours')$$,
+                 '23514', 'new row for relation "resource" violates check constraint "resource_partition_named"',
+                 'an empty partition too (resource_partition_named)');
+SELECT throws_ok($$INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
+                   VALUES ('e', 'e', 'cpu=24', 'cpu=1', 1, '')$$,
+                 '23514', 'new row for relation "resource" violates check constraint "resource_unit_named"',
+                 'an empty unit too (resource_unit_named)');
+SELECT is((SELECT count(*) FROM hpcacct.resource WHERE cluster IN ('', 'e')), 0::bigint,
+          'the refused resources wrote nothing');
 
 SELECT * FROM finish();
 ROLLBACK;

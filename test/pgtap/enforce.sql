@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(70);
+SELECT plan(73);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -220,6 +220,17 @@ SELECT throws_ok($$SELECT hpcacct.deposit('e_bank', '2024-04-01', 1)$$, '42501',
 SELECT throws_ok($$INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('x', 'y', 'z')$$, '42501', NULL,
                  'nor write a table');
 RESET SESSION AUTHORIZATION;
+
+-- A queued job is named by its cluster and job id: an empty one is refused by a named
+-- constraint (23514), as the loader quarantines a line without them, nothing written.
+SELECT throws_ok($$INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('', 'e1', 'eu')$$,
+                 '23514', 'new row for relation "pending_job" violates check constraint "pending_job_cluster_named"',
+                 'a queued job with an empty cluster is refused (pending_job_cluster_named)');
+SELECT throws_ok($$INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('ec', '', 'eu')$$,
+                 '23514', 'new row for relation "pending_job" violates check constraint "pending_job_jobid_named"',
+                 'an empty job id too (pending_job_jobid_named)');
+SELECT is((SELECT count(*) FROM hpcacct.pending_job WHERE '' IN (cluster, jobid)), 0::bigint,
+          'the refused jobs wrote nothing');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(19);
+SELECT plan(21);
 
 -- SQLSTATE, constraint and hint of a statement's error.
 CREATE FUNCTION pg_temp.error_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -112,6 +112,14 @@ SELECT is((SELECT array_agg(pool || '=' || round(allocation) ORDER BY pool)
            FROM hpcacct.year_allocations(2025, '2025-06-01 00:00+00') WHERE account = 'lp_bank'),
           '{lpc=800}'::text[],
           'a deposit without a pool counts in every pool charged in its unit (the GPU partition''s pool: its cluster)');
+
+-- Every entry names its unit: an empty one (which no balance or charge counts in) is refused by
+-- a named constraint, as add_quota_period() refuses an empty unit (22023), nothing written.
+SELECT throws_ok($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                   VALUES ('lp_genci', 'grant', 1200000, '', 'lp-cpu', '2025-01-01', '2025-12-31')$$,
+                 '23514', 'new row for relation "ledger" violates check constraint "ledger_unit_named"',
+                 'a grant with an empty unit is refused (ledger_unit_named)');
+SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE unit = ''), 0::bigint, 'and wrote nothing');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(91);
+SELECT plan(93);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -284,6 +284,14 @@ SELECT is((SELECT inserted || ', ' || (SELECT count(*) FROM sacct_quarantine WHE
            FROM outcome WHERE load = 42), '1, 1', 'the good line is charged, the long one quarantined');
 SELECT is((SELECT length(job_key) <= 100 AND length(line) = 3000000 FROM sacct_quarantine
            WHERE resolved_at IS NULL AND line LIKE 'xxx%'), true, 'with its whole line, under a short key');
+
+-- slurm_account_map names a Slurm account: an empty one (which no sacct line names: the load
+-- quarantines a line without an account) is refused by a named constraint (23514).
+SELECT throws_ok($$INSERT INTO hpcacct.slurm_account_map (slurm_account, account) VALUES ('', NULL)$$,
+                 '23514',
+                 'new row for relation "slurm_account_map" violates check constraint "slurm_account_map_slurm_account_named"',
+                 'an empty Slurm account is refused (slurm_account_map_slurm_account_named)');
+SELECT is((SELECT count(*) FROM hpcacct.slurm_account_map WHERE slurm_account = ''), 0::bigint, 'and wrote nothing');
 
 -- sacct_window_start(): a negative overlap would start the window after the watermark (jobs
 -- ending in between never loaded): 22023; a NULL one 22004; whether the cluster was loaded or not.

@@ -3,7 +3,7 @@
 -- workers really ran.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(60);
+SELECT plan(63);
 
 -- ---- objects and their labels ----
 SELECT has_composite('hpcacct', 'quota', 'composite type hpcacct.quota');
@@ -193,6 +193,19 @@ SELECT is((SELECT md5(string_agg(account || ' ' || q::text, ',' ORDER BY account
 SELECT is((SELECT hpcacct.window_quota(month, allowance, consumed, '2013-06-01')::text FROM wq_parallel),
           :'single_parallel', 'one group: the parallel result equals the serial one');
 SELECT is(:states::bigint, 3::bigint, 'the parallel data set has all three states');
+
+-- A period written directly names no empty cluster or unit, as add_quota_period() refuses them
+-- (22023): a named constraint each (23514), nothing written.
+SELECT throws_ok($$INSERT INTO hpcacct.quota_period (account, period_start, period_end, cluster, unit)
+                   VALUES ('wq_b', '2030-01-01', '2030-06-30', '', 'core-hours')$$,
+                 '23514', 'new row for relation "quota_period" violates check constraint "quota_period_cluster_named"',
+                 'a period with an empty cluster is refused (quota_period_cluster_named; NULL is every cluster)');
+SELECT throws_ok($$INSERT INTO hpcacct.quota_period (account, period_start, period_end, cluster, unit)
+                   VALUES ('wq_b', '2030-01-01', '2030-06-30', NULL, '')$$,
+                 '23514', 'new row for relation "quota_period" violates check constraint "quota_period_unit_named"',
+                 'a period with an empty unit is refused (quota_period_unit_named)');
+SELECT is((SELECT count(*) FROM hpcacct.quota_period WHERE period_start = '2030-01-01'), 0::bigint,
+          'the refused periods wrote nothing');
 
 SELECT * FROM finish();
 ROLLBACK;
