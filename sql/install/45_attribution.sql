@@ -98,7 +98,11 @@ CREATE VIEW @extschema@.charge_by_month AS
     JOIN @extschema@.resource r USING (resource_id)
     CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
     CROSS JOIN LATERAL pg_catalog.generate_series(
-        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        -- from the month before where the start's month began at a midnight that came twice and
+        -- PostgreSQL's (the second) is after the start (America/Havana, 1 Nov 2026)
+        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz)
+            - CASE WHEN l.job_start < pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz) AT TIME ZONE z.tz
+                   THEN interval '1 month' ELSE interval '0' END,
         pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
         interval '1 month') AS m(month)
     WHERE l.kind = 'charge'
@@ -112,7 +116,7 @@ COMMENT ON VIEW @extschema@.charge_by_month IS
 -- A job that ended by a day's end counts its share from first_day on from that day (whole:
 -- the same numeric as at any later day); a job running across a day's end counts its share
 -- up to it, for each day it runs across. The same exact numerics, summed in another order.
--- A NULL or infinite first or last day is 22004 or 22008.
+-- A NULL account is 22004, a NULL or infinite first or last day 22004 or 22008.
 CREATE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
     RETURNS TABLE (day date, amount numeric)
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -120,8 +124,15 @@ BEGIN ATOMIC
     WITH z AS (
         SELECT @extschema@.site_timezone() AS tz
     ), charged AS (
+        -- the day of an instant: its local date, or the day before where that date's midnight came
+        -- twice and PostgreSQL's (the second) is after the instant (America/Havana, 1 Nov 2026)
         SELECT l.amount, l.job_start, l.job_end,
-               (l.job_start AT TIME ZONE z.tz)::date AS start_day, (l.job_end AT TIME ZONE z.tz)::date AS end_day,
+               (l.job_start AT TIME ZONE z.tz)::date
+                   - CASE WHEN l.job_start < ((l.job_start AT TIME ZONE z.tz)::date)::timestamp AT TIME ZONE z.tz
+                          THEN 1 ELSE 0 END AS start_day,
+               (l.job_end AT TIME ZONE z.tz)::date
+                   - CASE WHEN l.job_end < ((l.job_end AT TIME ZONE z.tz)::date)::timestamp AT TIME ZONE z.tz
+                          THEN 1 ELSE 0 END AS end_day,
                charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
         FROM @extschema@.ledger l
         JOIN @extschema@.resource r ON r.resource_id = l.resource_id
@@ -150,8 +161,10 @@ BEGIN ATOMIC
     )
     SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
     FROM pg_catalog.generate_series(
-        CASE WHEN pg_catalog.isfinite(charges_to_day_end.first_day)
-                  OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day')
+        CASE WHEN (charges_to_day_end.account IS NOT NULL
+                   OR hpcacct_internal.refuse_argument(charges_to_day_end.account, 'charges_to_day_end', 'account'))
+                  AND (pg_catalog.isfinite(charges_to_day_end.first_day)
+                       OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day'))
              THEN charges_to_day_end.first_day END,
         CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
                   OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')

@@ -12054,6 +12054,91 @@ ALTER TABLE @extschema@.pending_job
 ALTER TABLE @extschema@.slurm_account_map
     ADD CONSTRAINT slurm_account_map_slurm_account_named CHECK (slurm_account <> '');
 
+-- ==== a midnight that comes twice (America/Havana, 1 Nov 2026): charges_to_day_end() counts a job begun before PostgreSQL's instant of it on the day before, and charge_by_month in the month before (the charts missed it on that day; the view lost it) ---
+CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
+    SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
+           m.month::date AS month,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               m.month AT TIME ZONE z.tz,
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
+           l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
+                                                   m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours,
+           l.job_start, l.job_end
+    FROM @extschema@.ledger l
+    JOIN @extschema@.resource r USING (resource_id)
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        -- from the month before where the start's month began at a midnight that came twice and
+        -- PostgreSQL's (the second) is after the start (America/Havana, 1 Nov 2026)
+        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz)
+            - CASE WHEN l.job_start < pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz) AT TIME ZONE z.tz
+                   THEN interval '1 month' ELSE interval '0' END,
+        pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
+        interval '1 month') AS m(month)
+    WHERE l.kind = 'charge'
+      AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+CREATE OR REPLACE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    WITH z AS (
+        SELECT @extschema@.site_timezone() AS tz
+    ), charged AS (
+        -- the day of an instant: its local date, or the day before where that date's midnight came
+        -- twice and PostgreSQL's (the second) is after the instant (America/Havana, 1 Nov 2026)
+        SELECT l.amount, l.job_start, l.job_end,
+               (l.job_start AT TIME ZONE z.tz)::date
+                   - CASE WHEN l.job_start < ((l.job_start AT TIME ZONE z.tz)::date)::timestamp AT TIME ZONE z.tz
+                          THEN 1 ELSE 0 END AS start_day,
+               (l.job_end AT TIME ZONE z.tz)::date
+                   - CASE WHEN l.job_end < ((l.job_end AT TIME ZONE z.tz)::date)::timestamp AT TIME ZONE z.tz
+                          THEN 1 ELSE 0 END AS end_day,
+               charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+        CROSS JOIN z
+        WHERE l.account = charges_to_day_end.account AND l.kind = 'charge'
+          AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
+          AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
+          AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
+          -- (the instant once, as a parameter: the ledger's BRIN index reads only the period's part)
+          AND l.job_end >= (SELECT charges_to_day_end.first_day::timestamp AT TIME ZONE @extschema@.site_timezone())
+    ), ended AS (
+        SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
+                   AS amount
+        FROM charged c
+        GROUP BY c.end_day
+    ), running AS (
+        SELECT d.day::date AS day,
+               sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start,
+                                                       (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
+        FROM charged c
+        CROSS JOIN z
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day),
+                                                      least(c.end_day - 1, charges_to_day_end.last_day),
+                                                      interval '1 day') d(day)
+        GROUP BY d.day::date
+    )
+    SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
+    FROM pg_catalog.generate_series(
+        CASE WHEN (charges_to_day_end.account IS NOT NULL
+                   OR hpcacct_internal.refuse_argument(charges_to_day_end.account, 'charges_to_day_end', 'account'))
+                  AND (pg_catalog.isfinite(charges_to_day_end.first_day)
+                       OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day'))
+             THEN charges_to_day_end.first_day END,
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
+             THEN charges_to_day_end.last_day END,
+        interval '1 day') g(day)
+    LEFT JOIN ended e ON e.day = g.day::date
+    LEFT JOIN running r ON r.day = g.day::date
+    ORDER BY g.day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
+    'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
+    'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

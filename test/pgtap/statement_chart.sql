@@ -5,7 +5,7 @@
 -- quarter, re-rated (a reversal and a new charge), and running past the statement's month.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(21);
+SELECT plan(25);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -99,6 +99,8 @@ SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NUL
                  '22008', NULL, 'a last day of infinity is 22008');
 SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end('sc_a', NULL, NULL, NULL, '2024-04-30')$$,
                  '22004', NULL, 'a NULL first day is 22004');
+SELECT throws_ok($$SELECT * FROM hpcacct_internal.charges_to_day_end(NULL, NULL, NULL, '2024-04-01', '2024-04-30')$$,
+                 '22004', NULL, 'a NULL account is 22004, not a month of zeros');
 
 -- several accounts' balances at the end of a day in one pass (my_accounts()): a second account
 -- with a job across days and one across the quarter's end, each account once however often
@@ -137,6 +139,43 @@ SELECT throws_ok($$SELECT * FROM hpcacct_internal.balances_at_end(ARRAY[NULL], '
                  '22004', NULL, 'balances_at_end() of a NULL account is 22004');
 SELECT throws_ok($$SELECT hpcacct_internal.balance_at_end('sc_a', NULL)$$,
                  '22004', NULL, 'balance_at_end(): a NULL day is 22004, not the whole quarter''s balance');
+
+-- A zone whose midnight can come twice: in Havana, 1 November 2026 begins at 00:00 CDT, and
+-- the clocks go back from 01:00 CDT to 00:00 CST; PostgreSQL takes '2026-11-01 00:00' for
+-- the second (05:00 UTC). A job begun at 00:30 CDT (04:30 UTC) ran half an hour before that
+-- instant: the reports count it on 31 October (allocation_status(), the balance at the end
+-- of the day), and so must the charts. One of no length at 04:40 UTC (booked by hand).
+INSERT INTO setting VALUES ('timezone', 'America/Havana') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sc_v', 'p', 'cpu=64', 'cpu=1', 1, 'NPL');
+INSERT INTO account (name) VALUES ('sc_w');
+SELECT deposit('sc_w', '2026-10-01', 5000);
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('sc_v', 100);
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('sc_w', 'grant', 9000, 'NPL', 'sc_v', '2026-01-01', '2026-12-31');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('sc_v', 'amb', 'sc_w', 'u', 'p', '2026-11-01 04:30+00', '2026-11-01 05:30+00', 'cpu=60', 'COMPLETED');
+INSERT INTO ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter, job_start, job_end, note)
+SELECT 'sc_w', 'charge', 7, 'NPL', resource_id, 'sc_v', 'zero', 'u', '2026-11-01 04:40+00', '2026-11-01 04:40+00', 'by hand'
+FROM resource WHERE cluster = 'sc_v';
+CREATE TEMP TABLE dv AS SELECT account_month('sc_w', '2026-10-01') AS d;
+SELECT is((SELECT array_agg(c.amount ORDER BY c.day)
+           FROM hpcacct_internal.charges_to_day_end('sc_w', 'sc_v', NULL, '2026-10-30', '2026-11-01') c),
+          (SELECT array_agg((SELECT sum(l.amount * period_share(l.job_start, l.job_end, '2026-10-30'::timestamp AT TIME ZONE 'America/Havana',
+                                                                (g.day::date + 1)::timestamp AT TIME ZONE 'America/Havana'))
+                             FROM ledger l WHERE l.account = 'sc_w' AND l.kind = 'charge') ORDER BY g.day)
+           FROM generate_series('2026-10-30'::date, '2026-11-01', interval '1 day') g(day)),
+          'a midnight that comes twice: each day is the job-by-job sum up to its end (31 October: 30 + 7)');
+SELECT is((SELECT array[(p ->> 3)::numeric, (dv.d -> 'bank' -> 'days' -> -1 ->> 1)::numeric]
+           FROM dv, jsonb_array_elements(dv.d -> 'regulation' -> 0 -> 'days') p WHERE p ->> 0 = '2026-10-31'),
+          (SELECT array[round(s.consumption::numeric, 2), round(hpcacct_internal.balance_at_end('sc_w', '2026-10-31'), 2)]
+           FROM allocation_status('sc_w', 'sc_v', '2026-10-31') s),
+          'October''s page: the charts'' 31 October is allocation_status() and the balance at that day''s end (37, 4963)');
+
+SELECT is((SELECT array_agg(x ORDER BY x)::text FROM (
+               SELECT c.month || ' ' || round(sum(c.amount), 6) AS x FROM charge_by_month c WHERE c.account = 'sc_w' GROUP BY c.month
+               HAVING sum(c.amount) <> 0) t),
+          '{"2026-10-01 37.000000","2026-11-01 30.000000"}',
+          'charge_by_month: the half hour before November''s first instant, and the job of no length, in October');
 
 SELECT * FROM finish();
 ROLLBACK;
