@@ -83,6 +83,20 @@ COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamp
     'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end); '
     'NULL in, NULL out; an infinite job start or end is an error (22008); an infinite period bound is no bound';
 
+-- The local time of an instant as the days and months (site time zone) count it: they begin at
+-- PostgreSQL's instants of their midnights. Where a midnight comes twice (America/Havana,
+-- 1 Nov 2026) PostgreSQL's is the second, and an instant of the first pass, local date D, is
+-- still in the day before: the last microsecond of D - 1. Otherwise at AT TIME ZONE tz.
+-- Its date and month are the day and month whose [start, next start) holds the instant.
+CREATE FUNCTION hpcacct_internal.local_time(at timestamptz, tz text) RETURNS timestamp
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN at < pg_catalog.date_trunc('day', at AT TIME ZONE tz) AT TIME ZONE tz
+                THEN pg_catalog.date_trunc('day', at AT TIME ZONE tz) - interval '1 microsecond'
+                ELSE at AT TIME ZONE tz END;
+COMMENT ON FUNCTION hpcacct_internal.local_time(timestamptz, text) IS
+    'Local time of an instant in a time zone, an instant before PostgreSQL''s instant of its date''s midnight (one '
+    'that came twice) as the last microsecond of the day before: its date and month hold the instant';
+
 -- Every charge (and reversal) split by calendar month of the site's time zone.
 CREATE VIEW @extschema@.charge_by_month AS
     SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
@@ -98,15 +112,12 @@ CREATE VIEW @extschema@.charge_by_month AS
     JOIN @extschema@.resource r USING (resource_id)
     CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
     CROSS JOIN LATERAL pg_catalog.generate_series(
-        -- from the month before where the start's month began at a midnight that came twice and
-        -- PostgreSQL's (the second) is after the start (America/Havana, 1 Nov 2026)
-        pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz)
-            - CASE WHEN l.job_start < pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz) AT TIME ZONE z.tz
-                   THEN interval '1 month' ELSE interval '0' END,
-        pg_catalog.date_trunc('month', l.job_end AT TIME ZONE z.tz),
+        -- (the months as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        pg_catalog.date_trunc('month', hpcacct_internal.local_time(l.job_start, z.tz)),
+        pg_catalog.date_trunc('month', hpcacct_internal.local_time(l.job_end, z.tz)),
         interval '1 month') AS m(month)
     WHERE l.kind = 'charge'
-      AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+      AND (m.month < hpcacct_internal.local_time(l.job_end, z.tz) OR l.job_end = l.job_start);
 COMMENT ON VIEW @extschema@.charge_by_month IS
     'Charges (and their raw core-hours) split pro rata over the calendar months (site time zone) in which the jobs ran';
 
@@ -124,15 +135,10 @@ BEGIN ATOMIC
     WITH z AS (
         SELECT @extschema@.site_timezone() AS tz
     ), charged AS (
-        -- the day of an instant: its local date, or the day before where that date's midnight came
-        -- twice and PostgreSQL's (the second) is after the instant (America/Havana, 1 Nov 2026)
+        -- (the days as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
         SELECT l.amount, l.job_start, l.job_end,
-               (l.job_start AT TIME ZONE z.tz)::date
-                   - CASE WHEN l.job_start < ((l.job_start AT TIME ZONE z.tz)::date)::timestamp AT TIME ZONE z.tz
-                          THEN 1 ELSE 0 END AS start_day,
-               (l.job_end AT TIME ZONE z.tz)::date
-                   - CASE WHEN l.job_end < ((l.job_end AT TIME ZONE z.tz)::date)::timestamp AT TIME ZONE z.tz
-                          THEN 1 ELSE 0 END AS end_day,
+               hpcacct_internal.local_time(l.job_start, z.tz)::date AS start_day,
+               hpcacct_internal.local_time(l.job_end, z.tz)::date AS end_day,
                charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
         FROM @extschema@.ledger l
         JOIN @extschema@.resource r ON r.resource_id = l.resource_id

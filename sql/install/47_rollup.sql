@@ -146,14 +146,18 @@ CREATE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETURNS text
                        @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
-                       e.first_month, e.last_month,
+                       e.local_end, e.first_month, e.last_month,
                        e.amount::float8 * @extschema@.decay_weight(e.job_end,
                            (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
-                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
-                      FROM %s e, z
-                      WHERE e.kind = 'charge'
+                FROM (SELECT e.*, pg_catalog.date_trunc('month', e.local_start) AS first_month,
+                             pg_catalog.date_trunc('month', e.local_end) AS last_month
+                      -- (the months as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+                      FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount,
+                                   z.tz, z.half_life, hpcacct_internal.local_time(e.job_start, z.tz) AS local_start,
+                                   hpcacct_internal.local_time(e.job_end, z.tz) AS local_end
+                            FROM %s e, z
+                            WHERE e.kind = 'charge'
+                            OFFSET 0) e  -- local times once per row
                       OFFSET 0) e  -- each month once per row, not once per use
             )
             SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount) AS amount,
@@ -171,7 +175,7 @@ CREATE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETURNS text
                        CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
                 FROM entries e
                 CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
-                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+                WHERE e.first_month <> e.last_month AND m.month < e.local_end
             ) s
             GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
             $q$, source)
@@ -207,7 +211,9 @@ CREATE FUNCTION hpcacct_internal.consumption_rollup_select_sql(source text) RETU
                                 ELSE e.local_start END) AS ended_by,
                        @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
                 FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
-                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                             -- (as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+                             hpcacct_internal.local_time(e.job_start, z.tz) AS local_start,
+                             hpcacct_internal.local_time(e.job_end, z.tz) AS local_end
                       FROM %s e, z
                       WHERE e.kind = 'charge'
                       OFFSET 0) e  -- local times once per row, not once per use in the inlined function
@@ -588,7 +594,7 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
                    -- the base serves when all it holds ended before the month of `at`: its latest month folded
                    NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
                        AS from_base
-            FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
+            FROM (SELECT s.tz, pg_catalog.date_trunc('month', hpcacct_internal.local_time($1, s.tz)) AS at_month
                   FROM (SELECT @extschema@.site_timezone() AS tz) s) t
         )
         SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
@@ -613,11 +619,12 @@ CREATE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_month date, to
                l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
                                                    (m.month + interval '1 month') AT TIME ZONE z.tz)
         FROM @extschema@.ledger l, z
-        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        -- (the months as local_time() counts them, as the rollup's)
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', hpcacct_internal.local_time(l.job_start, z.tz)),
                                                       z.at_month, interval '1 month') AS m(month)
         WHERE NOT z.month_complete
           AND l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
-          AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
+          AND (m.month < hpcacct_internal.local_time(l.job_end, z.tz) OR l.job_end = l.job_start)
           AND m.month BETWEEN $2 AND $3
     $$;
 COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
@@ -675,7 +682,7 @@ CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before t
         IF NOT pg_catalog.isfinite($3) THEN
             RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        local_before := $3 AT TIME ZONE @extschema@.site_timezone();
+        local_before := hpcacct_internal.local_time($3, @extschema@.site_timezone());  -- (as the rollup counts it)
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
         IF pool_resources = '{}' THEN
             PERFORM hpcacct_internal.require_pool($2, 'consumption_before');

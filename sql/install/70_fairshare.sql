@@ -431,7 +431,9 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             SELECT coalesce($1, pg_catalog.now()) AS at,
                    (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
                    z.tz,
-                   pg_catalog.date_trunc('month', coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz) AS at_month,
+                   -- (as the rollup counts months: local_time())
+                   pg_catalog.date_trunc('month', hpcacct_internal.local_time(coalesce($1, pg_catalog.now()), z.tz))
+                       AS at_month,
                    @extschema@.setting_value('decay') AS form,
                    @extschema@.setting_value('half_life')::interval AS half_life,
                    @extschema@.setting_value('period')::interval AS period,

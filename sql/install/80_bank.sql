@@ -150,12 +150,13 @@ CREATE VIEW @extschema@.bank_entry AS
     FROM @extschema@.ledger l
     CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
     CROSS JOIN LATERAL pg_catalog.generate_series(
-        pg_catalog.date_trunc('quarter', l.job_start AT TIME ZONE z.tz),
-        pg_catalog.date_trunc('quarter', l.job_end AT TIME ZONE z.tz),
+        -- (the quarters as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        pg_catalog.date_trunc('quarter', hpcacct_internal.local_time(l.job_start, z.tz)),
+        pg_catalog.date_trunc('quarter', hpcacct_internal.local_time(l.job_end, z.tz)),
         interval '3 months') AS q(quarter)
     WHERE l.kind = 'charge'
       AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
-      AND (q.quarter < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start);
+      AND (q.quarter < hpcacct_internal.local_time(l.job_end, z.tz) OR l.job_end = l.job_start);
 COMMENT ON VIEW @extschema@.bank_entry IS
     'Ledger entries in the bank unit, each attributed to the quarter it counts in (charges pro rata)';
 
