@@ -61,7 +61,7 @@ CREATE TABLE @extschema@.ledger (
     pool        text,
     CONSTRAINT ledger_charge_names_job CHECK (
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
-                             AND job_start IS NOT NULL AND job_end >= job_start)),
+                             AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start)),
     CONSTRAINT ledger_allocation_has_window CHECK (
         kind = 'charge' OR (valid_from IS NOT NULL AND valid_until >= valid_from
                             AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until))),

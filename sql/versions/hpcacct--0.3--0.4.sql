@@ -12139,6 +12139,145 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
     'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
     'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
 
+
+-- ==== balance_at_end(): a NULL day is 22004 (it gave balance()'s today, the whole quarter's charges) ---
+-- balance_at_end(): defined in the final definitions below
+
+-- ==== a midnight that comes twice (America/Havana 2026-11-01): one rule, local_time(), for the months, quarters and regulation boundaries of the rollups, charges_ended_by(), bank_entry, consumption_before(), fairshare_all(), charge_by_month and charges_to_day_end() ---
+-- (rollup_select_sql(), consumption_rollup_select_sql(), charges_ended_by(), consumption_before() and
+-- fairshare_all(): defined in the final definitions, which end by generating the pending views
+-- again and rebuilding the rollups where this changes them)
+CREATE FUNCTION hpcacct_internal.local_time(at timestamptz, tz text) RETURNS timestamp
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN at < pg_catalog.date_trunc('day', at AT TIME ZONE tz) AT TIME ZONE tz
+                THEN pg_catalog.date_trunc('day', at AT TIME ZONE tz) - interval '1 microsecond'
+                ELSE at AT TIME ZONE tz END;
+COMMENT ON FUNCTION hpcacct_internal.local_time(timestamptz, text) IS
+    'Local time of an instant in a time zone, an instant before PostgreSQL''s instant of its date''s midnight (one '
+    'that came twice) as the last microsecond of the day before: its date and month hold the instant';
+CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
+    SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
+           m.month::date AS month,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               m.month AT TIME ZONE z.tz,
+                                               (m.month + interval '1 month') AT TIME ZONE z.tz) AS amount,
+           l.core_hours * @extschema@.period_share(l.job_start, l.job_end,
+                                                   m.month AT TIME ZONE z.tz,
+                                                   (m.month + interval '1 month') AT TIME ZONE z.tz) AS core_hours,
+           l.job_start, l.job_end
+    FROM @extschema@.ledger l
+    JOIN @extschema@.resource r USING (resource_id)
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        -- (the months as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        pg_catalog.date_trunc('month', hpcacct_internal.local_time(l.job_start, z.tz)),
+        pg_catalog.date_trunc('month', hpcacct_internal.local_time(l.job_end, z.tz)),
+        interval '1 month') AS m(month)
+    WHERE l.kind = 'charge'
+      AND (m.month < hpcacct_internal.local_time(l.job_end, z.tz) OR l.job_end = l.job_start);
+CREATE OR REPLACE VIEW @extschema@.bank_entry WITH (security_invoker = true) AS
+    SELECT l.entry_id, l.account, l.kind, @extschema@.quarter_start(l.valid_from) AS quarter, l.amount
+    FROM @extschema@.ledger l
+    WHERE l.kind IN ('deposit', 'transfer', 'refund')
+      AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+    UNION ALL
+    SELECT l.entry_id, l.account, l.kind, q.quarter::date,
+           l.amount * @extschema@.period_share(l.job_start, l.job_end,
+                                               q.quarter AT TIME ZONE z.tz,
+                                               (q.quarter + interval '3 months') AT TIME ZONE z.tz)
+    FROM @extschema@.ledger l
+    CROSS JOIN (SELECT (SELECT @extschema@.site_timezone()) AS tz) z  -- once per query
+    CROSS JOIN LATERAL pg_catalog.generate_series(
+        -- (the quarters as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        pg_catalog.date_trunc('quarter', hpcacct_internal.local_time(l.job_start, z.tz)),
+        pg_catalog.date_trunc('quarter', hpcacct_internal.local_time(l.job_end, z.tz)),
+        interval '3 months') AS q(quarter)
+    WHERE l.kind = 'charge'
+      AND l.unit = (SELECT @extschema@.setting_value('bank_unit'))
+      AND (q.quarter < hpcacct_internal.local_time(l.job_end, z.tz) OR l.job_end = l.job_start);
+CREATE OR REPLACE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    WITH z AS (
+        SELECT @extschema@.site_timezone() AS tz
+    ), charged AS (
+        -- (the days as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        SELECT l.amount, l.job_start, l.job_end,
+               hpcacct_internal.local_time(l.job_start, z.tz)::date AS start_day,
+               hpcacct_internal.local_time(l.job_end, z.tz)::date AS end_day,
+               charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+        CROSS JOIN z
+        WHERE l.account = charges_to_day_end.account AND l.kind = 'charge'
+          AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
+          AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
+          AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
+          -- (the instant once, as a parameter: the ledger's BRIN index reads only the period's part)
+          AND l.job_end >= (SELECT charges_to_day_end.first_day::timestamp AT TIME ZONE @extschema@.site_timezone())
+    ), ended AS (
+        SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
+                   AS amount
+        FROM charged c
+        GROUP BY c.end_day
+    ), running AS (
+        SELECT d.day::date AS day,
+               sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start,
+                                                       (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
+        FROM charged c
+        CROSS JOIN z
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day),
+                                                      least(c.end_day - 1, charges_to_day_end.last_day),
+                                                      interval '1 day') d(day)
+        GROUP BY d.day::date
+    )
+    SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
+    FROM pg_catalog.generate_series(
+        CASE WHEN (charges_to_day_end.account IS NOT NULL
+                   OR hpcacct_internal.refuse_argument(charges_to_day_end.account, 'charges_to_day_end', 'account'))
+                  AND (pg_catalog.isfinite(charges_to_day_end.first_day)
+                       OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day'))
+             THEN charges_to_day_end.first_day END,
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
+             THEN charges_to_day_end.last_day END,
+        interval '1 day') g(day)
+    LEFT JOIN ended e ON e.day = g.day::date
+    LEFT JOIN running r ON r.day = g.day::date
+    ORDER BY g.day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
+    'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
+    'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
+
+-- ==== a charge has an end: ledger_charge_names_job requires job_end (a NULL one passed the CHECK; allocation_status() counted such a charge, balance(), the rollups and the charts did not) ---
+-- A 0.3 database may hold such charges. The update then stops before it changes anything,
+-- naming them (at most 20): it does not guess an end (README, *updates*).
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.cluster, l.jobid)
+                                    ORDER BY l.entry_id)
+        INTO found
+        FROM @extschema@.ledger l WHERE l.kind = 'charge' AND l.job_end IS NULL;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses a charge without job_end, and % charges have none: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Give each its job''s end or delete it, then run ALTER EXTENSION hpcacct '
+                             'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+ALTER TABLE @extschema@.ledger
+    DROP CONSTRAINT ledger_charge_names_job,
+    ADD CONSTRAINT ledger_charge_names_job CHECK (
+        kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
+                             AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start));
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12168,7 +12307,9 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             SELECT coalesce($1, pg_catalog.now()) AS at,
                    (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
                    z.tz,
-                   pg_catalog.date_trunc('month', coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz) AS at_month,
+                   -- (as the rollup counts months: local_time())
+                   pg_catalog.date_trunc('month', hpcacct_internal.local_time(coalesce($1, pg_catalog.now()), z.tz))
+                       AS at_month,
                    @extschema@.setting_value('decay') AS form,
                    @extschema@.setting_value('half_life')::interval AS half_life,
                    @extschema@.setting_value('period')::interval AS period,
@@ -16489,7 +16630,7 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
                    -- the base serves when all it holds ended before the month of `at`: its latest month folded
                    NOT $4 AND coalesce((SELECT max(b.through) FROM @extschema@.usage_base b) < t.at_month, true)
                        AS from_base
-            FROM (SELECT s.tz, pg_catalog.date_trunc('month', $1 AT TIME ZONE s.tz) AS at_month
+            FROM (SELECT s.tz, pg_catalog.date_trunc('month', hpcacct_internal.local_time($1, s.tz)) AS at_month
                   FROM (SELECT @extschema@.site_timezone() AS tz) s) t
         )
         SELECT b.account, b.resource_id, b.unit, NULL::text, b.month, b.amount
@@ -16514,11 +16655,12 @@ CREATE OR REPLACE FUNCTION @extschema@.charges_ended_by(at timestamptz, from_mon
                l.amount * @extschema@.period_share(l.job_start, l.job_end, m.month AT TIME ZONE z.tz,
                                                    (m.month + interval '1 month') AT TIME ZONE z.tz)
         FROM @extschema@.ledger l, z
-        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', l.job_start AT TIME ZONE z.tz),
+        -- (the months as local_time() counts them, as the rollup's)
+        CROSS JOIN LATERAL pg_catalog.generate_series(pg_catalog.date_trunc('month', hpcacct_internal.local_time(l.job_start, z.tz)),
                                                       z.at_month, interval '1 month') AS m(month)
         WHERE NOT z.month_complete
           AND l.kind = 'charge' AND l.job_end >= z.at_month AT TIME ZONE z.tz AND l.job_end <= $1
-          AND (m.month < l.job_end AT TIME ZONE z.tz OR l.job_end = l.job_start)
+          AND (m.month < hpcacct_internal.local_time(l.job_end, z.tz) OR l.job_end = l.job_start)
           AND m.month BETWEEN $2 AND $3
     $$;
 COMMENT ON FUNCTION @extschema@.charges_ended_by(timestamptz, date, date, boolean) IS
@@ -16623,14 +16765,18 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETUR
                        @extschema@.setting_value('half_life')::interval AS half_life
             ), entries AS (
                 SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, e.tz,
-                       e.first_month, e.last_month,
+                       e.local_end, e.first_month, e.last_month,
                        e.amount::float8 * @extschema@.decay_weight(e.job_end,
                            (e.last_month + interval '1 month') AT TIME ZONE e.tz, e.half_life) AS decayed
-                FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount, z.tz,
-                             z.half_life, pg_catalog.date_trunc('month', e.job_start AT TIME ZONE z.tz) AS first_month,
-                             pg_catalog.date_trunc('month', e.job_end AT TIME ZONE z.tz) AS last_month
-                      FROM %s e, z
-                      WHERE e.kind = 'charge'
+                FROM (SELECT e.*, pg_catalog.date_trunc('month', e.local_start) AS first_month,
+                             pg_catalog.date_trunc('month', e.local_end) AS last_month
+                      -- (the months as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+                      FROM (SELECT e.account, e.resource_id, e.unit, e.submitter, e.job_start, e.job_end, e.amount,
+                                   z.tz, z.half_life, hpcacct_internal.local_time(e.job_start, z.tz) AS local_start,
+                                   hpcacct_internal.local_time(e.job_end, z.tz) AS local_end
+                            FROM %s e, z
+                            WHERE e.kind = 'charge'
+                            OFFSET 0) e  -- local times once per row
                       OFFSET 0) e  -- each month once per row, not once per use
             )
             SELECT s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month, sum(s.amount) AS amount,
@@ -16648,7 +16794,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.rollup_select_sql(source text) RETUR
                        CASE WHEN m.month = e.first_month THEN e.decayed ELSE 0 END
                 FROM entries e
                 CROSS JOIN LATERAL pg_catalog.generate_series(e.first_month, e.last_month, interval '1 month') AS m(month)
-                WHERE e.first_month <> e.last_month AND m.month < e.job_end AT TIME ZONE e.tz
+                WHERE e.first_month <> e.last_month AND m.month < e.local_end
             ) s
             GROUP BY s.account, s.resource_id, s.unit, s.submitter, s.month, s.end_month
             $q$, source)
@@ -16671,7 +16817,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_select_sql(source
                                 ELSE e.local_start END) AS ended_by,
                        @extschema@.regulation_boundary_after(e.local_start) AS first_after_start
                 FROM (SELECT e.account, e.resource_id, e.job_start, e.job_end, e.amount, z.tz,
-                             e.job_start AT TIME ZONE z.tz AS local_start, e.job_end AT TIME ZONE z.tz AS local_end
+                             -- (as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+                             hpcacct_internal.local_time(e.job_start, z.tz) AS local_start,
+                             hpcacct_internal.local_time(e.job_end, z.tz) AS local_end
                       FROM %s e, z
                       WHERE e.kind = 'charge'
                       OFFSET 0) e  -- local times once per row, not once per use in the inlined function
@@ -16767,7 +16915,7 @@ CREATE OR REPLACE FUNCTION @extschema@.consumption_before(account text, pool tex
         IF NOT pg_catalog.isfinite($3) THEN
             RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        local_before := $3 AT TIME ZONE @extschema@.site_timezone();
+        local_before := hpcacct_internal.local_time($3, @extschema@.site_timezone());  -- (as the rollup counts it)
         pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
         IF pool_resources = '{}' THEN
             PERFORM hpcacct_internal.require_pool($2, 'consumption_before');
@@ -17237,4 +17385,47 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.balance_at_end(account text, day dat
 COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
     'Bank balance of an account at the end of a day: balance() without the quarter''s charges after that day';
 
+-- generated from the rollup statements (local_time()): generate them again
+DO $do$
+DECLARE
+    pending constant text := '(SELECT l.* FROM @extschema@.ledger l JOIN @extschema@.rollup_pending p '
+                             'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS '
+        'SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, '
+        'p.decayed, false AS folded FROM (%s) p WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.rollup_select_sql(pending));
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS '
+        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p '
+        'WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
+        hpcacct_internal.consumption_rollup_select_sql(pending));
+END
+$do$;
+-- The rollups counted a charge begun or ended in the first pass of a midnight that came twice by
+-- its local date; local_time() counts it before PostgreSQL's instant of that midnight. Only a
+-- month's first midnight and a regulation boundary's (the 16th) matter to them: where the site's
+-- time zone has such a midnight in the rollup's months (America/Havana: 1 November 2015, 2020,
+-- 2026, 2037), rebuild them (a pass over the whole ledger); elsewhere nothing changes. A midnight
+-- comes twice when an instant before PostgreSQL's already has its date (checked at the quarter
+-- hours up to three hours before it).
+DO $$
+DECLARE
+    tz constant text := @extschema@.site_timezone();
+    first_month date;
+    last_month date;
+BEGIN
+    SELECT min(c.month), max(c.end_month) INTO first_month, last_month FROM @extschema@.charge_rollup c;
+    IF EXISTS (SELECT 1
+               FROM pg_catalog.generate_series(first_month::timestamp, last_month + interval '1 month',
+                                               interval '1 month') m(month)
+               CROSS JOIN LATERAL (VALUES (m.month), (m.month + interval '15 days')) d(day)
+               CROSS JOIN pg_catalog.generate_series(0, 12) k(n)
+               WHERE ((d.day AT TIME ZONE tz - k.n * interval '15 minutes' - interval '1 microsecond')
+                      AT TIME ZONE tz)::date = d.day::date) THEN
+        PERFORM @extschema@.rebuild_rollup();
+    END IF;
+END
+$$;
 -- ==== end of final definitions

@@ -153,6 +153,60 @@ check "named, they let the update run" \
 grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_empty_names
 
+# ---- a midnight that came twice, and a charge without an end ----
+# America/Havana, 1 November 2026: PostgreSQL's midnight is the second (05:00 UTC). The previous
+# release's rollup counted a job begun or ended in the first pass in November; the update
+# rebuilds the rollups where the time zone has such a midnight in their months (and only there:
+# the demo's update above rebuilt nothing). A charge without job_end stops it first (23514).
+createdb hpcacct_midnight
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_midnight -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'America/Havana')" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('hv1')" \
+    -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('hv', 'p', 'cpu=64', 'cpu=1', 1, 'NPL')" \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter, job_start, job_end)
+        VALUES ('hv1', 'charge', 727.5, 'NPL', 1, 'hv', 'long', 'u', '2026-11-01 04:30+00', '2026-12-01 12:00+00'),
+               ('hv1', 'charge', 40, 'NPL', 1, 'hv', 'first', 'u', '2026-11-01 04:10+00', '2026-11-01 04:50+00'),
+               ('hv1', 'charge', 5, 'NPL', 1, 'hv', 'open', 'u', '2026-11-02 10:00+00', NULL)" >/dev/null 2>"$work/midnight.err"
+grep -v '^NOTICE' "$work/midnight.err" | sed 's/^/    /' | head -5
+psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d hpcacct_midnight -c 'ALTER EXTENSION hpcacct UPDATE' \
+    >/dev/null 2>"$work/midnight.err"
+open_error=$(tr '\n' ' ' <"$work/midnight.err")
+open_state=$(psql -X -At -d hpcacct_midnight -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+check "a charge without job_end stops the update with 23514 naming it, nothing changed ($open_state)" \
+    "$(case "$open_error" in *"ERROR:  23514: hpcacct 0.4 refuses a charge without job_end, and 1 charges have none: ledger entry 3 (hv open)"*"HINT:  Nothing was changed."*)
+           [ "$open_state" = "$previous" ] && echo t ;; esac)"
+[ "$open_state" = "$previous" ] || echo "    $open_error" | head -c 600
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_midnight >/dev/null 2>"$work/midnight.err" <<'SQL'
+BEGIN;
+ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
+UPDATE hpcacct.ledger SET job_end = '2026-11-02 15:00+00' WHERE jobid = 'open';
+ALTER TABLE hpcacct.ledger ENABLE TRIGGER ledger_append_only;
+COMMIT;
+ALTER EXTENSION hpcacct UPDATE;
+SQL
+rollup_vs_ledger=$(psql -X -At -d hpcacct_midnight -c "
+    SELECT (SELECT string_agg(month || ' ' || round(s, 6), ', ' ORDER BY month)
+            FROM (SELECT month, sum(amount) AS s FROM hpcacct.charge_rollup GROUP BY month) r)
+           || ' / ' ||
+           (SELECT string_agg(m::date || ' ' || round(s, 6), ', ' ORDER BY m)
+            FROM (SELECT g.m, sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, g.m AT TIME ZONE 'America/Havana',
+                                                                 (g.m + interval '1 month') AT TIME ZONE 'America/Havana')) AS s
+                  FROM hpcacct.ledger l, generate_series('2026-10-01'::timestamp, '2026-12-01', '1 month') g(m)
+                  WHERE l.kind = 'charge' GROUP BY g.m) d)")
+# (rows the update wrote have its transaction's xmin, which pg_extension's row has too)
+rewritten="SELECT count(*) FILTER (WHERE c.xmin = e.xmin) || ' of ' || count(*) FROM hpcacct.charge_rollup c,
+           (SELECT xmin FROM pg_extension WHERE extname = 'hpcacct') e"
+midnight_rewritten=$(psql -X -At -d hpcacct_midnight -c "$rewritten")
+check "given its end, the update runs and rebuilds the rollups ($midnight_rewritten rows): each month the job-by-job sum ($rollup_vs_ledger)" \
+    "$([ "${midnight_rewritten%% of *}" != 0 ] && [ "${midnight_rewritten%% of *}" = "${midnight_rewritten##* of }" ] \
+       && [ "$(psql -X -At -d hpcacct_midnight -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] \
+       && [ "${rollup_vs_ledger% / *}" = "${rollup_vs_ledger#* / }" ] && echo t)"
+grep -v '^NOTICE' "$work/midnight.err" | sed 's/^/    /' | head -5
+demo_rewritten=$(psql -X -At -d hpcacct_upgrade -c "$rewritten")
+check "the demo's update (Europe/Berlin) did not rebuild the rollups ($demo_rewritten rows written)" \
+    "$(case "$demo_rewritten" in "0 of 0") ;; "0 of "*) echo t ;; esac)"
+dropdb hpcacct_midnight
+
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
 bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)

@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(21);
+SELECT plan(22);
 
 -- SQLSTATE, constraint and hint of a statement's error.
 CREATE FUNCTION pg_temp.error_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -60,6 +60,12 @@ SELECT is(pg_temp.error_of($$INSERT INTO hpcacct.ledger (account, kind, amount, 
 SELECT throws_ok($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
                    VALUES ('lp_genci', 'grant', 1200000, 'hours', '', '2025-01-01', '2025-12-31')$$,
                  '23514', NULL, 'a grant whose pool is the empty string is refused (23514: a NULL pool is every pool)');
+-- a charge without an end: allocation_status() would count it, balance() and the charts not
+SELECT is(rtrim(pg_temp.error_of($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, resource_id, cluster, jobid,
+                                                               job_start, job_end)
+                             SELECT 'lp_genci', 'charge', 10, 'hours', r.resource_id, 'lpc', 'x2', '2025-02-01 00:00+00', NULL
+                             FROM hpcacct.resource r WHERE r.cluster = 'lpc' AND r.partition = 'cpu'$$)),
+          '23514 ledger_charge_names_job', 'a charge without a job_end is refused (23514)');
 SELECT is((SELECT count(*) FROM ledger WHERE account LIKE 'lp\_%'), 0::bigint, 'the refused rows wrote nothing');
 SELECT col_is_null('hpcacct', 'ledger', 'pool', 'ledger.pool may be NULL (a charge, or every pool of the unit)');
 SELECT is(col_description('hpcacct.ledger'::regclass,
