@@ -63,7 +63,7 @@ CREATE TABLE @extschema@.ledger (
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
                              AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start)),
     CONSTRAINT ledger_allocation_has_window CHECK (
-        kind = 'charge' OR (valid_from IS NOT NULL AND valid_until >= valid_from
+        kind = 'charge' OR (valid_from IS NOT NULL AND valid_until IS NOT NULL AND valid_until >= valid_from
                             AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until))),
     CONSTRAINT ledger_sign_of_kind CHECK (
         CASE kind WHEN 'grant' THEN amount > 0 WHEN 'supplement' THEN amount > 0 WHEN 'deposit' THEN amount > 0

@@ -12278,6 +12278,33 @@ ALTER TABLE @extschema@.ledger
         kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
                              AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start));
 
+-- ==== an allocation entry's window has an end: ledger_allocation_has_window requires valid_until (a NULL one passed the CHECK, and every figure left the row out) ---
+-- A 0.3 database may hold such rows. The update then stops before it changes anything,
+-- naming them (at most 20): it does not guess an end (README, *updates*).
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.kind, l.account)
+                                    ORDER BY l.entry_id)
+        INTO found
+        FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.valid_until IS NULL;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses an allocation entry without valid_until, and % entries have none: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Give each the last day of its window or delete it, then run ALTER EXTENSION '
+                             'hpcacct UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+ALTER TABLE @extschema@.ledger
+    DROP CONSTRAINT ledger_allocation_has_window,
+    ADD CONSTRAINT ledger_allocation_has_window CHECK (
+        kind = 'charge' OR (valid_from IS NOT NULL AND valid_until IS NOT NULL AND valid_until >= valid_from
+                            AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until)));
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

@@ -207,6 +207,33 @@ check "the demo's update (Europe/Berlin) did not rebuild the rollups ($demo_rewr
     "$(case "$demo_rewritten" in "0 of 0") ;; "0 of "*) echo t ;; esac)"
 dropdb hpcacct_midnight
 
+# ---- an allocation entry without the end of its window (0.3's constraint let it through) ----
+createdb hpcacct_open_window
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_open_window -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('ow1')" \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
+        VALUES ('ow1', 'deposit', 100, 'NPL', '2024-01-01', NULL)" >/dev/null 2>"$work/open_window.err"
+psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d hpcacct_open_window -c 'ALTER EXTENSION hpcacct UPDATE' \
+    >/dev/null 2>"$work/open_window.err"
+window_error=$(tr '\n' ' ' <"$work/open_window.err")
+window_state=$(psql -X -At -d hpcacct_open_window -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+check "an allocation entry without valid_until stops the update with 23514 naming it, nothing changed ($window_state)" \
+    "$(case "$window_error" in *"ERROR:  23514: hpcacct 0.4 refuses an allocation entry without valid_until, and 1 entries have none: ledger entry 1 (deposit ow1)"*"HINT:  Nothing was changed."*)
+           [ "$window_state" = "$previous" ] && echo t ;; esac)"
+[ "$window_state" = "$previous" ] || echo "    $window_error" | head -c 600
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_open_window >/dev/null 2>"$work/open_window.err" <<'SQL'
+BEGIN;
+ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
+UPDATE hpcacct.ledger SET valid_until = '2024-03-31' WHERE account = 'ow1';
+ALTER TABLE hpcacct.ledger ENABLE TRIGGER ledger_append_only;
+COMMIT;
+ALTER EXTENSION hpcacct UPDATE;
+SQL
+check "given its end, the update runs" \
+    "$([ "$(psql -X -At -d hpcacct_open_window -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+grep -v '^NOTICE' "$work/open_window.err" | sed 's/^/    /' | head -5
+dropdb hpcacct_open_window
+
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
 bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)

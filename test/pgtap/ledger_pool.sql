@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(22);
+SELECT plan(23);
 
 -- SQLSTATE, constraint and hint of a statement's error.
 CREATE FUNCTION pg_temp.error_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -66,6 +66,10 @@ SELECT is(rtrim(pg_temp.error_of($$INSERT INTO hpcacct.ledger (account, kind, am
                              SELECT 'lp_genci', 'charge', 10, 'hours', r.resource_id, 'lpc', 'x2', '2025-02-01 00:00+00', NULL
                              FROM hpcacct.resource r WHERE r.cluster = 'lpc' AND r.partition = 'cpu'$$)),
           '23514 ledger_charge_names_job', 'a charge without a job_end is refused (23514)');
+-- a grant without an end of its window: allocation_events() would leave it out of every figure
+SELECT is(rtrim(pg_temp.error_of($$INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                                   VALUES ('lp_genci', 'grant', 1200000, 'hours', 'lp-cpu', '2025-01-01', NULL)$$)),
+          '23514 ledger_allocation_has_window', 'a grant without a valid_until is refused (23514)');
 SELECT is((SELECT count(*) FROM ledger WHERE account LIKE 'lp\_%'), 0::bigint, 'the refused rows wrote nothing');
 SELECT col_is_null('hpcacct', 'ledger', 'pool', 'ledger.pool may be NULL (a charge, or every pool of the unit)');
 SELECT is(col_description('hpcacct.ledger'::regclass,
