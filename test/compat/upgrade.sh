@@ -26,9 +26,19 @@ if [ -z "$previous" ]; then
 fi
 echo "# updating $previous to $current"
 
+# The installed version of hpcacct in database $1.
+extversion() { psql -X -At -d "$1" -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'"; }
+# ALTER EXTENSION hpcacct UPDATE in database $1, verbose: its errors on one line in
+# update_error, the version after it in update_version.
+try_update() {
+    psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d "$1" -c 'ALTER EXTENSION hpcacct UPDATE' >/dev/null 2>"$work/$1.err"
+    update_error=$(tr '\n' ' ' <"$work/$1.err")
+    update_version=$(extversion "$1")
+}
+
 createdb hpcacct_upgrade
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" >/dev/null 2>&1
-check "version $previous installs" "$([ "$(psql -X -At -d hpcacct_upgrade -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$previous" ] && echo t)"
+check "version $previous installs" "$([ "$(extversion hpcacct_upgrade)" = "$previous" ] && echo t)"
 # the demo's parts create the extension themselves: skip that statement; they are written in
 # the current version's names, the previous release's replace those it renamed
 for part in test/demo/*.sql; do
@@ -52,7 +62,7 @@ sed -f test/compat/previous_names.sed test/compat/reports.sql | psql -X -q -d hp
 
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'ALTER EXTENSION hpcacct UPDATE' 2>"$work/update.err"
 check "ALTER EXTENSION hpcacct UPDATE from $previous to $current succeeds" \
-    "$([ "$(psql -X -At -d hpcacct_upgrade -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+    "$([ "$(extversion hpcacct_upgrade)" = "$current" ] && echo t)"
 sed 's/^/    /' "$work/update.err" | head -10
 
 psql -X -q -d hpcacct_upgrade -f test/compat/reports.sql >"$work/after.txt" 2>&1
@@ -125,9 +135,8 @@ psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_empty_names -c "CREATE EXTENSION hpcacc
         VALUES ('en1', '2024-01-01', '2024-06-30', '', 'core-hours')" \
     -c "INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('c', '', 'u')" >/dev/null 2>"$work/empty.err"
 grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
-psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d hpcacct_empty_names -c 'ALTER EXTENSION hpcacct UPDATE' \
-    >/dev/null 2>"$work/empty.err"
-empty_error=$(tr '\n' ' ' <"$work/empty.err")
+try_update hpcacct_empty_names
+empty_error=$update_error
 empty_state=$(psql -X -At -d hpcacct_empty_names -c "SELECT e.extversion || ' ' || (SELECT count(*) FROM hpcacct.resource WHERE cluster = '')
     || ' ' || (SELECT count(*) FROM hpcacct.ledger WHERE unit = '') || ' ' || (SELECT count(*) FROM hpcacct.quota_period WHERE cluster = '')
     || ' ' || (SELECT count(*) FROM hpcacct.pending_job WHERE jobid = '')
@@ -149,7 +158,7 @@ COMMIT;
 ALTER EXTENSION hpcacct UPDATE;
 SQL
 check "named, they let the update run" \
-    "$([ "$(psql -X -At -d hpcacct_empty_names -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+    "$([ "$(extversion hpcacct_empty_names)" = "$current" ] && echo t)"
 grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_empty_names
 
@@ -168,10 +177,9 @@ psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_midnight -c "CREATE EXTENSION hpcacct V
                ('hv1', 'charge', 40, 'NPL', 1, 'hv', 'first', 'u', '2026-11-01 04:10+00', '2026-11-01 04:50+00'),
                ('hv1', 'charge', 5, 'NPL', 1, 'hv', 'open', 'u', '2026-11-02 10:00+00', NULL)" >/dev/null 2>"$work/midnight.err"
 grep -v '^NOTICE' "$work/midnight.err" | sed 's/^/    /' | head -5
-psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d hpcacct_midnight -c 'ALTER EXTENSION hpcacct UPDATE' \
-    >/dev/null 2>"$work/midnight.err"
-open_error=$(tr '\n' ' ' <"$work/midnight.err")
-open_state=$(psql -X -At -d hpcacct_midnight -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+try_update hpcacct_midnight
+open_error=$update_error
+open_state=$update_version
 check "a charge without job_end stops the update with 23514 naming it, nothing changed ($open_state)" \
     "$(case "$open_error" in *"ERROR:  23514: hpcacct 0.4 refuses a charge without job_end, and 1 charges have none: ledger entry 3 (hv open)"*"HINT:  Nothing was changed."*)
            [ "$open_state" = "$previous" ] && echo t ;; esac)"
@@ -199,7 +207,7 @@ rewritten="SELECT count(*) FILTER (WHERE c.xmin = e.xmin) || ' of ' || count(*) 
 midnight_rewritten=$(psql -X -At -d hpcacct_midnight -c "$rewritten")
 check "given its end, the update runs and rebuilds the rollups ($midnight_rewritten rows): each month the job-by-job sum ($rollup_vs_ledger)" \
     "$([ "${midnight_rewritten%% of *}" != 0 ] && [ "${midnight_rewritten%% of *}" = "${midnight_rewritten##* of }" ] \
-       && [ "$(psql -X -At -d hpcacct_midnight -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] \
+       && [ "$(extversion hpcacct_midnight)" = "$current" ] \
        && [ "${rollup_vs_ledger% / *}" = "${rollup_vs_ledger#* / }" ] && echo t)"
 grep -v '^NOTICE' "$work/midnight.err" | sed 's/^/    /' | head -5
 demo_rewritten=$(psql -X -At -d hpcacct_upgrade -c "$rewritten")
@@ -213,10 +221,9 @@ psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_open_window -c "CREATE EXTENSION hpcacc
     -c "INSERT INTO hpcacct.account (name) VALUES ('ow1')" \
     -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
         VALUES ('ow1', 'deposit', 100, 'NPL', '2024-01-01', NULL)" >/dev/null 2>"$work/open_window.err"
-psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d hpcacct_open_window -c 'ALTER EXTENSION hpcacct UPDATE' \
-    >/dev/null 2>"$work/open_window.err"
-window_error=$(tr '\n' ' ' <"$work/open_window.err")
-window_state=$(psql -X -At -d hpcacct_open_window -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+try_update hpcacct_open_window
+window_error=$update_error
+window_state=$update_version
 check "an allocation entry without valid_until stops the update with 23514 naming it, nothing changed ($window_state)" \
     "$(case "$window_error" in *"ERROR:  23514: hpcacct 0.4 refuses an allocation entry without valid_until, and 1 entries have none: ledger entry 1 (deposit ow1)"*"HINT:  Nothing was changed."*)
            [ "$window_state" = "$previous" ] && echo t ;; esac)"
@@ -230,7 +237,7 @@ COMMIT;
 ALTER EXTENSION hpcacct UPDATE;
 SQL
 check "given its end, the update runs" \
-    "$([ "$(psql -X -At -d hpcacct_open_window -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+    "$([ "$(extversion hpcacct_open_window)" = "$current" ] && echo t)"
 grep -v '^NOTICE' "$work/open_window.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_open_window
 
@@ -245,7 +252,7 @@ for version in $releases; do
     db="hpcacct_chain_${version//./_}"
     createdb "$db"
     psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION hpcacct VERSION '$version' CASCADE" >/dev/null 2>"$work/chain.err"
-    installed=$(psql -X -At -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+    installed=$(extversion "$db")
     psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c 'ALTER EXTENSION hpcacct UPDATE' 2>>"$work/chain.err"
     psql -X -q -d "$db" -c 'SELECT hpcacct.create_job_table()' >/dev/null 2>&1
     psql -X -q -d "$db" -c 'CALL hpcacct.setup_roles()' >/dev/null 2>&1
