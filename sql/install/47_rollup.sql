@@ -655,55 +655,102 @@ CREATE FUNCTION hpcacct_internal.require_pool(pool text, caller text) RETURNS te
 COMMENT ON FUNCTION hpcacct_internal.require_pool(text, text) IS
     'A machine (pool) argument: NULL is an error (22004), one no resource charges to and no allocation names too (42704)';
 
--- Consumption of an account in a pool (by default, a cluster) up to an instant: charges
--- pro rata before it. At a regulation boundary (1 January or the 16th at 00:00, site time
--- zone) it is the consumption rollup's. Otherwise it is all the account's charges (the sum of
--- the rollup's `ended`) less the part after the instant of the jobs that end at or after it,
--- read from the ledger through its BRIN index on job_end: none for an instant after the last
--- job's end (a submit check's end of today), and the newer a past instant the fewer. The sum
--- is exactly the job-by-job one (numeric arithmetic is exact, a whole share is exactly 1).
--- Its statements are planned once per session (their custom plans cost more than running
--- them).
-CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
-    RETURNS numeric
+-- Consumption of accounts in pools (by default, a cluster) up to an instant: charges pro
+-- rata before it, of the i-th account in the i-th pool (a pair named twice once). At a
+-- regulation boundary (1 January or the 16th at 00:00, site time zone) it is the consumption
+-- rollup's. Otherwise it is all the account's charges (the sum of the rollup's `ended`) less
+-- the part after the instant of the jobs that end at or after it, read from the ledger
+-- through its BRIN index on job_end, every pair's in one pass: none for an instant after the
+-- last job's end (a submit check's end of today), and the newer a past instant the fewer.
+-- The sum is exactly the job-by-job one (numeric arithmetic is exact, a whole share is
+-- exactly 1). Its statements are planned once per session (their custom plans cost more than
+-- running them for one account).
+CREATE FUNCTION hpcacct_internal.consumptions_before(accounts text[], pools text[], before timestamptz)
+    RETURNS TABLE (account text, pool text, consumption numeric)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     SET plan_cache_mode = force_generic_plan
     AS $$
+    #variable_conflict use_column
     DECLARE
         local_before timestamp;
-        pool_resources bigint[];
-        after_before numeric;
+        missing text;
+    BEGIN
+        IF $1 IS NULL OR $2 IS NULL OR $3 IS NULL
+           OR pg_catalog.array_position($1, NULL) IS NOT NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'consumption_before: accounts, pools and before must not be NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF pg_catalog.cardinality($1) <> pg_catalog.cardinality($2) THEN
+            RAISE EXCEPTION 'consumption_before: % accounts for % pools', pg_catalog.cardinality($1), pg_catalog.cardinality($2)
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'The i-th account is taken in the i-th pool.';
+        END IF;
+        IF NOT pg_catalog.isfinite($3) THEN
+            RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        SELECT u.name INTO missing FROM pg_catalog.unnest($1) AS u(name)
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = u.name) LIMIT 1;
+        IF FOUND THEN
+            PERFORM hpcacct_internal.require_account(missing, 'consumption_before');
+        END IF;
+        PERFORM hpcacct_internal.require_pool(p.name, 'consumption_before')
+        FROM (SELECT DISTINCT u.name FROM pg_catalog.unnest($2) AS u(name)) p
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = p.name);
+        local_before := hpcacct_internal.local_time($3, @extschema@.site_timezone());  -- (as the rollup counts it)
+        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
+            RETURN QUERY
+            SELECT p.account, p.pool,
+                   coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
+                             FROM hpcacct_internal.consumption_rollup_exact c
+                             WHERE c.account = p.account
+                               AND c.resource_id = ANY (ARRAY(SELECT r.resource_id FROM @extschema@.resource r
+                                                              WHERE coalesce(r.pool, r.cluster) = p.pool))
+                               AND c.boundary <= local_before), 0)
+            FROM (SELECT DISTINCT u.account, u.pool FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS u(account, pool)) p;
+            RETURN;
+        END IF;
+        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index;
+        -- job_end bounded on both sides: the plan made once estimates a narrow range, so on a
+        -- large ledger it reads the BRIN index on job_end, not the whole table)
+        RETURN QUERY
+        WITH pairs AS MATERIALIZED (
+            SELECT DISTINCT u.account, u.pool FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS u(account, pool)
+        ), after_before AS (
+            SELECT l.account, coalesce(r.pool, r.cluster) AS pool,
+                   sum(CASE WHEN l.kind = 'charge' THEN l.amount
+                            * (1 - @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)) END) AS amount
+            FROM @extschema@.ledger l
+            JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+            WHERE l.job_end >= $3 AND l.job_end <= 'infinity'
+              AND (l.account, coalesce(r.pool, r.cluster)) IN (SELECT p.account, p.pool FROM pairs p)
+            GROUP BY 1, 2
+        )
+        SELECT p.account, p.pool,
+               coalesce((SELECT sum(c.ended) FROM hpcacct_internal.consumption_rollup_exact c
+                         WHERE c.account = p.account
+                           AND c.resource_id = ANY (ARRAY(SELECT r.resource_id FROM @extschema@.resource r
+                                                          WHERE coalesce(r.pool, r.cluster) = p.pool))), 0)
+               - coalesce(b.amount, 0)
+        FROM pairs p
+        LEFT JOIN after_before b ON b.account = p.account AND b.pool = p.pool;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.consumptions_before(text[], text[], timestamptz) IS
+    'Charges of each account in its pool (the i-th of each array; or cluster) for the part of its jobs that ran '
+    'before an instant (finite: 22008 otherwise), one row per pair';
+
+-- The same for one account in one pool.
+CREATE FUNCTION @extschema@.consumption_before(account text, pool text, before timestamptz)
+    RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
     BEGIN
         PERFORM hpcacct_internal.require_account($1, 'consumption_before');
         IF $2 IS NULL OR $3 IS NULL THEN
             RAISE EXCEPTION 'consumption_before: pool and before must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
-        IF NOT pg_catalog.isfinite($3) THEN
-            RAISE EXCEPTION 'consumption_before: before must be finite, not %', $3 USING ERRCODE = 'datetime_field_overflow';
-        END IF;
-        local_before := hpcacct_internal.local_time($3, @extschema@.site_timezone());  -- (as the rollup counts it)
-        pool_resources := ARRAY(SELECT r.resource_id FROM @extschema@.resource r WHERE coalesce(r.pool, r.cluster) = $2);
-        IF pool_resources = '{}' THEN
-            PERFORM hpcacct_internal.require_pool($2, 'consumption_before');
-        END IF;
-        IF local_before = @extschema@.regulation_boundary_after(local_before - interval '1 microsecond') THEN
-            RETURN coalesce((SELECT sum(c.ended) + coalesce(sum(c.running) FILTER (WHERE c.boundary = local_before), 0)
-                             FROM hpcacct_internal.consumption_rollup_exact c
-                             WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)
-                               AND c.boundary <= local_before), 0);
-        END IF;
-        -- (kind in the sum, not the filter: the planner would scan all of ledger_job, a partial index;
-        -- job_end bounded on both sides: the plan made once estimates a narrow range, so on a
-        -- large ledger it reads the BRIN index on job_end, not the whole table)
-        SELECT coalesce(sum(CASE WHEN l.kind = 'charge' THEN l.amount
-                                 * (1 - @extschema@.period_share(l.job_start, l.job_end, '-infinity', $3)) END), 0)
-        INTO after_before
-        FROM @extschema@.ledger l
-        WHERE l.job_end >= $3 AND l.job_end <= 'infinity' AND l.account = $1 AND l.resource_id = ANY (pool_resources);
-        RETURN coalesce((SELECT sum(c.ended) FROM hpcacct_internal.consumption_rollup_exact c
-                         WHERE c.account = $1 AND c.resource_id = ANY (pool_resources)), 0)
-               - after_before;
+        RETURN (SELECT c.consumption FROM hpcacct_internal.consumptions_before(ARRAY[$1], ARRAY[$2], $3) c);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.consumption_before(text, text, timestamptz) IS

@@ -126,46 +126,76 @@ END;
 COMMENT ON FUNCTION hpcacct_internal.allocation_events(text, text, date, date) IS
     'Grants, supplements and retractions of an account on a machine valid on some day from from_day to to_day';
 
--- Alloc, TMC, TC, consumption and Δ of an account on a machine at a date, counted from
--- 1 January of that date's year (TC = TC(at) - TC(31 Dec of the previous year), so an
--- event that began in an earlier year counts only for its part in this year). The account
--- is checked as every report's (22004, 42704), a NULL day is today, a NULL machine 22004.
-CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
-    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+-- Alloc, TMC, TC, consumption and Δ of accounts on machines at a date (the i-th account on
+-- the i-th machine, a pair named twice once), counted from 1 January of that date's year
+-- (TC = TC(at) - TC(31 Dec of the previous year), so an event that began in an earlier year
+-- counts only for its part in this year). Consumption is consumptions_before()'s, every
+-- pair's in one pass. A NULL day is 22004; an account or machine is checked as
+-- consumption_before()'s.
+CREATE FUNCTION hpcacct_internal.allocation_statuses(accounts text[], machines text[], at date)
+    RETURNS TABLE (account text, machine text, alloc numeric, granted numeric, tmc float8, tc float8,
                    consumption float8, delta float8, status text)
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
     #variable_conflict use_column
     DECLARE
+        tz constant text := @extschema@.site_timezone();
+        year_start date;
+    BEGIN
+        IF $3 IS NULL OR NOT pg_catalog.isfinite($3) THEN
+            PERFORM hpcacct_internal.refuse_argument($3, 'allocation_status', 'at');
+        END IF;
+        year_start := pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1);
+        RETURN QUERY
+        WITH used AS (
+            SELECT e.account, e.pool, (e.consumption - s.consumption)::float8 AS consumption
+            FROM hpcacct_internal.consumptions_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE tz) e
+            JOIN hpcacct_internal.consumptions_before($1, $2, year_start::timestamp AT TIME ZONE tz) s
+              ON s.account = e.account AND s.pool = e.pool
+        ), events AS (
+            SELECT u.account, u.pool AS machine,
+                   coalesce(sum(l.amount), 0) AS alloc,
+                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
+                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, $3, u.convention)
+                                FILTER (WHERE l.kind IS NOT NULL), 0) AS tmc,
+                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, $3, u.convention)
+                                FILTER (WHERE l.kind IS NOT NULL)
+                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, year_start - 1, u.convention)
+                                FILTER (WHERE l.kind IS NOT NULL),
+                            0) AS tc
+            FROM (SELECT u.account, u.pool,
+                         coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = u.pool),
+                                  'half_month') AS convention
+                  FROM used u) u
+            LEFT JOIN LATERAL hpcacct_internal.allocation_events(u.account, u.pool, year_start, $3) l ON true
+            GROUP BY u.account, u.pool
+        )
+        SELECT e.account, e.machine, e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
+               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
+        FROM events e
+        JOIN used u ON u.account = e.account AND u.pool = e.machine;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.allocation_statuses(text[], text[], date) IS
+    'allocation_status() of each account on its machine (the i-th of each array) at a day, one row per pair';
+
+-- The same for one account on one machine. The account is checked as every report's (22004,
+-- 42704), a NULL day is today, a NULL machine 22004.
+CREATE FUNCTION @extschema@.allocation_status(account text, machine text, at date)
+    RETURNS TABLE (alloc numeric, granted numeric, tmc float8, tc float8,
+                   consumption float8, delta float8, status text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
         acct constant text := hpcacct_internal.require_account($1, 'allocation_status');
         day constant date := hpcacct_internal.day_or_today($3, 'allocation_status');
     BEGIN
         PERFORM hpcacct_internal.require_pool($2, 'allocation_status');
         RETURN QUERY
-        WITH period AS (
-            SELECT pg_catalog.make_date(EXTRACT(year FROM day)::integer, 1, 1) AS year_start,
-                   coalesce((SELECT s.month_convention FROM @extschema@.regulation_machine s WHERE s.machine = $2),
-                            'half_month') AS convention,
-                   @extschema@.site_timezone() AS tz
-        ), events AS (
-            SELECT coalesce(sum(l.amount), 0) AS alloc,
-                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
-                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention), 0) AS tmc,
-                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, day, p.convention)
-                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, p.year_start - 1, p.convention),
-                            0) AS tc
-            FROM period p
-            CROSS JOIN LATERAL hpcacct_internal.allocation_events(acct, $2, p.year_start, day) l
-        ), used AS MATERIALIZED (  -- once: pulled up, it was computed at each of its three uses
-            SELECT (@extschema@.consumption_before(acct, $2, (day + 1)::timestamp AT TIME ZONE p.tz)
-                    - @extschema@.consumption_before(acct, $2, p.year_start::timestamp AT TIME ZONE p.tz))::float8
-                   AS consumption
-            FROM period p
-        )
-        SELECT e.alloc, e.granted, e.tmc, e.tc, u.consumption, u.consumption - e.tc,
-               @extschema@.regulation_status(u.consumption, e.tc, e.tmc)
-        FROM events e CROSS JOIN used u;
+        SELECT s.alloc, s.granted, s.tmc, s.tc, s.consumption, s.delta, s.status
+        FROM hpcacct_internal.allocation_statuses(ARRAY[acct], ARRAY[$2], day) s;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.allocation_status(text, text, date) IS

@@ -434,6 +434,21 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                              AND EXISTS (SELECT 1 FROM @extschema@.ledger l
                                          WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer') AND l.unit = bank_unit)),
                      at) b
+        ), regulation AS (  -- every account's status on each machine it has allocations on this year, in one pass
+            SELECT st.account,
+                   jsonb_agg(jsonb_build_object('machine', st.machine, 'alloc', st.alloc,
+                                                'tmc', round(st.tmc::numeric, 2), 'tc', round(st.tc::numeric, 2),
+                                                'consumption', round(st.consumption::numeric, 2),
+                                                'delta', round(st.delta::numeric, 2), 'status', st.status)
+                             ORDER BY st.machine) AS entries
+            FROM (SELECT coalesce(array_agg(a.name), '{}') AS accounts, coalesce(array_agg(s.machine), '{}') AS machines
+                  FROM @extschema@.account a
+                  CROSS JOIN @extschema@.regulation_machine s
+                  WHERE (a.deleted_in IS NULL OR a.deleted_in > at)
+                    AND EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(a.name, s.machine,
+                                                                                 date_trunc('year', at)::date, at))) p
+            CROSS JOIN LATERAL hpcacct_internal.allocation_statuses(p.accounts, p.machines, at) st
+            GROUP BY st.account
         )
         SELECT jsonb_build_object('user', session_user, 'at', at, 'accounts', coalesce(jsonb_agg(x.item ORDER BY x.name), '[]'))
         INTO result
@@ -451,19 +466,12 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                                              'unit', u.unit)
                                    FROM @extschema@.window_quota_usage(a.name, at) u
                                    WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
-                         'regulation', (SELECT jsonb_agg(jsonb_build_object('machine', s.machine, 'alloc', st.alloc,
-                                                                            'tmc', round(st.tmc::numeric, 2), 'tc', round(st.tc::numeric, 2),
-                                                                            'consumption', round(st.consumption::numeric, 2),
-                                                                            'delta', round(st.delta::numeric, 2), 'status', st.status)
-                                                         ORDER BY s.machine)
-                                        FROM @extschema@.regulation_machine s
-                                        CROSS JOIN LATERAL @extschema@.allocation_status(a.name, s.machine, at) st
-                                        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(
-                                                                        a.name, s.machine, date_trunc('year', at)::date, at))),
+                         'regulation', r.entries,
                          'this_month', tm.amounts)) AS item
               FROM @extschema@.account a
               LEFT JOIN this_month tm ON tm.account = a.name
               LEFT JOIN bank b ON b.account = a.name
+              LEFT JOIN regulation r ON r.account = a.name
               WHERE a.deleted_in IS NULL OR a.deleted_in > at) x;
         RETURN result;
     END
