@@ -148,7 +148,7 @@ CREATE FUNCTION hpcacct_internal.allocation_statuses(accounts text[], machines t
         END IF;
         year_start := pg_catalog.make_date(EXTRACT(year FROM $3)::integer, 1, 1);
         RETURN QUERY
-        WITH used AS (
+        WITH used AS MATERIALIZED (  -- once per bound (pulled up, it would be read at each use)
             SELECT e.account, e.pool, (e.consumption - s.consumption)::float8 AS consumption
             FROM hpcacct_internal.consumptions_before($1, $2, ($3 + 1)::timestamp AT TIME ZONE tz) e
             JOIN hpcacct_internal.consumptions_before($1, $2, year_start::timestamp AT TIME ZONE tz) s

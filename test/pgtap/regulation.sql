@@ -311,9 +311,9 @@ SELECT is((SELECT (g.consumption, g.outcome)::text FROM hpcacct.regulation_log g
 -- expression into each of the three places that use it (six calls per status)
 SET LOCAL track_functions = 'all';
 CREATE TEMP TABLE consumption_calls AS
-    SELECT pg_stat_get_xact_function_calls('hpcacct.consumption_before(text, text, timestamptz)'::regprocedure) AS n;
+    SELECT pg_stat_get_xact_function_calls('hpcacct_internal.consumptions_before(text[], text[], timestamptz)'::regprocedure) AS n;
 DO $$ BEGIN PERFORM * FROM hpcacct.allocation_status('X', 'ada', '2025-02-20'); END $$;
-SELECT is(pg_stat_get_xact_function_calls('hpcacct.consumption_before(text, text, timestamptz)'::regprocedure)
+SELECT is(pg_stat_get_xact_function_calls('hpcacct_internal.consumptions_before(text[], text[], timestamptz)'::regprocedure)
           - (SELECT coalesce(n, 0) FROM consumption_calls), 2::bigint,
           'allocation_status() reads the consumption twice: up to the day and up to 1 January');
 
