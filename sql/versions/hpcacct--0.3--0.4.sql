@@ -12429,6 +12429,9 @@ CREATE FUNCTION hpcacct_internal.allocation_statuses(accounts text[], machines t
 COMMENT ON FUNCTION hpcacct_internal.allocation_statuses(text[], text[], date) IS
     'allocation_status() of each account on its machine (the i-th of each array) at a day, one row per pair';
 
+-- ==== account_verdict(): a GENCI project's machines in one call of allocation_statuses() (allocation_status() per machine paid for its new layer in every submit check) ---
+-- account_verdict(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13210,7 +13213,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         pol text[];
         bank record;
         wq record;
-        machines integer;
+        pools text[];
         open_machines integer;
         reason text;
         message text;
@@ -13257,16 +13260,18 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
         END IF;
 
         IF 'regulation' = ANY (pol) THEN
-            SELECT count(*), count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc)
-            INTO machines, open_machines
-            FROM (SELECT DISTINCT l.pool FROM @extschema@.ledger l
-                  WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
-                    AND l.valid_from <= at AND l.valid_until >= at) m
-            CROSS JOIN LATERAL @extschema@.allocation_status(a.name, m.pool, at) s;
-            IF machines = 0 THEN
+            pools := ARRAY(SELECT DISTINCT l.pool FROM @extschema@.ledger l
+                           WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+                             AND l.valid_from <= at AND l.valid_until >= at);
+            IF pg_catalog.cardinality(pools) = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
                            hpcacct_internal.refusal_message('no_allocation', account, NULL, at::text))::@extschema@.submit_decision;
-            ELSIF open_machines = 0 THEN
+            END IF;
+            -- allocation_status() on each machine, in one call
+            SELECT count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc) INTO open_machines
+            FROM hpcacct_internal.allocation_statuses(pg_catalog.array_fill(a.name::text, ARRAY[pg_catalog.cardinality(pools)]),
+                                                      pools, at) s;
+            IF open_machines = 0 THEN
                 RETURN ROW(false, account, 'allocation_exhausted',
                            hpcacct_internal.refusal_message('allocation_exhausted', account, NULL, NULL))::@extschema@.submit_decision;
             END IF;

@@ -7,7 +7,7 @@
 -- regulation boundary), on 31 December, across the DST change, and today.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(24);
+SELECT plan(29);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('fg_a', 'p', 'cpu=16', 'cpu=1', 1, 'h');
@@ -162,6 +162,21 @@ SELECT throws_ok($$SELECT * FROM hpcacct_internal.allocation_statuses(ARRAY['fg_
                  '42704', 'account "fg_two" does not exist or is not visible to you',
                  'allocation_statuses() of another account is the error of an unknown one, not its figures');
 RESET SESSION AUTHORIZATION;
+
+-- the submit check reads the same statuses, all the project's machines in one call: accepted
+-- while one machine has hours left
+SELECT is((account_verdict('fg_two', '2025-04-30')).ok, true, 'account_verdict(): fg_two, hours left on both machines: accepted');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('fg_two', 'retraction', -6500, 'h', 'fg_p', '2025-04-15', '2025-06-30');
+SELECT is((SELECT array_agg(s.tmc > 0 AND s.consumption < s.alloc ORDER BY m.m)
+           FROM unnest(ARRAY['fg_a', 'fg_p']) m(m), allocation_status('fg_two', m.m, '2025-04-30') s),
+          ARRAY[true, false], 'setup: after a retraction on the pool (400 left of it, 590 used), hours left on fg_a only');
+SELECT is((account_verdict('fg_two', '2025-04-30')).ok, true, 'account_verdict(): accepted while one machine has hours left');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('fg_two', 'retraction', -23900, 'h', 'fg_a', '2025-04-20', '2026-12-31');
+SELECT is((account_verdict('fg_two', '2025-04-30')).reason, 'allocation_exhausted',
+          'account_verdict(): both machines used up (100 left on fg_a, 379 used): refused');
+SELECT is((account_verdict('fg_two', '2027-01-10')).reason, 'no_allocation', 'account_verdict(): no allocation valid in 2027: refused');
 
 SELECT * FROM finish();
 ROLLBACK;
