@@ -12305,6 +12305,9 @@ ALTER TABLE @extschema@.ledger
         kind = 'charge' OR (valid_from IS NOT NULL AND valid_until IS NOT NULL AND valid_until >= valid_from
                             AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until)));
 
+-- ==== my_accounts(): the month's start from the day as a timestamp, not as an instant of the session's TimeZone (America/Asuncion's session started October 2023 an hour late) ---
+-- my_accounts(): defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14080,7 +14083,9 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
         IF NOT isfinite(at) THEN
             RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
+        -- (of a timestamp, not of the date's instant in the session's TimeZone: not one where
+        -- the 1st's midnight is skipped, which would start the month an hour late)
+        month_start := date_trunc('month', at::timestamp) AT TIME ZONE tz;
         day_end := (at + 1)::timestamp AT TIME ZONE tz;
         -- the month's charges up to the end of at (pro rata, as charge_by_month and the balance: a
         -- past day does not count the rest of its month), every account's in one pass of the ledger
