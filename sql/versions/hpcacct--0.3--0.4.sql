@@ -12308,6 +12308,65 @@ ALTER TABLE @extschema@.ledger
 -- ==== my_accounts(): the month's start from the day as a timestamp, not as an instant of the session's TimeZone (America/Asuncion's session started October 2023 an hour late) ---
 -- my_accounts(): defined in the final definitions below
 
+-- ==== charges_to_day_end(): the days as a series of timestamps, not of dates, which stepped in the session's TimeZone (a session of Pacific/Apia left 30 December 2011 out of the charts) ---
+CREATE OR REPLACE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    WITH z AS (
+        SELECT @extschema@.site_timezone() AS tz
+    ), charged AS (
+        -- (the days as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        SELECT l.amount, l.job_start, l.job_end,
+               hpcacct_internal.local_time(l.job_start, z.tz)::date AS start_day,
+               hpcacct_internal.local_time(l.job_end, z.tz)::date AS end_day,
+               charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+        CROSS JOIN z
+        WHERE l.account = charges_to_day_end.account AND l.kind = 'charge'
+          AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
+          AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
+          AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
+          -- (the instant once, as a parameter: the ledger's BRIN index reads only the period's part)
+          AND l.job_end >= (SELECT charges_to_day_end.first_day::timestamp AT TIME ZONE @extschema@.site_timezone())
+    ), ended AS (
+        SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
+                   AS amount
+        FROM charged c
+        GROUP BY c.end_day
+    ), running AS (
+        SELECT d.day::date AS day,
+               sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start,
+                                                       (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
+        FROM charged c
+        CROSS JOIN z
+        -- (days as timestamps: a series of dates would step in the session's TimeZone, whose
+        -- skipped days, e.g. Pacific/Apia's 30 December 2011, it would leave out)
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day)::timestamp,
+                                                      least(c.end_day - 1, charges_to_day_end.last_day)::timestamp,
+                                                      interval '1 day') d(day)
+        GROUP BY d.day::date
+    )
+    SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
+    FROM pg_catalog.generate_series(
+        CASE WHEN (charges_to_day_end.account IS NOT NULL
+                   OR hpcacct_internal.refuse_argument(charges_to_day_end.account, 'charges_to_day_end', 'account'))
+                  AND (pg_catalog.isfinite(charges_to_day_end.first_day)
+                       OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day'))
+             THEN charges_to_day_end.first_day::timestamp END,
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
+             THEN charges_to_day_end.last_day::timestamp END,
+        interval '1 day') g(day)
+    LEFT JOIN ended e ON e.day = g.day::date
+    LEFT JOIN running r ON r.day = g.day::date
+    ORDER BY g.day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
+    'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
+    'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

@@ -1,9 +1,10 @@
 -- The portal's figures do not depend on the session's TimeZone (a client may send its own:
 -- PGTZ, JDBC), only on the site's time zone: a session zone where a month's first midnight
--- does not exist (America/Asuncion, 1 October 2023) gives the same figures as UTC.
+-- does not exist (America/Asuncion, 1 October 2023) or a day was skipped (Pacific/Apia,
+-- 30 December 2011) gives the same figures as UTC.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(1);
+SELECT plan(3);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -21,6 +22,14 @@ SET LOCAL TimeZone = 'America/Asuncion';
 SELECT is((SELECT x -> 'this_month' FROM jsonb_array_elements(my_accounts('2023-10-15') -> 'accounts') x
            WHERE x ->> 'account' = 'pr_a'), '{"NPL": 2.000000}'::jsonb,
           'my_accounts() in a session of America/Asuncion: October''s charges from the site''s midnight of the 1st');
+
+SET LOCAL TimeZone = 'Pacific/Apia';
+SELECT is((SELECT array_agg(d.day ORDER BY d.day)::text FROM hpcacct_internal.charges_to_day_end('pr_a', NULL, NULL, '2011-12-28', '2012-01-01') d),
+          '{2011-12-28,2011-12-29,2011-12-30,2011-12-31,2012-01-01}',
+          'charges_to_day_end() in a session of Pacific/Apia: every day of the site''s calendar');
+SELECT is((SELECT (p ->> 1)::numeric FROM jsonb_array_elements(account_month('pr_a', '2011-12-01') -> 'bank' -> 'days') p
+           WHERE p ->> 0 = '2011-12-30'), 998.00::numeric,
+          'account_month()''s bank chart in a session of Pacific/Apia has 30 December, with its job');
 
 SELECT * FROM finish();
 ROLLBACK;
