@@ -12367,6 +12367,9 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
     'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
     'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
 
+-- ==== sacct_window_start(): an overlap with a negative part is 22023 like a negative one ('1 mon -30 days' compares equal to 0, and from a watermark of 1 March started the window on 3 March) ---
+-- sacct_window_start(): defined in the final definitions below
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14406,18 +14409,29 @@ CREATE OR REPLACE FUNCTION @extschema@.tres_problem(text) RETURNS text
 COMMENT ON FUNCTION @extschema@.tres_problem(text) IS
     'NULL when the text is a valid tres, else ''SQLSTATE message'' of the error its input would raise';
 CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) RETURNS timestamptz
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT CASE WHEN overlap OPERATOR(pg_catalog.>=) interval '0'
-                         OR hpcacct_internal.refuse_argument(overlap, 'sacct_window_start', 'overlap')
-                    THEN (SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
-                          FROM @extschema@.sacct_watermark w
-                          WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster) END
+    BEGIN
+        IF overlap IS NULL THEN
+            RAISE EXCEPTION 'sacct_window_start: overlap must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- its months, days and time each (the total at least 0 then too)
+        IF pg_catalog.date_trunc('month', overlap) < interval '0'
+           OR pg_catalog.date_trunc('day', overlap) - pg_catalog.date_trunc('month', overlap) < interval '0'
+           OR overlap - pg_catalog.date_trunc('day', overlap) < interval '0' THEN
+            RAISE EXCEPTION 'sacct_window_start: overlap must not be negative'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
+                                                 'negative (%s).', overlap);
+        END IF;
+        RETURN (SELECT w.loaded_through - overlap FROM @extschema@.sacct_watermark w
+                WHERE w.cluster = sacct_window_start.cluster);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
     'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
-    'a NULL overlap is an error (22004), a negative one 22023';
+    'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
     OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,
     OUT unfinished bigint, OUT never_started bigint, OUT steps bigint, OUT ignored bigint,
