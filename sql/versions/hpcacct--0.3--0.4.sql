@@ -12373,6 +12373,25 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
 -- ==== account_month(): no JIT (the GENCI section's estimates, millions, made jit = on compile it for 1.4 s of a 1.5 s page, statement_html() too) ---
 -- account_month(): defined in the final definitions below
 
+-- ==== the site's time zone is a zone's name: check_setting() no longer takes an abbreviation (IST meant India, Israel or Ireland by each session's timezone_abbreviations, and months with it) ---
+-- check_setting(): defined in the final definitions below. A 0.3 database set to an
+-- abbreviation stops the update, naming it: the update does not guess the zone it meant.
+DO $$
+    DECLARE
+        zone text := (SELECT s.value FROM @extschema@.setting s WHERE s.name = 'timezone');
+    BEGIN
+        IF zone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = zone) THEN
+            RAISE EXCEPTION 'hpcacct 0.4 takes a time zone''s name as the setting timezone, not "%"', zone
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'An abbreviation means what each session''s timezone_abbreviations says, so the months '
+                               'of a charge depended on the session that computed them.',
+                      HINT = 'Nothing was changed. Set the zone it stands for, a name from pg_timezone_names (e.g. '
+                             'Asia/Kolkata; the rollups are rebuilt in that zone), then run ALTER EXTENSION hpcacct '
+                             'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15107,9 +15126,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
             RAISE EXCEPTION 'unknown setting "%"', NEW.name
                 USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
         END IF;
+        -- (a zone's name, not an abbreviation, whose meaning is each session's
+        -- timezone_abbreviations: IST is India's, Israel's or Ireland's)
         IF NEW.name = 'timezone'
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value) THEN
             RAISE EXCEPTION 'unknown time zone "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';

@@ -241,6 +241,24 @@ check "given its end, the update runs" \
 grep -v '^NOTICE' "$work/open_window.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_open_window
 
+# ---- a time zone abbreviation as the site's zone (0.3's check took one) ----
+createdb hpcacct_zone_abbrev
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_zone_abbrev -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'IST')" >/dev/null 2>"$work/zone_abbrev.err"
+try_update hpcacct_zone_abbrev
+check "a site time zone set to an abbreviation (IST) stops the update with 22023 naming it, nothing changed ($update_version)" \
+    "$(case "$update_error" in *'ERROR:  22023: hpcacct 0.4 takes a time zone'"'"'s name as the setting timezone, not "IST"'*"HINT:  Nothing was changed."*)
+           [ "$update_version" = "$previous" ] && echo t ;; esac)"
+[ "$update_version" = "$previous" ] || echo "    $update_error" | head -c 600
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_zone_abbrev >/dev/null 2>"$work/zone_abbrev.err" <<'SQL'
+UPDATE hpcacct.setting SET value = 'Asia/Kolkata' WHERE name = 'timezone';
+ALTER EXTENSION hpcacct UPDATE;
+SQL
+check "given the zone's name, the update runs" \
+    "$([ "$(extversion hpcacct_zone_abbrev)" = "$current" ] && echo t)"
+grep -v '^NOTICE' "$work/zone_abbrev.err" | sed 's/^/    /' | head -5
+dropdb hpcacct_zone_abbrev
+
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
 bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)

@@ -4,7 +4,7 @@
 -- 30 December 2011) gives the same figures as UTC.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(4);
+SELECT plan(8);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -35,6 +35,18 @@ SELECT is((SELECT (p ->> 1)::numeric FROM jsonb_array_elements(account_month('pr
 -- functions at 1 000 rows each), and jit = on compiled it for 1.4 s of a 1.5 s page
 SELECT ok((SELECT 'jit=off' = ANY (p.proconfig) FROM pg_proc p WHERE p.oid = 'hpcacct.account_month(text, date)'::regprocedure),
           'account_month() runs without JIT');
+
+-- The site's time zone is a zone name: an abbreviation means what each session's
+-- timezone_abbreviations says (IST: India under Default, Israel or Ireland elsewhere), so the
+-- same charge fell in January for one session's rollup and in February for another's report.
+SELECT throws_ok($$UPDATE setting SET value = 'IST' WHERE name = 'timezone'$$, '22023', 'unknown time zone "IST"',
+                 'an abbreviation that names no zone is refused as the site''s time zone');
+SELECT throws_ok($$UPDATE setting SET value = 'Mars/Olympus_Mons' WHERE name = 'timezone'$$, '22023', NULL,
+                 'an unknown zone is refused');
+SELECT lives_ok($$UPDATE setting SET value = 'Asia/Kolkata' WHERE name = 'timezone';
+                  UPDATE setting SET value = 'GMT' WHERE name = 'timezone'$$,
+                'zone names are taken, GMT among them');
+SELECT is(site_timezone(), 'GMT', 'the site''s time zone is the name set');
 
 SELECT * FROM finish();
 ROLLBACK;
