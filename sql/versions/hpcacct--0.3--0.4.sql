@@ -4128,16 +4128,41 @@ COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
     'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
 
 
+-- raw core-hours of every charge (issue 16, moved here from its section below so that a
+-- charge gets its job_submit and its core_hours in one UPDATE: each ledger row is written once)
+-- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
+-- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
+-- SET options, so that charging inlines it.
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
+ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
+COMMENT ON COLUMN @extschema@.ledger.core_hours IS
+    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
+    'reversal); NULL for other entries and for charges whose core count is not known';
+
 -- Existing job tables: every charge in the ledger gets its run's submit time from the table
 -- that charged it (under 0.3 (cluster, jobid) was unique there, so each charge has one run),
 -- and a primary key on (cluster, jobid) becomes the run's unique key. This is the one update
--- of ledger rows ever made: it fills a new column and changes no amount.
+-- of ledger rows ever made: it fills new columns and changes no amount.
+-- Raw core-hours (issue 16): the charges booked before get theirs, once, from hpcacct.job's
+-- AllocTRES where the job run is still there (a charge and its reversal alike, so they cancel
+-- as their amounts do); others keep NULL (unknown). Where hpcacct.job is the one job table
+-- that charges, with sacct's column names (create_job_table()), both columns are filled in one
+-- UPDATE; otherwise core_hours in a second one, after every table's job_submit.
 DO $do$
 DECLARE
     t record;
     col text[];
     args text[];
     pkey record;
+    hpcacct_job constant regclass := pg_catalog.to_regclass('@extschema@.job');
+    one_table constant boolean := (SELECT pg_catalog.count(*) = 1 FROM pg_catalog.pg_trigger tg
+                                   WHERE tg.tgname = 'hpcacct_charge_insert'
+                                     AND tg.tgfoid = '@extschema@.charge_jobs()'::regprocedure);
+    core_hours_filled boolean := false;
 BEGIN
     ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
     FOR t IN SELECT tg.tgrelid::regclass AS job_table, tg.tgnargs, tg.tgargs
@@ -4148,10 +4173,21 @@ BEGIN
                      ELSE (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[1:t.tgnargs] END;
         col := @extschema@.job_columns(t.job_table, args);
         CONTINUE WHEN col[9] = 'NULL';  -- no submit column: its jobs stay identified by (cluster, jobid)
-        EXECUTE pg_catalog.format(
-            'UPDATE @extschema@.ledger l SET job_submit = j.%s FROM %s j '
-            'WHERE l.kind = ''charge'' AND l.job_submit IS NULL AND l.cluster = j.%s::text AND l.jobid = j.%s::text',
-            col[9], t.job_table, col[1], col[2]);
+        IF one_table AND t.job_table = hpcacct_job
+           AND col[1:2] = ARRAY['cluster', 'jobid'] AND col[8:9] = ARRAY['alloctres', 'submit'] THEN
+            UPDATE @extschema@.ledger l
+            SET job_submit = j.submit,
+                core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
+                             * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
+            FROM @extschema@.job j
+            WHERE l.kind = 'charge' AND l.job_submit IS NULL AND l.cluster = j.cluster AND l.jobid = j.jobid;
+            core_hours_filled := true;
+        ELSE
+            EXECUTE pg_catalog.format(
+                'UPDATE @extschema@.ledger l SET job_submit = j.%s FROM %s j '
+                'WHERE l.kind = ''charge'' AND l.job_submit IS NULL AND l.cluster = j.%s::text AND l.jobid = j.%s::text',
+                col[9], t.job_table, col[1], col[2]);
+        END IF;
         SELECT c.conname INTO pkey
         FROM pg_catalog.pg_constraint c
         WHERE c.conrelid = t.job_table AND c.contype = 'p'
@@ -4164,6 +4200,14 @@ BEGIN
                                       t.job_table, pkey.conname, col[1], col[2], col[9]);
         END IF;
     END LOOP;
+    IF hpcacct_job IS NOT NULL AND NOT core_hours_filled THEN
+        UPDATE @extschema@.ledger l
+        SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
+                         * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
+        FROM @extschema@.job j
+        WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
+          AND j.submit IS NOT DISTINCT FROM l.job_submit;
+    END IF;
     ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
     IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
         COMMENT ON TABLE @extschema@.job IS
@@ -4963,32 +5007,9 @@ $$;
 -- table's AllocTRES where the job run is still there (a charge and its reversal alike, so
 -- they cancel as their amounts do); others keep NULL (unknown). This fills a new column of
 -- rows already written: no amount, account or date of the ledger changes.
--- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
--- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
--- SET options, so that charging inlines it.
-CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
-COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
-    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
-ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
-COMMENT ON COLUMN @extschema@.ledger.core_hours IS
-    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
-    'reversal); NULL for other entries and for charges whose core count is not known';
-DO $do$
-BEGIN
-    IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
-        ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
-        UPDATE @extschema@.ledger l
-        SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
-                         * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
-        FROM @extschema@.job j
-        WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
-          AND j.submit IS NOT DISTINCT FROM l.job_submit;
-        ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
-    END IF;
-END
-$do$;
+-- core_hours(), the column ledger.core_hours and the filling of it: in the loader's section
+-- (issue 14, "Existing job tables"), where the charges of hpcacct.job get their job_submit and
+-- their core_hours in one UPDATE.
 CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
     SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
            m.month::date AS month,
@@ -12044,7 +12065,8 @@ ALTER TABLE @extschema@.resource
     ADD CONSTRAINT resource_cluster_named CHECK (cluster <> ''),
     ADD CONSTRAINT resource_partition_named CHECK (partition <> ''),
     ADD CONSTRAINT resource_unit_named CHECK (unit <> '');
-ALTER TABLE @extschema@.ledger ADD CONSTRAINT ledger_unit_named CHECK (unit <> '');
+-- ledger_unit_named: with the ledger's other new checks, in one ALTER TABLE at the end of the
+-- section "an allocation entry's window has an end" below (one scan of the ledger for all)
 ALTER TABLE @extschema@.quota_period
     ADD CONSTRAINT quota_period_cluster_named CHECK (cluster <> ''),
     ADD CONSTRAINT quota_period_unit_named CHECK (unit <> '');
@@ -12272,11 +12294,8 @@ DO $$
         END IF;
     END
 $$;
-ALTER TABLE @extschema@.ledger
-    DROP CONSTRAINT ledger_charge_names_job,
-    ADD CONSTRAINT ledger_charge_names_job CHECK (
-        kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
-                             AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start));
+-- the new ledger_charge_names_job: in one ALTER TABLE with the ledger's other new checks, at the
+-- end of the next section (one scan of the ledger for all)
 
 -- ==== an allocation entry's window has an end: ledger_allocation_has_window requires valid_until (a NULL one passed the CHECK, and every figure left the row out) ---
 -- A 0.3 database may hold such rows. The update then stops before it changes anything,
@@ -12299,7 +12318,14 @@ DO $$
         END IF;
     END
 $$;
+-- The ledger's new checks of this and the two sections above (empty names, a charge's end) in
+-- one ALTER TABLE: the ledger is scanned once to validate them all.
 ALTER TABLE @extschema@.ledger
+    ADD CONSTRAINT ledger_unit_named CHECK (unit <> ''),
+    DROP CONSTRAINT ledger_charge_names_job,
+    ADD CONSTRAINT ledger_charge_names_job CHECK (
+        kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
+                             AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start)),
     DROP CONSTRAINT ledger_allocation_has_window,
     ADD CONSTRAINT ledger_allocation_has_window CHECK (
         kind = 'charge' OR (valid_from IS NOT NULL AND valid_until IS NOT NULL AND valid_until >= valid_from
