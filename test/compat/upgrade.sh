@@ -271,6 +271,29 @@ check "given the zone's name, the update runs" \
 grep -v '^NOTICE' "$work/zone_abbrev.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_zone_abbrev
 
+# ---- two job tables: the charges of each get their run, hpcacct.job's their core-hours ----
+# (with one job table, the update fills job_submit and core_hours in one UPDATE; with two,
+# job_submit from each table and core_hours from hpcacct.job in a second one)
+createdb hpcacct_two_tables
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_two_tables -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "SELECT hpcacct.create_job_table(), hpcacct.create_job_table('hpcacct.job_other')" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('tt1')" \
+    -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
+        VALUES ('c1', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours'), ('c2', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours')" \
+    -c "INSERT INTO hpcacct.job VALUES ('c1', '7', 'tt1', 'u', 'p', '2024-03-01 10:00+00', '2024-03-01 11:00+00',
+                                        '2024-03-01 13:00+00', 'cpu=2', 'COMPLETED')" \
+    -c "INSERT INTO hpcacct.job_other VALUES ('c2', '7', 'tt1', 'u', 'p', '2024-03-02 10:00+00', '2024-03-02 11:00+00',
+                                              '2024-03-02 12:00+00', 'cpu=4', 'COMPLETED')" >/dev/null 2>"$work/two.err"
+grep -v '^NOTICE' "$work/two.err" | sed 's/^/    /' | head -5
+try_update hpcacct_two_tables
+two_tables=$(PGTZ=UTC psql -X -At -d hpcacct_two_tables -c "SELECT string_agg(format('%s/%s %s %s', cluster, jobid, job_submit,
+        coalesce(core_hours::text, 'NULL')), '; ' ORDER BY entry_id) FROM hpcacct.ledger WHERE kind = 'charge'")
+check "with two job tables each charge gets its run, hpcacct.job's its core-hours ($update_version: $two_tables)" \
+    "$([ "$update_version" = "$current" ] \
+       && [ "$two_tables" = "c1/7 2024-03-01 10:00:00+00 4.000000; c2/7 2024-03-02 10:00:00+00 NULL" ] && echo t)"
+[ -n "$update_error" ] && echo "    $update_error" | head -c 600
+dropdb hpcacct_two_tables
+
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
 bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)
