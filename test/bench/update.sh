@@ -186,6 +186,13 @@ SQL
                               ORDER BY total_exec_time DESC LIMIT 40" >"$out/$label.statements"
     echo "   statements over 0.2 s (nested ones count inside the DO block that runs them too):"
     awk -F ' [|] ' '$1 >= 0.2 { printf "   %7.2f s  %s\n", $1, $3 }' "$out/$label.statements"
+    # the dead versions the update left: what a VACUUM of the ledger afterwards costs
+    local v0 lsn1
+    lsn1=$(value -d $db -c 'SELECT pg_current_wal_lsn()')
+    v0=$(date +%s.%N)
+    q -d $db -c 'VACUUM (ANALYZE) hpcacct.ledger'
+    echo "   then VACUUM (ANALYZE) hpcacct.ledger: $(awk -v a="$v0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, WAL" \
+         "$(value -d $db -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn1'))")"
     q -d postgres -c "DROP DATABASE $db"
 }
 
