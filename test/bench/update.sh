@@ -196,8 +196,29 @@ SQL
     q -d postgres -c "DROP DATABASE $db"
 }
 
+# A refused update: the same site with one row 0.4 refuses (a deposit without valid_until, which
+# 0.3 took): how long the site waits, and the WAL written, before it learns so.
+measure_refused() {
+    local label=$1 to=$2 db=site_refused_$1 t lsn0
+    q -d postgres -c "CREATE DATABASE $db TEMPLATE site STRATEGY file_copy"
+    q -d $db -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until, note)
+                 VALUES ('hbk0001', 'deposit', 1, 'NPL', '2024-01-01', NULL, 'update.sh: refused')" -c 'CHECKPOINT'
+    lsn0=$(value -d $db -c 'SELECT pg_current_wal_lsn()')
+    t=$(date +%s.%N)
+    if psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=terse -d $db -c "ALTER EXTENSION hpcacct UPDATE TO '$to'" 2>"$out/$label.refused"; then
+        echo "== $label: the update was not refused"; exit 1
+    fi
+    echo "== $label: ALTER EXTENSION hpcacct UPDATE TO '$to' refused after" \
+         "$(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, WAL" \
+         "$(value -d $db -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0'))"):" \
+         "$(head -c 100 "$out/$label.refused")"
+    q -d postgres -c "DROP DATABASE $db"
+}
+
 for r in $(seq 1 "$ROUNDS"); do
     measure "new$r" "$current"
     [ -n "$baseline" ] && measure "base$r" "$baseline"
+    measure_refused "refused_new$r" "$current"
+    [ -n "$baseline" ] && measure_refused "refused_base$r" "$baseline"
 done
 log "done in $(($(date +%s) - t0))s"
