@@ -3,6 +3,96 @@
 -- Every change here is also in sql/install/.
 \echo Use "ALTER EXTENSION hpcacct UPDATE TO '0.4'" to load this file. \quit
 
+-- ==== rows 0.4 refuses, checked first --------------------------------------------------------
+-- The checks of the sections "no empty names in direct writes", "a charge has an end", "an
+-- allocation entry's window has an end" and "the site's time zone is a zone's name" (below),
+-- moved here: they read only what 0.3 has and nothing before them changes, and an update they
+-- refuse stops before it writes (at the end they let a site wait for nearly the whole update,
+-- and its WAL, before the error: test/bench/update.sh).
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(f.row_name ORDER BY f.row_name) INTO found FROM (
+            SELECT pg_catalog.format('resource %s: %s', r.resource_id,
+                                     pg_catalog.concat_ws(', ', CASE WHEN r.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN r.partition = '' THEN 'partition' END,
+                                                          CASE WHEN r.unit = '' THEN 'unit' END)) AS row_name
+            FROM @extschema@.resource r WHERE '' IN (r.cluster, r.partition, r.unit)
+            UNION ALL
+            SELECT pg_catalog.format('ledger entry %s: unit', l.entry_id) FROM @extschema@.ledger l WHERE l.unit = ''
+            UNION ALL
+            SELECT pg_catalog.format('quota_period (%L, %s): %s', q.account, q.period_start,
+                                     pg_catalog.concat_ws(', ', CASE WHEN q.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN q.unit = '' THEN 'unit' END))
+            FROM @extschema@.quota_period q WHERE q.cluster = '' OR q.unit = ''
+            UNION ALL
+            SELECT pg_catalog.format('pending_job (%L, %L): %s', j.cluster, j.jobid,
+                                     pg_catalog.concat_ws(', ', CASE WHEN j.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN j.jobid = '' THEN 'jobid' END))
+            FROM @extschema@.pending_job j WHERE '' IN (j.cluster, j.jobid)
+        ) f;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses empty names, and % rows hold one: %', pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Name each (UPDATE) or delete it, then run ALTER EXTENSION hpcacct UPDATE '
+                             'again; for ledger rows see the README, "updates".';
+        END IF;
+    END
+$$;
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.cluster, l.jobid)
+                                    ORDER BY l.entry_id)
+        INTO found
+        FROM @extschema@.ledger l WHERE l.kind = 'charge' AND l.job_end IS NULL;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses a charge without job_end, and % charges have none: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Give each its job''s end or delete it, then run ALTER EXTENSION hpcacct '
+                             'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.kind, l.account)
+                                    ORDER BY l.entry_id)
+        INTO found
+        FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.valid_until IS NULL;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses an allocation entry without valid_until, and % entries have none: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Give each the last day of its window or delete it, then run ALTER EXTENSION '
+                             'hpcacct UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+DO $$
+    DECLARE
+        zone text := (SELECT s.value FROM @extschema@.setting s WHERE s.name = 'timezone');
+    BEGIN
+        IF zone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = zone) THEN
+            RAISE EXCEPTION 'hpcacct 0.4 takes a time zone''s name as the setting timezone, not "%"', zone
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'An abbreviation means what each session''s timezone_abbreviations says, so the months '
+                               'of a charge depended on the session that computed them.',
+                      HINT = 'Nothing was changed. Set the zone it stands for, a name from pg_timezone_names (e.g. '
+                             'Asia/Kolkata; the rollups are rebuilt in that zone), then run ALTER EXTENSION hpcacct '
+                             'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+
 -- security (issue 20) ------------------------------------------------------------------
 
 -- settings: max_job_length, require_membership
@@ -12029,38 +12119,8 @@ COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
 -- other tables. The update then stops before it changes anything (the
 -- whole update is one transaction), naming the rows and how to fix them: it does not guess a
 -- name, and it does not rewrite the ledger (README, *updates*).
-DO $$
-    DECLARE
-        found text[];
-    BEGIN
-        SELECT pg_catalog.array_agg(f.row_name ORDER BY f.row_name) INTO found FROM (
-            SELECT pg_catalog.format('resource %s: %s', r.resource_id,
-                                     pg_catalog.concat_ws(', ', CASE WHEN r.cluster = '' THEN 'cluster' END,
-                                                          CASE WHEN r.partition = '' THEN 'partition' END,
-                                                          CASE WHEN r.unit = '' THEN 'unit' END)) AS row_name
-            FROM @extschema@.resource r WHERE '' IN (r.cluster, r.partition, r.unit)
-            UNION ALL
-            SELECT pg_catalog.format('ledger entry %s: unit', l.entry_id) FROM @extschema@.ledger l WHERE l.unit = ''
-            UNION ALL
-            SELECT pg_catalog.format('quota_period (%L, %s): %s', q.account, q.period_start,
-                                     pg_catalog.concat_ws(', ', CASE WHEN q.cluster = '' THEN 'cluster' END,
-                                                          CASE WHEN q.unit = '' THEN 'unit' END))
-            FROM @extschema@.quota_period q WHERE q.cluster = '' OR q.unit = ''
-            UNION ALL
-            SELECT pg_catalog.format('pending_job (%L, %L): %s', j.cluster, j.jobid,
-                                     pg_catalog.concat_ws(', ', CASE WHEN j.cluster = '' THEN 'cluster' END,
-                                                          CASE WHEN j.jobid = '' THEN 'jobid' END))
-            FROM @extschema@.pending_job j WHERE '' IN (j.cluster, j.jobid)
-        ) f;
-        IF found IS NOT NULL THEN
-            RAISE EXCEPTION 'hpcacct 0.4 refuses empty names, and % rows hold one: %', pg_catalog.cardinality(found),
-                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
-                USING ERRCODE = 'check_violation',
-                      HINT = 'Nothing was changed. Name each (UPDATE) or delete it, then run ALTER EXTENSION hpcacct UPDATE '
-                             'again; for ledger rows see the README, "updates".';
-        END IF;
-    END
-$$;
+-- (its check of the existing rows: at the top of this script, so that a refused update stops
+-- before it has written anything)
 ALTER TABLE @extschema@.resource
     ADD CONSTRAINT resource_cluster_named CHECK (cluster <> ''),
     ADD CONSTRAINT resource_partition_named CHECK (partition <> ''),
@@ -12276,48 +12336,14 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
 -- ==== a charge has an end: ledger_charge_names_job requires job_end (a NULL one passed the CHECK; allocation_status() counted such a charge, balance(), the rollups and the charts did not) ---
 -- A 0.3 database may hold such charges. The update then stops before it changes anything,
 -- naming them (at most 20): it does not guess an end (README, *updates*).
-DO $$
-    DECLARE
-        found text[];
-    BEGIN
-        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.cluster, l.jobid)
-                                    ORDER BY l.entry_id)
-        INTO found
-        FROM @extschema@.ledger l WHERE l.kind = 'charge' AND l.job_end IS NULL;
-        IF found IS NOT NULL THEN
-            RAISE EXCEPTION 'hpcacct 0.4 refuses a charge without job_end, and % charges have none: %',
-                pg_catalog.cardinality(found),
-                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
-                USING ERRCODE = 'check_violation',
-                      HINT = 'Nothing was changed. Give each its job''s end or delete it, then run ALTER EXTENSION hpcacct '
-                             'UPDATE again; see the README, "updates".';
-        END IF;
-    END
-$$;
+-- (its check of the existing charges: at the top of this script)
 -- the new ledger_charge_names_job: in one ALTER TABLE with the ledger's other new checks, at the
 -- end of the next section (one scan of the ledger for all)
 
 -- ==== an allocation entry's window has an end: ledger_allocation_has_window requires valid_until (a NULL one passed the CHECK, and every figure left the row out) ---
 -- A 0.3 database may hold such rows. The update then stops before it changes anything,
 -- naming them (at most 20): it does not guess an end (README, *updates*).
-DO $$
-    DECLARE
-        found text[];
-    BEGIN
-        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.kind, l.account)
-                                    ORDER BY l.entry_id)
-        INTO found
-        FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.valid_until IS NULL;
-        IF found IS NOT NULL THEN
-            RAISE EXCEPTION 'hpcacct 0.4 refuses an allocation entry without valid_until, and % entries have none: %',
-                pg_catalog.cardinality(found),
-                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
-                USING ERRCODE = 'check_violation',
-                      HINT = 'Nothing was changed. Give each the last day of its window or delete it, then run ALTER EXTENSION '
-                             'hpcacct UPDATE again; see the README, "updates".';
-        END IF;
-    END
-$$;
+-- (its check of the existing entries: at the top of this script)
 -- The ledger's new checks of this and the two sections above (empty names, a charge's end) in
 -- one ALTER TABLE: the ledger is scanned once to validate them all.
 ALTER TABLE @extschema@.ledger
@@ -12402,21 +12428,7 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
 -- ==== the site's time zone is a zone's name: check_setting() no longer takes an abbreviation (IST meant India, Israel or Ireland by each session's timezone_abbreviations, and months with it) ---
 -- check_setting(): defined in the final definitions below. A 0.3 database set to an
 -- abbreviation stops the update, naming it: the update does not guess the zone it meant.
-DO $$
-    DECLARE
-        zone text := (SELECT s.value FROM @extschema@.setting s WHERE s.name = 'timezone');
-    BEGIN
-        IF zone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = zone) THEN
-            RAISE EXCEPTION 'hpcacct 0.4 takes a time zone''s name as the setting timezone, not "%"', zone
-                USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'An abbreviation means what each session''s timezone_abbreviations says, so the months '
-                               'of a charge depended on the session that computed them.',
-                      HINT = 'Nothing was changed. Set the zone it stands for, a name from pg_timezone_names (e.g. '
-                             'Asia/Kolkata; the rollups are rebuilt in that zone), then run ALTER EXTENSION hpcacct '
-                             'UPDATE again; see the README, "updates".';
-        END IF;
-    END
-$$;
+-- (its check of the setting: at the top of this script)
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function

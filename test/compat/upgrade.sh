@@ -294,6 +294,28 @@ check "with two job tables each charge gets its run, hpcacct.job's its core-hour
 [ -n "$update_error" ] && echo "    $update_error" | head -c 600
 dropdb hpcacct_two_tables
 
+# ---- a refused update stops before it writes: its checks of the existing rows come first ----
+# (at the end, they let a large site wait for the whole update, and its WAL, before the error)
+createdb hpcacct_refused
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_refused -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "SELECT hpcacct.create_job_table()" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('rf1')" \
+    -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('c1', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours')" \
+    -c "INSERT INTO hpcacct.job VALUES ('c1', '8', 'rf1', 'u', 'p', '2024-03-01 10:00+00', '2024-03-01 11:00+00',
+                                        '2024-03-01 13:00+00', 'cpu=2', 'COMPLETED')" \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
+        VALUES ('rf1', 'deposit', 100, 'NPL', '2024-01-01', NULL)" >/dev/null 2>"$work/refused.err"
+grep -v '^NOTICE' "$work/refused.err" | sed 's/^/    /' | head -5
+# without ON_ERROR_STOP: the flush of the session's statistics runs after the refused update
+psql -X -q -v VERBOSITY=verbose -d hpcacct_refused -c 'ALTER EXTENSION hpcacct UPDATE' -c 'SELECT pg_stat_force_next_flush()' \
+    >/dev/null 2>"$work/refused.err"
+refused=$(psql -X -At -d hpcacct_refused -c "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'hpcacct') || ', '
+    || n_tup_upd || ' ledger rows updated' FROM pg_stat_user_tables WHERE relid = 'hpcacct.ledger'::regclass")
+check "a refused update stops before it writes the ledger ($refused)" \
+    "$(grep -q '23514' "$work/refused.err" && [ "$refused" = "$previous, 0 ledger rows updated" ] && echo t)"
+grep -q '23514' "$work/refused.err" || head -c 600 "$work/refused.err"
+dropdb hpcacct_refused
+
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)
 bases=$(ls sql/versions/hpcacct--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)\.sql$|\1|p' | sort -V)
