@@ -186,6 +186,11 @@ SQL
                               ORDER BY total_exec_time DESC LIMIT 40" >"$out/$label.statements"
     echo "   statements over 0.2 s (nested ones count inside the DO block that runs them too):"
     awk -F ' [|] ' '$1 >= 0.2 { printf "   %7.2f s  %s\n", $1, $3 }' "$out/$label.statements"
+    # what it wrote, to compare between scripts: the ledger's rows and the job table's keys
+    echo "   ledger and job table after it: $(value -d $db -c "SELECT (SELECT count(*) || ' rows, md5 ' || md5(string_agg(
+            concat_ws('|', entry_id, kind, account, cluster, pool, jobid, job_submit, core_hours, amount, unit), ',' ORDER BY entry_id))
+        FROM hpcacct.ledger) || '; job table keys: ' || (SELECT string_agg(pg_get_constraintdef(oid), '; ' ORDER BY conname)
+        FROM pg_constraint WHERE conrelid = 'hpcacct.job'::regclass AND contype IN ('p', 'u'))")"
     # the dead versions the update left: what a VACUUM of the ledger afterwards costs
     local v0 lsn1
     lsn1=$(value -d $db -c 'SELECT pg_current_wal_lsn()')
