@@ -127,6 +127,15 @@ RUNS ?= 5
 bench:
 	PG_CONFIG=$(PG_CONFIG) JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
 	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
+	PG_CONFIG=$(PG_CONFIG) UPDATE_JOBS=$(UPDATE_JOBS) SEED=$(SEED) test/bench/update.sh
+
+# `make bench-update`: what ALTER EXTENSION hpcacct UPDATE from the previous release costs a site
+# (test/bench/update.sh); `make bench-update UPDATE_JOBS=1000000 BASELINE=main` measures the
+# update script of main beside this one, as in RESULTS.md.
+UPDATE_JOBS ?= 100000
+.PHONY: bench-update
+bench-update:
+	PG_CONFIG=$(PG_CONFIG) UPDATE_JOBS=$(UPDATE_JOBS) BASELINE=$(BASELINE) SEED=$(SEED) test/bench/update.sh
 
 # `make bench-curves`: every report and scheduled procedure against the site's size
 # (test/bench/curves.sh); e.g. `make bench-curves SIZES=1000000` for one size.

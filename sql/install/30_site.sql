@@ -97,9 +97,10 @@ CREATE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
             RAISE EXCEPTION 'unknown setting "%"', NEW.name
                 USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
         END IF;
+        -- (a zone's name, not an abbreviation, whose meaning is each session's
+        -- timezone_abbreviations: IST is India's, Israel's or Ireland's)
         IF NEW.name = 'timezone'
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value) THEN
             RAISE EXCEPTION 'unknown time zone "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';

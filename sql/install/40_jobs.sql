@@ -392,7 +392,7 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
-                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                    WHERE j.jobid <> '' AND j.submitter <> '' AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
                       -- infinite times cannot be subtracted: they are left to the diagnosis below
                       AND CASE WHEN pg_catalog.isfinite(j.job_start) AND pg_catalog.isfinite(j.job_end)
                                THEN j.job_end >= j.job_start AND j.job_end - j.job_start <= $1 END
@@ -407,8 +407,9 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     SELECT * FROM (
                         SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
                                CASE
-                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL OR j.submitter IS NULL
                                         OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.jobid = '' OR j.submitter = '' THEN 'empty_name'
                                    WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
                                    WHEN NOT pg_catalog.isfinite(j.job_start) OR NOT pg_catalog.isfinite(j.job_end) THEN 'infinite_times'
                                    WHEN j.job_end < j.job_start THEN 'end_before_start'
@@ -429,8 +430,11 @@ CREATE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     $q$, changed_new) INTO problem USING max_length, need_member;
 
                 IF problem.problem = 'missing' THEN
-                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, user, partition or alloctres', problem.cluster, problem.jobid
                         USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'empty_name' THEN
+                    RAISE EXCEPTION 'job %/% has an empty jobid or user', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
                 ELSIF problem.problem = 'no_times' THEN
                     RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
                         USING ERRCODE = 'null_value_not_allowed',

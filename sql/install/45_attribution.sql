@@ -160,8 +160,10 @@ BEGIN ATOMIC
                                                        (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
         FROM charged c
         CROSS JOIN z
-        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day),
-                                                      least(c.end_day - 1, charges_to_day_end.last_day),
+        -- (days as timestamps: a series of dates would step in the session's TimeZone, whose
+        -- skipped days, e.g. Pacific/Apia's 30 December 2011, it would leave out)
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day)::timestamp,
+                                                      least(c.end_day - 1, charges_to_day_end.last_day)::timestamp,
                                                       interval '1 day') d(day)
         GROUP BY d.day::date
     )
@@ -171,10 +173,10 @@ BEGIN ATOMIC
                    OR hpcacct_internal.refuse_argument(charges_to_day_end.account, 'charges_to_day_end', 'account'))
                   AND (pg_catalog.isfinite(charges_to_day_end.first_day)
                        OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day'))
-             THEN charges_to_day_end.first_day END,
+             THEN charges_to_day_end.first_day::timestamp END,
         CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
                   OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
-             THEN charges_to_day_end.last_day END,
+             THEN charges_to_day_end.last_day::timestamp END,
         interval '1 day') g(day)
     LEFT JOIN ended e ON e.day = g.day::date
     LEFT JOIN running r ON r.day = g.day::date

@@ -128,20 +128,33 @@ COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
 -- Where hpcacct-sacct run starts a cluster's next window: the watermark minus the overlap
 -- (sacct's -S and -E include both ends, and slurmdbd may record a job after it ended).
 -- NULL when the cluster was never loaded. The overlap is checked first, loaded or not: a
--- negative one would start the window after the watermark, skipping the jobs in between.
+-- negative one would start the window after the watermark, skipping the jobs in between, and
+-- so would one with a negative part ('1 mon -30 days' is 0 by comparison, but its months and
+-- days are subtracted apart: from 1 March, 3 March).
 CREATE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) RETURNS timestamptz
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT CASE WHEN overlap OPERATOR(pg_catalog.>=) interval '0'
-                         OR hpcacct_internal.refuse_argument(overlap, 'sacct_window_start', 'overlap')
-                    THEN (SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
-                          FROM @extschema@.sacct_watermark w
-                          WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster) END
+    BEGIN
+        IF overlap IS NULL THEN
+            RAISE EXCEPTION 'sacct_window_start: overlap must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- its months, days and time each (the total at least 0 then too)
+        IF pg_catalog.date_trunc('month', overlap) < interval '0'
+           OR pg_catalog.date_trunc('day', overlap) - pg_catalog.date_trunc('month', overlap) < interval '0'
+           OR overlap - pg_catalog.date_trunc('day', overlap) < interval '0' THEN
+            RAISE EXCEPTION 'sacct_window_start: overlap must not be negative'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
+                                                 'negative (%s).', overlap);
+        END IF;
+        RETURN (SELECT w.loaded_through - overlap FROM @extschema@.sacct_watermark w
+                WHERE w.cluster = sacct_window_start.cluster);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
     'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
-    'a NULL overlap is an error (22004), a negative one 22023';
+    'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 
 -- The load: every staged line (and every open quarantine row) is sorted, in one statement,
 -- into steps, ignored accounts, unfinished runs (not charged yet: a later window shows them

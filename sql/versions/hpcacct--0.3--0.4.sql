@@ -3,6 +3,96 @@
 -- Every change here is also in sql/install/.
 \echo Use "ALTER EXTENSION hpcacct UPDATE TO '0.4'" to load this file. \quit
 
+-- ==== rows 0.4 refuses, checked first --------------------------------------------------------
+-- The checks of the sections "no empty names in direct writes", "a charge has an end", "an
+-- allocation entry's window has an end" and "the site's time zone is a zone's name" (below),
+-- moved here: they read only what 0.3 has and nothing before them changes, and an update they
+-- refuse stops before it writes (at the end they let a site wait for nearly the whole update,
+-- and its WAL, before the error: test/bench/update.sh).
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(f.row_name ORDER BY f.row_name) INTO found FROM (
+            SELECT pg_catalog.format('resource %s: %s', r.resource_id,
+                                     pg_catalog.concat_ws(', ', CASE WHEN r.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN r.partition = '' THEN 'partition' END,
+                                                          CASE WHEN r.unit = '' THEN 'unit' END)) AS row_name
+            FROM @extschema@.resource r WHERE '' IN (r.cluster, r.partition, r.unit)
+            UNION ALL
+            SELECT pg_catalog.format('ledger entry %s: unit', l.entry_id) FROM @extschema@.ledger l WHERE l.unit = ''
+            UNION ALL
+            SELECT pg_catalog.format('quota_period (%L, %s): %s', q.account, q.period_start,
+                                     pg_catalog.concat_ws(', ', CASE WHEN q.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN q.unit = '' THEN 'unit' END))
+            FROM @extschema@.quota_period q WHERE q.cluster = '' OR q.unit = ''
+            UNION ALL
+            SELECT pg_catalog.format('pending_job (%L, %L): %s', j.cluster, j.jobid,
+                                     pg_catalog.concat_ws(', ', CASE WHEN j.cluster = '' THEN 'cluster' END,
+                                                          CASE WHEN j.jobid = '' THEN 'jobid' END))
+            FROM @extschema@.pending_job j WHERE '' IN (j.cluster, j.jobid)
+        ) f;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses empty names, and % rows hold one: %', pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Name each (UPDATE) or delete it, then run ALTER EXTENSION hpcacct UPDATE '
+                             'again; for ledger rows see the README, "updates".';
+        END IF;
+    END
+$$;
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.cluster, l.jobid)
+                                    ORDER BY l.entry_id)
+        INTO found
+        FROM @extschema@.ledger l WHERE l.kind = 'charge' AND l.job_end IS NULL;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses a charge without job_end, and % charges have none: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Give each its job''s end or delete it, then run ALTER EXTENSION hpcacct '
+                             'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.kind, l.account)
+                                    ORDER BY l.entry_id)
+        INTO found
+        FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.valid_until IS NULL;
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses an allocation entry without valid_until, and % entries have none: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'check_violation',
+                      HINT = 'Nothing was changed. Give each the last day of its window or delete it, then run ALTER EXTENSION '
+                             'hpcacct UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+DO $$
+    DECLARE
+        zone text := (SELECT s.value FROM @extschema@.setting s WHERE s.name = 'timezone');
+    BEGIN
+        IF zone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = zone) THEN
+            RAISE EXCEPTION 'hpcacct 0.4 takes a time zone''s name as the setting timezone, not "%"', zone
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'An abbreviation means what each session''s timezone_abbreviations says, so the months '
+                               'of a charge depended on the session that computed them.',
+                      HINT = 'Nothing was changed. Set the zone it stands for, a name from pg_timezone_names (e.g. '
+                             'Asia/Kolkata; the rollups are rebuilt in that zone), then run ALTER EXTENSION hpcacct '
+                             'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+
 -- security (issue 20) ------------------------------------------------------------------
 
 -- settings: max_job_length, require_membership
@@ -4128,16 +4218,41 @@ COMMENT ON FUNCTION @extschema@.create_job_table(text) IS
     'Creates the job table (default hpcacct.job) with sacct''s columns, charging and row-level security';
 
 
+-- raw core-hours of every charge (issue 16, moved here from its section below so that a
+-- charge gets its job_submit and its core_hours in one UPDATE: each ledger row is written once)
+-- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
+-- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
+-- SET options, so that charging inlines it.
+CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
+COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
+    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
+ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
+COMMENT ON COLUMN @extschema@.ledger.core_hours IS
+    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
+    'reversal); NULL for other entries and for charges whose core count is not known';
+
 -- Existing job tables: every charge in the ledger gets its run's submit time from the table
 -- that charged it (under 0.3 (cluster, jobid) was unique there, so each charge has one run),
 -- and a primary key on (cluster, jobid) becomes the run's unique key. This is the one update
--- of ledger rows ever made: it fills a new column and changes no amount.
+-- of ledger rows ever made: it fills new columns and changes no amount.
+-- Raw core-hours (issue 16): the charges booked before get theirs, once, from hpcacct.job's
+-- AllocTRES where the job run is still there (a charge and its reversal alike, so they cancel
+-- as their amounts do); others keep NULL (unknown). Where hpcacct.job is the one job table
+-- that charges, with sacct's column names (create_job_table()), both columns are filled in one
+-- UPDATE; otherwise core_hours in a second one, after every table's job_submit.
 DO $do$
 DECLARE
     t record;
     col text[];
     args text[];
     pkey record;
+    hpcacct_job constant regclass := pg_catalog.to_regclass('@extschema@.job');
+    one_table constant boolean := (SELECT pg_catalog.count(*) = 1 FROM pg_catalog.pg_trigger tg
+                                   WHERE tg.tgname = 'hpcacct_charge_insert'
+                                     AND tg.tgfoid = '@extschema@.charge_jobs()'::regprocedure);
+    core_hours_filled boolean := false;
 BEGIN
     ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
     FOR t IN SELECT tg.tgrelid::regclass AS job_table, tg.tgnargs, tg.tgargs
@@ -4148,10 +4263,21 @@ BEGIN
                      ELSE (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[1:t.tgnargs] END;
         col := @extschema@.job_columns(t.job_table, args);
         CONTINUE WHEN col[9] = 'NULL';  -- no submit column: its jobs stay identified by (cluster, jobid)
-        EXECUTE pg_catalog.format(
-            'UPDATE @extschema@.ledger l SET job_submit = j.%s FROM %s j '
-            'WHERE l.kind = ''charge'' AND l.job_submit IS NULL AND l.cluster = j.%s::text AND l.jobid = j.%s::text',
-            col[9], t.job_table, col[1], col[2]);
+        IF one_table AND t.job_table = hpcacct_job
+           AND col[1:2] = ARRAY['cluster', 'jobid'] AND col[8:9] = ARRAY['alloctres', 'submit'] THEN
+            UPDATE @extschema@.ledger l
+            SET job_submit = j.submit,
+                core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
+                             * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
+            FROM @extschema@.job j
+            WHERE l.kind = 'charge' AND l.job_submit IS NULL AND l.cluster = j.cluster AND l.jobid = j.jobid;
+            core_hours_filled := true;
+        ELSE
+            EXECUTE pg_catalog.format(
+                'UPDATE @extschema@.ledger l SET job_submit = j.%s FROM %s j '
+                'WHERE l.kind = ''charge'' AND l.job_submit IS NULL AND l.cluster = j.%s::text AND l.jobid = j.%s::text',
+                col[9], t.job_table, col[1], col[2]);
+        END IF;
         SELECT c.conname INTO pkey
         FROM pg_catalog.pg_constraint c
         WHERE c.conrelid = t.job_table AND c.contype = 'p'
@@ -4164,6 +4290,14 @@ BEGIN
                                       t.job_table, pkey.conname, col[1], col[2], col[9]);
         END IF;
     END LOOP;
+    IF hpcacct_job IS NOT NULL AND NOT core_hours_filled THEN
+        UPDATE @extschema@.ledger l
+        SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
+                         * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
+        FROM @extschema@.job j
+        WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
+          AND j.submit IS NOT DISTINCT FROM l.job_submit;
+    END IF;
     ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
     IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
         COMMENT ON TABLE @extschema@.job IS
@@ -4963,32 +5097,9 @@ $$;
 -- table's AllocTRES where the job run is still there (a charge and its reversal alike, so
 -- they cancel as their amounts do); others keep NULL (unknown). This fills a new column of
 -- rows already written: no amount, account or date of the ledger changes.
--- Raw core-hours of a job: its cores (AllocTRES cpu) x wall-clock hours, unweighted and not
--- rounded to whole nodes, rounded to 6 decimals as charges are. A SQL-standard body without
--- SET options, so that charging inlines it.
-CREATE OR REPLACE FUNCTION @extschema@.core_hours(alloc @extschema@.tres, elapsed interval) RETURNS numeric
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN pg_catalog.round((@extschema@.tres_get(alloc, 'cpu') * pg_catalog.date_part('epoch', elapsed) / 3600)::numeric, 6);
-COMMENT ON FUNCTION @extschema@.core_hours(@extschema@.tres, interval) IS
-    'Raw core-hours: AllocTRES cpu x wall-clock hours (unweighted), rounded to 6 decimals';
-ALTER TABLE @extschema@.ledger ADD COLUMN core_hours numeric(20, 6);
-COMMENT ON COLUMN @extschema@.ledger.core_hours IS
-    'A charge''s raw core-hours: the cores of the job''s AllocTRES x wall-clock hours, unweighted (negative in a '
-    'reversal); NULL for other entries and for charges whose core count is not known';
-DO $do$
-BEGIN
-    IF pg_catalog.to_regclass('@extschema@.job') IS NOT NULL THEN
-        ALTER TABLE @extschema@.ledger DISABLE TRIGGER ledger_append_only;
-        UPDATE @extschema@.ledger l
-        SET core_hours = CASE WHEN l.amount < 0 THEN -1 ELSE 1 END
-                         * @extschema@.core_hours(j.alloctres, l.job_end - l.job_start)
-        FROM @extschema@.job j
-        WHERE l.kind = 'charge' AND j.cluster = l.cluster AND j.jobid = l.jobid
-          AND j.submit IS NOT DISTINCT FROM l.job_submit;
-        ALTER TABLE @extschema@.ledger ENABLE TRIGGER ledger_append_only;
-    END IF;
-END
-$do$;
+-- core_hours(), the column ledger.core_hours and the filling of it: in the loader's section
+-- (issue 14, "Existing job tables"), where the charges of hpcacct.job get their job_submit and
+-- their core_hours in one UPDATE.
 CREATE OR REPLACE VIEW @extschema@.charge_by_month WITH (security_invoker = true) AS
     SELECT l.entry_id, l.account, r.cluster, r.partition, coalesce(r.pool, r.cluster) AS pool, l.unit, l.submitter,
            m.month::date AS month,
@@ -12008,43 +12119,14 @@ COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
 -- other tables. The update then stops before it changes anything (the
 -- whole update is one transaction), naming the rows and how to fix them: it does not guess a
 -- name, and it does not rewrite the ledger (README, *updates*).
-DO $$
-    DECLARE
-        found text[];
-    BEGIN
-        SELECT pg_catalog.array_agg(f.row_name ORDER BY f.row_name) INTO found FROM (
-            SELECT pg_catalog.format('resource %s: %s', r.resource_id,
-                                     pg_catalog.concat_ws(', ', CASE WHEN r.cluster = '' THEN 'cluster' END,
-                                                          CASE WHEN r.partition = '' THEN 'partition' END,
-                                                          CASE WHEN r.unit = '' THEN 'unit' END)) AS row_name
-            FROM @extschema@.resource r WHERE '' IN (r.cluster, r.partition, r.unit)
-            UNION ALL
-            SELECT pg_catalog.format('ledger entry %s: unit', l.entry_id) FROM @extschema@.ledger l WHERE l.unit = ''
-            UNION ALL
-            SELECT pg_catalog.format('quota_period (%L, %s): %s', q.account, q.period_start,
-                                     pg_catalog.concat_ws(', ', CASE WHEN q.cluster = '' THEN 'cluster' END,
-                                                          CASE WHEN q.unit = '' THEN 'unit' END))
-            FROM @extschema@.quota_period q WHERE q.cluster = '' OR q.unit = ''
-            UNION ALL
-            SELECT pg_catalog.format('pending_job (%L, %L): %s', j.cluster, j.jobid,
-                                     pg_catalog.concat_ws(', ', CASE WHEN j.cluster = '' THEN 'cluster' END,
-                                                          CASE WHEN j.jobid = '' THEN 'jobid' END))
-            FROM @extschema@.pending_job j WHERE '' IN (j.cluster, j.jobid)
-        ) f;
-        IF found IS NOT NULL THEN
-            RAISE EXCEPTION 'hpcacct 0.4 refuses empty names, and % rows hold one: %', pg_catalog.cardinality(found),
-                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
-                USING ERRCODE = 'check_violation',
-                      HINT = 'Nothing was changed. Name each (UPDATE) or delete it, then run ALTER EXTENSION hpcacct UPDATE '
-                             'again; for ledger rows see the README, "updates".';
-        END IF;
-    END
-$$;
+-- (its check of the existing rows: at the top of this script, so that a refused update stops
+-- before it has written anything)
 ALTER TABLE @extschema@.resource
     ADD CONSTRAINT resource_cluster_named CHECK (cluster <> ''),
     ADD CONSTRAINT resource_partition_named CHECK (partition <> ''),
     ADD CONSTRAINT resource_unit_named CHECK (unit <> '');
-ALTER TABLE @extschema@.ledger ADD CONSTRAINT ledger_unit_named CHECK (unit <> '');
+-- ledger_unit_named: with the ledger's other new checks, in one ALTER TABLE at the end of the
+-- section "an allocation entry's window has an end" below (one scan of the ledger for all)
 ALTER TABLE @extschema@.quota_period
     ADD CONSTRAINT quota_period_cluster_named CHECK (cluster <> ''),
     ADD CONSTRAINT quota_period_unit_named CHECK (unit <> '');
@@ -12254,56 +12336,99 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
 -- ==== a charge has an end: ledger_charge_names_job requires job_end (a NULL one passed the CHECK; allocation_status() counted such a charge, balance(), the rollups and the charts did not) ---
 -- A 0.3 database may hold such charges. The update then stops before it changes anything,
 -- naming them (at most 20): it does not guess an end (README, *updates*).
-DO $$
-    DECLARE
-        found text[];
-    BEGIN
-        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.cluster, l.jobid)
-                                    ORDER BY l.entry_id)
-        INTO found
-        FROM @extschema@.ledger l WHERE l.kind = 'charge' AND l.job_end IS NULL;
-        IF found IS NOT NULL THEN
-            RAISE EXCEPTION 'hpcacct 0.4 refuses a charge without job_end, and % charges have none: %',
-                pg_catalog.cardinality(found),
-                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
-                USING ERRCODE = 'check_violation',
-                      HINT = 'Nothing was changed. Give each its job''s end or delete it, then run ALTER EXTENSION hpcacct '
-                             'UPDATE again; see the README, "updates".';
-        END IF;
-    END
-$$;
-ALTER TABLE @extschema@.ledger
-    DROP CONSTRAINT ledger_charge_names_job,
-    ADD CONSTRAINT ledger_charge_names_job CHECK (
-        kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
-                             AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start));
+-- (its check of the existing charges: at the top of this script)
+-- the new ledger_charge_names_job: in one ALTER TABLE with the ledger's other new checks, at the
+-- end of the next section (one scan of the ledger for all)
 
 -- ==== an allocation entry's window has an end: ledger_allocation_has_window requires valid_until (a NULL one passed the CHECK, and every figure left the row out) ---
 -- A 0.3 database may hold such rows. The update then stops before it changes anything,
 -- naming them (at most 20): it does not guess an end (README, *updates*).
-DO $$
-    DECLARE
-        found text[];
-    BEGIN
-        SELECT pg_catalog.array_agg(pg_catalog.format('ledger entry %s (%s %s)', l.entry_id, l.kind, l.account)
-                                    ORDER BY l.entry_id)
-        INTO found
-        FROM @extschema@.ledger l WHERE l.kind <> 'charge' AND l.valid_until IS NULL;
-        IF found IS NOT NULL THEN
-            RAISE EXCEPTION 'hpcacct 0.4 refuses an allocation entry without valid_until, and % entries have none: %',
-                pg_catalog.cardinality(found),
-                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
-                USING ERRCODE = 'check_violation',
-                      HINT = 'Nothing was changed. Give each the last day of its window or delete it, then run ALTER EXTENSION '
-                             'hpcacct UPDATE again; see the README, "updates".';
-        END IF;
-    END
-$$;
+-- (its check of the existing entries: at the top of this script)
+-- The ledger's new checks of this and the two sections above (empty names, a charge's end) in
+-- one ALTER TABLE: the ledger is scanned once to validate them all.
 ALTER TABLE @extschema@.ledger
+    ADD CONSTRAINT ledger_unit_named CHECK (unit <> ''),
+    DROP CONSTRAINT ledger_charge_names_job,
+    ADD CONSTRAINT ledger_charge_names_job CHECK (
+        kind <> 'charge' OR (cluster IS NOT NULL AND jobid IS NOT NULL AND resource_id IS NOT NULL
+                             AND job_start IS NOT NULL AND job_end IS NOT NULL AND job_end >= job_start)),
     DROP CONSTRAINT ledger_allocation_has_window,
     ADD CONSTRAINT ledger_allocation_has_window CHECK (
         kind = 'charge' OR (valid_from IS NOT NULL AND valid_until IS NOT NULL AND valid_until >= valid_from
                             AND pg_catalog.isfinite(valid_from) AND pg_catalog.isfinite(valid_until)));
+
+-- ==== my_accounts(): the month's start from the day as a timestamp, not as an instant of the session's TimeZone (America/Asuncion's session started October 2023 an hour late) ---
+-- my_accounts(): defined in the final definitions below
+
+-- ==== charges_to_day_end(): the days as a series of timestamps, not of dates, which stepped in the session's TimeZone (a session of Pacific/Apia left 30 December 2011 out of the charts) ---
+CREATE OR REPLACE FUNCTION hpcacct_internal.charges_to_day_end(account text, pool text, unit text, first_day date, last_day date)
+    RETURNS TABLE (day date, amount numeric)
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    WITH z AS (
+        SELECT @extschema@.site_timezone() AS tz
+    ), charged AS (
+        -- (the days as local_time() counts them: where a midnight comes twice, from PostgreSQL's)
+        SELECT l.amount, l.job_start, l.job_end,
+               hpcacct_internal.local_time(l.job_start, z.tz)::date AS start_day,
+               hpcacct_internal.local_time(l.job_end, z.tz)::date AS end_day,
+               charges_to_day_end.first_day::timestamp AT TIME ZONE z.tz AS period_start
+        FROM @extschema@.ledger l
+        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+        CROSS JOIN z
+        WHERE l.account = charges_to_day_end.account AND l.kind = 'charge'
+          AND (charges_to_day_end.pool IS NULL OR coalesce(r.pool, r.cluster) = charges_to_day_end.pool)
+          AND (charges_to_day_end.unit IS NULL OR l.unit = charges_to_day_end.unit)
+          AND l.job_start < (charges_to_day_end.last_day + 1)::timestamp AT TIME ZONE z.tz
+          -- (the instant once, as a parameter: the ledger's BRIN index reads only the period's part)
+          AND l.job_end >= (SELECT charges_to_day_end.first_day::timestamp AT TIME ZONE @extschema@.site_timezone())
+    ), ended AS (
+        SELECT c.end_day AS day, sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start, 'infinity'))
+                   AS amount
+        FROM charged c
+        GROUP BY c.end_day
+    ), running AS (
+        SELECT d.day::date AS day,
+               sum(c.amount * @extschema@.period_share(c.job_start, c.job_end, c.period_start,
+                                                       (d.day::date + 1)::timestamp AT TIME ZONE z.tz)) AS amount
+        FROM charged c
+        CROSS JOIN z
+        -- (days as timestamps: a series of dates would step in the session's TimeZone, whose
+        -- skipped days, e.g. Pacific/Apia's 30 December 2011, it would leave out)
+        CROSS JOIN LATERAL pg_catalog.generate_series(greatest(c.start_day, charges_to_day_end.first_day)::timestamp,
+                                                      least(c.end_day - 1, charges_to_day_end.last_day)::timestamp,
+                                                      interval '1 day') d(day)
+        GROUP BY d.day::date
+    )
+    SELECT g.day::date, coalesce(sum(e.amount) OVER (ORDER BY g.day), 0) + coalesce(r.amount, 0)
+    FROM pg_catalog.generate_series(
+        CASE WHEN (charges_to_day_end.account IS NOT NULL
+                   OR hpcacct_internal.refuse_argument(charges_to_day_end.account, 'charges_to_day_end', 'account'))
+                  AND (pg_catalog.isfinite(charges_to_day_end.first_day)
+                       OR hpcacct_internal.refuse_argument(charges_to_day_end.first_day, 'charges_to_day_end', 'first_day'))
+             THEN charges_to_day_end.first_day::timestamp END,
+        CASE WHEN pg_catalog.isfinite(charges_to_day_end.last_day)
+                  OR hpcacct_internal.refuse_argument(charges_to_day_end.last_day, 'charges_to_day_end', 'last_day')
+             THEN charges_to_day_end.last_day::timestamp END,
+        interval '1 day') g(day)
+    LEFT JOIN ended e ON e.day = g.day::date
+    LEFT JOIN running r ON r.day = g.day::date
+    ORDER BY g.day;
+END;
+COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
+    'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
+    'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
+
+-- ==== sacct_window_start(): an overlap with a negative part is 22023 like a negative one ('1 mon -30 days' compares equal to 0, and from a watermark of 1 March started the window on 3 March) ---
+-- sacct_window_start(): defined in the final definitions below
+
+-- ==== account_month(): no JIT (the GENCI section's estimates, millions, made jit = on compile it for 1.4 s of a 1.5 s page, statement_html() too) ---
+-- account_month(): defined in the final definitions below
+
+-- ==== the site's time zone is a zone's name: check_setting() no longer takes an abbreviation (IST meant India, Israel or Ireland by each session's timezone_abbreviations, and months with it) ---
+-- check_setting(): defined in the final definitions below. A 0.3 database set to an
+-- abbreviation stops the update, naming it: the update does not guess the zone it meant.
+-- (its check of the setting: at the top of this script)
 
 -- ==== my_accounts(): every account's GENCI status in one pass on a past day: allocation_statuses() and consumptions_before(), the one definitions, which allocation_status() and consumption_before() read through (the ledger after the day was read twice per account and machine: 6.6 s of 30 September's page at 1 M jobs) ---
 -- consumptions_before() and allocation_statuses() are new; consumption_before(), allocation_status() and my_accounts(): defined in the final definitions below
@@ -14047,6 +14172,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
     RETURNS jsonb
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
+    -- no JIT: the GENCI section is costed at millions (set-returning functions estimated at
+    -- 1 000 rows each), and jit = on compiled it for 1.4 s, even with no GENCI machine to
+    -- read, where the whole page takes 0.05 s without (300 000 charges)
+    SET jit = off
     AS $$
     DECLARE
         a @extschema@.account := hpcacct_internal.visible_account(account);
@@ -14209,7 +14338,9 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
         IF NOT isfinite(at) THEN
             RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';
         END IF;
-        month_start := date_trunc('month', at)::timestamp AT TIME ZONE tz;
+        -- (of a timestamp, not of the date's instant in the session's TimeZone: not one where
+        -- the 1st's midnight is skipped, which would start the month an hour late)
+        month_start := date_trunc('month', at::timestamp) AT TIME ZONE tz;
         day_end := (at + 1)::timestamp AT TIME ZONE tz;
         -- the month's charges up to the end of at (pro rata, as charge_by_month and the balance: a
         -- past day does not count the rest of its month), every account's in one pass of the ledger
@@ -14479,18 +14610,29 @@ CREATE OR REPLACE FUNCTION @extschema@.tres_problem(text) RETURNS text
 COMMENT ON FUNCTION @extschema@.tres_problem(text) IS
     'NULL when the text is a valid tres, else ''SQLSTATE message'' of the error its input would raise';
 CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) RETURNS timestamptz
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
-        SELECT CASE WHEN overlap OPERATOR(pg_catalog.>=) interval '0'
-                         OR hpcacct_internal.refuse_argument(overlap, 'sacct_window_start', 'overlap')
-                    THEN (SELECT w.loaded_through OPERATOR(pg_catalog.-) overlap
-                          FROM @extschema@.sacct_watermark w
-                          WHERE w.cluster OPERATOR(pg_catalog.=) sacct_window_start.cluster) END
+    BEGIN
+        IF overlap IS NULL THEN
+            RAISE EXCEPTION 'sacct_window_start: overlap must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- its months, days and time each (the total at least 0 then too)
+        IF pg_catalog.date_trunc('month', overlap) < interval '0'
+           OR pg_catalog.date_trunc('day', overlap) - pg_catalog.date_trunc('month', overlap) < interval '0'
+           OR overlap - pg_catalog.date_trunc('day', overlap) < interval '0' THEN
+            RAISE EXCEPTION 'sacct_window_start: overlap must not be negative'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
+                                                 'negative (%s).', overlap);
+        END IF;
+        RETURN (SELECT w.loaded_through - overlap FROM @extschema@.sacct_watermark w
+                WHERE w.cluster = sacct_window_start.cluster);
+    END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
     'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
-    'a NULL overlap is an error (22004), a negative one 22023';
+    'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
     OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,
     OUT unfinished bigint, OUT never_started bigint, OUT steps bigint, OUT ignored bigint,
@@ -15159,9 +15301,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
             RAISE EXCEPTION 'unknown setting "%"', NEW.name
                 USING ERRCODE = 'undefined_object', HINT = 'See hpcacct.settings for the settings there are.';
         END IF;
+        -- (a zone's name, not an abbreviation, whose meaning is each session's
+        -- timezone_abbreviations: IST is India's, Israel's or Ireland's)
         IF NEW.name = 'timezone'
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value)
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_abbrevs z WHERE z.abbrev = NEW.value) THEN
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = NEW.value) THEN
             RAISE EXCEPTION 'unknown time zone "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
@@ -16537,7 +16680,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     FROM %s j
                     JOIN @extschema@.resource r
                       ON r.cluster = j.cluster AND r.partition = j.partition AND r.valid @> j.job_start
-                    WHERE j.jobid IS NOT NULL AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
+                    WHERE j.jobid <> '' AND j.submitter <> '' AND j.account IS NOT NULL AND j.alloctres IS NOT NULL
                       -- infinite times cannot be subtracted: they are left to the diagnosis below
                       AND CASE WHEN pg_catalog.isfinite(j.job_start) AND pg_catalog.isfinite(j.job_end)
                                THEN j.job_end >= j.job_start AND j.job_end - j.job_start <= $1 END
@@ -16552,8 +16695,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     SELECT * FROM (
                         SELECT j.cluster, j.jobid, j.account, j.submitter, j.partition, j.job_start,
                                CASE
-                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL
+                                   WHEN j.cluster IS NULL OR j.jobid IS NULL OR j.account IS NULL OR j.submitter IS NULL
                                         OR j.partition IS NULL OR j.alloctres IS NULL THEN 'missing'
+                                   WHEN j.jobid = '' OR j.submitter = '' THEN 'empty_name'
                                    WHEN j.job_start IS NULL OR j.job_end IS NULL THEN 'no_times'
                                    WHEN NOT pg_catalog.isfinite(j.job_start) OR NOT pg_catalog.isfinite(j.job_end) THEN 'infinite_times'
                                    WHEN j.job_end < j.job_start THEN 'end_before_start'
@@ -16574,8 +16718,11 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charge_jobs() RETURNS trigger
                     $q$, changed_new) INTO problem USING max_length, need_member;
 
                 IF problem.problem = 'missing' THEN
-                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, partition or alloctres', problem.cluster, problem.jobid
+                    RAISE EXCEPTION 'job %/% lacks a cluster, jobid, account, user, partition or alloctres', problem.cluster, problem.jobid
                         USING ERRCODE = 'null_value_not_allowed';
+                ELSIF problem.problem = 'empty_name' THEN
+                    RAISE EXCEPTION 'job %/% has an empty jobid or user', problem.cluster, problem.jobid
+                        USING ERRCODE = 'invalid_parameter_value';
                 ELSIF problem.problem = 'no_times' THEN
                     RAISE EXCEPTION 'job %/% has no start or end time', problem.cluster, problem.jobid
                         USING ERRCODE = 'null_value_not_allowed',

@@ -60,7 +60,11 @@ charge_clusters=$(psql -X -At -d hpcacct_upgrade -c "SELECT count(*) || ' ' || m
     FROM hpcacct.ledger WHERE kind = 'charge'")
 sed -f test/compat/previous_names.sed test/compat/reports.sql | psql -X -q -d hpcacct_upgrade >"$work/before.txt" 2>&1
 
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'ALTER EXTENSION hpcacct UPDATE' 2>"$work/update.err"
+# the ledger's row updates so far (its statistics, flushed by the session that made them)
+ledger_updates() { psql -X -At -d hpcacct_upgrade -c "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'hpcacct.ledger'::regclass"; }
+updates_before=$(ledger_updates)
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c 'ALTER EXTENSION hpcacct UPDATE' -c 'SELECT pg_stat_force_next_flush()' \
+    >/dev/null 2>"$work/update.err"
 check "ALTER EXTENSION hpcacct UPDATE from $previous to $current succeeds" \
     "$([ "$(extversion hpcacct_upgrade)" = "$current" ] && echo t)"
 sed 's/^/    /' "$work/update.err" | head -10
@@ -78,6 +82,14 @@ check "after the update a portal user still reads every report (the new rollup i
 check "the data and every report are unchanged by the update ($(wc -l <"$work/before.txt") lines)" \
     "$(cmp -s "$work/before.txt" "$work/after.txt" && echo t)"
 diff "$work/before.txt" "$work/after.txt" | head -10
+
+# each ledger row the update fills (job_submit, core_hours, pool) is written once: a second
+# UPDATE of a row writes it again, with its index entries and WAL (test/bench/update.sh)
+rewritten=$(psql -X -At -d hpcacct_upgrade -c "SELECT ($(ledger_updates) - $updates_before) || ' row updates of '
+    || count(*) FILTER (WHERE kind <> 'charge' AND pool IS NOT NULL OR job_submit IS NOT NULL OR core_hours IS NOT NULL)
+    || ' filled rows' FROM hpcacct.ledger")
+check "the update writes each ledger row it fills once ($rewritten)" \
+    "$(echo "$rewritten" | awk '$1 > 0 && $1 <= $5 { print "t" }')"
 
 # ledger.pool (issue 18): each allocation row's pool is what its cluster said, no allocation
 # row has a cluster, and the charges keep theirs, without a pool
@@ -240,6 +252,69 @@ check "given its end, the update runs" \
     "$([ "$(extversion hpcacct_open_window)" = "$current" ] && echo t)"
 grep -v '^NOTICE' "$work/open_window.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_open_window
+
+# ---- a time zone abbreviation as the site's zone (0.3's check took one) ----
+createdb hpcacct_zone_abbrev
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_zone_abbrev -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'IST')" >/dev/null 2>"$work/zone_abbrev.err"
+try_update hpcacct_zone_abbrev
+check "a site time zone set to an abbreviation (IST) stops the update with 22023 naming it, nothing changed ($update_version)" \
+    "$(case "$update_error" in *'ERROR:  22023: hpcacct 0.4 takes a time zone'"'"'s name as the setting timezone, not "IST"'*"HINT:  Nothing was changed."*)
+           [ "$update_version" = "$previous" ] && echo t ;; esac)"
+[ "$update_version" = "$previous" ] || echo "    $update_error" | head -c 600
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_zone_abbrev >/dev/null 2>"$work/zone_abbrev.err" <<'SQL'
+UPDATE hpcacct.setting SET value = 'Asia/Kolkata' WHERE name = 'timezone';
+ALTER EXTENSION hpcacct UPDATE;
+SQL
+check "given the zone's name, the update runs" \
+    "$([ "$(extversion hpcacct_zone_abbrev)" = "$current" ] && echo t)"
+grep -v '^NOTICE' "$work/zone_abbrev.err" | sed 's/^/    /' | head -5
+dropdb hpcacct_zone_abbrev
+
+# ---- two job tables: the charges of each get their run, hpcacct.job's their core-hours ----
+# (with one job table, the update fills job_submit and core_hours in one UPDATE; with two,
+# job_submit from each table and core_hours from hpcacct.job in a second one)
+createdb hpcacct_two_tables
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_two_tables -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "SELECT hpcacct.create_job_table(), hpcacct.create_job_table('hpcacct.job_other')" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('tt1')" \
+    -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
+        VALUES ('c1', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours'), ('c2', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours')" \
+    -c "INSERT INTO hpcacct.job VALUES ('c1', '7', 'tt1', 'u', 'p', '2024-03-01 10:00+00', '2024-03-01 11:00+00',
+                                        '2024-03-01 13:00+00', 'cpu=2', 'COMPLETED')" \
+    -c "INSERT INTO hpcacct.job_other VALUES ('c2', '7', 'tt1', 'u', 'p', '2024-03-02 10:00+00', '2024-03-02 11:00+00',
+                                              '2024-03-02 12:00+00', 'cpu=4', 'COMPLETED')" >/dev/null 2>"$work/two.err"
+grep -v '^NOTICE' "$work/two.err" | sed 's/^/    /' | head -5
+try_update hpcacct_two_tables
+two_tables=$(PGTZ=UTC psql -X -At -d hpcacct_two_tables -c "SELECT string_agg(format('%s/%s %s %s', cluster, jobid, job_submit,
+        coalesce(core_hours::text, 'NULL')), '; ' ORDER BY entry_id) FROM hpcacct.ledger WHERE kind = 'charge'")
+check "with two job tables each charge gets its run, hpcacct.job's its core-hours ($update_version: $two_tables)" \
+    "$([ "$update_version" = "$current" ] \
+       && [ "$two_tables" = "c1/7 2024-03-01 10:00:00+00 4.000000; c2/7 2024-03-02 10:00:00+00 NULL" ] && echo t)"
+[ -n "$update_error" ] && echo "    $update_error" | head -c 600
+dropdb hpcacct_two_tables
+
+# ---- a refused update stops before it writes: its checks of the existing rows come first ----
+# (at the end, they let a large site wait for the whole update, and its WAL, before the error)
+createdb hpcacct_refused
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_refused -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+    -c "SELECT hpcacct.create_job_table()" \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('rf1')" \
+    -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('c1', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours')" \
+    -c "INSERT INTO hpcacct.job VALUES ('c1', '8', 'rf1', 'u', 'p', '2024-03-01 10:00+00', '2024-03-01 11:00+00',
+                                        '2024-03-01 13:00+00', 'cpu=2', 'COMPLETED')" \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
+        VALUES ('rf1', 'deposit', 100, 'NPL', '2024-01-01', NULL)" >/dev/null 2>"$work/refused.err"
+grep -v '^NOTICE' "$work/refused.err" | sed 's/^/    /' | head -5
+# without ON_ERROR_STOP: the flush of the session's statistics runs after the refused update
+psql -X -q -v VERBOSITY=verbose -d hpcacct_refused -c 'ALTER EXTENSION hpcacct UPDATE' -c 'SELECT pg_stat_force_next_flush()' \
+    >/dev/null 2>"$work/refused.err"
+refused=$(psql -X -At -d hpcacct_refused -c "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'hpcacct') || ', '
+    || n_tup_upd || ' ledger rows updated' FROM pg_stat_user_tables WHERE relid = 'hpcacct.ledger'::regclass")
+check "a refused update stops before it writes the ledger ($refused)" \
+    "$(grep -q '23514' "$work/refused.err" && [ "$refused" = "$previous, 0 ledger rows updated" ] && echo t)"
+grep -q '23514' "$work/refused.err" || head -c 600 "$work/refused.err"
+dropdb hpcacct_refused
 
 # ---- the whole chain ----
 releases=$(ls sql/versions/hpcacct--*--*.sql | sed -n 's|.*/hpcacct--\([0-9.]*\)--[0-9.]*\.sql$|\1|p' | sort -uV)

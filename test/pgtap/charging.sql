@@ -1,7 +1,7 @@
 -- The charging trigger's contract: SQLSTATEs, nothing written on error, ledger = jobs.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(35);
+SELECT plan(39);
 
 INSERT INTO account (name) VALUES ('p1'), ('p2');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive) VALUES
@@ -38,6 +38,12 @@ SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
 SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
     ('c', '3', 'p1', 'u', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1,', 'COMPLETED')$$,
     '22P02', NULL, 'malformed TRES');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '', 'p1', 'u', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '22023', 'job c/ has an empty jobid or user', 'an empty jobid is refused, not charged');
+SELECT throws_ok($$INSERT INTO hpcacct.job VALUES
+    ('c', '3', 'p1', '', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '22023', 'job c/3 has an empty jobid or user', 'an empty user is refused, not charged');
 SELECT is(pg_temp.ledger_rows(), 2::bigint, 'nothing was written by the failed inserts');
 SELECT is((SELECT count(*) FROM hpcacct.job), 2::bigint, 'no failed job was stored');
 
@@ -50,6 +56,11 @@ SELECT throws_ok($$INSERT INTO site_jobs VALUES
 SELECT throws_ok($$INSERT INTO site_jobs VALUES
     ('c', '9', NULL, 'u', 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
     '22004', NULL, 'NULL account in a site table');
+SELECT throws_ok($$INSERT INTO site_jobs VALUES
+    ('c', '9', 'p1', NULL, 'cpu', NULL, '2024-01-01 00:00+00', '2024-01-01 01:00+00', 'cpu=1', 'COMPLETED')$$,
+    '22004', 'job c/9 lacks a cluster, jobid, account, user, partition or alloctres',
+    'NULL user in a site table: refused, not charged to nobody');
+SELECT is((SELECT count(*) FROM site_jobs), 0::bigint, 'the site table kept none of the refused jobs');
 SELECT throws_ok($$SELECT hpcacct.attach_charging('site_jobs', 'jobid=missing')$$, '42703', NULL,
                  'mapping to a missing column');
 SELECT throws_ok($$SELECT hpcacct.attach_charging('site_jobs', 'colour=jobid')$$, '22023', NULL,

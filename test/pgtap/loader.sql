@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(93);
+SELECT plan(96);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -303,6 +303,15 @@ SELECT throws_ok($$SELECT hpcacct.sacct_window_start('ldr', NULL)$$, '22004',
                  'sacct_window_start: overlap must not be NULL', 'a NULL overlap is refused (22004)');
 SELECT is(sacct_window_start('ldr', '1 mon'), '2023-12-12 00:00+00'::timestamptz,
           'a month is an overlap like any other (the watermark minus a calendar month)');
+-- an overlap of no length by comparison whose parts are subtracted one by one: from 1 March,
+-- 1 month back and 30 days on is 3 March, after the watermark
+UPDATE sacct_watermark SET loaded_through = '2024-03-01 00:00+00' WHERE cluster = 'ldr';
+SELECT throws_ok($$SELECT hpcacct.sacct_window_start('ldr', '1 mon -30 days')$$, '22023',
+                 'sacct_window_start: overlap must not be negative', 'an overlap with a negative part (days) is refused');
+SELECT throws_ok($$SELECT hpcacct.sacct_window_start('nowhere', '-1 day 30 hours')$$, '22023',
+                 'sacct_window_start: overlap must not be negative', 'and one with negative days and more hours');
+SELECT is(sacct_window_start('ldr', '1 mon 2 days 03:00'), '2024-01-27 21:00+00'::timestamptz,
+          'an overlap whose parts are all positive is subtracted');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,0 +1,52 @@
+-- The portal's figures do not depend on the session's TimeZone (a client may send its own:
+-- PGTZ, JDBC), only on the site's time zone: a session zone where a month's first midnight
+-- does not exist (America/Asuncion, 1 October 2023) or a day was skipped (Pacific/Apia,
+-- 30 December 2011) gives the same figures as UTC.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(8);
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('pr_c', 'p', 'cpu=16', 'cpu=1', 1, 'NPL');
+INSERT INTO account (name) VALUES ('pr_a');
+SELECT deposit('pr_a', '2011-10-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    -- in the first hour of October (UTC), which Asuncion's session would start an hour late
+    ('pr_c', 'o1', 'pr_a', 'u', 'p', '2023-10-01 00:00+00', '2023-10-01 00:30+00', 'cpu=2', 'COMPLETED'),
+    ('pr_c', 'o2', 'pr_a', 'u', 'p', '2023-10-02 00:00+00', '2023-10-02 01:00+00', 'cpu=1', 'COMPLETED'),
+    -- on 30 December 2011 (UTC), a day Apia skipped
+    ('pr_c', 'd1', 'pr_a', 'u', 'p', '2011-12-30 10:00+00', '2011-12-30 12:00+00', 'cpu=1', 'COMPLETED');
+
+SET LOCAL TimeZone = 'America/Asuncion';
+SELECT is((SELECT x -> 'this_month' FROM jsonb_array_elements(my_accounts('2023-10-15') -> 'accounts') x
+           WHERE x ->> 'account' = 'pr_a'), '{"NPL": 2.000000}'::jsonb,
+          'my_accounts() in a session of America/Asuncion: October''s charges from the site''s midnight of the 1st');
+
+SET LOCAL TimeZone = 'Pacific/Apia';
+SELECT is((SELECT array_agg(d.day ORDER BY d.day)::text FROM hpcacct_internal.charges_to_day_end('pr_a', NULL, NULL, '2011-12-28', '2012-01-01') d),
+          '{2011-12-28,2011-12-29,2011-12-30,2011-12-31,2012-01-01}',
+          'charges_to_day_end() in a session of Pacific/Apia: every day of the site''s calendar');
+SELECT is((SELECT (p ->> 1)::numeric FROM jsonb_array_elements(account_month('pr_a', '2011-12-01') -> 'bank' -> 'days') p
+           WHERE p ->> 0 = '2011-12-30'), 998.00::numeric,
+          'account_month()''s bank chart in a session of Pacific/Apia has 30 December, with its job');
+
+-- account_month() runs without JIT: its GENCI section is costed at millions (set-returning
+-- functions at 1 000 rows each), and jit = on compiled it for 1.4 s of a 1.5 s page
+SELECT ok((SELECT 'jit=off' = ANY (p.proconfig) FROM pg_proc p WHERE p.oid = 'hpcacct.account_month(text, date)'::regprocedure),
+          'account_month() runs without JIT');
+
+-- The site's time zone is a zone name: an abbreviation means what each session's
+-- timezone_abbreviations says (IST: India under Default, Israel or Ireland elsewhere), so the
+-- same charge fell in January for one session's rollup and in February for another's report.
+SELECT throws_ok($$UPDATE setting SET value = 'IST' WHERE name = 'timezone'$$, '22023', 'unknown time zone "IST"',
+                 'an abbreviation that names no zone is refused as the site''s time zone');
+SELECT throws_ok($$UPDATE setting SET value = 'Mars/Olympus_Mons' WHERE name = 'timezone'$$, '22023', NULL,
+                 'an unknown zone is refused');
+SELECT lives_ok($$UPDATE setting SET value = 'Asia/Kolkata' WHERE name = 'timezone';
+                  UPDATE setting SET value = 'GMT' WHERE name = 'timezone'$$,
+                'zone names are taken, GMT among them');
+SELECT is(site_timezone(), 'GMT', 'the site''s time zone is the name set');
+
+SELECT * FROM finish();
+ROLLBACK;
