@@ -35,6 +35,21 @@ try_update() {
     update_error=$(tr '\n' ' ' <"$work/$1.err")
     update_version=$(extversion "$1")
 }
+# A new database $1 of the previous release, with the statements after it (each a psql -c);
+# their errors shown.
+previous_db() {
+    local db=$1; shift
+    createdb "$db"
+    psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" "$@" \
+        >/dev/null 2>"$work/$db.err"
+    grep -v '^NOTICE' "$work/$db.err" | sed 's/^/    /' | head -5
+}
+# The repair on stdin, which ends with the update, in database $1; check $2: it reached $current.
+update_after_repair() {
+    psql -X -q -v ON_ERROR_STOP=1 -d "$1" >/dev/null 2>"$work/$1.err"
+    check "$2" "$([ "$(extversion "$1")" = "$current" ] && echo t)"
+    grep -v '^NOTICE' "$work/$1.err" | sed 's/^/    /' | head -5
+}
 
 createdb hpcacct_upgrade
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_upgrade -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" >/dev/null 2>&1
@@ -137,16 +152,14 @@ diff "$work/fresh.txt" "$work/updated.txt" | head -20
 # The update stops before it changes anything, with 23514 naming each row; once they are named
 # (the ledger's as the README's *updates* says: the site renames the unit, trigger disabled,
 # rollups rebuilt) it runs.
-createdb hpcacct_empty_names
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_empty_names -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+previous_db hpcacct_empty_names \
     -c "INSERT INTO hpcacct.account (name) VALUES ('en1')" \
     -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('', 'p', 'cpu=4', 'cpu=1', 1, '')" \
     -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
         VALUES ('en1', 'grant', 10, '', '2024-01-01', '2024-12-31')" \
     -c "INSERT INTO hpcacct.quota_period (account, period_start, period_end, cluster, unit)
         VALUES ('en1', '2024-01-01', '2024-06-30', '', 'core-hours')" \
-    -c "INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('c', '', 'u')" >/dev/null 2>"$work/empty.err"
-grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
+    -c "INSERT INTO hpcacct.pending_job (cluster, jobid, username) VALUES ('c', '', 'u')"
 try_update hpcacct_empty_names
 empty_error=$update_error
 empty_state=$(psql -X -At -d hpcacct_empty_names -c "SELECT e.extversion || ' ' || (SELECT count(*) FROM hpcacct.resource WHERE cluster = '')
@@ -157,7 +170,7 @@ check "rows with empty names stop the update with 23514 naming each, nothing cha
     "$(case "$empty_error" in *"ERROR:  23514: hpcacct 0.4 refuses empty names, and 4 rows hold one: "*"ledger entry 1: unit; "*"pending_job ('c', ''): jobid; "*"quota_period ('en1', 2024-01-01): cluster; "*"resource 1: cluster, unit"*"HINT:  Nothing was changed."*)
            [ "$empty_state" = "$previous 1 1 1 1" ] && echo t ;; esac)"
 [ "$empty_state" = "$previous 1 1 1 1" ] || echo "    $empty_error" | head -c 600
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_empty_names >/dev/null 2>"$work/empty.err" <<'SQL'
+update_after_repair hpcacct_empty_names "named, they let the update run" <<'SQL'
 BEGIN;
 UPDATE hpcacct.resource SET cluster = 'c', unit = 'core-hours' WHERE resource_id = 1;
 ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
@@ -169,9 +182,6 @@ DELETE FROM hpcacct.pending_job WHERE jobid = '';
 COMMIT;
 ALTER EXTENSION hpcacct UPDATE;
 SQL
-check "named, they let the update run" \
-    "$([ "$(extversion hpcacct_empty_names)" = "$current" ] && echo t)"
-grep -v '^NOTICE' "$work/empty.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_empty_names
 
 # ---- a midnight that came twice, and a charge without an end ----
@@ -179,16 +189,14 @@ dropdb hpcacct_empty_names
 # release's rollup counted a job begun or ended in the first pass in November; the update
 # rebuilds the rollups where the time zone has such a midnight in their months (and only there:
 # the demo's update above rebuilt nothing). A charge without job_end stops it first (23514).
-createdb hpcacct_midnight
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_midnight -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+previous_db hpcacct_midnight \
     -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'America/Havana')" \
     -c "INSERT INTO hpcacct.account (name) VALUES ('hv1')" \
     -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('hv', 'p', 'cpu=64', 'cpu=1', 1, 'NPL')" \
     -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, resource_id, cluster, jobid, submitter, job_start, job_end)
         VALUES ('hv1', 'charge', 727.5, 'NPL', 1, 'hv', 'long', 'u', '2026-11-01 04:30+00', '2026-12-01 12:00+00'),
                ('hv1', 'charge', 40, 'NPL', 1, 'hv', 'first', 'u', '2026-11-01 04:10+00', '2026-11-01 04:50+00'),
-               ('hv1', 'charge', 5, 'NPL', 1, 'hv', 'open', 'u', '2026-11-02 10:00+00', NULL)" >/dev/null 2>"$work/midnight.err"
-grep -v '^NOTICE' "$work/midnight.err" | sed 's/^/    /' | head -5
+               ('hv1', 'charge', 5, 'NPL', 1, 'hv', 'open', 'u', '2026-11-02 10:00+00', NULL)"
 try_update hpcacct_midnight
 open_error=$update_error
 open_state=$update_version
@@ -228,11 +236,10 @@ check "the demo's update (Europe/Berlin) did not rebuild the rollups ($demo_rewr
 dropdb hpcacct_midnight
 
 # ---- an allocation entry without the end of its window (0.3's constraint let it through) ----
-createdb hpcacct_open_window
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_open_window -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+previous_db hpcacct_open_window \
     -c "INSERT INTO hpcacct.account (name) VALUES ('ow1')" \
     -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
-        VALUES ('ow1', 'deposit', 100, 'NPL', '2024-01-01', NULL)" >/dev/null 2>"$work/open_window.err"
+        VALUES ('ow1', 'deposit', 100, 'NPL', '2024-01-01', NULL)"
 try_update hpcacct_open_window
 window_error=$update_error
 window_state=$update_version
@@ -240,7 +247,7 @@ check "an allocation entry without valid_until stops the update with 23514 namin
     "$(case "$window_error" in *"ERROR:  23514: hpcacct 0.4 refuses an allocation entry without valid_until, and 1 entries have none: ledger entry 1 (deposit ow1)"*"HINT:  Nothing was changed."*)
            [ "$window_state" = "$previous" ] && echo t ;; esac)"
 [ "$window_state" = "$previous" ] || echo "    $window_error" | head -c 600
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_open_window >/dev/null 2>"$work/open_window.err" <<'SQL'
+update_after_repair hpcacct_open_window "given its end, the update runs" <<'SQL'
 BEGIN;
 ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
 UPDATE hpcacct.ledger SET valid_until = '2024-03-31' WHERE account = 'ow1';
@@ -248,34 +255,26 @@ ALTER TABLE hpcacct.ledger ENABLE TRIGGER ledger_append_only;
 COMMIT;
 ALTER EXTENSION hpcacct UPDATE;
 SQL
-check "given its end, the update runs" \
-    "$([ "$(extversion hpcacct_open_window)" = "$current" ] && echo t)"
-grep -v '^NOTICE' "$work/open_window.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_open_window
 
 # ---- a time zone abbreviation as the site's zone (0.3's check took one) ----
-createdb hpcacct_zone_abbrev
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_zone_abbrev -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
-    -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'IST')" >/dev/null 2>"$work/zone_abbrev.err"
+previous_db hpcacct_zone_abbrev \
+    -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'IST')"
 try_update hpcacct_zone_abbrev
 check "a site time zone set to an abbreviation (IST) stops the update with 22023 naming it, nothing changed ($update_version)" \
     "$(case "$update_error" in *'ERROR:  22023: hpcacct 0.4 takes a time zone'"'"'s name as the setting timezone, not "IST"'*"HINT:  Nothing was changed."*)
            [ "$update_version" = "$previous" ] && echo t ;; esac)"
 [ "$update_version" = "$previous" ] || echo "    $update_error" | head -c 600
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_zone_abbrev >/dev/null 2>"$work/zone_abbrev.err" <<'SQL'
+update_after_repair hpcacct_zone_abbrev "given the zone's name, the update runs" <<'SQL'
 UPDATE hpcacct.setting SET value = 'Asia/Kolkata' WHERE name = 'timezone';
 ALTER EXTENSION hpcacct UPDATE;
 SQL
-check "given the zone's name, the update runs" \
-    "$([ "$(extversion hpcacct_zone_abbrev)" = "$current" ] && echo t)"
-grep -v '^NOTICE' "$work/zone_abbrev.err" | sed 's/^/    /' | head -5
 dropdb hpcacct_zone_abbrev
 
 # ---- two job tables: the charges of each get their run, hpcacct.job's their core-hours ----
 # (with one job table, the update fills job_submit and core_hours in one UPDATE; with two,
 # job_submit from each table and core_hours from hpcacct.job in a second one)
-createdb hpcacct_two_tables
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_two_tables -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+previous_db hpcacct_two_tables \
     -c "SELECT hpcacct.create_job_table(), hpcacct.create_job_table('hpcacct.job_other')" \
     -c "INSERT INTO hpcacct.account (name) VALUES ('tt1')" \
     -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
@@ -283,8 +282,7 @@ psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_two_tables -c "CREATE EXTENSION hpcacct
     -c "INSERT INTO hpcacct.job VALUES ('c1', '7', 'tt1', 'u', 'p', '2024-03-01 10:00+00', '2024-03-01 11:00+00',
                                         '2024-03-01 13:00+00', 'cpu=2', 'COMPLETED')" \
     -c "INSERT INTO hpcacct.job_other VALUES ('c2', '7', 'tt1', 'u', 'p', '2024-03-02 10:00+00', '2024-03-02 11:00+00',
-                                              '2024-03-02 12:00+00', 'cpu=4', 'COMPLETED')" >/dev/null 2>"$work/two.err"
-grep -v '^NOTICE' "$work/two.err" | sed 's/^/    /' | head -5
+                                              '2024-03-02 12:00+00', 'cpu=4', 'COMPLETED')"
 try_update hpcacct_two_tables
 two_tables=$(PGTZ=UTC psql -X -At -d hpcacct_two_tables -c "SELECT string_agg(format('%s/%s %s %s', cluster, jobid, job_submit,
         coalesce(core_hours::text, 'NULL')), '; ' ORDER BY entry_id) FROM hpcacct.ledger WHERE kind = 'charge'")
@@ -296,16 +294,14 @@ dropdb hpcacct_two_tables
 
 # ---- a refused update stops before it writes: its checks of the existing rows come first ----
 # (at the end, they let a large site wait for the whole update, and its WAL, before the error)
-createdb hpcacct_refused
-psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_refused -c "CREATE EXTENSION hpcacct VERSION '$previous' CASCADE" \
+previous_db hpcacct_refused \
     -c "SELECT hpcacct.create_job_table()" \
     -c "INSERT INTO hpcacct.account (name) VALUES ('rf1')" \
     -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('c1', 'p', 'cpu=4', 'cpu=1', 1, 'core-hours')" \
     -c "INSERT INTO hpcacct.job VALUES ('c1', '8', 'rf1', 'u', 'p', '2024-03-01 10:00+00', '2024-03-01 11:00+00',
                                         '2024-03-01 13:00+00', 'cpu=2', 'COMPLETED')" \
     -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
-        VALUES ('rf1', 'deposit', 100, 'NPL', '2024-01-01', NULL)" >/dev/null 2>"$work/refused.err"
-grep -v '^NOTICE' "$work/refused.err" | sed 's/^/    /' | head -5
+        VALUES ('rf1', 'deposit', 100, 'NPL', '2024-01-01', NULL)"
 # without ON_ERROR_STOP: the flush of the session's statistics runs after the refused update
 psql -X -q -v VERBOSITY=verbose -d hpcacct_refused -c 'ALTER EXTENSION hpcacct UPDATE' -c 'SELECT pg_stat_force_next_flush()' \
     >/dev/null 2>"$work/refused.err"
