@@ -4,7 +4,7 @@
 -- 30 December 2011) gives the same figures as UTC.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(8);
+SELECT plan(10);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -30,6 +30,29 @@ SELECT is((SELECT array_agg(d.day ORDER BY d.day)::text FROM hpcacct_internal.ch
 SELECT is((SELECT (p ->> 1)::numeric FROM jsonb_array_elements(account_month('pr_a', '2011-12-01') -> 'bank' -> 'days') p
            WHERE p ->> 0 = '2011-12-30'), 998.00::numeric,
           'account_month()''s bank chart in a session of Pacific/Apia has 30 December, with its job');
+
+-- A quota period from 1 October 2023, whose midnight Asuncion skipped: account_month() on
+-- 1 November (site_today() stands in for that day) lists October and November.
+SELECT add_quota_period('pr_a', '2023-10-01', '2024-09-30', 100, NULL, 'NPL');
+SAVEPOINT before_today;
+CREATE OR REPLACE FUNCTION hpcacct.site_today() RETURNS date LANGUAGE sql STABLE BEGIN ATOMIC SELECT date '2023-11-01'; END;
+SET LOCAL TimeZone = 'America/Asuncion';
+SELECT is((SELECT array_agg(x ->> 'month' ORDER BY x ->> 'month') FROM jsonb_array_elements(account_month('pr_a', '2023-11-01') -> 'window_quota') x)::text,
+          '{2023-10-01,2023-11-01}',
+          'account_month()''s window quota in a session of America/Asuncion: every month of the period up to the day');
+ROLLBACK TO SAVEPOINT before_today;
+
+-- fairshare(), interval form: a period of days counts 24 hours (as decayed_usage()), also
+-- in a session whose TimeZone has a day of 23 hours in it (Europe/Berlin, 31 March 2024)
+INSERT INTO setting VALUES ('decay', 'interval'), ('period', '1 day'), ('period_decay', '0.5'), ('depth', '1');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES ('pr_a', 'grant', 1000, 'NPL', 'pr_c', '2024-01-01', '2024-12-31');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('pr_c', 'f1', 'pr_a', 'u', 'p', '2024-03-30 12:00+00', '2024-03-30 12:30+00', 'cpu=2', 'COMPLETED'),
+    ('pr_c', 'f2', 'pr_a', 'u', 'p', '2024-03-31 10:00+00', '2024-03-31 11:00+00', 'cpu=1', 'COMPLETED');
+SET LOCAL TimeZone = 'Europe/Berlin';
+SELECT is((SELECT usage FROM fairshare('2024-03-31 12:00+00') WHERE account = 'pr_a' AND submitter IS NULL), 2::float8,
+          'fairshare() with 1-day periods in a session of Europe/Berlin: both jobs of the last 24 hours');
+DELETE FROM setting WHERE name IN ('decay', 'period', 'period_decay', 'depth');
 
 -- account_month() runs without JIT: its GENCI section is costed at millions (set-returning
 -- functions at 1 000 rows each), and jit = on compiled it for 1.4 s of a 1.5 s page
