@@ -449,7 +449,10 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
             -- report of now), and the month's end is at most 64 half-lives after `at`
             SELECT cfg.*,
                    CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
-                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                                 -- (days of 24 hours, as decayed_usage() counts them: not the
+                                 -- session TimeZone's, where a day of DST has 23)
+                                 ELSE (cfg.at AT TIME ZONE 'UTC' - cfg.depth * cfg.period) AT TIME ZONE 'UTC' END
+                       AS since,
                    cfg.form = 'half_life'
                    AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
                                                 cfg.half_life) >= 2 ^ -64

@@ -362,7 +362,10 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                          ORDER BY u.month)
         INTO section
         FROM @extschema@.quota_period p
-        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        -- (months as timestamps: a series of dates steps in the session's TimeZone, where a skipped
+        -- midnight moves it to 01:00 and leaves out the month of an upto on the 1st)
+        CROSS JOIN LATERAL generate_series(p.period_start::timestamp, least(p.period_end, upto)::timestamp,
+                                           interval '1 month') g(mon)
         CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
                                                                          ELSE (g.mon + interval '1 month')::date - 1 END) u
         WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;

@@ -12557,6 +12557,12 @@ COMMENT ON FUNCTION hpcacct_internal.allocation_statuses(text[], text[], date) I
 -- ==== account_verdict(): a GENCI project's machines in one call of allocation_statuses() (allocation_status() per machine paid for its new layer in every submit check) ---
 -- account_verdict(): defined in the final definitions
 
+-- ==== fairshare_all(): the interval form's periods of 24-hour days, not the session TimeZone's (a Berlin session dropped the oldest hour after a DST change) ---
+-- fairshare_all(): defined in the final definitions
+
+-- ==== account_month(): the window quota's months as a series of timestamps, not of dates (an Asuncion session left out the month of an upto on the 1st) ---
+-- account_month(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12604,7 +12610,10 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
             -- report of now), and the month's end is at most 64 half-lives after `at`
             SELECT cfg.*,
                    CASE cfg.form WHEN 'half_life' THEN cfg.at_month AT TIME ZONE cfg.tz
-                                 ELSE cfg.at - cfg.depth * cfg.period END AS since,
+                                 -- (days of 24 hours, as decayed_usage() counts them: not the
+                                 -- session TimeZone's, where a day of DST has 23)
+                                 ELSE (cfg.at AT TIME ZONE 'UTC' - cfg.depth * cfg.period) AT TIME ZONE 'UTC' END
+                       AS since,
                    cfg.form = 'half_life'
                    AND @extschema@.decay_weight(cfg.at, (cfg.at_month + interval '1 month') AT TIME ZONE cfg.tz,
                                                 cfg.half_life) >= 2 ^ -64
@@ -14287,7 +14296,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
                          ORDER BY u.month)
         INTO section
         FROM @extschema@.quota_period p
-        CROSS JOIN LATERAL generate_series(p.period_start, least(p.period_end, upto), interval '1 month') g(mon)
+        -- (months as timestamps: a series of dates steps in the session's TimeZone, where a skipped
+        -- midnight moves it to 01:00 and leaves out the month of an upto on the 1st)
+        CROSS JOIN LATERAL generate_series(p.period_start::timestamp, least(p.period_end, upto)::timestamp,
+                                           interval '1 month') g(mon)
         CROSS JOIN LATERAL @extschema@.window_quota_usage(a.name, CASE WHEN g.mon::date = m THEN upto
                                                                          ELSE (g.mon + interval '1 month')::date - 1 END) u
         WHERE p.account = a.name AND p.period_start <= upto AND p.period_end >= y_start;
