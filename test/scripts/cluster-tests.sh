@@ -52,3 +52,6 @@ test/compat/reference.sh
 
 # hpcacct-sacct against a real Slurm (test/slurm/with-slurm.sh): the job mix, loaded and checked.
 test/slurm/loader.sh
+
+# hpcacct-sacct's watermark in sessions of other TimeZones and DateStyles (stand-in sacct).
+test/slurm/sacct_session.sh
