@@ -412,7 +412,11 @@ int command_run(Connection& db, std::vector<std::string> clusters, const std::st
             stage_sacct(db, child.out(), "sacct -M " + cluster, sacct::kDelimiter);
             child.finish();  // a sacct that failed loads nothing, and the watermark stays
             const std::string through = std::to_string(static_cast<long long>(now));
-            Result t = db.exec("SELECT to_timestamp($1::double precision)::text", {through.c_str()});
+            // ISO 8601 in UTC, read back the same in any session: the session's DateStyle
+            // (PGDATESTYLE) may write a zone abbreviation that reads as another zone (IST)
+            Result t = db.exec("SELECT pg_catalog.to_char(pg_catalog.to_timestamp($1::double precision) AT TIME ZONE 'UTC', "
+                               "'YYYY-MM-DD\"T\"HH24:MI:SS\"+00\"')",
+                               {through.c_str()});
             const std::string through_text = PQgetvalue(t.get(), 0, 0);
             std::string array = "{\"";
             for (char c : cluster) {
