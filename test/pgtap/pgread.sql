@@ -4,7 +4,7 @@
 -- 30 December 2011) gives the same figures as UTC.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(10);
+SELECT plan(12);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -53,6 +53,28 @@ SET LOCAL TimeZone = 'Europe/Berlin';
 SELECT is((SELECT usage FROM fairshare('2024-03-31 12:00+00') WHERE account = 'pr_a' AND submitter IS NULL), 2::float8,
           'fairshare() with 1-day periods in a session of Europe/Berlin: both jobs of the last 24 hours');
 DELETE FROM setting WHERE name IN ('decay', 'period', 'period_decay', 'depth');
+
+-- The outbox's order wait (notify_order_wait) in days of 24 hours, also in a session whose
+-- TimeZone puts a DST change in the wait: here a POSIX zone whose clocks go forward 12 hours
+-- ago (the newer message, written 23.5 hours ago, waits half an hour more, not -0.5).
+INSERT INTO setting VALUES ('notify_order_wait', '1 day');
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['pr_u1', 'pr_u2']) AS u;
+INSERT INTO contact (username, email) VALUES ('pr_u1', 'pr@x.example'), ('pr_u2', 'pr@x.example');
+CREATE TEMP TABLE pr_ids AS
+SELECT 1 AS n, outbox_add('quota_state', 'pr/1', NULL, 's1', E'1\n', '{}', false, ARRAY['pr_u1']) AS id;
+INSERT INTO pr_ids SELECT 2, outbox_add('quota_state', 'pr/2', NULL, 's2', E'2\n', '{}', false, ARRAY['pr_u2']);
+UPDATE outbox_recipient SET next_attempt = statement_timestamp() + interval '2 days' WHERE message_id = (SELECT id FROM pr_ids WHERE n = 1);
+UPDATE outbox SET created_at = statement_timestamp() - interval '23 hours 30 minutes' WHERE message_id = (SELECT id FROM pr_ids WHERE n = 2);
+SELECT FROM (SELECT set_config('TimeZone', format('<-00>0<+01>-1,%s/%s,%s/23', extract(doy FROM t)::int - 1, extract(hour FROM t)::int,
+                                     (extract(doy FROM t)::int + 1) % 365), true)
+      FROM (SELECT (statement_timestamp() - interval '12 hours') AT TIME ZONE 'UTC' AS t) x) z;
+SELECT is((SELECT s.waiting_for FROM outbox_status s WHERE s.message_id = (SELECT id FROM pr_ids WHERE n = 2)),
+          (SELECT id FROM pr_ids WHERE n = 1),
+          'outbox_status in a session with a DST change in the wait: the newer message still waits (1 day = 24 hours)');
+SELECT is(outbox_next_due(), (SELECT created_at + interval '24 hours' FROM outbox WHERE message_id = (SELECT id FROM pr_ids WHERE n = 2)),
+          'outbox_next_due() in that session: 24 hours after the newer message was written');
+SET LOCAL TimeZone = 'UTC';
+DELETE FROM setting WHERE name = 'notify_order_wait';
 
 -- account_month() runs without JIT: its GENCI section is costed at millions (set-returning
 -- functions at 1 000 rows each), and jit = on compiled it for 1.4 s of a 1.5 s page
