@@ -686,7 +686,8 @@ BEGIN ATOMIC
             WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
     FROM @extschema@.outbox_recipient r
     JOIN @extschema@.outbox m ON m.message_id = r.message_id
-    WHERE r.state = 'pending' AND m.created_at + order_wait > at
+    -- (elapsed time against the wait, its days 24 hours: not a day of the session's TimeZone)
+    WHERE r.state = 'pending' AND at - m.created_at < order_wait
       AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
                   WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
 END;
@@ -755,10 +756,12 @@ CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        -- (its days as 24 hours, as outbox_waiting() counts them, not the session TimeZone's)
+        wait_span constant interval := pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', order_wait));
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
         RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
-                                THEN greatest(r.next_attempt, m.created_at + order_wait)
+                                THEN greatest(r.next_attempt, m.created_at + wait_span)
                                 ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
                 FROM @extschema@.outbox_recipient r
                 JOIN @extschema@.outbox m ON m.message_id = r.message_id

@@ -12563,6 +12563,48 @@ COMMENT ON FUNCTION hpcacct_internal.allocation_statuses(text[], text[], date) I
 -- ==== account_month(): the window quota's months as a series of timestamps, not of dates (an Asuncion session left out the month of an upto on the 1st) ---
 -- account_month(): defined in the final definitions
 
+-- ==== outbox_waiting(), outbox_next_due(): the order wait's days of 24 hours, not the session TimeZone's (a session with a DST change in a 1-day wait let the newer message go an hour early) ---
+CREATE OR REPLACE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
+    RETURNS TABLE (recipient_id bigint, waits_for bigint)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT r.recipient_id,
+           (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
+            WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
+    FROM @extschema@.outbox_recipient r
+    JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    -- (elapsed time against the wait, its days 24 hours: not a day of the session's TimeZone)
+    WHERE r.state = 'pending' AND at - m.created_at < order_wait
+      AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
+                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
+END;
+COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
+    'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
+    'their own was written), with the oldest such message';
+
+CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        -- (its days as 24 hours, as outbox_waiting() counts them, not the session TimeZone's)
+        wait_span constant interval := pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', order_wait));
+        now_ constant timestamptz := pg_catalog.clock_timestamp();
+    BEGIN
+        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
+                                THEN greatest(r.next_attempt, m.created_at + wait_span)
+                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+                FROM @extschema@.outbox_recipient r
+                JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
+                       ON w.recipient_id = r.recipient_id
+                WHERE r.state IN ('pending', 'sending'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
+    'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
