@@ -4,6 +4,10 @@ BEGIN;
 SET search_path = public, hpcacct;
 SELECT plan(6);
 
+-- the site's zone set: unset, it is the session's starting TimeZone (PGTZ), whose months the
+-- job below would straddle west of UTC (America/Asuncion: it starts on 31 January)
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['nr_a']) AS u;
 INSERT INTO contact (username, email) VALUES ('nr_a', 'a@example.org');
 INSERT INTO account (name) VALUES ('nr_rw');
