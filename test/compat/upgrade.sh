@@ -35,6 +35,14 @@ try_update() {
     update_error=$(tr '\n' ' ' <"$work/$1.err")
     update_version=$(extversion "$1")
 }
+# The update of database $1, which 0.4 refuses: check $2 that it stopped at the previous
+# version with the error $3 (SQLSTATE and message) and the hint that nothing was changed.
+check_refused() {
+    try_update "$1"
+    check "$2 ($update_version)" \
+        "$([[ $update_error == *"ERROR:  $3"*"HINT:  Nothing was changed."* ]] && [ "$update_version" = "$previous" ] && echo t)"
+    [ "$update_version" = "$previous" ] || echo "    $update_error" | head -c 600
+}
 # A new database $1 of the previous release, with the statements after it (each a psql -c);
 # their errors shown.
 previous_db() {
@@ -197,13 +205,8 @@ previous_db hpcacct_midnight \
         VALUES ('hv1', 'charge', 727.5, 'NPL', 1, 'hv', 'long', 'u', '2026-11-01 04:30+00', '2026-12-01 12:00+00'),
                ('hv1', 'charge', 40, 'NPL', 1, 'hv', 'first', 'u', '2026-11-01 04:10+00', '2026-11-01 04:50+00'),
                ('hv1', 'charge', 5, 'NPL', 1, 'hv', 'open', 'u', '2026-11-02 10:00+00', NULL)"
-try_update hpcacct_midnight
-open_error=$update_error
-open_state=$update_version
-check "a charge without job_end stops the update with 23514 naming it, nothing changed ($open_state)" \
-    "$(case "$open_error" in *"ERROR:  23514: hpcacct 0.4 refuses a charge without job_end, and 1 charges have none: ledger entry 3 (hv open)"*"HINT:  Nothing was changed."*)
-           [ "$open_state" = "$previous" ] && echo t ;; esac)"
-[ "$open_state" = "$previous" ] || echo "    $open_error" | head -c 600
+check_refused hpcacct_midnight "a charge without job_end stops the update with 23514 naming it, nothing changed" \
+    "23514: hpcacct 0.4 refuses a charge without job_end, and 1 charges have none: ledger entry 3 (hv open)"
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_midnight >/dev/null 2>"$work/midnight.err" <<'SQL'
 BEGIN;
 ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
@@ -240,13 +243,8 @@ previous_db hpcacct_open_window \
     -c "INSERT INTO hpcacct.account (name) VALUES ('ow1')" \
     -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, valid_from, valid_until)
         VALUES ('ow1', 'deposit', 100, 'NPL', '2024-01-01', NULL)"
-try_update hpcacct_open_window
-window_error=$update_error
-window_state=$update_version
-check "an allocation entry without valid_until stops the update with 23514 naming it, nothing changed ($window_state)" \
-    "$(case "$window_error" in *"ERROR:  23514: hpcacct 0.4 refuses an allocation entry without valid_until, and 1 entries have none: ledger entry 1 (deposit ow1)"*"HINT:  Nothing was changed."*)
-           [ "$window_state" = "$previous" ] && echo t ;; esac)"
-[ "$window_state" = "$previous" ] || echo "    $window_error" | head -c 600
+check_refused hpcacct_open_window "an allocation entry without valid_until stops the update with 23514 naming it, nothing changed" \
+    "23514: hpcacct 0.4 refuses an allocation entry without valid_until, and 1 entries have none: ledger entry 1 (deposit ow1)"
 update_after_repair hpcacct_open_window "given its end, the update runs" <<'SQL'
 BEGIN;
 ALTER TABLE hpcacct.ledger DISABLE TRIGGER ledger_append_only;
@@ -260,11 +258,8 @@ dropdb hpcacct_open_window
 # ---- a time zone abbreviation as the site's zone (0.3's check took one) ----
 previous_db hpcacct_zone_abbrev \
     -c "INSERT INTO hpcacct.setting VALUES ('timezone', 'IST')"
-try_update hpcacct_zone_abbrev
-check "a site time zone set to an abbreviation (IST) stops the update with 22023 naming it, nothing changed ($update_version)" \
-    "$(case "$update_error" in *'ERROR:  22023: hpcacct 0.4 takes a time zone'"'"'s name as the setting timezone, not "IST"'*"HINT:  Nothing was changed."*)
-           [ "$update_version" = "$previous" ] && echo t ;; esac)"
-[ "$update_version" = "$previous" ] || echo "    $update_error" | head -c 600
+check_refused hpcacct_zone_abbrev "a site time zone set to an abbreviation (IST) stops the update with 22023 naming it, nothing changed" \
+    "22023: hpcacct 0.4 takes a time zone's name as the setting timezone, not \"IST\""
 update_after_repair hpcacct_zone_abbrev "given the zone's name, the update runs" <<'SQL'
 UPDATE hpcacct.setting SET value = 'Asia/Kolkata' WHERE name = 'timezone';
 ALTER EXTENSION hpcacct UPDATE;
