@@ -50,6 +50,15 @@ CREATE FUNCTION hpcacct_internal.notify_name(name text) RETURNS text
 COMMENT ON FUNCTION hpcacct_internal.notify_name(text) IS
     'A name or subject as messages print it: each control character (CR, LF...) a space';
 
+-- An instant moved by a span a caller gives (a lease, a retry's back-off, the loader's overlap):
+-- its days 24 hours and its months calendar months of UTC, not of the session's TimeZone, in
+-- which a day across a change of summer time lasts 23 or 25 hours. Inlined.
+CREATE FUNCTION hpcacct_internal.shift_utc(at timestamptz, span interval) RETURNS timestamptz
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (at AT TIME ZONE 'UTC' + span) AT TIME ZONE 'UTC';
+COMMENT ON FUNCTION hpcacct_internal.shift_utc(timestamptz, interval) IS
+    'An instant plus a span, its days 24 hours and its months calendar months of UTC, whatever the session''s TimeZone';
+
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
 -- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
 -- lock, and so stall the loader or the rollups; a row of this table can be locked only by

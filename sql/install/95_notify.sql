@@ -731,7 +731,7 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             FOR UPDATE OF r SKIP LOCKED
         ), claimed AS (
             UPDATE @extschema@.outbox_recipient r
-            SET lease_owner = worker, lease_until = pg_catalog.clock_timestamp() + lease, attempts = r.attempts + 1
+            SET lease_owner = worker, lease_until = hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(), lease), attempts = r.attempts + 1
             FROM due
             WHERE r.recipient_id = due.recipient_id
             RETURNING r.*
@@ -745,7 +745,8 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
     'Sender: leases up to batch due deliveries to worker, oldest message first, none while an older message to its '
-    'mailbox is to be delivered (up to notify_order_wait); marks deliveries left in sending past their lease uncertain';
+    'mailbox is to be delivered (up to notify_order_wait); marks deliveries left in sending past their lease uncertain; '
+    'the lease''s days are 24 hours';
 
 -- When the next delivery is due (a sender sleeps until then): the earliest next attempt or
 -- lease end of those to be made, a delivery that waits for an older message counted from
@@ -802,11 +803,19 @@ CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome
             RAISE EXCEPTION 'unknown delivery outcome "%"', outcome
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'Use delivered, retry, failed or uncertain.';
         END IF;
+        IF retry_base IS NULL OR retry_max IS NULL THEN
+            RAISE EXCEPTION 'outbox_result needs a retry_base and a retry_max'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF retry_base < interval '0' OR retry_max < interval '0' THEN
+            RAISE EXCEPTION 'outbox_result: retry_base and retry_max must not be negative'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = CASE outcome WHEN 'retry' THEN 'pending' ELSE outcome END,
             next_attempt = CASE WHEN outcome = 'retry'
-                                THEN pg_catalog.clock_timestamp()
-                                     + least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30)))
+                                THEN hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(),
+                                         least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30))))
                                 ELSE r.next_attempt END,
             delivered_at = CASE WHEN outcome = 'delivered' THEN pg_catalog.clock_timestamp() END,
             last_error = error, lease_owner = NULL, lease_until = NULL
@@ -816,7 +825,8 @@ CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval, interval) IS
-    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain)';
+    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain); '
+    'spans in days of 24 hours, NULL 22004, negative 22023; false when worker does not hold the lease';
 
 -- What a site watches: every message with its deliveries.
 CREATE VIEW @extschema@.outbox_status AS

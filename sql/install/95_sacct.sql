@@ -148,12 +148,13 @@ CREATE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) R
                       DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
                                                  'negative (%s).', overlap);
         END IF;
-        RETURN (SELECT w.loaded_through - overlap FROM @extschema@.sacct_watermark w
+        RETURN (SELECT hpcacct_internal.shift_utc(w.loaded_through, -overlap) FROM @extschema@.sacct_watermark w
                 WHERE w.cluster = sacct_window_start.cluster);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
-    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
+    'Start of a cluster''s next sacct window: its watermark minus the overlap (days of 24 hours, months of UTC); '
+    'NULL if never loaded; '
     'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 
 -- The load: every staged line (and every open quarantine row) is sorted, in one statement,

@@ -12605,6 +12605,15 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
 COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
     'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
 
+-- ==== a span a caller gives (a lease, a retry's back-off, the loader's overlap) moves an instant in days of 24 hours and months of UTC, not of the session's TimeZone (a lease of a day across a change of summer time ran 23 hours; the loader's '1 mon' overlap in a New York session went back to 29 January from 29 February) ---
+CREATE FUNCTION hpcacct_internal.shift_utc(at timestamptz, span interval) RETURNS timestamptz
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (at AT TIME ZONE 'UTC' + span) AT TIME ZONE 'UTC';
+COMMENT ON FUNCTION hpcacct_internal.shift_utc(timestamptz, interval) IS
+    'An instant plus a span, its days 24 hours and its months calendar months of UTC, whatever the session''s TimeZone';
+-- sacct_window_start(), outbox_claim(), outbox_result() (which also refuses a NULL or negative
+-- retry_base or retry_max): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14161,7 +14170,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
             FOR UPDATE OF r SKIP LOCKED
         ), claimed AS (
             UPDATE @extschema@.outbox_recipient r
-            SET lease_owner = worker, lease_until = pg_catalog.clock_timestamp() + lease, attempts = r.attempts + 1
+            SET lease_owner = worker, lease_until = hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(), lease), attempts = r.attempts + 1
             FROM due
             WHERE r.recipient_id = due.recipient_id
             RETURNING r.*
@@ -14175,7 +14184,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
     'Sender: leases up to batch due deliveries to worker, oldest message first, none while an older message to its '
-    'mailbox is to be delivered (up to notify_order_wait); marks deliveries left in sending past their lease uncertain';
+    'mailbox is to be delivered (up to notify_order_wait); marks deliveries left in sending past their lease uncertain; '
+    'the lease''s days are 24 hours';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURNS boolean
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
@@ -14204,11 +14214,19 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_result(worker text, recipient bigi
             RAISE EXCEPTION 'unknown delivery outcome "%"', outcome
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'Use delivered, retry, failed or uncertain.';
         END IF;
+        IF retry_base IS NULL OR retry_max IS NULL THEN
+            RAISE EXCEPTION 'outbox_result needs a retry_base and a retry_max'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF retry_base < interval '0' OR retry_max < interval '0' THEN
+            RAISE EXCEPTION 'outbox_result: retry_base and retry_max must not be negative'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = CASE outcome WHEN 'retry' THEN 'pending' ELSE outcome END,
             next_attempt = CASE WHEN outcome = 'retry'
-                                THEN pg_catalog.clock_timestamp()
-                                     + least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30)))
+                                THEN hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(),
+                                         least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30))))
                                 ELSE r.next_attempt END,
             delivered_at = CASE WHEN outcome = 'delivered' THEN pg_catalog.clock_timestamp() END,
             last_error = error, lease_owner = NULL, lease_until = NULL
@@ -14218,7 +14236,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_result(worker text, recipient bigi
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval, interval) IS
-    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain)';
+    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain); '
+    'spans in days of 24 hours, NULL 22004, negative 22023; false when worker does not hold the lease';
 CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
     RETURNS jsonb
     LANGUAGE plpgsql STABLE
@@ -14680,12 +14699,13 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap 
                       DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
                                                  'negative (%s).', overlap);
         END IF;
-        RETURN (SELECT w.loaded_through - overlap FROM @extschema@.sacct_watermark w
+        RETURN (SELECT hpcacct_internal.shift_utc(w.loaded_through, -overlap) FROM @extschema@.sacct_watermark w
                 WHERE w.cluster = sacct_window_start.cluster);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
-    'Start of a cluster''s next sacct window: its watermark minus the overlap; NULL if never loaded; '
+    'Start of a cluster''s next sacct window: its watermark minus the overlap (days of 24 hours, months of UTC); '
+    'NULL if never loaded; '
     'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
     OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,

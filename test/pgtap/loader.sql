@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(96);
+SELECT plan(98);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -310,8 +310,18 @@ SELECT throws_ok($$SELECT hpcacct.sacct_window_start('ldr', '1 mon -30 days')$$,
                  'sacct_window_start: overlap must not be negative', 'an overlap with a negative part (days) is refused');
 SELECT throws_ok($$SELECT hpcacct.sacct_window_start('nowhere', '-1 day 30 hours')$$, '22023',
                  'sacct_window_start: overlap must not be negative', 'and one with negative days and more hours');
-SELECT is(sacct_window_start('ldr', '1 mon 2 days 03:00'), '2024-01-27 21:00+00'::timestamptz,
-          'an overlap whose parts are all positive is subtracted');
+SELECT is(sacct_window_start('ldr', '1 mon 2 days 03:00'), '2024-01-29 21:00+00'::timestamptz,
+          'an overlap whose parts are all positive is subtracted (its month a calendar month of UTC)');
+
+-- the overlap's days are 24 hours whatever the session's TimeZone (here one whose summer time
+-- began at noon on 11 January 2024: in it, 11 January lasted 23 hours)
+UPDATE sacct_watermark SET loaded_through = '2024-01-12 00:00+00' WHERE cluster = 'ldr';
+SET LOCAL TimeZone = 'AAA0BBB,J11/12,J300/0';
+SELECT is(sacct_window_start('ldr', '1 day'), '2024-01-11 00:00+00'::timestamptz,
+          'an overlap of a day is 24 hours in any session time zone');
+SELECT is(sacct_window_start('ldr', '1 mon'), '2023-12-12 00:00+00'::timestamptz,
+          'and a month a calendar month of UTC');
+RESET TimeZone;
 
 SELECT * FROM finish();
 ROLLBACK;

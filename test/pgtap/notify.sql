@@ -3,7 +3,7 @@
 -- and a re-run writes none; the sender's claim / sending / result protocol.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(97);
+SELECT plan(104);
 
 CALL setup_roles();
 CREATE ROLE n_alice LOGIN IN ROLE hpcacct_portal;
@@ -280,6 +280,35 @@ SELECT ok(NOT EXISTS (SELECT 1 FROM outbox_claim('w3', '1 minute', 1000) c
 SELECT is((SELECT state FROM outbox_recipient
            WHERE recipient_id = (SELECT recipient_id FROM claimed ORDER BY recipient_id OFFSET 1 LIMIT 1)),
           'uncertain', 'it is uncertain');
+
+-- A lease or a retry of a day lasts 24 hours in any session's TimeZone (here one whose summer
+-- time begins at tomorrow's midnight: in it, the next day lasts 23 hours). NULL or negative spans:
+-- 22004, 22023 (the sender always passes both; a NULL one made the retry come at retry_max).
+SELECT set_config('TimeZone', format('AAA0BBB,%s/0,%s/0', extract(doy FROM now() + interval '1 day')::int - 1,
+                                     (extract(doy FROM now())::int + 180) % 365), true);
+SELECT ok((SELECT extract(epoch FROM now() + interval '1 day' - now()) = 82800),
+          'the test''s session zone: its next day lasts 23 hours');
+SELECT add_user('n_lease', '2024-01-05');
+INSERT INTO contact (username, email) VALUES ('n_lease', 'lease@lab.example');
+CREATE TEMP TABLE lease_message AS
+SELECT outbox_add('quota_state', 'lease/1', NULL, 'lease', E'1\n', '{}', false, ARRAY['n_lease']) AS id;
+CREATE TEMP TABLE claimed_day AS
+SELECT c.* FROM outbox_claim('w4', '1 day', 1000) c WHERE c.message_id = (SELECT id FROM lease_message);
+SELECT ok((SELECT extract(epoch FROM r.lease_until - clock_timestamp()) BETWEEN 86340 AND 86400
+           FROM outbox_recipient r JOIN claimed_day c USING (recipient_id)),
+          'a lease of 1 day runs 24 hours');
+SELECT ok(outbox_result('w4', (SELECT recipient_id FROM claimed_day), 'retry', '451 later', '1 day', '2 days'),
+          'retried after a day');
+SELECT ok((SELECT extract(epoch FROM next_attempt - clock_timestamp()) BETWEEN 86340 AND 86400
+           FROM outbox_recipient WHERE recipient_id = (SELECT recipient_id FROM claimed_day)),
+          'a retry of 1 day comes 24 hours later');
+RESET TimeZone;
+SELECT throws_ok($$SELECT hpcacct.outbox_result('w1', 1, 'retry', NULL, NULL)$$, '22004', NULL,
+                 'a NULL retry_base is refused');
+SELECT throws_ok($$SELECT hpcacct.outbox_result('w1', 1, 'retry', NULL, '-1 minute')$$, '22023', NULL,
+                 'a negative retry_base is refused');
+SELECT throws_ok($$SELECT hpcacct.outbox_result('w1', 1, 'delivered', NULL, '1 minute', NULL)$$, '22004', NULL,
+                 'a NULL retry_max is refused');
 
 SELECT * FROM finish();
 ROLLBACK;
