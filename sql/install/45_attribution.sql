@@ -10,10 +10,24 @@ CREATE FUNCTION @extschema@.site_timezone() RETURNS text
 COMMENT ON FUNCTION @extschema@.site_timezone() IS
     'The site''s time zone (setting timezone): days, months and quarters of reports are its';
 
+-- The local time of an instant as the days and months (site time zone) count it: they begin at
+-- PostgreSQL's instants of their midnights. Where a midnight comes twice (America/Havana,
+-- 1 Nov 2026) PostgreSQL's is the second, and an instant of the first pass, local date D, is
+-- still in the day before: the last microsecond of D - 1. Otherwise at AT TIME ZONE tz.
+-- Its date and month are the day and month whose [start, next start) holds the instant.
+CREATE FUNCTION hpcacct_internal.local_time(at timestamptz, tz text) RETURNS timestamp
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN at < pg_catalog.date_trunc('day', at AT TIME ZONE tz) AT TIME ZONE tz
+                THEN pg_catalog.date_trunc('day', at AT TIME ZONE tz) - interval '1 microsecond'
+                ELSE at AT TIME ZONE tz END;
+COMMENT ON FUNCTION hpcacct_internal.local_time(timestamptz, text) IS
+    'Local time of an instant in a time zone, an instant before PostgreSQL''s instant of its date''s midnight (one '
+    'that came twice) as the last microsecond of the day before: its date and month hold the instant';
+
 CREATE FUNCTION @extschema@.site_today() RETURNS date
     LANGUAGE sql STABLE PARALLEL SAFE
-    RETURN (pg_catalog.now() AT TIME ZONE @extschema@.site_timezone())::date;
-COMMENT ON FUNCTION @extschema@.site_today() IS 'Today in the site''s time zone';
+    RETURN hpcacct_internal.local_time(pg_catalog.now(), @extschema@.site_timezone())::date;
+COMMENT ON FUNCTION @extschema@.site_today() IS 'Today in the site''s time zone (as local_time() counts days)';
 
 -- The day a function with a day argument means: a NULL day is today in the site's time zone
 -- (the argument's documented default); an infinite one is 22008.
@@ -82,20 +96,6 @@ CREATE FUNCTION @extschema@.period_share(job_start timestamptz, job_end timestam
 COMMENT ON FUNCTION @extschema@.period_share(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'Fraction of a job''s wall-clock time [job_start, job_end) inside [period_start, period_end); '
     'NULL in, NULL out; an infinite job start or end is an error (22008); an infinite period bound is no bound';
-
--- The local time of an instant as the days and months (site time zone) count it: they begin at
--- PostgreSQL's instants of their midnights. Where a midnight comes twice (America/Havana,
--- 1 Nov 2026) PostgreSQL's is the second, and an instant of the first pass, local date D, is
--- still in the day before: the last microsecond of D - 1. Otherwise at AT TIME ZONE tz.
--- Its date and month are the day and month whose [start, next start) holds the instant.
-CREATE FUNCTION hpcacct_internal.local_time(at timestamptz, tz text) RETURNS timestamp
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN CASE WHEN at < pg_catalog.date_trunc('day', at AT TIME ZONE tz) AT TIME ZONE tz
-                THEN pg_catalog.date_trunc('day', at AT TIME ZONE tz) - interval '1 microsecond'
-                ELSE at AT TIME ZONE tz END;
-COMMENT ON FUNCTION hpcacct_internal.local_time(timestamptz, text) IS
-    'Local time of an instant in a time zone, an instant before PostgreSQL''s instant of its date''s midnight (one '
-    'that came twice) as the last microsecond of the day before: its date and month hold the instant';
 
 -- Every charge (and reversal) split by calendar month of the site's time zone.
 CREATE VIEW @extschema@.charge_by_month AS

@@ -148,7 +148,7 @@ CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT 
     DECLARE
         tz    constant text := @extschema@.site_timezone();
         m     constant integer := @extschema@.year_start_month(allocation_year.pool);
-        today constant date := (allocation_year.at AT TIME ZONE tz)::date;
+        today constant date := hpcacct_internal.local_time(allocation_year.at, tz)::date;
     BEGIN
         IF allocation_year.at IS NULL THEN
             RAISE EXCEPTION 'allocation_year: at must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -429,7 +429,7 @@ CREATE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_catalog.now(
                OR hpcacct_internal.refuse_argument($1, 'fairshare_all', 'at');  -- 22008
         WITH cfg AS MATERIALIZED (
             SELECT coalesce($1, pg_catalog.now()) AS at,
-                   (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
+                   hpcacct_internal.local_time(coalesce($1, pg_catalog.now()), z.tz)::date AS day,
                    z.tz,
                    -- (as the rollup counts months: local_time())
                    pg_catalog.date_trunc('month', hpcacct_internal.local_time(coalesce($1, pg_catalog.now()), z.tz))

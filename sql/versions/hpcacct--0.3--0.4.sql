@@ -12614,6 +12614,9 @@ COMMENT ON FUNCTION hpcacct_internal.shift_utc(timestamptz, interval) IS
 -- sacct_window_start(), outbox_claim(), outbox_result() (which also refuses a NULL or negative
 -- retry_base or retry_max): defined in the final definitions
 
+-- ==== site_today(), allocation_year() and fairshare_all()'s valid allocations: an instant in the first pass of a midnight that comes twice is the day before, as local_time() counts it (allocation_year() at Havana's first pass of 1 November 2026 answered a year still to come for "the year containing at") ---
+-- site_today(), allocation_year(), fairshare_all(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -12641,7 +12644,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare_all(at timestamptz DEFAULT pg_c
                OR hpcacct_internal.refuse_argument($1, 'fairshare_all', 'at');  -- 22008
         WITH cfg AS MATERIALIZED (
             SELECT coalesce($1, pg_catalog.now()) AS at,
-                   (coalesce($1, pg_catalog.now()) AT TIME ZONE z.tz)::date AS day,
+                   hpcacct_internal.local_time(coalesce($1, pg_catalog.now()), z.tz)::date AS day,
                    z.tz,
                    -- (as the rollup counts months: local_time())
                    pg_catalog.date_trunc('month', hpcacct_internal.local_time(coalesce($1, pg_catalog.now()), z.tz))
@@ -17762,4 +17765,50 @@ BEGIN
     END IF;
 END
 $$;
+CREATE OR REPLACE FUNCTION @extschema@.site_today() RETURNS date
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN hpcacct_internal.local_time(pg_catalog.now(), @extschema@.site_timezone())::date;
+COMMENT ON FUNCTION @extschema@.site_today() IS 'Today in the site''s time zone (as local_time() counts days)';
+CREATE OR REPLACE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT NULL,
+                                            at timestamptz DEFAULT pg_catalog.now())
+    RETURNS TABLE (year integer, first_day date, last_day date, starts timestamptz, ends timestamptz,
+                   upto timestamptz, elapsed interval, length interval, state text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        tz    constant text := @extschema@.site_timezone();
+        m     constant integer := @extschema@.year_start_month(allocation_year.pool);
+        today constant date := hpcacct_internal.local_time(allocation_year.at, tz)::date;
+    BEGIN
+        IF allocation_year.at IS NULL THEN
+            RAISE EXCEPTION 'allocation_year: at must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        ELSIF NOT pg_catalog.isfinite(allocation_year.at) THEN
+            RAISE EXCEPTION 'allocation_year: at must be a finite timestamp' USING ERRCODE = 'datetime_field_overflow';
+        ELSIF for_year NOT BETWEEN 1 AND 9999 THEN
+            RAISE EXCEPTION 'allocation_year: for_year must be a year from 1 to 9999, not %', for_year
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
+                                   - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);
+        IF year NOT BETWEEN 1 AND 9999 THEN
+            RAISE EXCEPTION 'allocation_year: the allocation year containing at is %, outside 1 to 9999', year
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
+        first_day := pg_catalog.make_date(year, m, 1);
+        last_day := (first_day + interval '1 year')::date - 1;
+        starts := first_day::timestamp AT TIME ZONE tz;
+        ends := (first_day + interval '1 year') AT TIME ZONE tz;
+        upto := greatest(starts, least(allocation_year.at, ends));
+        elapsed := upto - starts;
+        length := ends - starts;
+        state := CASE WHEN allocation_year.at >= ends THEN 'past'
+                      WHEN allocation_year.at < starts THEN 'future' ELSE 'current' END;
+        RETURN NEXT;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
+    'A pool''s allocation year (by the year it starts in, or the one containing at): days, bounds in the site '
+    'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year, or '
+    'the year containing at, from 1 to 9999 (22008 otherwise)';
 -- ==== end of final definitions

@@ -8,7 +8,7 @@
 -- regulation boundary twice) the same.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(13);
+SELECT plan(15);
 
 INSERT INTO setting VALUES ('timezone', 'America/Havana') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -126,6 +126,21 @@ SELECT is((SELECT array[consumption_before('mt_b', 'hv', '1974-09-16'::timestamp
            FROM (VALUES (1, '1974-09-16'::timestamp AT TIME ZONE 'Europe/Malta'), (2, '1974-09-15 22:00+00'::timestamptz),
                         (3, '1974-09-15 22:40+00')) b(n, at)),
           'consumption_before() at the boundary and in its first pass: the job-by-job shares (70, 0, 40)');
+
+-- The day of an instant in the first pass is the day before too, as local_time() counts it: a
+-- pool whose allocation year begins in November is still in the year before, and an allocation
+-- from 1 November is not yet valid for fair share (both took the first pass for 1 November).
+UPDATE setting SET value = 'America/Havana' WHERE name = 'timezone';
+INSERT INTO pool (name, year_start_month) VALUES ('hv', 11);
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('hv_b', 'grant', 500, 'NPL', 'hv', '2026-11-01', '2026-12-31');
+SELECT is((SELECT y.year || ' ' || y.state FROM allocation_year('hv', NULL, '2026-11-01 04:30+00') y), '2025 current',
+          'allocation_year() in the first pass of 1 November: the year that holds the instant');
+SELECT is((SELECT array_agg(DISTINCT f.pool || ' ' || f.allocation) FROM fairshare_all('2026-11-01 04:30+00') f
+           WHERE f.account = 'hv_b' AND f.allocation IS NOT NULL),
+          (SELECT array_agg(DISTINCT f.pool || ' ' || f.allocation) FROM fairshare_all('2026-11-01 03:30+00') f
+           WHERE f.account = 'hv_b' AND f.allocation IS NOT NULL),
+          'fairshare_all() in the first pass: the allocations of 31 October, as half an hour before');
 
 SELECT * FROM finish();
 ROLLBACK;
