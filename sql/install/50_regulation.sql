@@ -335,7 +335,8 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         y_start     date;
         y_end       date;
         today       date;
-        tz          text;
+        accounts    text[];
+        machines    text[];
         already     bigint;
         later       date;
         n_ok        integer := 0;
@@ -371,7 +372,6 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         y_start := make_date(EXTRACT(year FROM d)::integer, 1, 1);
         y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
         as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
-        tz := @extschema@.site_timezone();
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
         -- Runs of a year go in date order: a later run (monthly, or annual) decided on figures
         -- an earlier date's retraction would change, so an account this run would regulate
@@ -396,64 +396,28 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                       HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';
         END IF;
 
-        -- Every account's allocation_status(account, machine, as_of) at once: the events in one
-        -- pass over the allocations, consumption as consumption_before() computes it, summed
-        -- exactly (numeric): a charge wholly inside the period counts its amount, a charge
-        -- across one of its ends its share before the end minus its share before the start.
-        -- A monthly run's period runs from 1 January to the 16th, both boundaries of the
-        -- consumption rollup, which holds those very terms: it reads the rollup. An annual
-        -- run's ends at 1 May or 1 June: it reads the year's charges one by one.
-        WITH events AS (
-            SELECT l.account, l.pool AS machine, s.monthly_threshold, s.annual_warning_percent,
-                   s.annual_retraction_percent,
-                   coalesce(sum(l.amount), 0) AS alloc,
-                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted,
-                   coalesce(@extschema@.tmc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention), 0) AS tmc,
-                   coalesce(@extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, as_of, s.month_convention)
-                            - @extschema@.tc(l.valid_from, l.valid_until, l.amount::float8, y_start - 1, s.month_convention),
-                            0) AS tc
-            FROM @extschema@.ledger l
-            JOIN @extschema@.regulation_machine s ON s.machine = l.pool
-            WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.pool IS NOT NULL
-              AND l.valid_from <= as_of AND l.valid_until >= y_start
-            GROUP BY l.account, l.pool, s.machine
-        ), bounds AS (
-            SELECT y_start::timestamp AT TIME ZONE tz AS b1, (as_of + 1)::timestamp AT TIME ZONE tz AS b2
-        ), per_resource AS (
-            SELECT l.account, l.resource_id,
-                   sum(CASE WHEN l.job_start >= b.b1 AND l.job_end <= b.b2 THEN l.amount
-                            ELSE l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b2)
-                                 - CASE WHEN l.job_start < b.b1
-                                        THEN l.amount * @extschema@.period_share(l.job_start, l.job_end, '-infinity', b.b1)
-                                        ELSE 0 END
-                       END) AS amount
-            FROM @extschema@.ledger l, bounds b
-            WHERE kind_of_run <> 'monthly' AND l.kind = 'charge' AND l.job_start < b.b2 AND l.job_end >= b.b1
-            GROUP BY l.account, l.resource_id
-            UNION ALL
-            -- consumption before 16th minus consumption before 1 January: the amounts of the
-            -- jobs ended by a boundary in between (the 16th included), the shares before the
-            -- 16th of the jobs running across it, minus those before 1 January
-            SELECT c.account, c.resource_id,
-                   sum(CASE WHEN c.boundary = y_start THEN -c.running
-                            WHEN c.boundary = as_of + 1 THEN c.ended + c.running
-                            ELSE c.ended END)
-            FROM hpcacct_internal.consumption_rollup_exact c
-            WHERE kind_of_run = 'monthly' AND c.boundary BETWEEN y_start AND as_of + 1
-            GROUP BY c.account, c.resource_id
-        ), used AS (
-            SELECT p.account, coalesce(r.pool, r.cluster) AS machine, sum(p.amount) AS amount
-            FROM per_resource p
-            JOIN @extschema@.resource r USING (resource_id)
-            GROUP BY 1, 2
-        ), figures AS (
-            SELECT e.*, coalesce(u.amount, 0)::float8 AS consumption
-            FROM events e
-            LEFT JOIN used u ON u.account = e.account AND u.machine = e.machine
-            WHERE (e.granted >= e.monthly_threshold) = (kind_of_run = 'monthly')
-              AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
-                              WHERE g.account = e.account AND g.machine = e.machine
-                                AND g.run_date = d AND g.run = kind_of_run)
+        -- The figures are allocation_status(account, machine, as_of)'s, every pair's in one
+        -- call of allocation_statuses(): the accounts with an allocation event valid from
+        -- 1 January to as_of on a regulated machine (allocation_events()), not logged yet for
+        -- this date and run.
+        SELECT coalesce(array_agg(p.account ORDER BY p.machine, p.account), '{}'),
+               coalesce(array_agg(p.machine ORDER BY p.machine, p.account), '{}')
+        INTO accounts, machines
+        FROM (SELECT DISTINCT l.account, l.pool AS machine
+              FROM @extschema@.ledger l
+              JOIN @extschema@.regulation_machine s ON s.machine = l.pool
+              WHERE l.kind IN ('grant', 'supplement', 'retraction')) p
+        WHERE EXISTS (SELECT 1 FROM hpcacct_internal.allocation_events(p.account, p.machine, y_start, as_of))
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
+                          WHERE g.account = p.account AND g.machine = p.machine
+                            AND g.run_date = d AND g.run = kind_of_run);
+
+        WITH figures AS (
+            SELECT st.account, st.machine, st.alloc, st.granted, st.tmc, st.tc, st.consumption, st.delta, st.status,
+                   s.annual_warning_percent, s.annual_retraction_percent
+            FROM hpcacct_internal.allocation_statuses(accounts, machines, as_of) st
+            JOIN @extschema@.regulation_machine s ON s.machine = st.machine
+            WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
         ), annual AS (
             SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
                              THEN 100 * f.consumption / f.alloc::float8 END AS used
@@ -468,7 +432,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
             FROM annual a
             CROSS JOIN LATERAL (
                 SELECT CASE
-                    WHEN kind_of_run = 'monthly' THEN @extschema@.regulation_status(a.consumption, a.tc, a.tmc)
+                    WHEN kind_of_run = 'monthly' THEN a.status
                     WHEN a.used < a.annual_warning_percent THEN
                         CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
                                           WHERE x.account = a.account AND x.machine = a.machine
@@ -509,7 +473,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                                                     granted, consumption, tc, tmc, delta, used_percent,
                                                     retracted, entry_id)
             SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
-                   o.tc, o.tmc, o.consumption - o.tc, o.used, o.hours,
+                   o.tc, o.tmc, o.delta, o.used, o.hours,
                    ((SELECT i.entries FROM booked_ids i)
                     ->> pg_catalog.jsonb_build_array(o.account, o.machine)::text)::bigint
             FROM outcome o
