@@ -337,6 +337,8 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         today       date;
         accounts    text[];
         machines    text[];
+        later_accounts text[];
+        later_machines text[];
         already     bigint;
         later       date;
         n_ok        integer := 0;
@@ -373,33 +375,9 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         y_end := make_date(EXTRACT(year FROM d)::integer, 12, 31);
         as_of := CASE WHEN kind_of_run = 'monthly' THEN d ELSE d - 1 END;
         SELECT count(*) INTO already FROM @extschema@.regulation_log g WHERE g.run_date = d AND g.run = kind_of_run;
-        -- Runs of a year go in date order: a later run (monthly, or annual) decided on figures
-        -- an earlier date's retraction would change, so an account this run would regulate
-        -- (an allocation by as_of, on the threshold's side of this run) that is logged at a
-        -- later date and not at d stops the run (a missed date is caught up before the next
-        -- run, or skipped).
-        SELECT min(g.run_date) INTO later
-        FROM @extschema@.regulation_log g
-        JOIN @extschema@.regulation_machine s ON s.machine = g.machine
-        CROSS JOIN LATERAL (SELECT count(*) AS events,
-                                   coalesce(sum(l.amount) FILTER (WHERE l.kind <> 'retraction'), 0) AS granted
-                            FROM hpcacct_internal.allocation_events(g.account, g.machine, y_start, as_of) l) e
-        WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')
-          AND e.events > 0 AND (e.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
-          AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log h
-                          WHERE h.account = g.account AND h.machine = g.machine AND h.run_date = d
-                            AND h.run = kind_of_run);
-        IF later IS NOT NULL THEN
-            RAISE EXCEPTION 'regulation date % comes after the run of %', d, later
-                USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'The run of a later date decided on figures that a run of this date would change.',
-                      HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';
-        END IF;
-
-        -- The figures are allocation_status(account, machine, as_of)'s, every pair's in one
-        -- call of allocation_statuses(): the accounts with an allocation event valid from
-        -- 1 January to as_of on a regulated machine (allocation_events()), not logged yet for
-        -- this date and run.
+        -- The accounts to regulate: those with an allocation event valid from 1 January to
+        -- as_of on a regulated machine (allocation_events()), not logged yet for this date and
+        -- run, on this run's side of the threshold by their figures below.
         SELECT coalesce(array_agg(p.account ORDER BY p.machine, p.account), '{}'),
                coalesce(array_agg(p.machine ORDER BY p.machine, p.account), '{}')
         INTO accounts, machines
@@ -412,6 +390,32 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                           WHERE g.account = p.account AND g.machine = p.machine
                             AND g.run_date = d AND g.run = kind_of_run);
 
+        -- Runs of a year go in date order: a later run (monthly, or annual) decided on figures
+        -- an earlier date's retraction would change, so an account this run would regulate
+        -- that is logged by a later run of the same kind this year stops the run (a missed
+        -- date is caught up before the next run, or skipped). Their figures, as below.
+        SELECT coalesce(array_agg(p.account ORDER BY p.machine, p.account), '{}'),
+               coalesce(array_agg(p.machine ORDER BY p.machine, p.account), '{}')
+        INTO later_accounts, later_machines
+        FROM (SELECT DISTINCT g.account, g.machine
+              FROM @extschema@.regulation_log g
+              WHERE g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly')) p
+        WHERE (p.account, p.machine) IN (SELECT * FROM unnest(accounts, machines));
+        SELECT min(g.run_date) INTO later
+        FROM hpcacct_internal.allocation_statuses(later_accounts, later_machines, as_of) st
+        JOIN @extschema@.regulation_machine s ON s.machine = st.machine
+        JOIN @extschema@.regulation_log g ON g.account = st.account AND g.machine = st.machine
+        WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
+          AND g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly');
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'regulation date % comes after the run of %', d, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'The run of a later date decided on figures that a run of this date would change.',
+                      HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';
+        END IF;
+
+        -- Every figure, the monthly status and delta are allocation_status(account, machine,
+        -- as_of)'s, every account's in one call of allocation_statuses().
         WITH figures AS (
             SELECT st.account, st.machine, st.alloc, st.granted, st.tmc, st.tc, st.consumption, st.delta, st.status,
                    s.annual_warning_percent, s.annual_retraction_percent

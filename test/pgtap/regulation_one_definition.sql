@@ -141,9 +141,9 @@ SELECT is((SELECT count(*) FROM hpcacct.regulation_report r
 
 -- ---- regulate() composes no figure of its own: it reads allocation_statuses() ----
 SELECT ok((SELECT p.prosrc ~ 'hpcacct_internal\.allocation_statuses\('
-                  AND p.prosrc !~ '\m(tmc|tc|period_share|regulation_status)\(|consumption_rollup|consumptions?_before'
+                  AND p.prosrc !~ '\m(tmc|tc|sum|period_share|regulation_status)\(|consumption_rollup|consumptions?_before'
            FROM pg_proc p WHERE p.oid = 'hpcacct.regulate(date)'::regprocedure),
-          'regulate() reads its figures through allocation_statuses(), with no aggregate, rollup or share of its own');
+          'regulate() reads its figures through allocation_statuses(), with no sum, aggregate, rollup or share of its own');
 
 SELECT * FROM finish();
 ROLLBACK;
