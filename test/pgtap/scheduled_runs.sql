@@ -1,0 +1,162 @@
+-- Scheduled procedures run twice, late, out of order and at the same time (README, "Scheduled
+-- runs": what each does). regulate(), open_quarter(), notify_scan(), recheck_queued(),
+-- compact_rollup() and roll_up_pending(): a second run of the same day changes no row (every
+-- table they write, compared before and after); a late run gives the figures of one on time;
+-- a past day after a later one is refused (22023) or does what the README says; and two
+-- sessions running one at once (dblink, in a scratch database of this file's own, as the runs
+-- must commit): the second waits for the first and then changes nothing, no duplicate row,
+-- no unique violation or deadlock.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(29);
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+
+-- Everything the scheduled procedures write, as one text per table (a snapshot to compare).
+CREATE FUNCTION pg_temp.written() RETURNS TABLE (tbl text, content text) LANGUAGE sql AS $$
+    SELECT 'ledger', string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', entry_id, account, kind, amount, unit, pool,
+                                       valid_from, valid_until, note), E'\n' ORDER BY entry_id) FROM hpcacct.ledger
+    UNION ALL
+    SELECT 'regulation_log', string_agg(g::text, E'\n' ORDER BY g::text) FROM hpcacct.regulation_log g
+    UNION ALL
+    SELECT 'quarter_log', string_agg(g::text, E'\n' ORDER BY g::text) FROM hpcacct.quarter_log g
+    UNION ALL
+    SELECT 'outbox', string_agg(format('%s|%s|%s|%s', o.message_id, o.topic, o.decision_key, o.account), E'\n'
+                                ORDER BY o.message_id) FROM hpcacct.outbox o
+    UNION ALL
+    SELECT 'outbox_recipient', string_agg(r::text, E'\n' ORDER BY r::text) FROM hpcacct.outbox_recipient r
+    UNION ALL
+    SELECT 'quota_state_notified', string_agg(n::text, E'\n' ORDER BY n::text) FROM hpcacct.quota_state_notified n
+    UNION ALL
+    SELECT 'account', string_agg(a::text, E'\n' ORDER BY a::text) FROM hpcacct.account a
+    UNION ALL
+    SELECT 'hpc_user', string_agg(u::text, E'\n' ORDER BY u::text) FROM hpcacct.hpc_user u
+    UNION ALL
+    SELECT 'pending_job', string_agg(format('%s|%s|%s|%s|%s', p.cluster, p.jobid, p.held, p.hold_reason, p.hold_comment),
+                                     E'\n' ORDER BY p.cluster, p.jobid) FROM hpcacct.pending_job p
+    UNION ALL
+    SELECT 'charge_rollup', string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s', c.account, c.resource_id, c.unit,
+                                              c.submitter, c.month, c.end_month, c.amount, c.job_amount, c.decayed,
+                                              c.folded), E'\n' ORDER BY c::text) FROM hpcacct.charge_rollup c
+    UNION ALL
+    SELECT 'consumption_rollup', string_agg(c::text, E'\n' ORDER BY c::text) FROM hpcacct.consumption_rollup c
+    UNION ALL
+    SELECT 'fairshare_base', string_agg(b::text, E'\n' ORDER BY b::text) FROM hpcacct.fairshare_base b
+    UNION ALL
+    SELECT 'usage_base', string_agg(b::text, E'\n' ORDER BY b::text) FROM hpcacct.usage_base b
+    UNION ALL
+    SELECT 'rollup_pending', string_agg(p::text, E'\n' ORDER BY p::text) FROM hpcacct.rollup_pending p
+$$;
+CREATE TEMP TABLE before_run (tbl text, content text);
+CREATE FUNCTION pg_temp.mark() RETURNS void LANGUAGE sql AS $$
+    DELETE FROM before_run; INSERT INTO before_run SELECT * FROM pg_temp.written();
+$$;
+-- the tables whose content differs from the mark (none: '{}')
+CREATE FUNCTION pg_temp.changed() RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(w.tbl ORDER BY w.tbl), '{}')
+    FROM pg_temp.written() w JOIN before_run b USING (tbl)
+    WHERE w.content IS DISTINCT FROM b.content
+$$;
+
+-- ---- fixtures: a GENCI project, an HLRN project with a member, an RWTH quota, a queued job ----
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('s_ada', 1000000);
+INSERT INTO account (name) VALUES ('s_gp');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('s_gp', 'grant', 1200000, 'hours', 's_ada', '2024-01-01', '2024-12-31');
+SELECT add_user('s_u', '2024-01-05');
+SELECT add_member('s_gp', 's_u', 'admin');
+INSERT INTO account (name) VALUES ('s_bp');
+SELECT deposit('s_bp', '2024-10-01', 1000);
+SELECT add_member('s_bp', 's_u', 'admin');
+SELECT add_user('s_v', '2024-01-05');   -- a personal account of no project: expires in Q4
+INSERT INTO account (name) VALUES ('s_rw');
+SELECT add_member('s_rw', 's_u', 'admin');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_rwth', 'c18m', 'cpu=48', 'cpu=1', 1, 'core-hours');
+SELECT add_quota_period('s_rw', '2024-01-01', '2024-06-30', 1000, 's_rwth', 'core-hours');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_rwth', 'r1', 's_rw', 's_u', 'c18m', '2024-02-01 00:00+00', '2024-02-03 16:35+00', 'cpu=48', 'COMPLETED');
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('s_c', 'q1', 's_u', 's_nowhere');
+
+-- ---- regulate(): twice, late, out of order ---------------------------------------------
+CALL regulate('2024-02-15');
+SELECT pg_temp.mark();
+CALL regulate('2024-02-15');
+SELECT is(pg_temp.changed(), '{}', 'regulate: a second run of 15 February changes no row');
+-- 16 February's run is a no-op; 17 February's too (the 15th is not run again by them)
+CALL regulate('2024-02-16');
+CALL regulate('2024-02-17');
+SELECT is(pg_temp.changed(), '{}', 'regulate: the days after the 15th change nothing');
+-- 15 March run late (here long after): the figures at the end of 15 March, as on time
+CALL regulate('2024-03-15');
+SELECT results_eq($$SELECT outcome, figures_at, tmc::numeric(20, 3), tc::numeric(20, 3), retracted
+                    FROM hpcacct.regulation_log WHERE account = 's_gp' AND run_date = '2024-03-15'$$,
+                  $$VALUES ('retraction'::text, '2024-03-15'::date, 100000::numeric(20, 3), 250000::numeric(20, 3),
+                            100000::numeric(20, 6))$$,
+                  'regulate: 15 March run late decides on the figures at the end of 15 March (a retraction of TMC)');
+SELECT pg_temp.mark();
+CALL regulate('2024-03-15');
+SELECT is(pg_temp.changed(), '{}', 'regulate: a re-run of a retraction books nothing more');
+-- 15 April skipped, 15 May run: May's figures; then April is refused and stays skipped
+CALL regulate('2024-05-15');
+SELECT is((SELECT outcome FROM regulation_log WHERE account = 's_gp' AND run_date = '2024-05-15'), 'retraction',
+          'regulate: 15 May after a skipped 15 April runs');
+SELECT pg_temp.mark();
+SELECT throws_ok($$CALL hpcacct.regulate('2024-04-15')$$, '22023', 'regulation date 2024-04-15 comes after the run of 2024-05-15',
+                 'regulate: the skipped 15 April after 15 May is refused');
+SELECT is(pg_temp.changed(), '{}', 'regulate: the refused run wrote nothing');
+SELECT throws_ok(format('CALL hpcacct.regulate(%L)', site_today() + 1), '22023', NULL, 'regulate: a day to come is refused');
+
+-- ---- open_quarter(): twice, late, out of order -----------------------------------------
+CALL open_quarter('2024-10-01');
+SELECT is((SELECT array_agg(action || ':' || account ORDER BY action, account, target_quarter) FROM quarter_log
+           WHERE quarter = '2024-10-01'),
+          ARRAY['expired:s_v', 'top_up:s_u', 'top_up:s_u', 'top_up:s_u'],
+          'open_quarter (setup): Q4 tops up s_u for three quarters and expires s_v');
+SELECT pg_temp.mark();
+CALL open_quarter('2024-10-01');
+SELECT is(pg_temp.changed(), '{}', 'open_quarter: a second run of the same quarter changes no row');
+-- run late: on 20 November it names the same quarter and changes nothing either
+CALL open_quarter('2024-11-20');
+SELECT is(pg_temp.changed(), '{}', 'open_quarter: a run later in the quarter changes no row');
+-- Q1 2025 missed, Q2 2025 run: s_v expired at Q4 and at Q2 (not two starts in a row): kept
+CALL open_quarter('2025-04-01');
+SELECT is((SELECT array_agg(action ORDER BY action) FROM quarter_log WHERE account = 's_v'),
+          ARRAY['expired', 'expired'], 'open_quarter: Q1 missed, Q2 expires s_v again and does not delete it');
+SELECT pg_temp.mark();
+SELECT throws_ok($$CALL hpcacct.open_quarter('2025-01-01')$$, '22023', NULL,
+                 'open_quarter: the missed Q1 after Q2 is refused');
+SELECT is(pg_temp.changed(), '{}', 'open_quarter: the refused run wrote nothing');
+
+-- ---- notify_scan(): twice, late, out of order ------------------------------------------
+SELECT is(notify_scan('2024-03-10'), 1, 'notify_scan (setup): March is low priority, one message');
+SELECT pg_temp.mark();
+SELECT is(notify_scan('2024-03-10'), 0, 'notify_scan: a second scan of the same day writes nothing');
+SELECT is(pg_temp.changed(), '{}', 'notify_scan: and changes no row');
+-- a scan missed for days: the next one tells the state of its day, once
+SELECT is(notify_scan('2024-04-12'), 1, 'notify_scan: after missed days, the next scan tells the change back to normal');
+SELECT pg_temp.mark();
+SELECT throws_ok($$SELECT hpcacct.notify_scan('2024-03-20')$$, '22023', NULL,
+                 'notify_scan: a day before the change notified is refused');
+SELECT is(pg_temp.changed(), '{}', 'notify_scan: the refused scan wrote nothing');
+
+-- ---- recheck_queued(): twice --------------------------------------------------------------
+SELECT is((SELECT count(*) FROM recheck_queued('2024-10-02')), 1::bigint, 'recheck_queued (setup): holds the job');
+SELECT pg_temp.mark();
+SELECT is((SELECT count(*) FROM recheck_queued('2024-10-02')), 0::bigint, 'recheck_queued: a second run reports nothing');
+SELECT is(pg_temp.changed(), '{}', 'recheck_queued: and changes no row (but checked_at)');
+
+-- ---- compact_rollup(), roll_up_pending(): twice ----------------------------------------
+SELECT ok(compact_rollup() >= 0, 'compact_rollup (setup)');
+SELECT pg_temp.mark();
+SELECT is(compact_rollup(), (SELECT count(*) FROM charge_rollup WHERE NOT folded), 'compact_rollup: a second run merges only the current month''s rows again');
+SELECT is(pg_temp.changed(), '{}', 'compact_rollup: and changes no row');
+INSERT INTO setting VALUES ('rollup', 'deferred');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_rwth', 'r2', 's_rw', 's_u', 'c18m', '2024-03-01 00:00+00', '2024-03-01 10:00+00', 'cpu=4', 'COMPLETED');
+SELECT is(roll_up_pending(), 1::bigint, 'roll_up_pending (setup): one charge pending');
+SELECT pg_temp.mark();
+SELECT is(roll_up_pending(), 0::bigint, 'roll_up_pending: a second run rolls up nothing');
+SELECT is(pg_temp.changed(), '{}', 'roll_up_pending: and changes no row');
+
+SELECT * FROM finish();
+ROLLBACK;
