@@ -8,7 +8,7 @@
 -- no unique violation or deadlock.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(29);
+SELECT plan(48);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 
@@ -157,6 +157,152 @@ SELECT is(roll_up_pending(), 1::bigint, 'roll_up_pending (setup): one charge pen
 SELECT pg_temp.mark();
 SELECT is(roll_up_pending(), 0::bigint, 'roll_up_pending: a second run rolls up nothing');
 SELECT is(pg_temp.changed(), '{}', 'roll_up_pending: and changes no row');
+
+-- ---- overlapping runs: two sessions at once (dblink), in a scratch database ------------------
+-- Session a runs the procedure in an open transaction; session b starts the same run; the test
+-- sees b wait on a lock, commits a, and takes b's outcome ('ok' or its SQLSTATE).
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
+              current_setting('port')) AS srv \gset
+SELECT dblink_connect('adm', :'srv' || ' dbname=postgres');
+SELECT dblink_exec('adm', 'DROP DATABASE IF EXISTS hpcacct_sched_overlap');
+SELECT dblink_exec('adm', 'CREATE DATABASE hpcacct_sched_overlap');
+SELECT dblink_connect('setup', :'srv' || ' dbname=hpcacct_sched_overlap');
+SELECT dblink_exec('setup', $s$
+    SET client_min_messages = warning;
+    CREATE EXTENSION hpcacct CASCADE;
+    SELECT hpcacct.create_job_table();
+    SET search_path = public, hpcacct;
+    INSERT INTO setting VALUES ('timezone', 'UTC');
+    INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('s_ada', 1000000);
+    INSERT INTO account (name) VALUES ('s_gp'), ('s_bp'), ('s_rw');
+    INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+    VALUES ('s_gp', 'grant', 1200000, 'hours', 's_ada', '2024-01-01', '2024-12-31');
+    SELECT add_user('s_u', '2024-01-05'), add_user('s_v', '2024-01-05');
+    SELECT add_member('s_gp', 's_u', 'admin'), add_member('s_bp', 's_u', 'admin'), add_member('s_rw', 's_u', 'admin');
+    SELECT deposit('s_bp', '2024-10-01', 1000);
+    INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_rwth', 'c18m', 'cpu=48', 'cpu=1', 1, 'core-hours');
+    SELECT add_quota_period('s_rw', '2024-01-01', '2024-06-30', 1000, 's_rwth', 'core-hours');
+    INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+    VALUES ('s_rwth', 'r1', 's_rw', 's_u', 'c18m', '2024-02-01 00:00+00', '2024-02-03 16:35+00', 'cpu=48', 'COMPLETED');
+    INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('s_c', 'q1', 's_u', 's_nowhere');
+    -- runs a statement, returns 'ok' or its SQLSTATE
+    CREATE FUNCTION public.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $f$
+        BEGIN
+            EXECUTE statement;
+            RETURN 'ok';
+        EXCEPTION WHEN OTHERS THEN
+            RETURN SQLSTATE;
+        END $f$;
+$s$);
+SELECT dblink_connect('a', :'srv' || ' dbname=hpcacct_sched_overlap');
+SELECT dblink_connect('b', :'srv' || ' dbname=hpcacct_sched_overlap');
+SELECT dblink_exec('a', 'SET client_min_messages = warning');
+SELECT dblink_exec('b', 'SET client_min_messages = warning');
+SELECT pid AS b_pid FROM dblink('b', 'SELECT pg_backend_pid()') AS t(pid integer) \gset
+
+-- a runs `run` and keeps its transaction open; b runs it too (under `isolation`); returns
+-- whether b waited for a, then a's and b's outcomes, after a commits
+CREATE FUNCTION pg_temp.overlap(run text, isolation text DEFAULT 'READ COMMITTED') RETURNS text
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        a_outcome text;
+        b_outcome text;
+        waited boolean := false;
+    BEGIN
+        PERFORM dblink_exec('a', 'BEGIN');
+        SELECT o INTO a_outcome FROM dblink('a', format('SELECT public.outcome(%L)', run)) AS t(o text);
+        PERFORM dblink_exec('b', 'BEGIN ISOLATION LEVEL ' || isolation);
+        PERFORM dblink_send_query('b', format('SELECT public.outcome(%L)', run));
+        FOR i IN 1..200 LOOP
+            waited := cardinality(pg_blocking_pids(current_setting('hpcacct_test.b_pid')::integer)) > 0;
+            EXIT WHEN waited OR dblink_is_busy('b') = 0;
+            PERFORM pg_sleep(0.05);
+        END LOOP;
+        PERFORM dblink_exec('a', 'COMMIT');
+        SELECT o INTO b_outcome FROM dblink_get_result('b') AS t(o text);
+        PERFORM * FROM dblink_get_result('b') AS t(o text);
+        PERFORM dblink_exec('b', 'COMMIT');
+        RETURN format('waited %s, a %s, b %s', waited::text, a_outcome, b_outcome);
+    END
+    $$;
+SELECT set_config('hpcacct_test.b_pid', :'b_pid', false);
+-- a count in the scratch database
+CREATE FUNCTION pg_temp.remote(query text) RETURNS text LANGUAGE sql AS $$
+    SELECT v FROM dblink('setup', query) AS t(v text)
+$$;
+
+SELECT is(pg_temp.overlap($$CALL hpcacct.regulate('2024-03-15')$$), 'waited true, a ok, b ok',
+          'regulate at once twice: the second waits for the first, then runs cleanly');
+SELECT is(pg_temp.remote($$SELECT format('%s log, %s retraction, %s message', (SELECT count(*) FROM hpcacct.regulation_log),
+                                          (SELECT count(*) FROM hpcacct.ledger WHERE kind = 'retraction'),
+                                          (SELECT count(*) FROM hpcacct.outbox WHERE topic LIKE 'regulation%'))$$),
+          '1 log, 1 retraction, 1 message', 'regulate at once twice: one log row, one retraction, one message');
+SELECT is(pg_temp.overlap($$CALL hpcacct.open_quarter('2024-10-01')$$), 'waited true, a ok, b ok',
+          'open_quarter at once twice: the second waits, then runs cleanly');
+SELECT is(pg_temp.remote($$SELECT format('%s deposits, %s quarter_log', (SELECT count(*) FROM hpcacct.ledger WHERE kind = 'deposit'
+                                                                          AND valid_from >= '2024-10-01' AND account = 's_u'),
+                                          (SELECT count(*) FROM hpcacct.quarter_log))$$),
+          '3 deposits, 4 quarter_log', 'open_quarter at once twice: three top-ups, four actions logged, once each');
+SELECT is(pg_temp.overlap($$SELECT hpcacct.notify_scan('2024-03-10')$$), 'waited true, a ok, b ok',
+          'notify_scan at once twice: the second waits, then runs cleanly');
+SELECT is(pg_temp.remote($$SELECT count(*) FROM hpcacct.outbox WHERE topic = 'quota_state'$$), '1',
+          'notify_scan at once twice: one message');
+SELECT is(pg_temp.overlap($$SELECT hpcacct.recheck_queued('2024-10-02')$$), 'waited true, a ok, b ok',
+          'recheck_queued at once twice: the second waits, then runs cleanly');
+SELECT is(pg_temp.remote($$SELECT count(*) FROM hpcacct.outbox WHERE topic = 'job_held'$$), '1',
+          'recheck_queued at once twice: one message');
+SELECT is(pg_temp.overlap($$SELECT hpcacct.compact_rollup()$$), 'waited true, a ok, b ok',
+          'compact_rollup at once twice: the second waits, then runs cleanly');
+SELECT is(pg_temp.remote($$SELECT (SELECT sum(amount) FROM hpcacct.charge_rollup)::text
+                                  || ' / ' || (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal'))$$),
+          pg_temp.remote($$SELECT (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal'))::text
+                                  || ' / ' || (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal'))$$),
+          'compact_rollup at once twice: the rollup still sums to the ledger''s charges');
+SELECT dblink_exec('setup', $s$
+    INSERT INTO hpcacct.setting VALUES ('rollup', 'deferred');
+    INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+    VALUES ('s_rwth', 'r2', 's_rw', 's_u', 'c18m', '2024-03-01 00:00+00', '2024-03-01 10:00+00', 'cpu=4', 'COMPLETED')
+$s$);
+SELECT is(pg_temp.overlap($$SELECT hpcacct.roll_up_pending()$$), 'waited true, a ok, b ok',
+          'roll_up_pending at once twice: the second waits, then runs cleanly');
+SELECT is(pg_temp.remote($$SELECT format('%s pending, %s / %s', (SELECT count(*) FROM hpcacct.rollup_pending),
+                                          (SELECT sum(amount) FROM hpcacct.charge_rollup),
+                                          (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')))$$),
+          pg_temp.remote($$SELECT format('0 pending, %s / %s', (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')),
+                                          (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')))$$),
+          'roll_up_pending at once twice: nothing pending, the charge rolled up once');
+-- a session in REPEATABLE READ (its snapshot taken before the first run committed)
+-- regulate()'s log INSERT meets the first run's row, which its snapshot does not see: a unique
+-- violation (23505) where the others fail as serialization failures. Left to the refactor of
+-- regulate() under way (its log INSERT ... ON CONFLICT DO NOTHING would give 40001 here).
+SELECT todo('regulate() under REPEATABLE READ: 23505 instead of 40001 (reported; regulate() is being refactored)', 1);
+SELECT is(pg_temp.overlap($$CALL hpcacct.regulate('2024-04-15')$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
+          'regulate at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
+SELECT is(pg_temp.overlap($$CALL hpcacct.open_quarter('2025-01-01')$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
+          'open_quarter at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
+SELECT is(pg_temp.overlap($$SELECT hpcacct.notify_scan('2024-04-12')$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
+          'notify_scan at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
+SELECT is(pg_temp.overlap($$SELECT hpcacct.recheck_queued('2024-10-03')$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
+          'recheck_queued at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
+SELECT is(pg_temp.overlap($$SELECT hpcacct.compact_rollup()$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
+          'compact_rollup at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
+SELECT dblink_exec('setup', $s$
+    INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+    VALUES ('s_rwth', 'r3', 's_rw', 's_u', 'c18m', '2024-03-02 00:00+00', '2024-03-02 10:00+00', 'cpu=4', 'COMPLETED')
+$s$);
+SELECT is(pg_temp.overlap($$SELECT hpcacct.roll_up_pending()$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
+          'roll_up_pending at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
+SELECT is(pg_temp.remote($$SELECT format('%s pending, %s / %s', (SELECT count(*) FROM hpcacct.rollup_pending),
+                                          (SELECT sum(amount) FROM hpcacct.charge_rollup),
+                                          (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')))$$),
+          pg_temp.remote($$SELECT format('0 pending, %s / %s', (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')),
+                                          (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')))$$),
+          'after them, nothing pending and the rollup sums to the ledger''s charges');
+
+SELECT dblink_disconnect('a'), dblink_disconnect('b'), dblink_disconnect('setup');
+SELECT dblink_exec('adm', 'DROP DATABASE hpcacct_sched_overlap');
+SELECT dblink_disconnect('adm');
 
 SELECT * FROM finish();
 ROLLBACK;
