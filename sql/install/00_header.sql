@@ -89,3 +89,43 @@ COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
     'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter), '
     'then keeps others waiting until this transaction ends';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_alone(text) FROM PUBLIC;
+
+-- Scheduled runs of a day that go in date order (open_quarter: a quarter's first day;
+-- notify_scan: the day scanned) keep the latest day they ran for, so that a past day after a
+-- later run is refused even when that run wrote nothing (its log alone cannot tell).
+CREATE TABLE hpcacct_internal.run_day (
+    run      text PRIMARY KEY,
+    last_day date NOT NULL
+);
+COMMENT ON TABLE hpcacct_internal.run_day IS
+    'The latest day each scheduled run that goes in date order (open_quarter, notify_scan) ran for';
+SELECT pg_catalog.pg_extension_config_dump('hpcacct_internal.run_day', '');
+
+-- Records that run ran for day, in the caller's transaction, and returns NULL; or, when it
+-- ran already for a later day, records nothing and returns that day (the caller refuses).
+-- A run of the same day again writes nothing. The caller serializes its runs first.
+CREATE FUNCTION hpcacct_internal.run_in_order(run text, day date) RETURNS date
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        last date;
+    BEGIN
+        IF run IS NULL OR day IS NULL THEN
+            RAISE EXCEPTION 'run_in_order needs a run and a day' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT r.last_day INTO last FROM hpcacct_internal.run_day r WHERE r.run = run_in_order.run FOR UPDATE;
+        IF last > day THEN
+            RETURN last;
+        ELSIF last = day THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO hpcacct_internal.run_day AS r (run, last_day) VALUES (run_in_order.run, day)
+        ON CONFLICT ON CONSTRAINT run_day_pkey DO UPDATE SET last_day = greatest(r.last_day, excluded.last_day);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.run_in_order(text, date) IS
+    'Records the day a scheduled run that goes in date order ran for; returns the later day it ran for already '
+    '(then records nothing), NULL otherwise';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_in_order(text, date) FROM PUBLIC;

@@ -706,7 +706,9 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         PERFORM hpcacct_internal.run_alone('open_quarter');
         -- Quarters are opened in order: a run of an earlier quarter after a later one would
         -- expire and delete accounts on states the later quarter has changed.
-        SELECT max(g.quarter) INTO later FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter;
+        -- (quarter_log: runs before 0.4 recorded no run_day)
+        later := greatest(hpcacct_internal.run_in_order('open_quarter', this_quarter),
+                          (SELECT max(g.quarter) FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter));
         IF later IS NOT NULL THEN
             RAISE EXCEPTION 'open_quarter: the quarter of % comes before the quarter % opened already', q, later
                 USING ERRCODE = 'invalid_parameter_value',

@@ -498,6 +498,14 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
             RAISE EXCEPTION 'notify_scan: % comes before the quota state change notified on %', at, later
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        -- nor a day before a later scan, which may have told no change: the state it found has
+        -- been told, and a past day's scan would tell one that has since passed
+        later := hpcacct_internal.run_in_order('notify_scan', at);
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'notify_scan: % comes before the scan of %', at, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Scans go in date order; scan today''s date (the default).';
+        END IF;
 
         -- quota states: entry into low_priority and blocked, and back
         FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state

@@ -12616,6 +12616,47 @@ COMMENT ON FUNCTION hpcacct_internal.shift_utc(timestamptz, interval) IS
 
 -- ==== site_today(), allocation_year() and fairshare_all()'s valid allocations: an instant in the first pass of a midnight that comes twice is the day before, as local_time() counts it (allocation_year() at Havana's first pass of 1 November 2026 answered a year still to come for "the year containing at") ---
 -- site_today(), allocation_year(), fairshare_all(): defined in the final definitions
+-- ==== open_quarter(), notify_scan(): a past day after a later run is refused even when that run logged nothing (hpcacct_internal.run_day keeps the latest day each ran for: open_quarter of Q1 after a Q2 with nothing to do expired an account created in April and told its owner so; notify_scan of 10 May after the scan of 20 June told of a low priority that had passed) ---
+-- Scheduled runs of a day that go in date order (open_quarter: a quarter's first day;
+-- notify_scan: the day scanned) keep the latest day they ran for, so that a past day after a
+-- later run is refused even when that run wrote nothing (its log alone cannot tell).
+CREATE TABLE hpcacct_internal.run_day (
+    run      text PRIMARY KEY,
+    last_day date NOT NULL
+);
+COMMENT ON TABLE hpcacct_internal.run_day IS
+    'The latest day each scheduled run that goes in date order (open_quarter, notify_scan) ran for';
+SELECT pg_catalog.pg_extension_config_dump('hpcacct_internal.run_day', '');
+
+-- Records that run ran for day, in the caller's transaction, and returns NULL; or, when it
+-- ran already for a later day, records nothing and returns that day (the caller refuses).
+-- A run of the same day again writes nothing. The caller serializes its runs first.
+CREATE FUNCTION hpcacct_internal.run_in_order(run text, day date) RETURNS date
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        last date;
+    BEGIN
+        IF run IS NULL OR day IS NULL THEN
+            RAISE EXCEPTION 'run_in_order needs a run and a day' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT r.last_day INTO last FROM hpcacct_internal.run_day r WHERE r.run = run_in_order.run FOR UPDATE;
+        IF last > day THEN
+            RETURN last;
+        ELSIF last = day THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO hpcacct_internal.run_day AS r (run, last_day) VALUES (run_in_order.run, day)
+        ON CONFLICT ON CONSTRAINT run_day_pkey DO UPDATE SET last_day = greatest(r.last_day, excluded.last_day);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.run_in_order(text, date) IS
+    'Records the day a scheduled run that goes in date order ran for; returns the later day it ran for already '
+    '(then records nothing), NULL otherwise';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_in_order(text, date) FROM PUBLIC;
+-- open_quarter(), notify_scan(): defined in the final definitions
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -12925,7 +12966,9 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         PERFORM hpcacct_internal.run_alone('open_quarter');
         -- Quarters are opened in order: a run of an earlier quarter after a later one would
         -- expire and delete accounts on states the later quarter has changed.
-        SELECT max(g.quarter) INTO later FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter;
+        -- (quarter_log: runs before 0.4 recorded no run_day)
+        later := greatest(hpcacct_internal.run_in_order('open_quarter', this_quarter),
+                          (SELECT max(g.quarter) FROM @extschema@.quarter_log g WHERE g.quarter > this_quarter));
         IF later IS NOT NULL THEN
             RAISE EXCEPTION 'open_quarter: the quarter of % comes before the quarter % opened already', q, later
                 USING ERRCODE = 'invalid_parameter_value',
@@ -13979,6 +14022,14 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
         IF later IS NOT NULL THEN
             RAISE EXCEPTION 'notify_scan: % comes before the quota state change notified on %', at, later
                 USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- nor a day before a later scan, which may have told no change: the state it found has
+        -- been told, and a past day's scan would tell one that has since passed
+        later := hpcacct_internal.run_in_order('notify_scan', at);
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'notify_scan: % comes before the scan of %', at, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Scans go in date order; scan today''s date (the default).';
         END IF;
 
         -- quota states: entry into low_priority and blocked, and back
@@ -17779,4 +17830,28 @@ COMMENT ON FUNCTION @extschema@.allocation_year(text, integer, timestamptz) IS
     'A pool''s allocation year (by the year it starts in, or the one containing at): days, bounds in the site '
     'time zone, elapsed and total wall-clock time at at, and whether it is past, current or future; for_year, or '
     'the year containing at, from 1 to 9999 (22008 otherwise)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.run_in_order(run text, day date) RETURNS date
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        last date;
+    BEGIN
+        IF run IS NULL OR day IS NULL THEN
+            RAISE EXCEPTION 'run_in_order needs a run and a day' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT r.last_day INTO last FROM hpcacct_internal.run_day r WHERE r.run = run_in_order.run FOR UPDATE;
+        IF last > day THEN
+            RETURN last;
+        ELSIF last = day THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO hpcacct_internal.run_day AS r (run, last_day) VALUES (run_in_order.run, day)
+        ON CONFLICT ON CONSTRAINT run_day_pkey DO UPDATE SET last_day = greatest(r.last_day, excluded.last_day);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.run_in_order(text, date) IS
+    'Records the day a scheduled run that goes in date order ran for; returns the later day it ran for already '
+    '(then records nothing), NULL otherwise';
 -- ==== end of final definitions

@@ -157,10 +157,11 @@ SELECT cmp_ok((SELECT count(*) FROM pg_proc p
 SELECT is((SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef),
           'add_member,charge_jobs,fairshare,fold_rollup,load_sacct,rebuild_rollup,remove_member,roll_up_charges,'
-          'roll_up_pending,run_alone,sacct_window_start,visible_accounts',
-          'exactly these twelve functions run with the owner''s rights (charging, visible_accounts, fairshare, the '
-          'portal''s member management, the sacct loader, the rollups'' writers, and run_alone, which locks a row '
-          'of run_lock for the runs that must not overlap)');
+          'roll_up_pending,run_alone,run_in_order,sacct_window_start,visible_accounts',
+          'exactly these thirteen functions run with the owner''s rights (charging, visible_accounts, fairshare, the '
+          'portal''s member management, the sacct loader, the rollups'' writers, run_alone, which locks a row '
+          'of run_lock for the runs that must not overlap, and run_in_order, which keeps the last day of the runs '
+          'that go in date order in run_day)');
 SELECT is((SELECT count(*) FROM pg_class c
            WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v'
              AND NOT coalesce(c.reloptions @> ARRAY['security_invoker=true'], false)),

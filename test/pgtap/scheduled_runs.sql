@@ -8,7 +8,7 @@
 -- no unique violation or deadlock.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(48);
+SELECT plan(55);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 
@@ -107,6 +107,18 @@ SELECT is(pg_temp.changed(), '{}', 'regulate: the refused run wrote nothing');
 SELECT throws_ok(format('CALL hpcacct.regulate(%L)', site_today() + 1), '22023', NULL, 'regulate: a day to come is refused');
 
 -- ---- open_quarter(): twice, late, out of order -----------------------------------------
+-- a later quarter that wrote nothing still comes first: Q2 2024 opened (no action: every
+-- personal account has its allocation), then Q1 2024 would expire s_w, created in April
+SAVEPOINT quarters;
+SELECT add_user('s_w', '2024-04-02');
+CALL open_quarter('2024-04-01');
+SELECT is((SELECT count(*) FROM quarter_log), 0::bigint, 'open_quarter (setup): Q2 2024 has nothing to do');
+SELECT pg_temp.mark();
+SELECT throws_ok($$CALL hpcacct.open_quarter('2024-01-01')$$, '22023',
+                 'open_quarter: the quarter of 2024-01-01 comes before the quarter 2024-04-01 opened already',
+                 'open_quarter: Q1 after Q2 is refused though Q2 logged nothing');
+SELECT is(pg_temp.changed(), '{}', 'open_quarter: that refused run wrote nothing (no expiry of s_w, no message)');
+ROLLBACK TO SAVEPOINT quarters;
 CALL open_quarter('2024-10-01');
 SELECT is((SELECT array_agg(action || ':' || account ORDER BY action, account, target_quarter) FROM quarter_log
            WHERE quarter = '2024-10-01'),
@@ -138,6 +150,19 @@ SELECT pg_temp.mark();
 SELECT throws_ok($$SELECT hpcacct.notify_scan('2024-03-20')$$, '22023', NULL,
                  'notify_scan: a day before the change notified is refused');
 SELECT is(pg_temp.changed(), '{}', 'notify_scan: the refused scan wrote nothing');
+-- a later scan that told nothing still comes first: 3 100 core-h in April make May low
+-- priority and leave June normal; after the scan of 20 June (normal, as told), one of 10 May
+-- would tell the members of a low priority that has passed (and the next scan of normal)
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_rwth', 'r4', 's_rw', 's_u', 'c18m', '2024-04-20 00:00+00', '2024-04-22 16:35+00', 'cpu=48', 'COMPLETED');
+SELECT is(window_quota_state('s_rw', '2024-05-10') || ' ' || window_quota_state('s_rw', '2024-06-20'), 'low_priority normal',
+          'notify_scan (setup): 10 May low priority, 20 June normal');
+SELECT is(notify_scan('2024-06-20'), 0, 'notify_scan: 20 June, normal as told: nothing to write');
+SELECT pg_temp.mark();
+SELECT throws_ok($$SELECT hpcacct.notify_scan('2024-05-10')$$, '22023',
+                 'notify_scan: 2024-05-10 comes before the scan of 2024-06-20',
+                 'notify_scan: 10 May after the scan of 20 June is refused, though that scan wrote nothing');
+SELECT is(pg_temp.changed(), '{}', 'notify_scan: that refused scan wrote nothing');
 
 -- ---- recheck_queued(): twice --------------------------------------------------------------
 SELECT is((SELECT count(*) FROM recheck_queued('2024-10-02')), 1::bigint, 'recheck_queued (setup): holds the job');
