@@ -91,14 +91,14 @@ COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_alone(text) FROM PUBLIC;
 
 -- Scheduled runs of a day that go in date order (open_quarter: a quarter's first day;
--- notify_scan: the day scanned) keep the latest day they ran for, so that a past day after a
--- later run is refused even when that run wrote nothing (its log alone cannot tell).
+-- notify_scan, recheck_queued: the day) keep the latest day they ran for, so that a past day
+-- after a later run is refused even when that run wrote nothing (its log alone cannot tell).
 CREATE TABLE hpcacct_internal.run_day (
     run      text PRIMARY KEY,
     last_day date NOT NULL
 );
 COMMENT ON TABLE hpcacct_internal.run_day IS
-    'The latest day each scheduled run that goes in date order (open_quarter, notify_scan) ran for';
+    'The latest day each scheduled run that goes in date order (open_quarter, notify_scan, recheck_queued) ran for';
 SELECT pg_catalog.pg_extension_config_dump('hpcacct_internal.run_day', '');
 
 -- Records that run ran for day, in the caller's transaction, and returns NULL; or, when it

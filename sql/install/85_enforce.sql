@@ -260,8 +260,18 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        later date;
     BEGIN
         at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
+        -- checks go in date order (and wait for each other): a past day's check after a later
+        -- one would hold, and tell the owners of, jobs on verdicts that have since changed
+        later := hpcacct_internal.run_in_order('recheck_queued', at);
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'recheck_queued: % comes before the check of %', at, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Check the queue at today''s date (the default).';
+        END IF;
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,

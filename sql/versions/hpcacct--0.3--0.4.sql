@@ -12616,16 +12616,17 @@ COMMENT ON FUNCTION hpcacct_internal.shift_utc(timestamptz, interval) IS
 
 -- ==== site_today(), allocation_year() and fairshare_all()'s valid allocations: an instant in the first pass of a midnight that comes twice is the day before, as local_time() counts it (allocation_year() at Havana's first pass of 1 November 2026 answered a year still to come for "the year containing at") ---
 -- site_today(), allocation_year(), fairshare_all(): defined in the final definitions
--- ==== open_quarter(), notify_scan(): a past day after a later run is refused even when that run logged nothing (hpcacct_internal.run_day keeps the latest day each ran for: open_quarter of Q1 after a Q2 with nothing to do expired an account created in April and told its owner so; notify_scan of 10 May after the scan of 20 June told of a low priority that had passed) ---
+
+-- ==== open_quarter(), notify_scan(), recheck_queued(): a past day after a later run is refused even when that run logged nothing (hpcacct_internal.run_day keeps the latest day each ran for: open_quarter of Q1 after a Q2 with nothing to do expired an account created in April and told its owner so; notify_scan of 10 May after the scan of 20 June told of a low priority that had passed; recheck_queued of 20 September after the check of 3 October held a job its account could run) ---
 -- Scheduled runs of a day that go in date order (open_quarter: a quarter's first day;
--- notify_scan: the day scanned) keep the latest day they ran for, so that a past day after a
--- later run is refused even when that run wrote nothing (its log alone cannot tell).
+-- notify_scan, recheck_queued: the day) keep the latest day they ran for, so that a past day
+-- after a later run is refused even when that run wrote nothing (its log alone cannot tell).
 CREATE TABLE hpcacct_internal.run_day (
     run      text PRIMARY KEY,
     last_day date NOT NULL
 );
 COMMENT ON TABLE hpcacct_internal.run_day IS
-    'The latest day each scheduled run that goes in date order (open_quarter, notify_scan) ran for';
+    'The latest day each scheduled run that goes in date order (open_quarter, notify_scan, recheck_queued) ran for';
 SELECT pg_catalog.pg_extension_config_dump('hpcacct_internal.run_day', '');
 
 -- Records that run ran for day, in the caller's transaction, and returns NULL; or, when it
@@ -12656,7 +12657,7 @@ COMMENT ON FUNCTION hpcacct_internal.run_in_order(text, date) IS
     'Records the day a scheduled run that goes in date order ran for; returns the later day it ran for already '
     '(then records nothing), NULL otherwise';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_in_order(text, date) FROM PUBLIC;
--- open_quarter(), notify_scan(): defined in the final definitions
+-- open_quarter(), notify_scan(), recheck_queued(): defined in the final definitions
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -13518,8 +13519,18 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
+    DECLARE
+        later date;
     BEGIN
         at := hpcacct_internal.day_or_today(at, 'recheck_queued');  -- NULL: today; infinite: 22008
+        -- checks go in date order (and wait for each other): a past day's check after a later
+        -- one would hold, and tell the owners of, jobs on verdicts that have since changed
+        later := hpcacct_internal.run_in_order('recheck_queued', at);
+        IF later IS NOT NULL THEN
+            RAISE EXCEPTION 'recheck_queued: % comes before the check of %', at, later
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Check the queue at today''s date (the default).';
+        END IF;
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,

@@ -8,7 +8,7 @@
 -- no unique violation or deadlock.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(55);
+SELECT plan(62);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 
@@ -169,6 +169,15 @@ SELECT is((SELECT count(*) FROM recheck_queued('2024-10-02')), 1::bigint, 'reche
 SELECT pg_temp.mark();
 SELECT is((SELECT count(*) FROM recheck_queued('2024-10-02')), 0::bigint, 'recheck_queued: a second run reports nothing');
 SELECT is(pg_temp.changed(), '{}', 'recheck_queued: and changes no row (but checked_at)');
+-- out of order: s_bp's allocation starts on 1 October, so a job of it is fine on 2 October
+-- and would be held by a check of 20 September, run after (and its owner told so)
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('s_c', 'q2', 's_u', 's_bp');
+SELECT is((SELECT count(*) FROM recheck_queued('2024-10-03')), 0::bigint, 'recheck_queued (setup): q2 of s_bp runs on 3 October');
+SELECT pg_temp.mark();
+SELECT throws_ok($$SELECT * FROM hpcacct.recheck_queued('2024-09-20')$$, '22023',
+                 'recheck_queued: 2024-09-20 comes before the check of 2024-10-03',
+                 'recheck_queued: a day before the last check is refused');
+SELECT is(pg_temp.changed(), '{}', 'recheck_queued: the refused check held nothing and wrote no message');
 
 -- ---- compact_rollup(), roll_up_pending(): twice ----------------------------------------
 SELECT ok(compact_rollup() >= 0, 'compact_rollup (setup)');
@@ -182,6 +191,17 @@ SELECT is(roll_up_pending(), 1::bigint, 'roll_up_pending (setup): one charge pen
 SELECT pg_temp.mark();
 SELECT is(roll_up_pending(), 0::bigint, 'roll_up_pending: a second run rolls up nothing');
 SELECT is(pg_temp.changed(), '{}', 'roll_up_pending: and changes no row');
+
+-- the runs that keep their day (run_day) run as an administrator's login, as pg_cron runs them
+CALL setup_roles();
+CREATE ROLE s_admin LOGIN IN ROLE hpcacct_admin;
+SET ROLE s_admin;
+SELECT lives_ok($$CALL hpcacct.open_quarter('2025-04-02')$$, 'open_quarter runs as an hpcacct_admin login');
+SELECT lives_ok($$SELECT hpcacct.notify_scan('2024-06-21')$$, 'notify_scan runs as an hpcacct_admin login');
+SELECT lives_ok($$SELECT * FROM hpcacct.recheck_queued('2024-10-04')$$, 'recheck_queued runs as an hpcacct_admin login');
+RESET ROLE;
+SELECT is((SELECT array_agg(last_day ORDER BY run) FROM hpcacct_internal.run_day), '{2024-06-21,2025-04-01,2024-10-04}'::date[],
+          'run_day holds the last day of each (notify_scan, open_quarter: its quarter''s first day, recheck_queued)');
 
 -- ---- overlapping runs: two sessions at once (dblink), in a scratch database ------------------
 -- Session a runs the procedure in an open transaction; session b starts the same run; the test
