@@ -8,7 +8,7 @@
 -- no unique violation or deadlock.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(62);
+SELECT plan(63);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 
@@ -86,8 +86,16 @@ SELECT is(pg_temp.changed(), '{}', 'regulate: a second run of 15 February change
 CALL regulate('2024-02-16');
 CALL regulate('2024-02-17');
 SELECT is(pg_temp.changed(), '{}', 'regulate: the days after the 15th change nothing');
--- 15 March run late (here long after): the figures at the end of 15 March, as on time
+-- 15 March run late (here long after): the figures at the end of 15 March, as on time; of
+-- the jobs loaded since, one across midnight counts its part before the 16th (480 of 960
+-- hours), one started on the 16th nothing
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('s_ada', 'cpu', 'cpu=40', 'cpu=1', 1, 'hours');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('s_ada', 'g1', 's_gp', 's_u', 'cpu', '2024-03-15 12:00+00', '2024-03-16 12:00+00', 'cpu=40', 'COMPLETED'),
+       ('s_ada', 'g2', 's_gp', 's_u', 'cpu', '2024-03-16 01:00+00', '2024-03-16 03:00+00', 'cpu=40', 'COMPLETED');
 CALL regulate('2024-03-15');
+SELECT is((SELECT consumption FROM regulation_log WHERE account = 's_gp' AND run_date = '2024-03-15'), 480::float8,
+          'regulate: 15 March run late counts the consumption up to the end of 15 March only');
 SELECT results_eq($$SELECT outcome, figures_at, tmc::numeric(20, 3), tc::numeric(20, 3), retracted
                     FROM hpcacct.regulation_log WHERE account = 's_gp' AND run_date = '2024-03-15'$$,
                   $$VALUES ('retraction'::text, '2024-03-15'::date, 100000::numeric(20, 3), 250000::numeric(20, 3),
