@@ -414,80 +414,88 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                       HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';
         END IF;
 
-        -- Every figure, the monthly status and delta are allocation_status(account, machine,
-        -- as_of)'s, every account's in one call of allocation_statuses().
-        WITH figures AS (
-            SELECT st.account, st.machine, st.alloc, st.granted, st.tmc, st.tc, st.consumption, st.delta, st.status,
-                   s.annual_warning_percent, s.annual_retraction_percent
-            FROM hpcacct_internal.allocation_statuses(accounts, machines, as_of) st
-            JOIN @extschema@.regulation_machine s ON s.machine = st.machine
-            WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
-        ), annual AS (
-            SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
-                             THEN 100 * f.consumption / f.alloc::float8 END AS used
-            FROM figures f
-        ), outcome AS MATERIALIZED (
-            SELECT a.*, x.result,
-                   CASE WHEN x.result <> 'retraction' THEN 0
-                        WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
-                        ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
-                                                     a.alloc - a.consumption::numeric)), 6)
-                   END::numeric(20, 6) AS hours
-            FROM annual a
-            CROSS JOIN LATERAL (
-                SELECT CASE
-                    WHEN kind_of_run = 'monthly' THEN a.status
-                    WHEN a.used < a.annual_warning_percent THEN
-                        CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
-                                          WHERE x.account = a.account AND x.machine = a.machine
-                                            AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
-                             WHEN kind_of_run = 'annual_warning' THEN 'warning'
-                             ELSE 'retraction' END
-                    ELSE 'ok'
-                END AS result
-            ) x
-        ), booked AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
-            SELECT o.account, 'retraction', -o.hours,
-                   (SELECT l.unit
-                    FROM @extschema@.ledger l
-                    WHERE l.account = o.account AND l.pool = o.machine
-                      AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
-                    ORDER BY l.valid_from DESC, l.entry_id DESC
-                    LIMIT 1),
-                   o.machine, d, y_end,
-                   format('hpcacct.regulate(%s): %s regulation', d,
-                          CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
-            FROM outcome o
-            WHERE o.hours > 0
-            ORDER BY o.machine, o.account
-            RETURNING entry_id, account, pool
-        ), booked_ids AS (
-            -- The retractions' entries by account and machine, looked up by key below rather
-            -- than joined: both CTEs are estimated at a row or two whatever the site, and a
-            -- join of them was planned as a nested loop, quadratic (1.4 s of CPU for 10 000
-            -- accounts and 2 600 retractions).
-            SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.pool)::text, b.entry_id)
-                       AS entries
-            FROM booked b
-        ), logged AS (
-            -- A plain INSERT: should a concurrent run slip past the lock (e.g. under
-            -- REPEATABLE READ), the unique key makes it fail rather than book twice.
-            INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
-                                                    granted, consumption, tc, tmc, delta, used_percent,
-                                                    retracted, entry_id)
-            SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
-                   o.tc, o.tmc, o.delta, o.used, o.hours,
-                   ((SELECT i.entries FROM booked_ids i)
-                    ->> pg_catalog.jsonb_build_array(o.account, o.machine)::text)::bigint
-            FROM outcome o
-            ORDER BY o.machine, o.account
-            RETURNING outcome
-        )
-        SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
-               count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
-        INTO n_ok, n_warning, n_retracted, n_exonerated
-        FROM logged g;
+        -- A concurrent run that slipped past the lock (under REPEATABLE READ, whose snapshot
+        -- predates the first run's commit) meets its log rows: the unique key stops it before
+        -- it books twice, and it fails as the serialization failure it is (40001, retried).
+        BEGIN
+            -- Every figure, the monthly status and delta are allocation_status(account, machine,
+            -- as_of)'s, every account's in one call of allocation_statuses().
+            WITH figures AS (
+                SELECT st.account, st.machine, st.alloc, st.granted, st.tmc, st.tc, st.consumption, st.delta, st.status,
+                       s.annual_warning_percent, s.annual_retraction_percent
+                FROM hpcacct_internal.allocation_statuses(accounts, machines, as_of) st
+                JOIN @extschema@.regulation_machine s ON s.machine = st.machine
+                WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
+            ), annual AS (
+                SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
+                                 THEN 100 * f.consumption / f.alloc::float8 END AS used
+                FROM figures f
+            ), outcome AS MATERIALIZED (
+                SELECT a.*, x.result,
+                       CASE WHEN x.result <> 'retraction' THEN 0
+                            WHEN kind_of_run = 'monthly' THEN round(a.tmc::numeric, 6)
+                            ELSE round(greatest(0, least(a.annual_retraction_percent / 100 * a.alloc,
+                                                         a.alloc - a.consumption::numeric)), 6)
+                       END::numeric(20, 6) AS hours
+                FROM annual a
+                CROSS JOIN LATERAL (
+                    SELECT CASE
+                        WHEN kind_of_run = 'monthly' THEN a.status
+                        WHEN a.used < a.annual_warning_percent THEN
+                            CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
+                                              WHERE x.account = a.account AND x.machine = a.machine
+                                                AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
+                                 WHEN kind_of_run = 'annual_warning' THEN 'warning'
+                                 ELSE 'retraction' END
+                        ELSE 'ok'
+                    END AS result
+                ) x
+            ), booked AS (
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, pool, valid_from, valid_until, note)
+                SELECT o.account, 'retraction', -o.hours,
+                       (SELECT l.unit
+                        FROM @extschema@.ledger l
+                        WHERE l.account = o.account AND l.pool = o.machine
+                          AND l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_from <= as_of
+                        ORDER BY l.valid_from DESC, l.entry_id DESC
+                        LIMIT 1),
+                       o.machine, d, y_end,
+                       format('hpcacct.regulate(%s): %s regulation', d,
+                              CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
+                FROM outcome o
+                WHERE o.hours > 0
+                ORDER BY o.machine, o.account
+                RETURNING entry_id, account, pool
+            ), booked_ids AS (
+                -- The retractions' entries by account and machine, looked up by key below rather
+                -- than joined: both CTEs are estimated at a row or two whatever the site, and a
+                -- join of them was planned as a nested loop, quadratic (1.4 s of CPU for 10 000
+                -- accounts and 2 600 retractions).
+                SELECT pg_catalog.jsonb_object_agg(pg_catalog.jsonb_build_array(b.account, b.pool)::text, b.entry_id)
+                           AS entries
+                FROM booked b
+            ), logged AS (
+                -- A plain INSERT, not ON CONFLICT: its unique key stops a concurrent run (below)
+                INSERT INTO @extschema@.regulation_log (run_date, run, account, machine, figures_at, outcome, alloc,
+                                                        granted, consumption, tc, tmc, delta, used_percent,
+                                                        retracted, entry_id)
+                SELECT d, kind_of_run, o.account, o.machine, as_of, o.result, o.alloc, o.granted, o.consumption,
+                       o.tc, o.tmc, o.delta, o.used, o.hours,
+                       ((SELECT i.entries FROM booked_ids i)
+                        ->> pg_catalog.jsonb_build_array(o.account, o.machine)::text)::bigint
+                FROM outcome o
+                ORDER BY o.machine, o.account
+                RETURNING outcome
+            )
+            SELECT count(*) FILTER (WHERE g.outcome = 'ok'), count(*) FILTER (WHERE g.outcome = 'warning'),
+                   count(*) FILTER (WHERE g.outcome = 'retraction'), count(*) FILTER (WHERE g.outcome = 'exonerated')
+            INTO n_ok, n_warning, n_retracted, n_exonerated
+            FROM logged g;
+        EXCEPTION WHEN unique_violation THEN
+            RAISE EXCEPTION 'regulate(%): another run of this date committed while this one waited', d
+                USING ERRCODE = 'serialization_failure',
+                      HINT = 'Run it again: it will find that run''s rows in regulation_log and change nothing.';
+        END;
 
         RAISE NOTICE 'hpcacct.regulate(%): % run: % ok, % warning, % retraction, % exonerated, % already recorded',
             d, kind_of_run, n_ok, n_warning, n_retracted, n_exonerated, already;

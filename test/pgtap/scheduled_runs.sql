@@ -325,11 +325,9 @@ SELECT is(pg_temp.remote($$SELECT format('%s pending, %s / %s', (SELECT count(*)
           pg_temp.remote($$SELECT format('0 pending, %s / %s', (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')),
                                           (SELECT sum(amount) FROM hpcacct.ledger WHERE kind IN ('charge', 'reversal')))$$),
           'roll_up_pending at once twice: nothing pending, the charge rolled up once');
--- a session in REPEATABLE READ (its snapshot taken before the first run committed)
--- regulate()'s log INSERT meets the first run's row, which its snapshot does not see: a unique
--- violation (23505) where the others fail as serialization failures. Left to the refactor of
--- regulate() under way (its log INSERT ... ON CONFLICT DO NOTHING would give 40001 here).
-SELECT todo('regulate() under REPEATABLE READ: 23505 instead of 40001 (reported; regulate() is being refactored)', 1);
+-- a session in REPEATABLE READ (its snapshot taken before the first run committed): each
+-- fails as a serialization failure, to be run again (regulate()'s log INSERT meets the first
+-- run's rows, which its snapshot does not see: it raised their unique violation, 23505)
 SELECT is(pg_temp.overlap($$CALL hpcacct.regulate('2024-04-15')$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
           'regulate at once twice, the second in REPEATABLE READ: it waits, then fails as a serialization failure (40001)');
 SELECT is(pg_temp.overlap($$CALL hpcacct.open_quarter('2025-01-01')$$, 'REPEATABLE READ'), 'waited true, a ok, b 40001',
