@@ -59,6 +59,17 @@ CREATE FUNCTION hpcacct_internal.shift_utc(at timestamptz, span interval) RETURN
 COMMENT ON FUNCTION hpcacct_internal.shift_utc(timestamptz, interval) IS
     'An instant plus a span, its days 24 hours and its months calendar months of UTC, whatever the session''s TimeZone';
 
+-- A day in a message, a decision key or a note: ISO 8601 (2024-07-01), as a session of
+-- DateStyle ISO prints it, whatever the DateStyle of the session that writes it. IMMUTABLE:
+-- to_char() is STABLE for its localized patterns (TM), which this one has none of. Inlined.
+CREATE FUNCTION hpcacct_internal.iso_date(day date) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN NOT pg_catalog.isfinite(day) THEN day::text  -- infinity, -infinity: in any DateStyle
+                WHEN day < DATE '0001-01-01' THEN pg_catalog.to_char(day, 'YYYY-MM-DD') || ' BC'
+                ELSE pg_catalog.to_char(day, 'YYYY-MM-DD') END;
+COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
+    'A day as messages, decision keys and notes print it: ISO 8601 under any DateStyle';
+
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
 -- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
 -- lock, and so stall the loader or the rollups; a row of this table can be locked only by

@@ -156,7 +156,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             ELSIF bank.state = 'inactive' THEN
                 RETURN ROW(false, account, 'account_inactive',
                            hpcacct_internal.refusal_message('account_inactive', account, NULL,
-                                                            bank.next_allocation::text))::@extschema@.submit_decision;
+                                                            hpcacct_internal.iso_date(bank.next_allocation)))::@extschema@.submit_decision;
             ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
                            hpcacct_internal.refusal_message('negative_balance', account, NULL,
@@ -181,7 +181,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
                              AND l.valid_from <= at AND l.valid_until >= at);
             IF pg_catalog.cardinality(pools) = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
-                           hpcacct_internal.refusal_message('no_allocation', account, NULL, at::text))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('no_allocation', account, NULL, hpcacct_internal.iso_date(at)))::@extschema@.submit_decision;
             END IF;
             -- allocation_status() on each machine, in one call
             SELECT count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc) INTO open_machines

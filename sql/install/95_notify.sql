@@ -251,20 +251,20 @@ CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
     AS $$
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, hpcacct_internal.iso_date(r.run_date), r.run),
             'account', r.account,
             'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
                                          CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
                                                       WHEN 'regulation_retraction' THEN 'hours retracted'
                                                       WHEN 'annual_warning' THEN 'annual under-consumption warning'
-                                                      ELSE 'annual retraction' END, r.run_date),
+                                                      ELSE 'annual retraction' END, hpcacct_internal.iso_date(r.run_date)),
             'body', E'Dear project manager,\n\n' || CASE x.topic
                 WHEN 'regulation_warning' THEN pg_catalog.format(
                     E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
                     'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
                     '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
                     'on a later 15th, a TMC of hours will be retracted from the allocation.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_name(r.machine),
                     hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
                     hpcacct_internal.notify_number(r.tmc::numeric))
@@ -273,16 +273,16 @@ CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
                     '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
                     'valid until 31 December: the allocation goes from %s to %s hours.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_name(r.machine),
                     hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
                     hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
-                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                    hpcacct_internal.iso_date(r.run_date), hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
                 WHEN 'annual_warning' THEN pg_catalog.format(
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
                     'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
                     'up to %s %% of the annual allocation may be retracted after May.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(r.machine),
                     pg_catalog.round(r.used_percent::numeric, 1),
                     s.annual_warning_percent, s.annual_retraction_percent)
@@ -290,21 +290,21 @@ CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
                     'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
                     'from %s to %s hours.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(r.machine),
                     pg_catalog.round(r.used_percent::numeric, 1),
-                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), hpcacct_internal.iso_date(r.run_date),
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
             END || E'\n\n'
             || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
                                  '  consumption  %s\n  delta        %s\n  retracted    %s\n',
-                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
                                  hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
                                  hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
             'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
-                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
-                                                     'consumption', r.consumption, 'delta', r.delta,
-                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc::numeric, 'tc', r.tc::numeric,
+                                                     'consumption', r.consumption::numeric, 'delta', r.delta::numeric,
+                                                     'used_percent', r.used_percent::numeric, 'retracted', r.retracted))))
         FROM new_rows r
         JOIN @extschema@.regulation_machine s ON s.machine = r.machine
         CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
@@ -327,10 +327,10 @@ CREATE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
     AS $$
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(r.quarter)),
             'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
             'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
-                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, hpcacct_internal.iso_date(r.quarter)),
             'body', CASE r.action
                 WHEN 'expired' THEN pg_catalog.format(
                     E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
@@ -338,12 +338,12 @@ CREATE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
                     'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
                     'with it the files of the login. Join an active project or ask your consultant for an\n'
                     'allocation to keep it.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account),
-                    r.quarter,
-                    (r.quarter + interval '3 months')::date)
+                    hpcacct_internal.iso_date(r.quarter),
+                    hpcacct_internal.iso_date((r.quarter + interval '3 months')::date))
                 ELSE pg_catalog.format(
                     E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
                     'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
-                    'deleted.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), r.quarter)
+                    'deleted.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), hpcacct_internal.iso_date(r.quarter))
             END,
             'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
         FROM new_rows r
@@ -516,7 +516,7 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  ORDER BY u.account LOOP
             -- account/day/from/to; the same change again that day (the state went back and
             -- forth) is a change of its own: /2, /3...
-            key := pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state);
+            key := pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(at), r.old_state, r.state);
             k := 1;
             WHILE EXISTS (SELECT 1 FROM @extschema@.outbox o
                           WHERE o.topic = 'quota_state' AND o.decision_key = key || CASE WHEN k > 1 THEN '/' || k ELSE '' END) LOOP
@@ -524,7 +524,7 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
             END LOOP;
             id := @extschema@.outbox_add(
                 'quota_state', key || CASE WHEN k > 1 THEN '/' || k ELSE '' END, r.account,
-                pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), at),
+                pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), hpcacct_internal.iso_date(at)),
                 pg_catalog.format(E'Dear members of %s,\n\nthe core-hour quota of %s is now in state "%s" (before: "%s").\n%s\n\n'
                                   'Accounting period:            %s to %s\n'
                                   'Monthly allowance:            %s %s\n'
@@ -537,29 +537,29 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                   CASE WHEN r.state = 'low_priority' AND r.month < r.period_start
                                        THEN pg_catalog.format(E'The accounting period starts on %s: until then the account has no quota, and jobs\n'
                                                               'run, and count, only when no other project with quota left is waiting (low-priority mode).',
-                                                              r.period_start)
+                                                              hpcacct_internal.iso_date(r.period_start))
                                        WHEN r.state = 'low_priority' AND r.month > r.period_end
                                        THEN pg_catalog.format(E'The accounting period ended on %s: without a quota, jobs still run, and count, but\n'
                                                               'only when no other project with quota left is waiting (low-priority mode).',
-                                                              r.period_end)
+                                                              hpcacct_internal.iso_date(r.period_end))
                                        WHEN r.state = 'low_priority'
                                        THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
                                        WHEN r.state = 'blocked'
                                        THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
                                        WHEN r.old_state = 'low_priority' AND r.month = r.period_start
-                                       THEN pg_catalog.format('The accounting period began on %s: jobs run with normal priority.', r.period_start)
+                                       THEN pg_catalog.format('The accounting period began on %s: jobs run with normal priority.', hpcacct_internal.iso_date(r.period_start))
                                        ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
-                                  r.period_start, r.period_end,
+                                  hpcacct_internal.iso_date(r.period_start), hpcacct_internal.iso_date(r.period_end),
                                   hpcacct_internal.notify_number(r.monthly::numeric), hpcacct_internal.notify_name(r.unit),
                                   hpcacct_internal.notify_number(r.remaining_prev::numeric),
                                   hpcacct_internal.notify_number(r.consumed_current::numeric),
                                   hpcacct_internal.notify_number(r.consumable_pct::numeric),
                                   hpcacct_internal.notify_number(r.consumable::numeric)),
                 pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
-                                              'monthly', r.monthly, 'remaining_prev', r.remaining_prev,
-                                              'consumed_current', r.consumed_current,
-                                              'consumable_pct', r.consumable_pct, 'consumable', r.consumable,
+                                              'monthly', r.monthly::numeric, 'remaining_prev', r.remaining_prev::numeric,
+                                              'consumed_current', r.consumed_current::numeric,
+                                              'consumable_pct', r.consumable_pct::numeric, 'consumable', r.consumable::numeric,
                                               'unit', r.unit),
                 true);
             written := written + (id IS NOT NULL)::integer;
@@ -588,14 +588,14 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  -- thresholds in the order they are crossed: the last message is the state now
                  ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
-                'balance_low', pg_catalog.concat_ws('/', r.account, q, r.percent), r.account,
+                'balance_low', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(q), r.percent), r.account,
                 pg_catalog.format('[hpcacct] %s: %s', r.account,
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
                                   hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.balance),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), q,
+                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -626,18 +626,18 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                    AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
                  ORDER BY a.name LOOP
             id := @extschema@.outbox_add(
-                'account_expiry', pg_catalog.concat_ws('/', r.account, next_q), r.account,
-                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, next_q,
+                'account_expiry', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(next_q)), r.account,
+                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, hpcacct_internal.iso_date(next_q),
                                   CASE WHEN r.later_quarter IS NULL THEN 'it expires' ELSE 'jobs will be refused' END),
                 pg_catalog.format(E'Dear members of %s,\n\naccount %s holds an allocation for the quarter ending %s but none for the\n'
                                   'quarter starting %s (%s days from %s). %s\n\n'
                                   'Balance now:        %s %s of %s %s\n'
                                   'Allocation ends:    %s\n%s',
-                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), next_q - 1,
-                                  next_q, next_q - at, at,
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), hpcacct_internal.iso_date(next_q - 1),
+                                  hpcacct_internal.iso_date(next_q), next_q - at, hpcacct_internal.iso_date(at),
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
-                                                              'are refused and queued jobs are held.', r.later_quarter)
+                                                              'are refused and queued jobs are held.', hpcacct_internal.iso_date(r.later_quarter))
                                        WHEN r.kind = 'personal'
                                        THEN E'On that day the personal account expires: no batch jobs can be submitted\n'
                                             'with it, and one still expired a quarter later is deleted. Join an active\n'
@@ -646,9 +646,9 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
                                   hpcacct_internal.notify_number(@extschema@.balance(r.account, at)),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), next_q - 1,
+                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
                                   CASE WHEN r.later_quarter IS NOT NULL
-                                       THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
+                                       THEN pg_catalog.format(E'Next allocation:    %s\n', hpcacct_internal.iso_date(r.later_quarter)) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
                                               'no_allocation_from', next_q, 'days_left', next_q - at,
                                               'next_allocation', r.later_quarter, 'allocation', r.alloc,

@@ -21,7 +21,8 @@ COMMENT ON FUNCTION hpcacct_internal.html_escape(text) IS 'Text escaped for HTML
 -- An SVG chart over one x axis of labels (an empty label draws no tick). series is a jsonb
 -- array of {"name", "kind": "line" | "dashed" | "bar" | "band", "color", "values": [...]}
 -- (a band has "lower" and "upper" instead of "values"); null values are gaps. Each series is
--- one element of class "series" with its name in data-series.
+-- one element of class "series" with its name in data-series. Coordinates are printed as
+-- numeric: a float8's text follows the session's extra_float_digits (-15: 78 was 8e+01).
 CREATE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[], series jsonb,
                                       width integer DEFAULT 760, height integer DEFAULT 300)
     RETURNS text
@@ -72,29 +73,31 @@ CREATE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[],
                       'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
             || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
             || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
-                      left_x, hpcacct_internal.html_escape(title))
+                      left_x::numeric, hpcacct_internal.html_escape(title))
             || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
-                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
+                      'text-anchor="middle">%s</text>', (top_y + plot_h / 2)::numeric, (top_y + plot_h / 2)::numeric,
+                      hpcacct_internal.html_escape(unit));
         -- grid and y labels
         tick := lo;
         WHILE tick <= hi + step / 2 LOOP
             svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
-                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
-                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                                 left_x::numeric, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 (left_x + plot_w)::numeric, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
                        || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
-                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 (left_x - 4)::numeric, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
                                  hpcacct_internal.notify_number(tick::numeric));
             tick := tick + step;
         END LOOP;
-        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
-                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
-                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x::numeric, top_y::numeric, left_x::numeric,
+                             (top_y + plot_h)::numeric)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x::numeric,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), (left_x + plot_w)::numeric,
                              round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
         -- x labels
         FOR i IN 1 .. n LOOP
             CONTINUE WHEN coalesce(labels[i], '') = '';
             svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
-                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), (top_y + plot_h + 14)::numeric,
                                  hpcacct_internal.html_escape(labels[i]));
         END LOOP;
         SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
@@ -141,10 +144,10 @@ CREATE FUNCTION hpcacct_internal.svg_chart(title text, unit text, labels text[],
                                      CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
             END IF;
             -- legend
-            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x::numeric, height - 20,
                                  hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
                                  CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
-                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', (legend_x + 16)::numeric,
                                  height - 10, hpcacct_internal.html_escape(s ->> 'name'));
             legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
         END LOOP;
@@ -333,8 +336,10 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         -- GENCI: per machine with allocation events this year, the status at the end of the
         -- month (allocation_status) and the days of the year for the chart
         SELECT jsonb_agg(jsonb_build_object(
-                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
-                   'delta', st.delta, 'status', st.status,
+                   -- (float8 figures as numeric: a float8 goes into jsonb as the session's
+                   -- extra_float_digits prints it, with -15 a TC of 3 000.5 as 3e+03)
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc::numeric, 'tc', st.tc::numeric,
+                   'consumption', st.consumption::numeric, 'delta', st.delta::numeric, 'status', st.status,
                    'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
                                                                round(dd.consumption, 2)) ORDER BY dd.day)
                             FROM (SELECT c.day,
@@ -355,9 +360,9 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         END IF;
 
         -- RWTH: the window quota of each month of the period up to this one
-        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
-                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
-                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly::numeric,
+                                            'remaining_prev', u.remaining_prev::numeric, 'consumed', u.consumed_current::numeric,
+                                            'consumable_pct', u.consumable_pct::numeric, 'consumable', u.consumable::numeric,
                                             'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
                          ORDER BY u.month)
         INTO section
@@ -469,9 +474,12 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
                                                               'balance', b.balance, 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
-                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
-                                                             'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
-                                                             'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                         -- (float8 figures as numeric, under any extra_float_digits)
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly::numeric,
+                                                             'remaining_prev', u.remaining_prev::numeric,
+                                                             'consumed', u.consumed_current::numeric,
+                                                             'consumable_pct', u.consumable_pct::numeric,
+                                                             'consumable', u.consumable::numeric,
                                                              'unit', u.unit)
                                    FROM @extschema@.window_quota_usage(a.name, at) u
                                    WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),

@@ -12662,6 +12662,17 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_in_order(text, date) FROM PUBLIC
 -- ==== regulate(): a concurrent run of the same date under REPEATABLE READ fails as a serialization failure (40001), not with the log's unique violation (23505) ---
 -- regulate(): defined in the final definitions
 
+-- ==== days and figures whatever the session's formatting settings: messages, their decision keys, submit refusals and re-rating notes give days in ISO 8601 (iso_date()) under any DateStyle (a German session's balance_low key 'acct/01.04.2024/20' let an ISO session's scan send the message again); statements, the first page, the chart and the messages' figures print float8 as numeric, not as extra_float_digits has it (-15: a TC of 3 000.5 was 3e+03) ---
+CREATE FUNCTION hpcacct_internal.iso_date(day date) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN NOT pg_catalog.isfinite(day) THEN day::text  -- infinity, -infinity: in any DateStyle
+                WHEN day < DATE '0001-01-01' THEN pg_catalog.to_char(day, 'YYYY-MM-DD') || ' BC'
+                ELSE pg_catalog.to_char(day, 'YYYY-MM-DD') END;
+COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
+    'A day as messages, decision keys and notes print it: ISO 8601 under any DateStyle';
+-- notify_regulation(), notify_quarter(), notify_scan(), account_verdict(), rerate(), svg_chart(),
+-- account_month(), my_accounts(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13193,7 +13204,11 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         moved bigint;
         before_sum numeric;
         after_sum numeric;
-        label constant text := 're-rated: resource ' || resource_id || ' from ' || effective_from;
+        -- (the instant in ISO 8601 and UTC, whatever the session's DateStyle and TimeZone)
+        label constant text := 're-rated: resource ' || resource_id || ' from '
+                               || CASE WHEN pg_catalog.isfinite(effective_from)
+                                       THEN pg_catalog.to_char(effective_from AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
+                                       ELSE effective_from::text END;
     BEGIN
         IF resource_id IS NULL OR new_rate IS NULL OR effective_from IS NULL THEN
             RAISE EXCEPTION 'rerate: resource_id, new_rate and effective_from must not be NULL'
@@ -13475,7 +13490,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             ELSIF bank.state = 'inactive' THEN
                 RETURN ROW(false, account, 'account_inactive',
                            hpcacct_internal.refusal_message('account_inactive', account, NULL,
-                                                            bank.next_allocation::text))::@extschema@.submit_decision;
+                                                            hpcacct_internal.iso_date(bank.next_allocation)))::@extschema@.submit_decision;
             ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
                            hpcacct_internal.refusal_message('negative_balance', account, NULL,
@@ -13500,7 +13515,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
                              AND l.valid_from <= at AND l.valid_until >= at);
             IF pg_catalog.cardinality(pools) = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
-                           hpcacct_internal.refusal_message('no_allocation', account, NULL, at::text))::@extschema@.submit_decision;
+                           hpcacct_internal.refusal_message('no_allocation', account, NULL, hpcacct_internal.iso_date(at)))::@extschema@.submit_decision;
             END IF;
             -- allocation_status() on each machine, in one call
             SELECT count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc) INTO open_machines
@@ -14055,7 +14070,7 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  ORDER BY u.account LOOP
             -- account/day/from/to; the same change again that day (the state went back and
             -- forth) is a change of its own: /2, /3...
-            key := pg_catalog.concat_ws('/', r.account, at, r.old_state, r.state);
+            key := pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(at), r.old_state, r.state);
             k := 1;
             WHILE EXISTS (SELECT 1 FROM @extschema@.outbox o
                           WHERE o.topic = 'quota_state' AND o.decision_key = key || CASE WHEN k > 1 THEN '/' || k ELSE '' END) LOOP
@@ -14063,7 +14078,7 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
             END LOOP;
             id := @extschema@.outbox_add(
                 'quota_state', key || CASE WHEN k > 1 THEN '/' || k ELSE '' END, r.account,
-                pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), at),
+                pg_catalog.format('[hpcacct] %s: quota state %s (%s)', r.account, pg_catalog.replace(r.state, '_', ' '), hpcacct_internal.iso_date(at)),
                 pg_catalog.format(E'Dear members of %s,\n\nthe core-hour quota of %s is now in state "%s" (before: "%s").\n%s\n\n'
                                   'Accounting period:            %s to %s\n'
                                   'Monthly allowance:            %s %s\n'
@@ -14076,29 +14091,29 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   CASE WHEN r.state = 'low_priority' AND r.month < r.period_start
                                        THEN pg_catalog.format(E'The accounting period starts on %s: until then the account has no quota, and jobs\n'
                                                               'run, and count, only when no other project with quota left is waiting (low-priority mode).',
-                                                              r.period_start)
+                                                              hpcacct_internal.iso_date(r.period_start))
                                        WHEN r.state = 'low_priority' AND r.month > r.period_end
                                        THEN pg_catalog.format(E'The accounting period ended on %s: without a quota, jobs still run, and count, but\n'
                                                               'only when no other project with quota left is waiting (low-priority mode).',
-                                                              r.period_end)
+                                                              hpcacct_internal.iso_date(r.period_end))
                                        WHEN r.state = 'low_priority'
                                        THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
                                        WHEN r.state = 'blocked'
                                        THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
                                        WHEN r.old_state = 'low_priority' AND r.month = r.period_start
-                                       THEN pg_catalog.format('The accounting period began on %s: jobs run with normal priority.', r.period_start)
+                                       THEN pg_catalog.format('The accounting period began on %s: jobs run with normal priority.', hpcacct_internal.iso_date(r.period_start))
                                        ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
-                                  r.period_start, r.period_end,
+                                  hpcacct_internal.iso_date(r.period_start), hpcacct_internal.iso_date(r.period_end),
                                   hpcacct_internal.notify_number(r.monthly::numeric), hpcacct_internal.notify_name(r.unit),
                                   hpcacct_internal.notify_number(r.remaining_prev::numeric),
                                   hpcacct_internal.notify_number(r.consumed_current::numeric),
                                   hpcacct_internal.notify_number(r.consumable_pct::numeric),
                                   hpcacct_internal.notify_number(r.consumable::numeric)),
                 pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
-                                              'monthly', r.monthly, 'remaining_prev', r.remaining_prev,
-                                              'consumed_current', r.consumed_current,
-                                              'consumable_pct', r.consumable_pct, 'consumable', r.consumable,
+                                              'monthly', r.monthly::numeric, 'remaining_prev', r.remaining_prev::numeric,
+                                              'consumed_current', r.consumed_current::numeric,
+                                              'consumable_pct', r.consumable_pct::numeric, 'consumable', r.consumable::numeric,
                                               'unit', r.unit),
                 true);
             written := written + (id IS NOT NULL)::integer;
@@ -14127,14 +14142,14 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  -- thresholds in the order they are crossed: the last message is the state now
                  ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
-                'balance_low', pg_catalog.concat_ws('/', r.account, q, r.percent), r.account,
+                'balance_low', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(q), r.percent), r.account,
                 pg_catalog.format('[hpcacct] %s: %s', r.account,
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
                                   hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.balance),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), q,
+                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -14165,18 +14180,18 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                    AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
                  ORDER BY a.name LOOP
             id := @extschema@.outbox_add(
-                'account_expiry', pg_catalog.concat_ws('/', r.account, next_q), r.account,
-                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, next_q,
+                'account_expiry', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(next_q)), r.account,
+                pg_catalog.format('[hpcacct] account %s: no allocation from %s, %s', r.account, hpcacct_internal.iso_date(next_q),
                                   CASE WHEN r.later_quarter IS NULL THEN 'it expires' ELSE 'jobs will be refused' END),
                 pg_catalog.format(E'Dear members of %s,\n\naccount %s holds an allocation for the quarter ending %s but none for the\n'
                                   'quarter starting %s (%s days from %s). %s\n\n'
                                   'Balance now:        %s %s of %s %s\n'
                                   'Allocation ends:    %s\n%s',
-                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), next_q - 1,
-                                  next_q, next_q - at, at,
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), hpcacct_internal.iso_date(next_q - 1),
+                                  hpcacct_internal.iso_date(next_q), next_q - at, hpcacct_internal.iso_date(at),
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Its next allocation starts on %s: until then its jobs\n'
-                                                              'are refused and queued jobs are held.', r.later_quarter)
+                                                              'are refused and queued jobs are held.', hpcacct_internal.iso_date(r.later_quarter))
                                        WHEN r.kind = 'personal'
                                        THEN E'On that day the personal account expires: no batch jobs can be submitted\n'
                                             'with it, and one still expired a quarter later is deleted. Join an active\n'
@@ -14185,9 +14200,9 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
                                   hpcacct_internal.notify_number(@extschema@.balance(r.account, at)),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), next_q - 1,
+                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
                                   CASE WHEN r.later_quarter IS NOT NULL
-                                       THEN pg_catalog.format(E'Next allocation:    %s\n', r.later_quarter) ELSE '' END),
+                                       THEN pg_catalog.format(E'Next allocation:    %s\n', hpcacct_internal.iso_date(r.later_quarter)) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
                                               'no_allocation_from', next_q, 'days_left', next_q - at,
                                               'next_allocation', r.later_quarter, 'allocation', r.alloc,
@@ -14396,8 +14411,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         -- GENCI: per machine with allocation events this year, the status at the end of the
         -- month (allocation_status) and the days of the year for the chart
         SELECT jsonb_agg(jsonb_build_object(
-                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc, 'tc', st.tc, 'consumption', st.consumption,
-                   'delta', st.delta, 'status', st.status,
+                   -- (float8 figures as numeric: a float8 goes into jsonb as the session's
+                   -- extra_float_digits prints it, with -15 a TC of 3 000.5 as 3e+03)
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc::numeric, 'tc', st.tc::numeric,
+                   'consumption', st.consumption::numeric, 'delta', st.delta::numeric, 'status', st.status,
                    'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
                                                                round(dd.consumption, 2)) ORDER BY dd.day)
                             FROM (SELECT c.day,
@@ -14418,9 +14435,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         END IF;
 
         -- RWTH: the window quota of each month of the period up to this one
-        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly,
-                                            'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
-                                            'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly::numeric,
+                                            'remaining_prev', u.remaining_prev::numeric, 'consumed', u.consumed_current::numeric,
+                                            'consumable_pct', u.consumable_pct::numeric, 'consumable', u.consumable::numeric,
                                             'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
                          ORDER BY u.month)
         INTO section
@@ -14530,9 +14547,12 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
                                                               'balance', b.balance, 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
-                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly,
-                                                             'remaining_prev', u.remaining_prev, 'consumed', u.consumed_current,
-                                                             'consumable_pct', u.consumable_pct, 'consumable', u.consumable,
+                         -- (float8 figures as numeric, under any extra_float_digits)
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly::numeric,
+                                                             'remaining_prev', u.remaining_prev::numeric,
+                                                             'consumed', u.consumed_current::numeric,
+                                                             'consumable_pct', u.consumable_pct::numeric,
+                                                             'consumable', u.consumable::numeric,
                                                              'unit', u.unit)
                                    FROM @extschema@.window_quota_usage(a.name, at) u
                                    WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
@@ -16081,20 +16101,20 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
     AS $$
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, r.run_date, r.run),
+            'topic', x.topic, 'decision_key', pg_catalog.concat_ws('/', r.account, r.machine, hpcacct_internal.iso_date(r.run_date), r.run),
             'account', r.account,
             'subject', pg_catalog.format('[hpcacct] %s on %s: %s (%s)', r.account, r.machine,
                                          CASE x.topic WHEN 'regulation_warning' THEN 'under-consumption warning'
                                                       WHEN 'regulation_retraction' THEN 'hours retracted'
                                                       WHEN 'annual_warning' THEN 'annual under-consumption warning'
-                                                      ELSE 'annual retraction' END, r.run_date),
+                                                      ELSE 'annual retraction' END, hpcacct_internal.iso_date(r.run_date)),
             'body', E'Dear project manager,\n\n' || CASE x.topic
                 WHEN 'regulation_warning' THEN pg_catalog.format(
                     E'On %s project %s had consumed %s hours on %s, against a theoretical consumption TC of %s hours:\n'
                     'an under-consumption of %s hours, between one and two theoretical monthly consumptions\n'
                     '(TMC = %s hours). No hours are retracted now; should the under-consumption reach twice the TMC\n'
                     'on a later 15th, a TMC of hours will be retracted from the allocation.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_name(r.machine),
                     hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
                     hpcacct_internal.notify_number(r.tmc::numeric))
@@ -16103,16 +16123,16 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     'an under-consumption of %s hours, at least twice the theoretical monthly consumption\n'
                     '(TMC = %s hours). %s hours (one TMC) are retracted from the allocation, effective %s and\n'
                     'valid until 31 December: the allocation goes from %s to %s hours.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_name(r.machine),
                     hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(-r.delta::numeric),
                     hpcacct_internal.notify_number(r.tmc::numeric), hpcacct_internal.notify_number(r.retracted),
-                    r.run_date, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
+                    hpcacct_internal.iso_date(r.run_date), hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
                 WHEN 'annual_warning' THEN pg_catalog.format(
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than the %s %%\n'
                     'expected in the first five months. Unless a justification reaches GENCI before the end of May,\n'
                     'up to %s %% of the annual allocation may be retracted after May.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(r.machine),
                     pg_catalog.round(r.used_percent::numeric, 1),
                     s.annual_warning_percent, s.annual_retraction_percent)
@@ -16120,21 +16140,21 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     E'By the end of %s project %s had used %s of its %s hours on %s (%s %%), less than %s %%,\n'
                     'and it was not exonerated. %s hours are retracted from the allocation, effective %s: it goes\n'
                     'from %s to %s hours.',
-                    r.figures_at, hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
+                    hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.consumption::numeric),
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(r.machine),
                     pg_catalog.round(r.used_percent::numeric, 1),
-                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), r.run_date,
+                    s.annual_warning_percent, hpcacct_internal.notify_number(r.retracted), hpcacct_internal.iso_date(r.run_date),
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
             END || E'\n\n'
             || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
                                  '  consumption  %s\n  delta        %s\n  retracted    %s\n',
-                                 r.figures_at, hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
+                                 hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
                                  hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
                                  hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
             'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
-                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc, 'tc', r.tc,
-                                                     'consumption', r.consumption, 'delta', r.delta,
-                                                     'used_percent', r.used_percent, 'retracted', r.retracted))))
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc::numeric, 'tc', r.tc::numeric,
+                                                     'consumption', r.consumption::numeric, 'delta', r.delta::numeric,
+                                                     'used_percent', r.used_percent::numeric, 'retracted', r.retracted))))
         FROM new_rows r
         JOIN @extschema@.regulation_machine s ON s.machine = r.machine
         CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
@@ -16152,10 +16172,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
     AS $$
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, r.quarter),
+            'topic', 'account_' || r.action, 'decision_key', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(r.quarter)),
             'account', r.account, 'also', pg_catalog.jsonb_build_array(r.account),
             'subject', pg_catalog.format('[hpcacct] account %s %s (%s)', r.account,
-                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, r.quarter),
+                                         CASE r.action WHEN 'expired' THEN 'has expired' ELSE 'is deleted' END, hpcacct_internal.iso_date(r.quarter)),
             'body', CASE r.action
                 WHEN 'expired' THEN pg_catalog.format(
                     E'Dear %s,\n\nyour personal account %s holds no allocation for the quarter starting %s, so it\n'
@@ -16163,12 +16183,12 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_quarter() RETURNS trigger
                     'A personal account that is still expired at the next quarter start (%s) is deleted, and\n'
                     'with it the files of the login. Join an active project or ask your consultant for an\n'
                     'allocation to keep it.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account),
-                    r.quarter,
-                    (r.quarter + interval '3 months')::date)
+                    hpcacct_internal.iso_date(r.quarter),
+                    hpcacct_internal.iso_date((r.quarter + interval '3 months')::date))
                 ELSE pg_catalog.format(
                     E'Dear %s,\n\nyour personal account %s expired in the previous quarter and still holds no\n'
                     'allocation on %s: it is deleted. The login is closed and its files on disk and tape are\n'
-                    'deleted.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), r.quarter)
+                    'deleted.\n', hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_name(r.account), hpcacct_internal.iso_date(r.quarter))
             END,
             'figures', pg_catalog.jsonb_build_object('quarter', r.quarter, 'action', r.action))))
         FROM new_rows r
@@ -16313,29 +16333,31 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, lab
                       'role="img" aria-label="%s">', width, height, width, height, hpcacct_internal.html_escape(title))
             || format('<rect x="0" y="0" width="%s" height="%s" fill="#ffffff"/>', width, height)
             || format('<text x="%s" y="20" font-family="sans-serif" font-size="14" font-weight="bold">%s</text>',
-                      left_x, hpcacct_internal.html_escape(title))
+                      left_x::numeric, hpcacct_internal.html_escape(title))
             || format('<text x="12" y="%s" font-family="sans-serif" font-size="11" transform="rotate(-90 12 %s)" '
-                      'text-anchor="middle">%s</text>', top_y + plot_h / 2, top_y + plot_h / 2, hpcacct_internal.html_escape(unit));
+                      'text-anchor="middle">%s</text>', (top_y + plot_h / 2)::numeric, (top_y + plot_h / 2)::numeric,
+                      hpcacct_internal.html_escape(unit));
         -- grid and y labels
         tick := lo;
         WHILE tick <= hi + step / 2 LOOP
             svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd"/>',
-                                 left_x, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
-                                 left_x + plot_w, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
+                                 left_x::numeric, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1),
+                                 (left_x + plot_w)::numeric, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h)::numeric, 1))
                        || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="end">%s</text>',
-                                 left_x - 4, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
+                                 (left_x - 4)::numeric, round((top_y + plot_h - (tick - lo) / (hi - lo) * plot_h + 3)::numeric, 1),
                                  hpcacct_internal.notify_number(tick::numeric));
             tick := tick + step;
         END LOOP;
-        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x, top_y, left_x, top_y + plot_h)
-                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x,
-                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), left_x + plot_w,
+        svg := svg || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x::numeric, top_y::numeric, left_x::numeric,
+                             (top_y + plot_h)::numeric)
+                   || format('<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#333333"/>', left_x::numeric,
+                             round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1), (left_x + plot_w)::numeric,
                              round((top_y + plot_h - (0 - lo) / (hi - lo) * plot_h)::numeric, 1));
         -- x labels
         FOR i IN 1 .. n LOOP
             CONTINUE WHEN coalesce(labels[i], '') = '';
             svg := svg || format('<text x="%s" y="%s" font-family="sans-serif" font-size="10" text-anchor="middle">%s</text>',
-                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), top_y + plot_h + 14,
+                                 round((left_x + (i - 0.5) * plot_w / n)::numeric, 1), (top_y + plot_h + 14)::numeric,
                                  hpcacct_internal.html_escape(labels[i]));
         END LOOP;
         SELECT count(*) INTO bars FROM jsonb_array_elements(series) e WHERE e.value ->> 'kind' = 'bar';
@@ -16382,10 +16404,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.svg_chart(title text, unit text, lab
                                      CASE WHEN s ->> 'kind' = 'dashed' THEN ' stroke-dasharray="6 4"' ELSE '' END);
             END IF;
             -- legend
-            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x, height - 20,
+            svg := svg || format('<rect x="%s" y="%s" width="12" height="12" fill="%s"%s/>', legend_x::numeric, height - 20,
                                  hpcacct_internal.html_escape(coalesce(s ->> 'color', '#1f77b4')),
                                  CASE WHEN s ->> 'kind' = 'band' THEN ' fill-opacity="0.3"' ELSE '' END)
-                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', legend_x + 16,
+                       || format('<text x="%s" y="%s" font-family="sans-serif" font-size="11">%s</text>', (legend_x + 16)::numeric,
                                  height - 10, hpcacct_internal.html_escape(s ->> 'name'));
             legend_x := legend_x + 26 + 6.5 * length(s ->> 'name');
         END LOOP;

@@ -1,0 +1,157 @@
+-- What hpcacct writes and says does not follow the formatting settings of the session that
+-- happens to run it (a portal's, a pg_cron job's, PGOPTIONS or ALTER ROLE ... SET): days in
+-- messages, their decision keys and submit refusals are ISO 8601 under any DateStyle, and
+-- figures are the same under any extra_float_digits.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(32);
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
+INSERT INTO contact (username, email) VALUES ('sf_a', 'a@example.org');
+
+-- ---- RWTH: a quota state change (notify_scan), written by a German session ----------------
+INSERT INTO account (name) VALUES ('sf_rw');
+SELECT add_member('sf_rw', 'sf_a', 'admin');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sf_rwth', 'c18m', 'cpu=48', 'cpu=1', 1, 'core-hours');
+SELECT add_quota_period('sf_rw', '2024-02-01', '2024-03-31', 1234.5678, 'sf_rwth', 'core-hours');
+SET LOCAL DateStyle = 'German, DMY';
+SELECT is(notify_scan('2024-01-20'), 1, 'a quota state change, scanned by a German session');
+SELECT is((SELECT subject FROM outbox WHERE account = 'sf_rw'), '[hpcacct] sf_rw: quota state low priority (2024-01-20)',
+          'its subject gives the day in ISO 8601');
+SELECT ok((SELECT body FROM outbox WHERE account = 'sf_rw')
+          ~ 'The accounting period starts on 2024-02-01: .*Accounting period: +2024-02-01 to 2024-03-31\n',
+          'its body the days of the period');
+SELECT is((SELECT decision_key FROM outbox WHERE account = 'sf_rw'), 'sf_rw/2024-01-20/normal/low_priority',
+          'and its decision key the day, as a session of DateStyle ISO writes it');
+SET LOCAL extra_float_digits = -15;
+SELECT is(notify_scan('2024-02-10'), 1, 'back to normal, scanned by a session of extra_float_digits -15');
+RESET extra_float_digits;
+SELECT is((SELECT (figures ->> 'monthly')::numeric FROM outbox WHERE account = 'sf_rw' AND figures ->> 'at' = '2024-02-10'),
+          (SELECT monthly::numeric FROM window_quota_usage('sf_rw', '2024-02-10')),
+          'its figures are the quota''s, not as the session printed them');
+
+-- ---- HLRN: a balance below a threshold: once, whichever session scans ----------------------
+INSERT INTO balance_threshold VALUES (20) ON CONFLICT DO NOTHING;
+INSERT INTO account (name) VALUES ('sf_hp');
+SELECT add_member('sf_hp', 'sf_a', 'admin');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sf_hlrn', 'mpp', 'cpu=24', 'cpu=1', 1.0 / 12, 'NPL');
+SELECT deposit('sf_hp', '2024-04-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('sf_hlrn', 'b1', 'sf_hp', 'sf_a', 'mpp', '2024-04-10 00:00+00', '2024-04-30 00:00+00', 'cpu=24', 'COMPLETED');
+CREATE TEMP VIEW sf_low AS SELECT count(*) AS n FROM outbox WHERE account = 'sf_hp' AND topic = 'balance_low';
+SET LOCAL DateStyle = 'SQL, DMY';
+SELECT notify_scan('2024-05-01');
+SELECT is((SELECT n FROM sf_low), 1::bigint, 'below 20 %: one message, scanned by a session of DateStyle SQL, DMY');
+SET LOCAL DateStyle = 'ISO, YMD';
+SELECT notify_scan('2024-05-02');
+SELECT is((SELECT n FROM sf_low), 1::bigint, 'a scan by a session of DateStyle ISO the next day: no second message');
+SET LOCAL DateStyle = 'Postgres, MDY';
+SELECT notify_scan('2024-05-03');
+SELECT is((SELECT n FROM sf_low), 1::bigint, 'nor by one of DateStyle Postgres');
+SELECT ok((SELECT body FROM outbox WHERE account = 'sf_hp' AND topic = 'balance_low' ORDER BY message_id LIMIT 1)
+          ~ 'of the quarter starting 2024-04-01 ',
+          'the message gives the quarter''s first day in ISO 8601');
+
+-- ---- HLRN: an allocation that runs out (notify_scan) ---------------------------------------
+INSERT INTO account (name) VALUES ('sf_ex');
+SELECT add_member('sf_ex', 'sf_a', 'admin');
+SELECT deposit('sf_ex', '2024-04-01', 1000);
+SET LOCAL DateStyle = 'German';
+SELECT notify_scan('2024-06-20');
+SELECT is((SELECT count(*) FROM outbox WHERE account = 'sf_ex'), 1::bigint, 'an allocation that runs out, scanned by a German session');
+SELECT is((SELECT subject FROM outbox WHERE account = 'sf_ex'), '[hpcacct] account sf_ex: no allocation from 2024-07-01, it expires',
+          'its subject gives the day in ISO 8601');
+SELECT ok((SELECT body FROM outbox WHERE account = 'sf_ex')
+          ~ 'ending 2024-06-30 but none for the\nquarter starting 2024-07-01 \(11 days from 2024-06-20\)',
+          'its body too');
+
+-- ---- HLRN: an expiry logged by open_quarter() ----------------------------------------------
+INSERT INTO quarter_log (quarter, account, action, target_quarter) VALUES ('2024-04-01', 'sf_a', 'expired', '2024-04-01');
+SELECT is((SELECT subject FROM outbox WHERE topic = 'account_expired' AND account = 'sf_a'),
+          '[hpcacct] account sf_a has expired (2024-04-01)', 'an expiry''s subject gives the quarter in ISO 8601');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'account_expired' AND account = 'sf_a')
+          ~ 'quarter starting 2024-04-01, so it\n.*next quarter start \(2024-07-01\)', 'and its body');
+
+-- ---- GENCI: a regulation outcome logged by regulate() --------------------------------------
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('sf_g', 100);
+INSERT INTO account (name) VALUES ('sf_gp');
+SELECT add_member('sf_gp', 'sf_a', 'admin');
+SET LOCAL extra_float_digits = -15;
+INSERT INTO regulation_log (run_date, run, account, machine, figures_at, outcome, alloc, granted, consumption, tc, tmc, delta)
+VALUES ('2024-06-15', 'monthly', 'sf_gp', 'sf_g', '2024-05-31', 'warning', 12000, 12000, 1000.25, 3000.5, 1000.125, -2000.25);
+SELECT is((SELECT subject FROM outbox WHERE account = 'sf_gp'), '[hpcacct] sf_gp on sf_g: under-consumption warning (2024-06-15)',
+          'a regulation warning''s subject gives the day in ISO 8601');
+SELECT ok((SELECT body FROM outbox WHERE account = 'sf_gp') ~ '^Dear project manager,\n\nOn 2024-05-31 project sf_gp '
+          AND (SELECT body FROM outbox WHERE account = 'sf_gp') ~ 'Figures at the end of 2024-05-31:',
+          'its body too');
+SELECT is((SELECT decision_key FROM outbox WHERE account = 'sf_gp'), 'sf_gp/sf_g/2024-06-15/monthly',
+          'and its decision key');
+SELECT is((SELECT figures - 'run_date' - 'figures_at' - 'run' - 'machine' FROM outbox WHERE account = 'sf_gp'),
+          '{"alloc": 12000, "tmc": 1000.125, "tc": 3000.5, "consumption": 1000.25, "delta": -2000.25,
+            "used_percent": null, "retracted": 0}'::jsonb,
+          'its figures are the log''s, written by a session of extra_float_digits -15');
+RESET extra_float_digits;
+RESET DateStyle;
+
+-- ---- submit refusals, which Slurm shows the user -------------------------------------------
+INSERT INTO account (name, kind) VALUES ('sf_future', 'project'), ('sf_past', 'project');
+SELECT add_member(a, 'sf_a', 'admin') FROM unnest(ARRAY['sf_future', 'sf_past']) AS a;
+SELECT deposit('sf_future', '2024-10-01', 1000);
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('sf_past', 'grant', 100, 'hours', 'sf_g', '2023-01-01', '2023-12-31');
+SET LOCAL DateStyle = 'German';
+SELECT is((check_submit('sf_a', 'sf_future', '2024-05-10')).message,
+          'account sf_future has no allocation for this quarter; its allocation begins on 2024-10-01: ask staff to move '
+          'allocation into this quarter, or submit with another account',
+          'an inactive account''s refusal gives the day its allocation begins in ISO 8601');
+SET LOCAL DateStyle = 'SQL, MDY';
+SELECT is((check_submit('sf_a', 'sf_past', '2024-05-10')).message,
+          'account sf_past has no allocation valid on 2024-05-10: submit with another account',
+          'a GENCI project without a grant: the day checked in ISO 8601');
+RESET DateStyle;
+
+-- ---- re-rating: the ledger's note names the instant in ISO 8601 ----------------------------
+SET LOCAL DateStyle = 'Postgres, DMY';
+SELECT isnt(rerate((SELECT resource_id FROM resource WHERE cluster = 'sf_hlrn'), 1.0 / 6, '2024-04-01 00:00+00'), NULL::bigint,
+            're-rating from an instant, by a session of DateStyle Postgres');
+RESET DateStyle;
+SELECT is((SELECT array_agg(DISTINCT note) FROM ledger WHERE account = 'sf_hp' AND note LIKE '%re-rated%'),
+          ARRAY['re-rated: resource ' || (SELECT min(resource_id) FROM resource WHERE cluster = 'sf_hlrn') || ' from 2024-04-01 00:00:00+00',
+                'reversal: re-rated: resource ' || (SELECT min(resource_id) FROM resource WHERE cluster = 'sf_hlrn') || ' from 2024-04-01 00:00:00+00'],
+          'its notes name the instant as a session of DateStyle ISO in UTC writes it');
+
+-- ---- statements: the same figures under any extra_float_digits -----------------------------
+-- (account_month()'s float8 figures went into its JSON as the session printed them: with
+-- extra_float_digits = -15 a TC of 3 000.5 hours was 3e+03, and statement_html() printed 3,000.00)
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sf_g', 'cpu', 'cpu=16', 'cpu=1', 1, 'hours');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('sf_gp', 'grant', 12345.67, 'hours', 'sf_g', '2024-01-01', '2024-12-31');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('sf_g', 'g1', 'sf_gp', 'sf_a', 'cpu', '2024-03-10 00:00+00', '2024-03-11 07:13+00', 'cpu=7', 'COMPLETED');
+CREATE TEMP TABLE shown AS
+SELECT a.account, account_month(a.account, '2024-05-01') AS month, statement_html(a.account, '2024-05-01') AS html
+FROM unnest(ARRAY['sf_gp', 'sf_rw']) AS a(account);
+SELECT ok((SELECT month -> 'regulation' -> 0 ->> 'tc' FROM shown WHERE account = 'sf_gp') ~ '^[0-9]+\.[0-9]+$',
+          'a GENCI statement''s TC is a decimal figure');
+CREATE TEMP TABLE first_page AS SELECT my_accounts('2024-03-15') AS m;
+SELECT ok((SELECT m FROM first_page) @? '$.accounts[*] ? (@.account == "sf_rw").quota.monthly',
+          'the first page shows sf_rw''s quota');
+SET LOCAL extra_float_digits = -15;
+SELECT is(account_month('sf_gp', '2024-05-01'), (SELECT month FROM shown WHERE account = 'sf_gp'),
+          'a GENCI statement''s figures with extra_float_digits = -15 are those of a default session');
+SELECT is(statement_html('sf_gp', '2024-05-01'), (SELECT html FROM shown WHERE account = 'sf_gp'),
+          'and so is its page, chart included');
+SELECT is(account_month('sf_rw', '2024-05-01'), (SELECT month FROM shown WHERE account = 'sf_rw'),
+          'a window quota statement''s figures too');
+SELECT is(statement_html('sf_rw', '2024-05-01'), (SELECT html FROM shown WHERE account = 'sf_rw'), 'and its page');
+SELECT is(my_accounts('2024-03-15') - 'user', (SELECT m - 'user' FROM first_page),
+          'the portal''s first page (my_accounts()) too');
+SET LOCAL extra_float_digits = 0;
+SELECT is(account_month('sf_gp', '2024-05-01'), (SELECT month FROM shown WHERE account = 'sf_gp'),
+          'with extra_float_digits = 0 too');
+SELECT is(my_accounts('2024-03-15') - 'user', (SELECT m - 'user' FROM first_page), 'and the first page');
+RESET extra_float_digits;
+
+SELECT * FROM finish();
+ROLLBACK;
