@@ -275,7 +275,10 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                 SELECT CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
                             THEN 'line:' || coalesce(p.line, '')
                             ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
-                                 || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
+                                 -- (the epoch as numeric: a float8's text follows extra_float_digits,
+                                 -- with -15 2e+09 for every run of a job id)
+                                 || coalesce(pg_catalog.trim_scale(EXTRACT(epoch FROM p.t_submit))::text,
+                                             'raw:' || coalesce(p.submit, ''))
                        END AS job_key) k
             OFFSET 0
         ), ranked AS (
@@ -323,7 +326,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                    -- cancelled while it waited: Slurm 22.05 may record Start = End and no allocation
                    WHEN r.alloctres = '' AND r.t_end = r.t_start THEN 'never_started'
                    WHEN r.t_end - r.t_start > max_length
-                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
+                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length ('
+                            || @extschema@.setting_value('max_job_length') || ')'
                    WHEN r.alloc IS NULL
                        THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
                             || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
@@ -334,7 +338,8 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                             || r.charged_account || '"'
                    WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
-                            || r.partition || '" at ' || r.t_start
+                            || r.partition || '" at '  -- (in ISO 8601 and UTC, whatever the session's settings)
+                            || pg_catalog.to_char(r.t_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;

@@ -12673,6 +12673,9 @@ COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
 -- notify_regulation(), notify_quarter(), notify_scan(), account_verdict(), rerate(), svg_chart(),
 -- account_month(), my_accounts(): defined in the final definitions
 
+-- ==== load_sacct(): a run's key from the submit epoch as numeric (with extra_float_digits -15 every run of a job id keyed 2e+09: the second run a day later was a duplicate, not charged); quarantine reasons name the start in ISO 8601 and UTC and max_job_length as written, not in the session's DateStyle, TimeZone and IntervalStyle ---
+-- load_sacct(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14903,7 +14906,10 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                 SELECT CASE WHEN p.cluster IS NULL AND p.jobid IS NULL AND p.submit IS NULL
                             THEN 'line:' || coalesce(p.line, '')
                             ELSE coalesce(p.cluster, '') || '|' || coalesce(p.jobid, '') || '|'
-                                 || coalesce(pg_catalog.date_part('epoch', p.t_submit)::text, 'raw:' || coalesce(p.submit, ''))
+                                 -- (the epoch as numeric: a float8's text follows extra_float_digits,
+                                 -- with -15 2e+09 for every run of a job id)
+                                 || coalesce(pg_catalog.trim_scale(EXTRACT(epoch FROM p.t_submit))::text,
+                                             'raw:' || coalesce(p.submit, ''))
                        END AS job_key) k
             OFFSET 0
         ), ranked AS (
@@ -14951,7 +14957,8 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                    -- cancelled while it waited: Slurm 22.05 may record Start = End and no allocation
                    WHEN r.alloctres = '' AND r.t_end = r.t_start THEN 'never_started'
                    WHEN r.t_end - r.t_start > max_length
-                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length (' || max_length || ')'
+                       THEN 'quarantine:HA004:the job claims to have run longer than max_job_length ('
+                            || @extschema@.setting_value('max_job_length') || ')'
                    WHEN r.alloc IS NULL
                        THEN 'quarantine:' || pg_catalog.left(@extschema@.tres_problem(r.alloctres), 5) || ':'
                             || pg_catalog.substr(@extschema@.tres_problem(r.alloctres), 7)
@@ -14962,7 +14969,8 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                             || r.charged_account || '"'
                    WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
-                            || r.partition || '" at ' || r.t_start
+                            || r.partition || '" at '  -- (in ISO 8601 and UTC, whatever the session's settings)
+                            || pg_catalog.to_char(r.t_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;

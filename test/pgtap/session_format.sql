@@ -4,7 +4,7 @@
 -- figures are the same under any extra_float_digits.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(32);
+SELECT plan(35);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
@@ -152,6 +152,38 @@ SELECT is(account_month('sf_gp', '2024-05-01'), (SELECT month FROM shown WHERE a
           'with extra_float_digits = 0 too');
 SELECT is(my_accounts('2024-03-15') - 'user', (SELECT m - 'user' FROM first_page), 'and the first page');
 RESET extra_float_digits;
+
+-- ---- the loader: a run's key and the quarantine's reasons ----------------------------------
+-- (a job's key is cluster|jobid|submit epoch: with extra_float_digits = -15 the epoch printed as
+-- 2e+09, and two runs of one job id a day apart were one run, the second a duplicate)
+INSERT INTO account (name) VALUES ('sf_ld');
+SELECT add_member('sf_ld', 'sf_a', 'member');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('sf_ldr', 'cpu', 'cpu=24', 'cpu=1', 1, 'core-hours');
+SET LOCAL extra_float_digits = -15;
+SET LOCAL DateStyle = 'German';
+SET LOCAL IntervalStyle = 'sql_standard';
+SET LOCAL TimeZone = 'Asia/Kolkata';
+INSERT INTO sacct_staging (lineno, line, cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state)
+VALUES (1, 'l1', 'sf_ldr', '900', 'sf_ld', 'sf_a', 'cpu', '2024-03-01T00:00:00+0000', '2024-03-01T00:00:00+0000',
+        '2024-03-01T01:00:00+0000', 'cpu=1', 'COMPLETED'),
+       (2, 'l2', 'sf_ldr', '900', 'sf_ld', 'sf_a', 'cpu', '2024-03-02T00:00:00+0000', '2024-03-02T00:00:00+0000',
+        '2024-03-02T02:00:00+0000', 'cpu=1', 'COMPLETED'),
+       (3, 'l3', 'sf_ldr', '901', 'sf_ld', 'sf_a', 'gpu', '2024-03-03T00:00:00+0000', '2024-03-03T00:00:00+0000',
+        '2024-03-03T01:00:00+0000', 'cpu=1', 'COMPLETED'),
+       (4, 'l4', 'sf_ldr', '902', 'sf_ld', 'sf_a', 'cpu', '2023-01-01T00:00:00+0000', '2023-01-01T00:00:00+0000',
+        '2024-06-01T00:00:00+0000', 'cpu=1', 'COMPLETED');
+SELECT is((SELECT inserted FROM load_sacct()), 2::bigint,
+          'two runs of one job id, a day apart, loaded by a session of extra_float_digits -15: both are charged');
+RESET extra_float_digits;
+RESET DateStyle;
+RESET IntervalStyle;
+RESET TimeZone;
+SELECT is((SELECT reason FROM sacct_quarantine WHERE cluster = 'sf_ldr' AND jobid = '901'),
+          'no resource for cluster "sf_ldr" partition "gpu" at 2024-03-03 00:00:00+00',
+          'a job without a resource: the reason names its start in ISO 8601 and UTC');
+SELECT is((SELECT reason FROM sacct_quarantine WHERE cluster = 'sf_ldr' AND jobid = '902'),
+          'the job claims to have run longer than max_job_length (' || setting_value('max_job_length') || ')',
+          'a job too long: the reason names the setting as it was written');
 
 SELECT * FROM finish();
 ROLLBACK;
