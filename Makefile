@@ -77,7 +77,7 @@ src/core/%.o: src/core/%.cpp $(wildcard src/core/*.hpp)
 	$(CXX) $(CORE_CXXFLAGS) -c -o $@ $<
 
 # The loader links the core's sacct module and libpq (libpq-dev), nothing of the server.
-$(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/core/error.hpp
+$(LOADER): src/bin/hpcacct-sacct.cpp src/core/sacct.o src/core/sacct.hpp src/core/error.hpp src/bin/pq.hpp
 	$(CXX) $(CMD_CXXFLAGS) -O2 -g -o $@ $< src/core/sacct.o $(PQ_LIBS)
 
 # PGXS's own rule knows no header dependencies: the glue is rebuilt when any header changes.

@@ -176,6 +176,12 @@ struct Db {
         }
         PGresult *r = PQexec(conn, "SET application_name = 'hpcacct-notify'");
         PQclear(r);
+        const std::string error = hpcacct::pq::set_session_format(conn);
+        if (!error.empty()) {
+            log_line("database: cannot set the session's formatting: " + error);
+            close();
+            return false;
+        }
         r = PQexec(conn, "LISTEN hpcacct_outbox");
         bool good = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);

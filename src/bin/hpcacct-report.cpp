@@ -126,6 +126,12 @@ struct Db {
             conn = nullptr;
             throw Failure("cannot connect to the database: " + msg);
         }
+        const std::string error = hpcacct::pq::set_session_format(conn);
+        if (!error.empty()) {
+            PQfinish(conn);
+            conn = nullptr;
+            throw Failure("cannot set the session's formatting: " + error);
+        }
     }
     ~Db() {
         if (conn) PQfinish(conn);

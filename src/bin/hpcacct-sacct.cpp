@@ -10,6 +10,7 @@
 // load, 2 on a usage error. No exception leaves main().
 #include "core/error.hpp"
 #include "core/sacct.hpp"
+#include "pq.hpp"
 
 #include <libpq-fe.h>
 
@@ -65,6 +66,12 @@ public:
             PQfinish(conn_);
             conn_ = nullptr;
             throw Failure("cannot connect: " + trimmed(message));
+        }
+        const std::string error = hpcacct::pq::set_session_format(conn_);
+        if (!error.empty()) {
+            PQfinish(conn_);
+            conn_ = nullptr;
+            throw Failure("cannot set the session's formatting: " + error);
         }
     }
     ~Connection() {

@@ -1,5 +1,6 @@
-// What hpcacct's libpq clients share (hpcacct-notify, hpcacct-report): a result that clears
-// itself, a statement with text parameters, and the server's error as psql prints it.
+// What hpcacct's libpq clients share (hpcacct-notify, hpcacct-report, hpcacct-sacct): a result
+// that clears itself, a statement with text parameters, the server's error as psql prints it,
+// and the session's formatting settings.
 #pragma once
 
 #include <libpq-fe.h>
@@ -18,6 +19,17 @@ inline Result exec(PGconn *conn, const char *sql, const std::vector<std::string>
     for (const auto &s : params) values.push_back(s.c_str());
     return Result(PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0),
                   PQclear);
+}
+
+// The formatting settings of a default session, whatever PGOPTIONS, PGDATESTYLE or ALTER ROLE
+// ... SET gave this one: what a command prints, sends or writes must not change with them.
+// The session's TimeZone is kept (the SQL does not depend on it). Returns the error, or "".
+inline std::string set_session_format(PGconn *conn) {
+    PGresult *r = PQexec(conn, "SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
+    std::string error = PQresultStatus(r) == PGRES_COMMAND_OK ? "" : PQresultErrorMessage(r);
+    PQclear(r);
+    while (!error.empty() && error.back() == '\n') error.pop_back();
+    return error;
 }
 
 inline bool succeeded(const PGresult *r) {

@@ -75,6 +75,18 @@ ok $? "-o FILE, the database from PGDATABASE, a day naming its month" "$(cat "$w
 "$report" -d "postgresql:///hpcacct_statements?host=$PGHOST" --json nip00042 2025-05 >"$work/month.json" 2>"$work/report.err"
 is "$(psql -X -At -d hpcacct_statements -c "SELECT (\$\$$(cat "$work/month.json")\$\$::jsonb) = hpcacct.account_month('nip00042', '2025-05-01')")" t \
    "--json writes account_month() (a URI for -d)"
+# what it writes does not follow the formatting settings its environment gives the session
+# (with extra_float_digits -15 a GENCI page's TC of 3 000.5 hours was 3e+03, printed 3,000.00)
+"$report" -d hpcacct_statements gen7001 2025-09 >"$work/genci-default.html" 2>/dev/null
+"$report" -d hpcacct_statements --json gen7001 2025-09 >"$work/genci-default.json" 2>/dev/null
+for opts in '-c DateStyle=German -c IntervalStyle=sql_standard -c extra_float_digits=-15' \
+            '-c DateStyle=SQL,DMY -c IntervalStyle=iso_8601 -c extra_float_digits=0'; do
+    PGOPTIONS="$opts" "$report" -d hpcacct_statements gen7001 2025-09 >"$work/genci-opts.html" 2>"$work/report.err"
+    PGOPTIONS="$opts" "$report" -d hpcacct_statements --json gen7001 2025-09 >"$work/genci-opts.json" 2>>"$work/report.err"
+    [ -s "$work/genci-default.html" ] && cmp -s "$work/genci-opts.html" "$work/genci-default.html" \
+        && cmp -s "$work/genci-opts.json" "$work/genci-default.json"
+    ok $? "PGOPTIONS='$opts': the same page and JSON as a default session's" "$(cat "$work/report.err")"
+done
 mkdir "$work/all"
 "$report" -d hpcacct_statements --all -o "$work/all" 2025-05 2>"$work/report.err"; rc=$?
 is "$rc $(cd "$work/all" && ls | paste -sd' ')" \

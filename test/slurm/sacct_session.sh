@@ -38,5 +38,25 @@ for session in 'Asia/Kolkata|SQL, DMY' 'America/Havana|Postgres' 'Asia/Shanghai|
     check "its watermark is the run's time ($zone, $style: ${gap:-none} s away)" \
         "$([ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g < 60) }' && echo t || echo f)"
 done
+
+# Two runs of one job id a day apart, loaded in a session whose PGOPTIONS print float8 with one
+# digit (extra_float_digits -15: both submit epochs 2e+09, one key), days in German and
+# intervals in the SQL standard's style: both are charged, and the report is a default session's.
+psql -q -X -d "$db" -c 'TRUNCATE hpcacct.sacct_watermark' -c "INSERT INTO hpcacct.account (name) VALUES ('tzacct')" \
+     -c "INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit) VALUES ('tzc', 'cpu', 'cpu=24', 'cpu=1', 1, 'core-hours')"
+cat >"$fake/sacct" <<'SH'
+#!/bin/sh
+printf 'Cluster\037JobID\037JobIDRaw\037Account\037User\037Partition\037Submit\037Start\037End\037ElapsedRaw\037AllocTRES\037ReqTRES\037State\037QOS\037NodeList\n'
+printf 'tzc\037900\037900\037tzacct\037u1\037cpu\0371709251200\0371709251200\0371709254800\0373600\037cpu=1\037cpu=1\037COMPLETED\037normal\037n1\n'
+printf 'tzc\037900\037900\037tzacct\037u1\037cpu\0371709337600\0371709337600\0371709344800\0377200\037cpu=1\037cpu=1\037COMPLETED\037normal\037n1\n'
+SH
+out=$(PATH="$fake:$PATH" PGOPTIONS='-c extra_float_digits=-15 -c DateStyle=German -c IntervalStyle=sql_standard' \
+      "$bindir/hpcacct-sacct" -d "$db" run -M tzc --since 2024-03-01T00:00:00 2>&1)
+grep -q ' lines=2 inserted=2 ' <<<"$out"
+check "two runs of one job id, loaded under PGOPTIONS extra_float_digits=-15: both inserted" "$([ $? -eq 0 ] && echo t || echo f)"
+[ "$(grep -c . <<<"$out")" -eq 1 ] || echo "# $out"
+charged=$(psql -X -A -t -d "$db" -c "SELECT count(*) FROM hpcacct.ledger WHERE cluster = 'tzc' AND jobid = '900' AND kind = 'charge'")
+check "and both charged ($charged charges)" "$([ "$charged" = 2 ] && echo t || echo f)"
+
 dropdb "$db"
 report sacct_session
