@@ -377,8 +377,10 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
             'topic', CASE WHEN e.held THEN 'job_held' ELSE 'job_released' END,
+            -- (the instant in ISO 8601 and UTC, not in the session's DateStyle and TimeZone)
             'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN e.held THEN 'held' ELSE 'released' END,
-                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+                                                 pg_catalog.to_char(coalesce(n.checked_at, pg_catalog.statement_timestamp())
+                                                                    AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'),
             -- the account as check_submit() resolves it (none named: the user's default project);
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),

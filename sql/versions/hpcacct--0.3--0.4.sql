@@ -12673,6 +12673,9 @@ COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
 -- notify_regulation(), notify_quarter(), notify_scan(), account_verdict(), rerate(), svg_chart(),
 -- account_month(), my_accounts(): defined in the final definitions
 
+-- ==== notify_hold(): a held or released job's decision key names the check's instant in ISO 8601 and UTC (a German session in Kolkata wrote '10.05.2024 17:30:00.5 IST') ---
+-- notify_hold(): defined in the final definitions
+
 -- ==== load_sacct(): a run's key from the submit epoch as numeric (with extra_float_digits -15 every run of a job id keyed 2e+09: the second run a day later was a duplicate, not charged); quarantine reasons name the start in ISO 8601 and UTC and max_job_length as written, not in the session's DateStyle, TimeZone and IntervalStyle ---
 -- load_sacct(): defined in the final definitions
 
@@ -16220,8 +16223,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
             'topic', CASE WHEN e.held THEN 'job_held' ELSE 'job_released' END,
+            -- (the instant in ISO 8601 and UTC, not in the session's DateStyle and TimeZone)
             'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN e.held THEN 'held' ELSE 'released' END,
-                                                 coalesce(n.checked_at, pg_catalog.statement_timestamp())),
+                                                 pg_catalog.to_char(coalesce(n.checked_at, pg_catalog.statement_timestamp())
+                                                                    AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'),
             -- the account as check_submit() resolves it (none named: the user's default project);
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),

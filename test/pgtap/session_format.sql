@@ -4,7 +4,7 @@
 -- figures are the same under any extra_float_digits.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(35);
+SELECT plan(36);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
@@ -92,6 +92,14 @@ SELECT is((SELECT figures - 'run_date' - 'figures_at' - 'run' - 'machine' FROM o
             "used_percent": null, "retracted": 0}'::jsonb,
           'its figures are the log''s, written by a session of extra_float_digits -15');
 RESET extra_float_digits;
+
+-- ---- a held job: its decision key names the check's instant in ISO 8601 and UTC ------------
+SET LOCAL TimeZone = 'Asia/Kolkata';
+INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('sf_c', 'h1', 'sf_a', 'sf_gp');
+UPDATE pending_job SET held = true, hold_reason = 'a test hold', checked_at = '2024-05-10 12:00:00.5+00' WHERE cluster = 'sf_c';
+SELECT is((SELECT decision_key FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h1'),
+          'sf_c/h1/held/2024-05-10 12:00:00.500000+00', 'a held job''s decision key, written by a German session in Kolkata');
+RESET TimeZone;
 RESET DateStyle;
 
 -- ---- submit refusals, which Slurm shows the user -------------------------------------------
