@@ -55,7 +55,7 @@ WHERE x ->> 'account' LIKE 'fg\_%';
 
 SELECT is((SELECT count(*) FROM ledger WHERE jobid = 'a3' AND kind = 'charge'), 3::bigint,
           'setup: the re-rated job has its charge, a reversal and a new charge');
-SELECT is((SELECT string_agg(p.day || ' ' || p.account || ' ' || p.machine, ', ' ORDER BY p.day, p.account, p.machine)
+SELECT is((SELECT string_agg(to_char(p.day, 'YYYY-MM-DD') || ' ' || p.account || ' ' || p.machine, ', ' ORDER BY p.day, p.account, p.machine)
            FROM page p WHERE p.day < '2026-01-01'),
           '2024-12-31 fg_old fg_a, 2024-12-31 fg_two fg_p, '
           '2025-01-15 fg_ret fg_a, 2025-01-15 fg_two fg_a, 2025-01-15 fg_two fg_p, '

@@ -24,8 +24,8 @@ SELECT is((SELECT x -> 'this_month' FROM jsonb_array_elements(my_accounts('2023-
           'my_accounts() in a session of America/Asuncion: October''s charges from the site''s midnight of the 1st');
 
 SET LOCAL TimeZone = 'Pacific/Apia';
-SELECT is((SELECT array_agg(d.day ORDER BY d.day)::text FROM hpcacct_internal.charges_to_day_end('pr_a', NULL, NULL, '2011-12-28', '2012-01-01') d),
-          '{2011-12-28,2011-12-29,2011-12-30,2011-12-31,2012-01-01}',
+SELECT is((SELECT array_agg(d.day ORDER BY d.day) FROM hpcacct_internal.charges_to_day_end('pr_a', NULL, NULL, '2011-12-28', '2012-01-01') d),
+          '{2011-12-28,2011-12-29,2011-12-30,2011-12-31,2012-01-01}'::date[],
           'charges_to_day_end() in a session of Pacific/Apia: every day of the site''s calendar');
 SELECT is((SELECT (p ->> 1)::numeric FROM jsonb_array_elements(account_month('pr_a', '2011-12-01') -> 'bank' -> 'days') p
            WHERE p ->> 0 = '2011-12-30'), 998.00::numeric,
