@@ -12679,6 +12679,9 @@ COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
 -- ==== load_sacct(): a run's key from the submit epoch as numeric (with extra_float_digits -15 every run of a job id keyed 2e+09: the second run a day later was a duplicate, not charged); quarantine reasons name the start in ISO 8601 and UTC and max_job_length as written, not in the session's DateStyle, TimeZone and IntervalStyle ---
 -- load_sacct(): defined in the final definitions
 
+-- ==== check_setting(): an interval setting (max_job_length, half_life, period, notify_order_wait) beginning with a minus sign is 22023 (a default session took '-1 26:00:00' as 2 hours; a session of IntervalStyle sql_standard reads it as -50 hours) ---
+-- check_setting(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15457,6 +15460,15 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
             RAISE EXCEPTION 'unknown time zone "%"', NEW.value
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
+        END IF;
+        -- An interval is read by every session in its IntervalStyle: under sql_standard a leading
+        -- minus applies to every field ('-1 26:00:00' is -50 hours there, 2 hours elsewhere).
+        -- A value of these, never negative, has no need of one.
+        IF NEW.name IN ('max_job_length', 'half_life', 'period', 'notify_order_wait') AND NEW.value ~ '^\s*-' THEN
+            RAISE EXCEPTION '% must not begin with a minus sign, not "%"', NEW.name, NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A session of IntervalStyle sql_standard reads a leading minus as applying to every field: '
+                             'write the value without it, e.g. ''2 hours''.';
         END IF;
         IF NEW.name = 'max_job_length' THEN
             BEGIN

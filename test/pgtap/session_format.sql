@@ -4,7 +4,7 @@
 -- figures are the same under any extra_float_digits.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(36);
+SELECT plan(39);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
@@ -192,6 +192,19 @@ SELECT is((SELECT reason FROM sacct_quarantine WHERE cluster = 'sf_ldr' AND jobi
 SELECT is((SELECT reason FROM sacct_quarantine WHERE cluster = 'sf_ldr' AND jobid = '902'),
           'the job claims to have run longer than max_job_length (' || setting_value('max_job_length') || ')',
           'a job too long: the reason names the setting as it was written');
+
+-- ---- interval settings: read alike under every IntervalStyle --------------------------------
+-- ('-1 26:00:00' is 2 hours to a default session, -50 hours to one of IntervalStyle sql_standard)
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('max_job_length', '-1 26:00:00')$$, '22023',
+                 'max_job_length must not begin with a minus sign, not "-1 26:00:00"',
+                 'a max_job_length with a leading minus is refused');
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('notify_order_wait', ' -0 5:00:00')$$, '22023', NULL,
+                 'so is a notify_order_wait');
+SET LOCAL IntervalStyle = 'iso_8601';
+SELECT lives_ok($$INSERT INTO hpcacct.setting VALUES ('half_life', 'P14DT12H')
+                  ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value$$,
+                'a half_life written as an ISO 8601 session prints it is taken');
+RESET IntervalStyle;
 
 SELECT * FROM finish();
 ROLLBACK;
