@@ -4,7 +4,7 @@
 -- figures are the same under any extra_float_digits.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(39);
+SELECT plan(40);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
@@ -146,8 +146,10 @@ CREATE TEMP TABLE first_page AS SELECT my_accounts('2024-03-15') AS m;
 SELECT ok((SELECT m FROM first_page) @? '$.accounts[*] ? (@.account == "sf_rw").quota.monthly',
           'the first page shows sf_rw''s quota');
 SET LOCAL extra_float_digits = -15;
+SET LOCAL DateStyle = 'German';
+SET LOCAL IntervalStyle = 'sql_standard';
 SELECT is(account_month('sf_gp', '2024-05-01'), (SELECT month FROM shown WHERE account = 'sf_gp'),
-          'a GENCI statement''s figures with extra_float_digits = -15 are those of a default session');
+          'a GENCI statement''s figures with extra_float_digits = -15 (DateStyle German) are those of a default session');
 SELECT is(statement_html('sf_gp', '2024-05-01'), (SELECT html FROM shown WHERE account = 'sf_gp'),
           'and so is its page, chart included');
 SELECT is(account_month('sf_rw', '2024-05-01'), (SELECT month FROM shown WHERE account = 'sf_rw'),
@@ -156,10 +158,15 @@ SELECT is(statement_html('sf_rw', '2024-05-01'), (SELECT html FROM shown WHERE a
 SELECT is(my_accounts('2024-03-15') - 'user', (SELECT m - 'user' FROM first_page),
           'the portal''s first page (my_accounts()) too');
 SET LOCAL extra_float_digits = 0;
+SET LOCAL DateStyle = 'SQL, DMY';
+SET LOCAL IntervalStyle = 'postgres_verbose';
 SELECT is(account_month('sf_gp', '2024-05-01'), (SELECT month FROM shown WHERE account = 'sf_gp'),
-          'with extra_float_digits = 0 too');
+          'with extra_float_digits = 0 (DateStyle SQL, DMY) too');
+SELECT is(statement_html('sf_gp', '2024-05-01'), (SELECT html FROM shown WHERE account = 'sf_gp'), 'and its page');
 SELECT is(my_accounts('2024-03-15') - 'user', (SELECT m - 'user' FROM first_page), 'and the first page');
 RESET extra_float_digits;
+RESET DateStyle;
+RESET IntervalStyle;
 
 -- ---- the loader: a run's key and the quarantine's reasons ----------------------------------
 -- (a job's key is cluster|jobid|submit epoch: with extra_float_digits = -15 the epoch printed as
