@@ -460,7 +460,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                         ORDER BY l.valid_from DESC, l.entry_id DESC
                         LIMIT 1),
                        o.machine, d, y_end,
-                       format('hpcacct.regulate(%s): %s regulation', d,
+                       format('hpcacct.regulate(%s): %s regulation', hpcacct_internal.iso_date(d),
                               CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
                 FROM outcome o
                 WHERE o.hours > 0

@@ -723,8 +723,9 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
         END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
-            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
-                                           r.lease_owner, r.lease_until)
+            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s+00): not sent again',
+                                           r.lease_owner,
+                                           pg_catalog.to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'))
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY

@@ -12682,6 +12682,9 @@ COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
 -- ==== check_setting(): an interval setting (max_job_length, half_life, period, notify_order_wait) beginning with a minus sign is 22023 (a default session took '-1 26:00:00' as 2 hours; a session of IntervalStyle sql_standard reads it as -50 hours) ---
 -- check_setting(): defined in the final definitions
 
+-- ==== regulate()'s retraction note and outbox_claim()'s note of a sender that stopped give their day and instant in ISO 8601 (UTC), not in the session's DateStyle and TimeZone ---
+-- regulate(), outbox_claim(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14244,8 +14247,9 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
-            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
-                                           r.lease_owner, r.lease_until)
+            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s+00): not sent again',
+                                           r.lease_owner,
+                                           pg_catalog.to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'))
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
@@ -15398,7 +15402,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                         ORDER BY l.valid_from DESC, l.entry_id DESC
                         LIMIT 1),
                        o.machine, d, y_end,
-                       format('hpcacct.regulate(%s): %s regulation', d,
+                       format('hpcacct.regulate(%s): %s regulation', hpcacct_internal.iso_date(d),
                               CASE WHEN kind_of_run = 'monthly' THEN 'monthly' ELSE 'annual' END)
                 FROM outcome o
                 WHERE o.hours > 0

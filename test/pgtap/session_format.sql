@@ -4,7 +4,7 @@
 -- figures are the same under any extra_float_digits.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(40);
+SELECT plan(42);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
@@ -212,6 +212,32 @@ SELECT lives_ok($$INSERT INTO hpcacct.setting VALUES ('half_life', 'P14DT12H')
                   ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value$$,
                 'a half_life written as an ISO 8601 session prints it is taken');
 RESET IntervalStyle;
+
+-- ---- notes: a retraction regulate() books, a delivery a stopped sender left in sending ------
+INSERT INTO account (name) VALUES ('sf_rg');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('sf_rg', 'grant', 1200, 'core-hours', 'sf_g', '2024-01-01', '2024-12-31');
+SET LOCAL DateStyle = 'German, DMY';
+CALL regulate('2024-07-15');
+SELECT is((SELECT note FROM ledger WHERE account = 'sf_rg' AND kind = 'retraction'),
+          'hpcacct.regulate(2024-07-15): monthly regulation',
+          'a retraction''s note, booked by a German session, gives the run''s day in ISO 8601');
+RESET DateStyle;
+SELECT add_user('sf_l', '2024-01-05');
+INSERT INTO contact (username, email) VALUES ('sf_l', 'l@example.org');
+CREATE TEMP TABLE sf_lease AS
+SELECT outbox_add('quota_state', 'sf/lease', NULL, 'lease', E'lease\n', '{}', false, ARRAY['sf_l']) AS id;
+SELECT count(*) FROM outbox_claim('w1', '1 minute', 1000);
+SELECT outbox_sending('w1', r.recipient_id) FROM outbox_recipient r WHERE r.message_id = (SELECT id FROM sf_lease);
+UPDATE outbox_recipient SET lease_until = '2024-05-01 10:00:00+00' WHERE message_id = (SELECT id FROM sf_lease);
+SET LOCAL DateStyle = 'German, DMY';
+SET LOCAL TimeZone = 'Asia/Kolkata';
+SELECT count(*) FROM outbox_claim('w2', '1 minute', 1000);
+RESET DateStyle;
+RESET TimeZone;
+SELECT is((SELECT last_error FROM outbox_recipient WHERE message_id = (SELECT id FROM sf_lease)),
+          'sender w1 stopped while sending (lease until 2024-05-01 10:00:00+00): not sent again',
+          'a delivery left in sending: its note, written by a German session in Kolkata, gives the lease''s end in ISO 8601 and UTC');
 
 SELECT * FROM finish();
 ROLLBACK;
