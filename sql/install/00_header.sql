@@ -114,7 +114,9 @@ SELECT pg_catalog.pg_extension_config_dump('hpcacct_internal.run_day', '');
 
 -- Records that run ran for day, in the caller's transaction, and returns NULL; or, when it
 -- ran already for a later day, records nothing and returns that day (the caller refuses).
--- A run of the same day again writes nothing. The caller serializes its runs first.
+-- A run of the same day again writes nothing. Runs wait for each other on the run's row
+-- until the transaction ends; a run's first one inserts it first, so that a second first run
+-- waits for it (and then reads its day) rather than find no row and record an earlier day.
 CREATE FUNCTION hpcacct_internal.run_in_order(run text, day date) RETURNS date
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -125,14 +127,17 @@ CREATE FUNCTION hpcacct_internal.run_in_order(run text, day date) RETURNS date
         IF run IS NULL OR day IS NULL THEN
             RAISE EXCEPTION 'run_in_order needs a run and a day' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        INSERT INTO hpcacct_internal.run_day (run, last_day) VALUES (run_in_order.run, day)
+        ON CONFLICT ON CONSTRAINT run_day_pkey DO NOTHING;
+        IF FOUND THEN
+            RETURN NULL;  -- the first run
+        END IF;
         SELECT r.last_day INTO last FROM hpcacct_internal.run_day r WHERE r.run = run_in_order.run FOR UPDATE;
         IF last > day THEN
             RETURN last;
-        ELSIF last = day THEN
-            RETURN NULL;
+        ELSIF last < day THEN
+            UPDATE hpcacct_internal.run_day r SET last_day = day WHERE r.run = run_in_order.run;
         END IF;
-        INSERT INTO hpcacct_internal.run_day AS r (run, last_day) VALUES (run_in_order.run, day)
-        ON CONFLICT ON CONSTRAINT run_day_pkey DO UPDATE SET last_day = greatest(r.last_day, excluded.last_day);
         RETURN NULL;
     END
     $$;

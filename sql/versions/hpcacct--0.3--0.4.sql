@@ -17913,14 +17913,17 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.run_in_order(run text, day date) RET
         IF run IS NULL OR day IS NULL THEN
             RAISE EXCEPTION 'run_in_order needs a run and a day' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        INSERT INTO hpcacct_internal.run_day (run, last_day) VALUES (run_in_order.run, day)
+        ON CONFLICT ON CONSTRAINT run_day_pkey DO NOTHING;
+        IF FOUND THEN
+            RETURN NULL;  -- the first run
+        END IF;
         SELECT r.last_day INTO last FROM hpcacct_internal.run_day r WHERE r.run = run_in_order.run FOR UPDATE;
         IF last > day THEN
             RETURN last;
-        ELSIF last = day THEN
-            RETURN NULL;
+        ELSIF last < day THEN
+            UPDATE hpcacct_internal.run_day r SET last_day = day WHERE r.run = run_in_order.run;
         END IF;
-        INSERT INTO hpcacct_internal.run_day AS r (run, last_day) VALUES (run_in_order.run, day)
-        ON CONFLICT ON CONSTRAINT run_day_pkey DO UPDATE SET last_day = greatest(r.last_day, excluded.last_day);
         RETURN NULL;
     END
     $$;

@@ -8,7 +8,7 @@
 -- no unique violation or deadlock.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(63);
+SELECT plan(64);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 
@@ -254,9 +254,9 @@ SELECT dblink_exec('a', 'SET client_min_messages = warning');
 SELECT dblink_exec('b', 'SET client_min_messages = warning');
 SELECT pid AS b_pid FROM dblink('b', 'SELECT pg_backend_pid()') AS t(pid integer) \gset
 
--- a runs `run` and keeps its transaction open; b runs it too (under `isolation`); returns
--- whether b waited for a, then a's and b's outcomes, after a commits
-CREATE FUNCTION pg_temp.overlap(run text, isolation text DEFAULT 'READ COMMITTED') RETURNS text
+-- a runs `run` and keeps its transaction open; b runs it too, or run_b (under `isolation`);
+-- returns whether b waited for a, then a's and b's outcomes, after a commits
+CREATE FUNCTION pg_temp.overlap(run text, isolation text DEFAULT 'READ COMMITTED', run_b text DEFAULT NULL) RETURNS text
     LANGUAGE plpgsql AS $$
     DECLARE
         a_outcome text;
@@ -266,7 +266,7 @@ CREATE FUNCTION pg_temp.overlap(run text, isolation text DEFAULT 'READ COMMITTED
         PERFORM dblink_exec('a', 'BEGIN');
         SELECT o INTO a_outcome FROM dblink('a', format('SELECT public.outcome(%L)', run)) AS t(o text);
         PERFORM dblink_exec('b', 'BEGIN ISOLATION LEVEL ' || isolation);
-        PERFORM dblink_send_query('b', format('SELECT public.outcome(%L)', run));
+        PERFORM dblink_send_query('b', format('SELECT public.outcome(%L)', coalesce(run_b, run)));
         FOR i IN 1..200 LOOP
             waited := cardinality(pg_blocking_pids(current_setting('hpcacct_test.b_pid')::integer)) > 0;
             EXIT WHEN waited OR dblink_is_busy('b') = 0;
@@ -285,6 +285,11 @@ CREATE FUNCTION pg_temp.remote(query text) RETURNS text LANGUAGE sql AS $$
     SELECT v FROM dblink('setup', query) AS t(v text)
 $$;
 
+-- the very first checks (no run_day row yet), a later day's and an earlier day's at once: the
+-- earlier one waits, then is refused as it is after the later check has committed
+SELECT is(pg_temp.overlap($$SELECT hpcacct.recheck_queued('2024-10-02')$$,
+                          run_b => $$SELECT hpcacct.recheck_queued('2024-10-01')$$), 'waited true, a ok, b 22023',
+          'recheck_queued''s first checks at once, the later day first: the earlier day waits, then is refused (22023)');
 SELECT is(pg_temp.overlap($$CALL hpcacct.regulate('2024-03-15')$$), 'waited true, a ok, b ok',
           'regulate at once twice: the second waits for the first, then runs cleanly');
 SELECT is(pg_temp.remote($$SELECT format('%s log, %s retraction, %s message', (SELECT count(*) FROM hpcacct.regulation_log),
