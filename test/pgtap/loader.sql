@@ -4,7 +4,7 @@
 -- times, ignored accounts, a job a site trigger refuses, the watermark, the roles.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(98);
+SELECT plan(100);
 
 CALL setup_roles();
 CREATE ROLE ldr_ingest LOGIN IN ROLE hpcacct_ingest;
@@ -322,6 +322,29 @@ SELECT is(sacct_window_start('ldr', '1 day'), '2024-01-11 00:00+00'::timestamptz
 SELECT is(sacct_window_start('ldr', '1 mon'), '2023-12-12 00:00+00'::timestamptz,
           'and a month a calendar month of UTC');
 RESET TimeZone;
+
+-- A run's key is the one 0.3 wrote (the submit epoch as float8 text of a default session) for
+-- every submit the loader reads (whole seconds: negative, far, none): an open quarantine row
+-- of 0.3 is found again under it, not resolved as rekeyed and quarantined twice.
+SET LOCAL extra_float_digits = 1;
+SELECT pg_temp.stage('ldr|k1|nobody|u1|cpu|1969-12-31T23:59:59+00|1969-12-31T23:59:59+00|1970-01-01T00:00:01+00|cpu=1|COMPLETED',
+                     'ldr|k2|nobody|u1|cpu|9999-12-31T23:59:59+00|2024-01-12T08:00:00+00|2024-01-12T09:00:00+00|cpu=1|COMPLETED',
+                     'ldr|k3|nobody|u1|cpu|1600-02-29T12:00:00+00|2024-01-12T08:00:00+00|2024-01-12T09:00:00+00|cpu=1|COMPLETED',
+                     'ldr|k4|nobody|u1|cpu|Unknown|2024-01-12T08:00:00+00|2024-01-12T09:00:00+00|cpu=1|COMPLETED');
+SELECT pg_temp.load(43);
+SELECT is((SELECT string_agg(job_key, ' ' ORDER BY jobid) FROM sacct_quarantine WHERE jobid LIKE 'k_' AND resolved_at IS NULL),
+          (SELECT string_agg('ldr|' || v.j || '|' || coalesce(date_part('epoch', v.t)::text, 'raw:Unknown'), ' ' ORDER BY v.j)
+           FROM (VALUES ('k1', timestamptz '1969-12-31 23:59:59+00'), ('k2', '9999-12-31 23:59:59+00'),
+                        ('k3', '1600-02-29 12:00:00+00'), ('k4', NULL)) v(j, t)),
+          'a run''s key is byte for byte 0.3''s: the submit epoch as a default session printed its float8');
+RESET extra_float_digits;
+SET LOCAL extra_float_digits = -15;
+SELECT pg_temp.stage('ldr|k1|nobody|u1|cpu|1969-12-31T23:59:59+00|1969-12-31T23:59:59+00|1970-01-01T00:00:01+00|cpu=1|COMPLETED');
+SELECT pg_temp.load(44);
+SELECT is((SELECT string_agg(coalesce(resolution, 'open') || ' ' || attempts, ', ' ORDER BY quarantine_id)
+           FROM sacct_quarantine WHERE jobid IN ('k1', 'k2')),
+          'open 2, open 2', 'loaded again (in a session of extra_float_digits -15), each is found under its key: retried, not rekeyed');
+RESET extra_float_digits;
 
 SELECT * FROM finish();
 ROLLBACK;
