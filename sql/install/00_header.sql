@@ -70,6 +70,16 @@ CREATE FUNCTION hpcacct_internal.iso_date(day date) RETURNS text
 COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
     'A day as messages, decision keys and notes print it: ISO 8601 under any DateStyle';
 
+-- A float8 figure in a JSON document (a statement, a message's figures): the numeric of its
+-- shortest exact text, every digit a default session prints, whatever the session's
+-- extra_float_digits. (A float8 cast to numeric keeps 15 significant digits only.)
+CREATE FUNCTION hpcacct_internal.float_figure(x float8) RETURNS numeric
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET extra_float_digits = 1
+    RETURN x::text::numeric;
+COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
+    'A float8 figure as numeric with every digit of its shortest exact text, under any extra_float_digits';
+
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
 -- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
 -- lock, and so stall the loader or the rollups; a row of this table can be locked only by

@@ -302,9 +302,9 @@ CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                                  hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
                                  hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
             'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
-                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc::numeric, 'tc', r.tc::numeric,
-                                                     'consumption', r.consumption::numeric, 'delta', r.delta::numeric,
-                                                     'used_percent', r.used_percent::numeric, 'retracted', r.retracted))))
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', hpcacct_internal.float_figure(r.tmc), 'tc', hpcacct_internal.float_figure(r.tc),
+                                                     'consumption', hpcacct_internal.float_figure(r.consumption), 'delta', hpcacct_internal.float_figure(r.delta),
+                                                     'used_percent', hpcacct_internal.float_figure(r.used_percent), 'retracted', r.retracted))))
         FROM new_rows r
         JOIN @extschema@.regulation_machine s ON s.machine = r.machine
         CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x
@@ -559,9 +559,9 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                   hpcacct_internal.notify_number(r.consumable_pct::numeric),
                                   hpcacct_internal.notify_number(r.consumable::numeric)),
                 pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
-                                              'monthly', r.monthly::numeric, 'remaining_prev', r.remaining_prev::numeric,
-                                              'consumed_current', r.consumed_current::numeric,
-                                              'consumable_pct', r.consumable_pct::numeric, 'consumable', r.consumable::numeric,
+                                              'monthly', hpcacct_internal.float_figure(r.monthly), 'remaining_prev', hpcacct_internal.float_figure(r.remaining_prev),
+                                              'consumed_current', hpcacct_internal.float_figure(r.consumed_current),
+                                              'consumable_pct', hpcacct_internal.float_figure(r.consumable_pct), 'consumable', hpcacct_internal.float_figure(r.consumable),
                                               'unit', r.unit),
                 true);
             written := written + (id IS NOT NULL)::integer;

@@ -336,10 +336,10 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         -- GENCI: per machine with allocation events this year, the status at the end of the
         -- month (allocation_status) and the days of the year for the chart
         SELECT jsonb_agg(jsonb_build_object(
-                   -- (float8 figures as numeric: a float8 goes into jsonb as the session's
+                   -- (float8 figures through float_figure(): a float8 goes into jsonb as the session's
                    -- extra_float_digits prints it, with -15 a TC of 3 000.5 as 3e+03)
-                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc::numeric, 'tc', st.tc::numeric,
-                   'consumption', st.consumption::numeric, 'delta', st.delta::numeric, 'status', st.status,
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', hpcacct_internal.float_figure(st.tmc), 'tc', hpcacct_internal.float_figure(st.tc),
+                   'consumption', hpcacct_internal.float_figure(st.consumption), 'delta', hpcacct_internal.float_figure(st.delta), 'status', st.status,
                    'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
                                                                round(dd.consumption, 2)) ORDER BY dd.day)
                             FROM (SELECT c.day,
@@ -360,9 +360,9 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
         END IF;
 
         -- RWTH: the window quota of each month of the period up to this one
-        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly::numeric,
-                                            'remaining_prev', u.remaining_prev::numeric, 'consumed', u.consumed_current::numeric,
-                                            'consumable_pct', u.consumable_pct::numeric, 'consumable', u.consumable::numeric,
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', hpcacct_internal.float_figure(u.monthly),
+                                            'remaining_prev', hpcacct_internal.float_figure(u.remaining_prev), 'consumed', hpcacct_internal.float_figure(u.consumed_current),
+                                            'consumable_pct', hpcacct_internal.float_figure(u.consumable_pct), 'consumable', hpcacct_internal.float_figure(u.consumable),
                                             'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
                          ORDER BY u.month)
         INTO section
@@ -474,12 +474,12 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
                                                               'balance', b.balance, 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
-                         -- (float8 figures as numeric, under any extra_float_digits)
-                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly::numeric,
-                                                             'remaining_prev', u.remaining_prev::numeric,
-                                                             'consumed', u.consumed_current::numeric,
-                                                             'consumable_pct', u.consumable_pct::numeric,
-                                                             'consumable', u.consumable::numeric,
+                         -- (float8 figures through float_figure(), under any extra_float_digits)
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', hpcacct_internal.float_figure(u.monthly),
+                                                             'remaining_prev', hpcacct_internal.float_figure(u.remaining_prev),
+                                                             'consumed', hpcacct_internal.float_figure(u.consumed_current),
+                                                             'consumable_pct', hpcacct_internal.float_figure(u.consumable_pct),
+                                                             'consumable', hpcacct_internal.float_figure(u.consumable),
                                                              'unit', u.unit)
                                    FROM @extschema@.window_quota_usage(a.name, at) u
                                    WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),

@@ -12685,6 +12685,15 @@ COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
 -- ==== regulate()'s retraction note and outbox_claim()'s note of a sender that stopped give their day and instant in ISO 8601 (UTC), not in the session's DateStyle and TimeZone ---
 -- regulate(), outbox_claim(): defined in the final definitions
 
+-- ==== statements, the first page and the messages' figures keep every digit of a float8 figure (float_figure()), not the 15 significant digits of a cast to numeric (account_month()'s TMC 1028.80583333333 where allocation_status() gives 1028.8058333333333) ---
+CREATE FUNCTION hpcacct_internal.float_figure(x float8) RETURNS numeric
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET extra_float_digits = 1
+    RETURN x::text::numeric;
+COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
+    'A float8 figure as numeric with every digit of its shortest exact text, under any extra_float_digits';
+-- account_month(), my_accounts(), notify_scan(), notify_regulation(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14123,9 +14132,9 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   hpcacct_internal.notify_number(r.consumable_pct::numeric),
                                   hpcacct_internal.notify_number(r.consumable::numeric)),
                 pg_catalog.jsonb_build_object('at', at, 'state', r.state, 'previous_state', r.old_state,
-                                              'monthly', r.monthly::numeric, 'remaining_prev', r.remaining_prev::numeric,
-                                              'consumed_current', r.consumed_current::numeric,
-                                              'consumable_pct', r.consumable_pct::numeric, 'consumable', r.consumable::numeric,
+                                              'monthly', hpcacct_internal.float_figure(r.monthly), 'remaining_prev', hpcacct_internal.float_figure(r.remaining_prev),
+                                              'consumed_current', hpcacct_internal.float_figure(r.consumed_current),
+                                              'consumable_pct', hpcacct_internal.float_figure(r.consumable_pct), 'consumable', hpcacct_internal.float_figure(r.consumable),
                                               'unit', r.unit),
                 true);
             written := written + (id IS NOT NULL)::integer;
@@ -14424,10 +14433,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         -- GENCI: per machine with allocation events this year, the status at the end of the
         -- month (allocation_status) and the days of the year for the chart
         SELECT jsonb_agg(jsonb_build_object(
-                   -- (float8 figures as numeric: a float8 goes into jsonb as the session's
+                   -- (float8 figures through float_figure(): a float8 goes into jsonb as the session's
                    -- extra_float_digits prints it, with -15 a TC of 3 000.5 as 3e+03)
-                   'machine', s.machine, 'alloc', st.alloc, 'tmc', st.tmc::numeric, 'tc', st.tc::numeric,
-                   'consumption', st.consumption::numeric, 'delta', st.delta::numeric, 'status', st.status,
+                   'machine', s.machine, 'alloc', st.alloc, 'tmc', hpcacct_internal.float_figure(st.tmc), 'tc', hpcacct_internal.float_figure(st.tc),
+                   'consumption', hpcacct_internal.float_figure(st.consumption), 'delta', hpcacct_internal.float_figure(st.delta), 'status', st.status,
                    'days', (SELECT jsonb_agg(jsonb_build_array(dd.day, round(dd.tc::numeric, 2), round(dd.tmc::numeric, 2),
                                                                round(dd.consumption, 2)) ORDER BY dd.day)
                             FROM (SELECT c.day,
@@ -14448,9 +14457,9 @@ CREATE OR REPLACE FUNCTION @extschema@.account_month(account text, month date)
         END IF;
 
         -- RWTH: the window quota of each month of the period up to this one
-        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', u.monthly::numeric,
-                                            'remaining_prev', u.remaining_prev::numeric, 'consumed', u.consumed_current::numeric,
-                                            'consumable_pct', u.consumable_pct::numeric, 'consumable', u.consumable::numeric,
+        SELECT jsonb_agg(jsonb_build_object('month', u.month, 'state', u.state, 'monthly', hpcacct_internal.float_figure(u.monthly),
+                                            'remaining_prev', hpcacct_internal.float_figure(u.remaining_prev), 'consumed', hpcacct_internal.float_figure(u.consumed_current),
+                                            'consumable_pct', hpcacct_internal.float_figure(u.consumable_pct), 'consumable', hpcacct_internal.float_figure(u.consumable),
                                             'unit', u.unit, 'period_start', u.period_start, 'period_end', u.period_end)
                          ORDER BY u.month)
         INTO section
@@ -14560,12 +14569,12 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                       THEN jsonb_build_object('state', @extschema@.account_state(a.name, at),
                                                               'balance', b.balance, 'unit', bank_unit,
                                                               'quarter', @extschema@.quarter_start(at)) END,
-                         -- (float8 figures as numeric, under any extra_float_digits)
-                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', u.monthly::numeric,
-                                                             'remaining_prev', u.remaining_prev::numeric,
-                                                             'consumed', u.consumed_current::numeric,
-                                                             'consumable_pct', u.consumable_pct::numeric,
-                                                             'consumable', u.consumable::numeric,
+                         -- (float8 figures through float_figure(), under any extra_float_digits)
+                         'quota', (SELECT jsonb_build_object('state', u.state, 'monthly', hpcacct_internal.float_figure(u.monthly),
+                                                             'remaining_prev', hpcacct_internal.float_figure(u.remaining_prev),
+                                                             'consumed', hpcacct_internal.float_figure(u.consumed_current),
+                                                             'consumable_pct', hpcacct_internal.float_figure(u.consumable_pct),
+                                                             'consumable', hpcacct_internal.float_figure(u.consumable),
                                                              'unit', u.unit)
                                    FROM @extschema@.window_quota_usage(a.name, at) u
                                    WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
@@ -16179,9 +16188,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                                  hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
                                  hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),
             'figures', pg_catalog.jsonb_build_object('run_date', r.run_date, 'run', r.run, 'machine', r.machine,
-                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', r.tmc::numeric, 'tc', r.tc::numeric,
-                                                     'consumption', r.consumption::numeric, 'delta', r.delta::numeric,
-                                                     'used_percent', r.used_percent::numeric, 'retracted', r.retracted))))
+                                                     'figures_at', r.figures_at, 'alloc', r.alloc, 'tmc', hpcacct_internal.float_figure(r.tmc), 'tc', hpcacct_internal.float_figure(r.tc),
+                                                     'consumption', hpcacct_internal.float_figure(r.consumption), 'delta', hpcacct_internal.float_figure(r.delta),
+                                                     'used_percent', hpcacct_internal.float_figure(r.used_percent), 'retracted', r.retracted))))
         FROM new_rows r
         JOIN @extschema@.regulation_machine s ON s.machine = r.machine
         CROSS JOIN LATERAL (SELECT CASE r.run WHEN 'monthly' THEN 'regulation_' || r.outcome ELSE r.run END AS topic) x

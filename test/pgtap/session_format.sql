@@ -4,7 +4,7 @@
 -- figures are the same under any extra_float_digits.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(42);
+SELECT plan(43);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['sf_a']) AS u;
@@ -142,6 +142,14 @@ SELECT a.account, account_month(a.account, '2024-05-01') AS month, statement_htm
 FROM unnest(ARRAY['sf_gp', 'sf_rw']) AS a(account);
 SELECT ok((SELECT month -> 'regulation' -> 0 ->> 'tc' FROM shown WHERE account = 'sf_gp') ~ '^[0-9]+\.[0-9]+$',
           'a GENCI statement''s TC is a decimal figure');
+-- its figures are allocation_status()'s to the last digit, as a default session prints a
+-- float8 (a float8 cast to numeric keeps 15 significant digits: TMC 101639.344262295 for 101639.34426229508)
+SET LOCAL extra_float_digits = 1;
+SELECT is((SELECT concat_ws(' ', r ->> 'tmc', r ->> 'tc', r ->> 'consumption', r ->> 'delta')
+           FROM shown, LATERAL (SELECT month -> 'regulation' -> 0 AS r) x WHERE account = 'sf_gp'),
+          (SELECT concat_ws(' ', tmc, tc, consumption, delta) FROM allocation_status('sf_gp', 'sf_g', '2024-05-31')),
+          'a GENCI statement''s TMC, TC, consumption and delta are allocation_status()''s, every digit');
+RESET extra_float_digits;
 CREATE TEMP TABLE first_page AS SELECT my_accounts('2024-03-15') AS m;
 SELECT ok((SELECT m FROM first_page) @? '$.accounts[*] ? (@.account == "sf_rw").quota.monthly',
           'the first page shows sf_rw''s quota');
