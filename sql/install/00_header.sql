@@ -91,9 +91,11 @@ CREATE TABLE hpcacct_internal.run_lock (
     holder_since timestamptz
 );
 COMMENT ON TABLE hpcacct_internal.run_lock IS
-    'Rows that runs which must not overlap lock (rollup upkeep, sacct loads, account syncs, quarter openings), '
+    'Rows that runs which must not overlap lock (rollup upkeep, sacct loads, account syncs, quarter openings, '
+    'queue syncs), '
     'and the leases of federation_resync() runs';
-INSERT INTO hpcacct_internal.run_lock (name) VALUES ('rollup'), ('load_sacct'), ('sync_slurm_accounts'), ('open_quarter');
+INSERT INTO hpcacct_internal.run_lock (name) VALUES ('rollup'), ('load_sacct'), ('sync_slurm_accounts'), ('open_quarter'),
+                                                  ('recheck_queued');
 
 CREATE FUNCTION hpcacct_internal.run_alone(run text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -107,7 +109,8 @@ CREATE FUNCTION hpcacct_internal.run_alone(run text) RETURNS void
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
-    'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter), '
+    'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter, '
+    'recheck_queued: hpcacct-slurm-sync''s queue run), '
     'then keeps others waiting until this transaction ends';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.run_alone(text) FROM PUBLIC;
 

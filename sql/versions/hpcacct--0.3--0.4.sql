@@ -12694,6 +12694,14 @@ COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
     'A float8 figure as numeric with every digit of its shortest exact text, under any extra_float_digits';
 -- account_month(), my_accounts(), notify_scan(), notify_regulation(): defined in the final definitions
 
+-- ==== hpcacct-slurm-sync: the queue runs of several clusters on one database take the run lock recheck_queued first (each wrote its cluster's pending_job rows, then recheck_queued() locked every cluster's: two runs at once deadlocked) ---
+INSERT INTO hpcacct_internal.run_lock (name) VALUES ('recheck_queued') ON CONFLICT DO NOTHING;
+COMMENT ON TABLE hpcacct_internal.run_lock IS
+    'Rows that runs which must not overlap lock (rollup upkeep, sacct loads, account syncs, quarter openings, '
+    'queue syncs), '
+    'and the leases of federation_resync() runs';
+-- run_alone() (its comment): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -17939,4 +17947,19 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.run_in_order(run text, day date) RET
 COMMENT ON FUNCTION hpcacct_internal.run_in_order(text, date) IS
     'Records the day a scheduled run that goes in date order ran for; returns the later day it ran for already '
     '(then records nothing), NULL otherwise';
+CREATE OR REPLACE FUNCTION hpcacct_internal.run_alone(run text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM 1 FROM hpcacct_internal.run_lock l WHERE l.name = run FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no run named %', run USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
+    'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter, '
+    'recheck_queued: hpcacct-slurm-sync''s queue run), '
+    'then keeps others waiting until this transaction ends';
 -- ==== end of final definitions

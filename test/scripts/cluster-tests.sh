@@ -55,3 +55,6 @@ test/slurm/loader.sh
 
 # hpcacct-sacct's watermark in sessions of other TimeZones and DateStyles (stand-in sacct).
 test/slurm/sacct_session.sh
+
+# Two clusters' hpcacct-slurm-sync queue runs on one database at once (stand-in squeue, scontrol).
+test/slurm/sync_concurrent.sh
