@@ -15482,15 +15482,6 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Use a name from pg_timezone_names, e.g. Europe/Berlin.';
         END IF;
-        -- An interval is read by every session in its IntervalStyle: under sql_standard a leading
-        -- minus applies to every field ('-1 26:00:00' is -50 hours there, 2 hours elsewhere).
-        -- A value of these, never negative, has no need of one.
-        IF NEW.name IN ('max_job_length', 'half_life', 'period', 'notify_order_wait') AND NEW.value ~ '^\s*-' THEN
-            RAISE EXCEPTION '% must not begin with a minus sign, not "%"', NEW.name, NEW.value
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'A session of IntervalStyle sql_standard reads a leading minus as applying to every field: '
-                             'write the value without it, e.g. ''2 hours''.';
-        END IF;
         IF NEW.name = 'max_job_length' THEN
             BEGIN
                 max_length := NEW.value::interval;
@@ -15545,6 +15536,16 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_setting() RETURNS trigger
             RAISE EXCEPTION 'invalid value "%" for setting %', NEW.value, NEW.name
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = (SELECT c.description FROM @extschema@.setting_catalog() c WHERE c.name = NEW.name) || '.';
+        END IF;
+        -- An interval is read by every session in its IntervalStyle: under sql_standard a leading
+        -- minus applies to every field ('-1 26:00:00' is -50 hours there, 2 hours elsewhere).
+        -- A value of these, never negative, has no need of one. (Checked last: a value negative
+        -- here gets the error of a negative value above.)
+        IF NEW.name IN ('max_job_length', 'half_life', 'period', 'notify_order_wait') AND NEW.value ~ '^\s*-' THEN
+            RAISE EXCEPTION '% must not begin with a minus sign, not "%"', NEW.name, NEW.value
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'A session of IntervalStyle sql_standard reads a leading minus as applying to every field: '
+                             'write the value without it, e.g. ''2 hours''.';
         END IF;
         RETURN NEW;
     END
