@@ -70,6 +70,16 @@ CREATE FUNCTION hpcacct_internal.iso_date(day date) RETURNS text
 COMMENT ON FUNCTION hpcacct_internal.iso_date(date) IS
     'A day as messages, decision keys and notes print it: ISO 8601 under any DateStyle';
 
+-- An instant in a note or a message's reason: ISO 8601 in UTC to the second
+-- (2024-07-01 00:00:00+00), whatever the DateStyle and TimeZone of the session that writes it;
+-- infinity as itself. IMMUTABLE as iso_date(). Inlined.
+CREATE FUNCTION hpcacct_internal.iso_instant(at timestamptz) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN NOT pg_catalog.isfinite(at) THEN at::text
+                ELSE pg_catalog.to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00' END;
+COMMENT ON FUNCTION hpcacct_internal.iso_instant(timestamptz) IS
+    'An instant as notes and reasons print it: ISO 8601 in UTC, to the second, under any DateStyle and TimeZone';
+
 -- A float8 figure in a JSON document (a statement, a message's figures): the numeric of its
 -- shortest exact text, every digit a default session prints, whatever the session's
 -- extra_float_digits. (A float8 cast to numeric keeps 15 significant digits only.)

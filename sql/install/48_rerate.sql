@@ -184,9 +184,7 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
         after_sum numeric;
         -- (the instant in ISO 8601 and UTC, whatever the session's DateStyle and TimeZone)
         label constant text := 're-rated: resource ' || resource_id || ' from '
-                               || CASE WHEN pg_catalog.isfinite(effective_from)
-                                       THEN pg_catalog.to_char(effective_from AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
-                                       ELSE effective_from::text END;
+                               || hpcacct_internal.iso_instant(effective_from);
     BEGIN
         IF resource_id IS NULL OR new_rate IS NULL OR effective_from IS NULL THEN
             RAISE EXCEPTION 'rerate: resource_id, new_rate and effective_from must not be NULL'

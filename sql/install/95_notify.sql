@@ -723,9 +723,8 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
         END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
-            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s+00): not sent again',
-                                           r.lease_owner,
-                                           pg_catalog.to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'))
+            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
+                                           r.lease_owner, hpcacct_internal.iso_instant(r.lease_until))
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
@@ -768,12 +767,11 @@ CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
-        -- (its days as 24 hours, as outbox_waiting() counts them, not the session TimeZone's)
-        wait_span constant interval := pg_catalog.make_interval(secs => pg_catalog.date_part('epoch', order_wait));
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
+        -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc())
         RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
-                                THEN greatest(r.next_attempt, m.created_at + wait_span)
+                                THEN greatest(r.next_attempt, hpcacct_internal.shift_utc(m.created_at, order_wait))
                                 ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
                 FROM @extschema@.outbox_recipient r
                 JOIN @extschema@.outbox m ON m.message_id = r.message_id

@@ -338,8 +338,7 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                             || r.charged_account || '"'
                    WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
-                            || r.partition || '" at '  -- (in ISO 8601 and UTC, whatever the session's settings)
-                            || pg_catalog.to_char(r.t_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
+                            || r.partition || '" at ' || hpcacct_internal.iso_instant(r.t_start)
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;

@@ -12702,6 +12702,15 @@ COMMENT ON TABLE hpcacct_internal.run_lock IS
     'and the leases of federation_resync() runs';
 -- run_alone() (its comment): defined in the final definitions
 
+-- ==== one helper for an instant in a note or reason (ISO 8601, UTC, to the second), which rerate(), load_sacct() and outbox_claim() each wrote out; outbox_next_due()'s order wait through shift_utc() as every other span ---
+CREATE FUNCTION hpcacct_internal.iso_instant(at timestamptz) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN NOT pg_catalog.isfinite(at) THEN at::text
+                ELSE pg_catalog.to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00' END;
+COMMENT ON FUNCTION hpcacct_internal.iso_instant(timestamptz) IS
+    'An instant as notes and reasons print it: ISO 8601 in UTC, to the second, under any DateStyle and TimeZone';
+-- rerate(), load_sacct(), outbox_claim(), outbox_next_due(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13235,9 +13244,7 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         after_sum numeric;
         -- (the instant in ISO 8601 and UTC, whatever the session's DateStyle and TimeZone)
         label constant text := 're-rated: resource ' || resource_id || ' from '
-                               || CASE WHEN pg_catalog.isfinite(effective_from)
-                                       THEN pg_catalog.to_char(effective_from AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
-                                       ELSE effective_from::text END;
+                               || hpcacct_internal.iso_instant(effective_from);
     BEGIN
         IF resource_id IS NULL OR new_rate IS NULL OR effective_from IS NULL THEN
             RAISE EXCEPTION 'rerate: resource_id, new_rate and effective_from must not be NULL'
@@ -14264,9 +14271,8 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
-            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s+00): not sent again',
-                                           r.lease_owner,
-                                           pg_catalog.to_char(r.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'))
+            last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
+                                           r.lease_owner, hpcacct_internal.iso_instant(r.lease_until))
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
@@ -14996,8 +15002,7 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                             || r.charged_account || '"'
                    WHEN NOT r.rated
                        THEN 'quarantine:42704:no resource for cluster "' || r.cluster || '" partition "'
-                            || r.partition || '" at '  -- (in ISO 8601 and UTC, whatever the session's settings)
-                            || pg_catalog.to_char(r.t_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'
+                            || r.partition || '" at ' || hpcacct_internal.iso_instant(r.t_start)
                    ELSE 'charge'
                END AS verdict
         FROM ranked r;
@@ -17963,4 +17968,25 @@ COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
     'Waits until no other transaction runs the run named (rollup, load_sacct, sync_slurm_accounts, open_quarter, '
     'recheck_queued: hpcacct-slurm-sync''s queue run), '
     'then keeps others waiting until this transaction ends';
+CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
+        now_ constant timestamptz := pg_catalog.clock_timestamp();
+    BEGIN
+        -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc())
+        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
+                                THEN greatest(r.next_attempt, hpcacct_internal.shift_utc(m.created_at, order_wait))
+                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+                FROM @extschema@.outbox_recipient r
+                JOIN @extschema@.outbox m ON m.message_id = r.message_id
+                LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
+                       ON w.recipient_id = r.recipient_id
+                WHERE r.state IN ('pending', 'sending'));
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
+    'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
 -- ==== end of final definitions
