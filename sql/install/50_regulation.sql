@@ -408,7 +408,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
         WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
           AND g.run_date > d AND g.run_date <= y_end AND (g.run = 'monthly') = (kind_of_run = 'monthly');
         IF later IS NOT NULL THEN
-            RAISE EXCEPTION 'regulation date % comes after the run of %', d, later
+            RAISE EXCEPTION 'regulate: % comes before the run of %, made already', d, later
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = 'The run of a later date decided on figures that a run of this date would change.',
                       HINT = 'Run the dates of a year in order; a date missed before a later run is skipped.';

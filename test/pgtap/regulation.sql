@@ -203,10 +203,10 @@ CALL hpcacct.regulate('2024-05-15');
 CALL hpcacct.regulate('2024-06-01');
 CREATE TEMP TABLE counts_in_order AS SELECT pg_temp.ledger_rows() AS ledger_rows, pg_temp.log_rows() AS log_rows;
 SELECT throws_ok($$CALL hpcacct.regulate('2024-03-15')$$, '22023',
-                 'regulation date 2024-03-15 comes after the run of 2024-04-15',
+                 'regulate: 2024-03-15 comes before the run of 2024-04-15, made already',
                  'a monthly date missed before a later run is refused');
 SELECT throws_ok($$CALL hpcacct.regulate('2024-05-01')$$, '22023',
-                 'regulation date 2024-05-01 comes after the run of 2024-06-01',
+                 'regulate: 2024-05-01 comes before the run of 2024-06-01, made already',
                  'the annual warning after the annual retraction is refused');
 SELECT row_eq('SELECT pg_temp.ledger_rows(), pg_temp.log_rows()',
               (SELECT ROW(ledger_rows, log_rows) FROM counts_in_order), 'neither wrote anything');

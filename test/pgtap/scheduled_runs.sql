@@ -109,7 +109,7 @@ CALL regulate('2024-05-15');
 SELECT is((SELECT outcome FROM regulation_log WHERE account = 's_gp' AND run_date = '2024-05-15'), 'retraction',
           'regulate: 15 May after a skipped 15 April runs');
 SELECT pg_temp.mark();
-SELECT throws_ok($$CALL hpcacct.regulate('2024-04-15')$$, '22023', 'regulation date 2024-04-15 comes after the run of 2024-05-15',
+SELECT throws_ok($$CALL hpcacct.regulate('2024-04-15')$$, '22023', 'regulate: 2024-04-15 comes before the run of 2024-05-15, made already',
                  'regulate: the skipped 15 April after 15 May is refused');
 SELECT is(pg_temp.changed(), '{}', 'regulate: the refused run wrote nothing');
 SELECT throws_ok(format('CALL hpcacct.regulate(%L)', site_today() + 1), '22023', NULL, 'regulate: a day to come is refused');
