@@ -557,6 +557,9 @@ CREATE VIEW @extschema@.regulation_report AS
                           AND NOT EXISTS (SELECT 1 FROM @extschema@.regulation_log g
                                           WHERE g.entry_id = e.entry_id AND g.run_date = m.as_of)
         GROUP BY m.account, m.machine, m.month, m.as_of, m.monthly_threshold, b.first_year, m.year, m.month_of_year
+        -- a month in which none of the pair's allocations is valid (from 1 January to the
+        -- 15th) is no row: no run regulates the pair then (regulate()'s allocation_events())
+        HAVING count(e.entry_id) > 0
     ), before AS (
         -- consumption_before(account, machine, instant j) for every j, from the consumption
         -- rollup, summed exactly as consumption_before() sums: a job ended by instant j counts

@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(14);
+SELECT plan(16);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold, month_convention) VALUES
@@ -144,6 +144,19 @@ SELECT ok((SELECT p.prosrc ~ 'hpcacct_internal\.allocation_statuses\('
                   AND p.prosrc !~ '\m(tmc|tc|sum|period_share|regulation_status)\(|consumption_rollup|consumptions?_before'
            FROM pg_proc p WHERE p.oid = 'hpcacct.regulate(date)'::regprocedure),
           'regulate() reads its figures through allocation_statuses(), with no sum, aggregate, rollup or share of its own');
+
+-- ---- a month in which no allocation of the pair is valid: no row, as no run regulates it ----
+-- G1 has allocations on ada in 2023 and from March 2025: none is valid from 1 January 2024
+-- to the 15th of any month of 2024, nor to 15 January or 15 February 2025
+INSERT INTO account (name) VALUES ('G1');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
+    ('G1', 'grant', 100000, 'hours', 'ada', '2023-01-01', '2023-12-31'),
+    ('G1', 'grant', 100000, 'hours', 'ada', '2025-03-01', '2025-12-31');
+SELECT is_empty($$SELECT r.month FROM hpcacct.regulation_report r
+                  WHERE r.account = 'G1' AND r.month BETWEEN '2024-01-01' AND '2025-02-01'$$,
+                'no report row for a month in which none of the pair''s allocations is valid (no run regulates it)');
+SELECT is((SELECT count(*) FROM hpcacct.regulation_report r WHERE r.account = 'G1'), 22::bigint,
+          'the months of 2023 and March to December 2025 are reported');
 
 SELECT * FROM finish();
 ROLLBACK;
