@@ -103,6 +103,81 @@ COMMENT ON AGGREGATE @extschema@.tc(date, date, float8, date) IS
 COMMENT ON AGGREGATE @extschema@.tc(date, date, float8, date, text) IS
     'Theoretical consumption up to the end of a date under a month convention (half_month or day); NULL without rows';
 
+-- ---- Windows a machine's convention can measure ------------------------------------------
+
+-- An allocation event's window on a regulated machine spans some time in the machine's month
+-- convention: one that half_month makes empty (both ends round to one half-month boundary:
+-- 28-31 December, 1-3 March) has no TMC, and every figure that reads it (allocation_status(),
+-- regulate() of every account, regulation_report, the submit check) would fail with 22023. It
+-- is refused where it is written (22023): booked on a regulated machine, or a machine made
+-- regulated, or switched to half_month, while it holds one. The aggregate is the one measure.
+CREATE FUNCTION hpcacct_internal.require_window_months(caller text, account text, kind text, machine text,
+                                                       valid_from date, valid_until date, convention text)
+    RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        -- (a NULL, infinite or inverted window, or an unknown convention, is a CHECK's to refuse, 23514)
+        IF valid_from IS NULL OR valid_until IS NULL OR valid_until < valid_from
+           OR NOT pg_catalog.isfinite(valid_from) OR NOT pg_catalog.isfinite(valid_until)
+           OR convention IS NULL OR convention NOT IN ('half_month', 'day') THEN
+            RETURN;
+        END IF;
+        PERFORM @extschema@.tmc(valid_from, valid_until, 1, valid_from, convention);
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION '%: the % of account "%" on machine "%", valid % to %, spans no time under the % convention',
+            caller, kind, account, machine, hpcacct_internal.iso_date(valid_from), hpcacct_internal.iso_date(valid_until),
+            convention
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Both ends round to the same half-month boundary: the window has no TMC.',
+                  HINT = 'Give the window at least half a month, or set the machine''s month_convention to day.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_window_months(text, text, text, text, date, date, text) IS
+    'An allocation event''s window spans some time in a month convention; 22023 for one it makes empty';
+
+CREATE FUNCTION hpcacct_internal.ledger_check_window() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        convention text;
+    BEGIN
+        SELECT s.month_convention INTO convention FROM @extschema@.regulation_machine s WHERE s.machine = NEW.pool;
+        IF FOUND THEN
+            PERFORM hpcacct_internal.require_window_months('insert into ledger', NEW.account, NEW.kind, NEW.pool,
+                                                           NEW.valid_from, NEW.valid_until, convention);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_window() IS
+    'Trigger of hpcacct.ledger: a grant, supplement or retraction on a regulated machine spans some time in its month '
+    'convention (22023)';
+CREATE TRIGGER ledger_check_window BEFORE INSERT ON @extschema@.ledger
+    FOR EACH ROW WHEN (NEW.kind IN ('grant', 'supplement', 'retraction') AND NEW.pool IS NOT NULL)
+    EXECUTE FUNCTION hpcacct_internal.ledger_check_window();
+
+CREATE FUNCTION hpcacct_internal.regulation_machine_check_windows() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_window_months('regulation_machine', l.account, l.kind, l.pool,
+                                                       l.valid_from, l.valid_until, NEW.month_convention)
+        FROM @extschema@.ledger l
+        WHERE l.pool = NEW.machine AND l.kind IN ('grant', 'supplement', 'retraction');
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.regulation_machine_check_windows() IS
+    'Trigger of hpcacct.regulation_machine: every grant, supplement and retraction of the machine spans some time in '
+    'its month convention (22023)';
+CREATE TRIGGER regulation_machine_check_windows BEFORE INSERT OR UPDATE OF machine, month_convention
+    ON @extschema@.regulation_machine
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.regulation_machine_check_windows();
+
 CREATE FUNCTION @extschema@.regulation_status(consumption float8, tc float8, tmc float8) RETURNS text
     AS 'MODULE_PATHNAME', 'hpcacct_regulation_status' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.regulation_status(float8, float8, float8) IS

@@ -5,7 +5,8 @@
 
 -- ==== rows 0.4 refuses, checked first --------------------------------------------------------
 -- The checks of the sections "no empty names in direct writes", "a charge has an end", "an
--- allocation entry's window has an end" and "the site's time zone is a zone's name" (below),
+-- allocation entry's window has an end", "the site's time zone is a zone's name" and "a
+-- validity window the month convention makes empty" (below),
 -- moved here: they read only what 0.3 has and nothing before them changes, and an update they
 -- refuse stops before it writes (at the end they let a site wait for nearly the whole update,
 -- and its WAL, before the error: test/bench/update.sh).
@@ -89,6 +90,40 @@ DO $$
                       HINT = 'Nothing was changed. Set the zone it stands for, a name from pg_timezone_names (e.g. '
                              'Asia/Kolkata; the rollups are rebuilt in that zone), then run ALTER EXTENSION hpcacct '
                              'UPDATE again; see the README, "updates".';
+        END IF;
+    END
+$$;
+
+DO $$
+    DECLARE
+        found text[] := '{}';
+        e record;
+    BEGIN
+        -- each window through the aggregate that measures it (an empty one is its 22023); 0.3's
+        -- names: an allocation's machine is ledger.cluster, the machines machine_setting
+        FOR e IN SELECT l.entry_id, l.kind, l.account, l.cluster AS pool, l.valid_from, l.valid_until, m.month_convention
+                 FROM @extschema@.ledger l
+                 JOIN @extschema@.machine_setting m ON m.machine = l.cluster
+                 WHERE l.kind IN ('grant', 'supplement', 'retraction') AND l.valid_until >= l.valid_from
+                   AND pg_catalog.isfinite(l.valid_from) AND pg_catalog.isfinite(l.valid_until)
+                 ORDER BY l.entry_id LOOP
+            BEGIN
+                PERFORM @extschema@.tmc(e.valid_from, e.valid_until, 1, e.valid_from, e.month_convention);
+            EXCEPTION WHEN invalid_parameter_value THEN
+                found := found || pg_catalog.format('ledger entry %s (%s %s on %s, %s to %s)', e.entry_id, e.kind, e.account,
+                                                    e.pool, e.valid_from, e.valid_until);
+            END;
+        END LOOP;
+        IF pg_catalog.cardinality(found) > 0 THEN
+            RAISE EXCEPTION 'hpcacct 0.4 refuses an allocation window that its machine''s month convention makes empty, '
+                            'and % entries have one: %', pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Every figure of such an account on the machine (allocation_status(), regulate(), '
+                               'regulation_report) fails with 22023 from the window''s first day.',
+                      HINT = 'Nothing was changed. Set the machine''s month_convention to day (UPDATE '
+                             'hpcacct.machine_setting), then run ALTER EXTENSION hpcacct UPDATE again; see the README, '
+                             '"updates".';
         END IF;
     END
 $$;
@@ -12713,6 +12748,81 @@ CREATE FUNCTION hpcacct_internal.iso_instant(at timestamptz) RETURNS text
 COMMENT ON FUNCTION hpcacct_internal.iso_instant(timestamptz) IS
     'An instant as notes and reasons print it: ISO 8601 in UTC, to the second, under any DateStyle and TimeZone';
 -- rerate(), load_sacct(), outbox_claim(), outbox_next_due(): defined in the final definitions
+
+-- ==== a validity window the month convention makes empty is refused when booked on a regulated machine, or when a machine holding one becomes regulated or half_month (22023); it was booked, and every figure of its account on the machine failed from its first day, the regulation run and regulation_report of every account too ---
+-- (its check of the existing entries: at the top of this script)
+-- An allocation event's window on a regulated machine spans some time in the machine's month
+-- convention: one that half_month makes empty (both ends round to one half-month boundary:
+-- 28-31 December, 1-3 March) has no TMC, and every figure that reads it (allocation_status(),
+-- regulate() of every account, regulation_report, the submit check) would fail with 22023. It
+-- is refused where it is written (22023): booked on a regulated machine, or a machine made
+-- regulated, or switched to half_month, while it holds one. The aggregate is the one measure.
+CREATE FUNCTION hpcacct_internal.require_window_months(caller text, account text, kind text, machine text,
+                                                       valid_from date, valid_until date, convention text)
+    RETURNS void
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        -- (a NULL, infinite or inverted window, or an unknown convention, is a CHECK's to refuse, 23514)
+        IF valid_from IS NULL OR valid_until IS NULL OR valid_until < valid_from
+           OR NOT pg_catalog.isfinite(valid_from) OR NOT pg_catalog.isfinite(valid_until)
+           OR convention IS NULL OR convention NOT IN ('half_month', 'day') THEN
+            RETURN;
+        END IF;
+        PERFORM @extschema@.tmc(valid_from, valid_until, 1, valid_from, convention);
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION '%: the % of account "%" on machine "%", valid % to %, spans no time under the % convention',
+            caller, kind, account, machine, hpcacct_internal.iso_date(valid_from), hpcacct_internal.iso_date(valid_until),
+            convention
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Both ends round to the same half-month boundary: the window has no TMC.',
+                  HINT = 'Give the window at least half a month, or set the machine''s month_convention to day.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_window_months(text, text, text, text, date, date, text) IS
+    'An allocation event''s window spans some time in a month convention; 22023 for one it makes empty';
+
+CREATE FUNCTION hpcacct_internal.ledger_check_window() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        convention text;
+    BEGIN
+        SELECT s.month_convention INTO convention FROM @extschema@.regulation_machine s WHERE s.machine = NEW.pool;
+        IF FOUND THEN
+            PERFORM hpcacct_internal.require_window_months('insert into ledger', NEW.account, NEW.kind, NEW.pool,
+                                                           NEW.valid_from, NEW.valid_until, convention);
+        END IF;
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.ledger_check_window() IS
+    'Trigger of hpcacct.ledger: a grant, supplement or retraction on a regulated machine spans some time in its month '
+    'convention (22023)';
+CREATE TRIGGER ledger_check_window BEFORE INSERT ON @extschema@.ledger
+    FOR EACH ROW WHEN (NEW.kind IN ('grant', 'supplement', 'retraction') AND NEW.pool IS NOT NULL)
+    EXECUTE FUNCTION hpcacct_internal.ledger_check_window();
+
+CREATE FUNCTION hpcacct_internal.regulation_machine_check_windows() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        PERFORM hpcacct_internal.require_window_months('regulation_machine', l.account, l.kind, l.pool,
+                                                       l.valid_from, l.valid_until, NEW.month_convention)
+        FROM @extschema@.ledger l
+        WHERE l.pool = NEW.machine AND l.kind IN ('grant', 'supplement', 'retraction');
+        RETURN NEW;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.regulation_machine_check_windows() IS
+    'Trigger of hpcacct.regulation_machine: every grant, supplement and retraction of the machine spans some time in '
+    'its month convention (22023)';
+CREATE TRIGGER regulation_machine_check_windows BEFORE INSERT OR UPDATE OF machine, month_convention
+    ON @extschema@.regulation_machine
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.regulation_machine_check_windows();
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function

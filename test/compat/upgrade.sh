@@ -266,6 +266,21 @@ ALTER EXTENSION hpcacct UPDATE;
 SQL
 dropdb hpcacct_zone_abbrev
 
+# ---- a validity window its machine's month convention makes empty (0.3 booked it; every
+# figure of the account on the machine then failed with 22023, the regulation run too) ----
+previous_db hpcacct_empty_window \
+    -c "INSERT INTO hpcacct.account (name) VALUES ('ew1')" \
+    -c "INSERT INTO hpcacct.machine_setting (machine, monthly_threshold) VALUES ('ada', 100)" \
+    -c "INSERT INTO hpcacct.ledger (account, kind, amount, unit, cluster, valid_from, valid_until)
+        VALUES ('ew1', 'supplement', 1000, 'hours', 'ada', '2024-12-28', '2024-12-31')"
+check_refused hpcacct_empty_window "a window half_month makes empty (28-31 December) stops the update with 22023 naming it, nothing changed" \
+    "22023: hpcacct 0.4 refuses an allocation window that its machine's month convention makes empty, and 1 entries have one: ledger entry 1 (supplement ew1 on ada, 2024-12-28 to 2024-12-31)"
+update_after_repair hpcacct_empty_window "with the machine's convention day, the update runs" <<'SQL'
+UPDATE hpcacct.machine_setting SET month_convention = 'day' WHERE machine = 'ada';
+ALTER EXTENSION hpcacct UPDATE;
+SQL
+dropdb hpcacct_empty_window
+
 # ---- two job tables: the charges of each get their run, hpcacct.job's their core-hours ----
 # (with one job table, the update fills job_submit and core_hours in one UPDATE; with two,
 # job_submit from each table and core_hours from hpcacct.job in a second one)

@@ -1,8 +1,9 @@
 -- Calendar edges: zones far from UTC (Pacific/Kiritimati +14, Pacific/Pago_Pago -11), the last
--- day of a month, quarter and year, 29 February, an allocation year of 366 days.
+-- day of a month, quarter and year, 29 February, an allocation year of 366 days, and GENCI
+-- validity windows at a month's end that the half_month convention makes empty.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(12);
+SELECT plan(29);
 
 INSERT INTO setting VALUES ('timezone', 'Pacific/Kiritimati') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -73,6 +74,53 @@ SELECT is((SELECT array_agg(round(s.tc::numeric, 4) ORDER BY d)
           ARRAY[round(100000 * (1 + 28 / 29.0), 4), 200000, 1200000],
           'day: TC at the end of 28 February of a leap year is 1 + 28/29 months');
 UPDATE regulation_machine SET month_convention = 'half_month' WHERE machine = 'ce';
+
+-- A validity window that half_month makes empty (both ends round to the same half-month
+-- boundary: 28-31 December, 1-3 March) is refused when booked, not on every later read
+CREATE FUNCTION pg_temp.ledger_rows() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM hpcacct.ledger';
+SELECT pg_temp.ledger_rows() AS rows_before \gset
+SELECT throws_ok($$INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                   VALUES ('ce_a', 'supplement', 1000, 'NPL', 'ce', '2024-12-28', '2024-12-31')$$,
+                 '22023', NULL, 'a supplement of 28-31 December on a half_month machine is refused (22023)');
+SELECT throws_ok($$INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                   VALUES ('ce_a', 'grant', 1000, 'NPL', 'ce', '2024-03-01', '2024-03-03')$$,
+                 '22023', NULL, 'a grant of 1-3 March too');
+SELECT throws_ok($$INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                   VALUES ('ce_b', 'grant', 1000, 'NPL', 'ce', '2024-01-01', '2024-12-31'),
+                          ('ce_a', 'retraction', -10, 'NPL', 'ce', '2024-01-29', '2024-01-31')$$,
+                 '22023', NULL, 'a retraction of 29-31 January too, with the statement''s other rows');
+SELECT is(pg_temp.ledger_rows(), :rows_before::bigint, '... and nothing is written');
+SELECT lives_ok($$SELECT * FROM allocation_status('ce_a', 'ce', '2024-12-30')$$,
+                'allocation_status() at 30 December still answers');
+SELECT lives_ok($$SELECT * FROM regulation_report$$, 'regulation_report still answers');
+SELECT throws_ok($$INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                   VALUES ('ce_a', 'supplement', 1000, 'NPL', 'ce', '2024-12-31', '2024-12-30')$$,
+                 '23514', NULL, 'an inverted window is still the CHECK''s 23514');
+SELECT lives_ok($$INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                  VALUES ('ce_a', 'supplement', 1000, 'NPL', 'ce', '2024-12-16', '2024-12-31')$$,
+                'half a month (16-31 December) is booked');
+SELECT is((SELECT round(s.tmc::numeric) FROM allocation_status('ce_a', 'ce', '2024-12-20') s), 102000::numeric,
+          '... and its TMC is its amount over half a month');
+-- the same window on a machine of the day convention is booked; a machine cannot then be
+-- switched to half_month, nor a pool with such a window become a regulated machine
+INSERT INTO regulation_machine (machine, monthly_threshold, month_convention) VALUES ('dm', 100, 'day');
+SELECT lives_ok($$INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+                  VALUES ('ce_b', 'supplement', 310, 'NPL', 'dm', '2024-12-28', '2024-12-31')$$,
+                'under the day convention 28-31 December is four days of December, booked');
+SELECT is((SELECT round(s.tmc::numeric) FROM allocation_status('ce_b', 'dm', '2024-12-30') s), 2403::numeric,
+          '... TMC 310 over 4/31 months');
+SELECT throws_ok($$UPDATE regulation_machine SET month_convention = 'half_month' WHERE machine = 'dm'$$,
+                 '22023', NULL, 'switching that machine to half_month is refused (22023)');
+SELECT is((SELECT month_convention FROM regulation_machine WHERE machine = 'dm'), 'day', '... and it keeps day');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('ce_b', 'grant', 1000, 'NPL', 'nm', '2024-12-28', '2024-12-31');
+SELECT throws_ok($$INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('nm', 100)$$,
+                 '22023', NULL, 'a pool with a 28-31 December grant cannot become a half_month machine');
+SELECT lives_ok($$INSERT INTO regulation_machine (machine, monthly_threshold, month_convention) VALUES ('nm', 100, 'day')$$,
+                '... it can under the day convention');
+SELECT throws_ok($$UPDATE regulation_machine SET month_convention = 'weekly' WHERE machine = 'nm'$$,
+                 '23514', NULL, 'an unknown convention is still the CHECK''s 23514');
+SELECT lives_ok($$CALL regulate('2024-03-15')$$, 'regulate() of 15 March runs (ce_a''s retraction booked)');
 
 SELECT * FROM finish();
 ROLLBACK;
