@@ -137,27 +137,27 @@ CREATE FUNCTION hpcacct_internal.require_window_months(caller text, account text
 COMMENT ON FUNCTION hpcacct_internal.require_window_months(text, text, text, text, date, date, text) IS
     'An allocation event''s window spans some time in a month convention; 22023 for one it makes empty';
 
+-- Once per statement, as ledger_check_references(): a row trigger, even one whose WHEN skips
+-- charges, would make COPY into the ledger (a restore, a site's initial copy) insert row by row.
 CREATE FUNCTION hpcacct_internal.ledger_check_window() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        convention text;
     BEGIN
-        SELECT s.month_convention INTO convention FROM @extschema@.regulation_machine s WHERE s.machine = NEW.pool;
-        IF FOUND THEN
-            PERFORM hpcacct_internal.require_window_months('insert into ledger', NEW.account, NEW.kind, NEW.pool,
-                                                           NEW.valid_from, NEW.valid_until, convention);
-        END IF;
-        RETURN NEW;
+        PERFORM hpcacct_internal.require_window_months('insert into ledger', e.account, e.kind, e.pool,
+                                                       e.valid_from, e.valid_until, s.month_convention)
+        FROM new_entries e
+        JOIN @extschema@.regulation_machine s ON s.machine = e.pool
+        WHERE e.kind IN ('grant', 'supplement', 'retraction');
+        RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.ledger_check_window() IS
-    'Trigger of hpcacct.ledger: a grant, supplement or retraction on a regulated machine spans some time in its month '
-    'convention (22023)';
-CREATE TRIGGER ledger_check_window BEFORE INSERT ON @extschema@.ledger
-    FOR EACH ROW WHEN (NEW.kind IN ('grant', 'supplement', 'retraction') AND NEW.pool IS NOT NULL)
-    EXECUTE FUNCTION hpcacct_internal.ledger_check_window();
+    'Statement trigger of hpcacct.ledger: a new grant, supplement or retraction on a regulated machine spans some time '
+    'in its month convention (22023)';
+CREATE TRIGGER ledger_check_window AFTER INSERT ON @extschema@.ledger
+    REFERENCING NEW TABLE AS new_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.ledger_check_window();
 
 CREATE FUNCTION hpcacct_internal.regulation_machine_check_windows() RETURNS trigger
     LANGUAGE plpgsql
