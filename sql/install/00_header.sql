@@ -90,6 +90,19 @@ CREATE FUNCTION hpcacct_internal.float_figure(x float8) RETURNS numeric
 COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
     'A float8 figure as numeric with every digit of its shortest exact text, under any extra_float_digits';
 
+-- A ledger figure (an amount, a balance, an allocation of the bank) as documents print it: every
+-- digit of its 6 decimals, at least 2, thousands separated by commas (-0.015, 1,000,000.00).
+-- Never rounded to a figure that hides a sign or a difference: a balance of -0.000001 is not
+-- 0.00, and printed lines add up as the exact ones do. NULL is 'n/a'.
+CREATE FUNCTION hpcacct_internal.ledger_figure(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                WHEN pg_catalog.abs(x) >= 1e15 THEN pg_catalog.trim_scale(pg_catalog.round(x, 6))::text
+                ELSE pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999') END;
+COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
+    'A ledger figure as statements, messages and refusals print it: every digit of its 6 decimals (at least 2), '
+    'thousands separated by commas';
+
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
 -- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
 -- lock, and so stall the loader or the rollups; a row of this table can be locked only by

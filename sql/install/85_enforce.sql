@@ -160,7 +160,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
                            hpcacct_internal.refusal_message('negative_balance', account, NULL,
-                               format('%s %s', pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit())))::@extschema@.submit_decision;
+                               format('%s %s', hpcacct_internal.ledger_figure(bank.balance), hpcacct_internal.bank_unit())))::@extschema@.submit_decision;
             END IF;
         END IF;
 

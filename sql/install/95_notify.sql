@@ -595,9 +595,9 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
-                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.balance),
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.ledger_figure(r.balance),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
+                                  hpcacct_internal.ledger_figure(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -646,9 +646,9 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                             'project or ask your consultant for an allocation.'
                                        ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
-                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)),
+                                  hpcacct_internal.ledger_figure(@extschema@.balance(r.account, at)),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
+                                  hpcacct_internal.ledger_figure(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Next allocation:    %s\n', hpcacct_internal.iso_date(r.later_quarter)) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,

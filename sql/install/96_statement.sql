@@ -539,13 +539,13 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
             SELECT string_agg(format('<tr><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td>%s</td></tr>',
                                      hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
                                      hpcacct_internal.html_escape(x ->> 'submitter'),
-                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(x ->> 'unit')),
+                                     hpcacct_internal.ledger_figure((x ->> 'amount')::numeric), hpcacct_internal.html_escape(x ->> 'unit')),
                               '' ORDER BY ord)
             INTO rows FROM jsonb_array_elements(d -> 'charges' -> 'by_submitter') WITH ORDINALITY t(x, ord);
             h := h || '<table class="charges"><tr><th>cluster</th><th>partition</th><th>submitter</th><th>amount</th><th>unit</th></tr>'
                    || rows;
             SELECT string_agg(format('<tr><th colspan="3">total</th><td class="n">%s</td><td>%s</td></tr>',
-                                     to_char(t.value::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
+                                     hpcacct_internal.ledger_figure(t.value::numeric), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
             INTO rows FROM jsonb_each_text(d -> 'charges' -> 'total') t;
             h := h || coalesce(rows, '') || '</table>';
         END IF;
@@ -616,8 +616,8 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                    || hpcacct_internal.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
                    || format('<table class="bank"><tr><th>allocation</th><th>balance</th><th>state</th></tr>'
                              '<tr><td class="n">%s %s</td><td class="n">%s %s</td><td>%s</td></tr></table>',
-                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
-                             to_char((sec ->> 'balance')::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.ledger_figure((sec ->> 'allocation')::numeric), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.ledger_figure((sec ->> 'balance')::numeric), hpcacct_internal.html_escape(sec ->> 'unit'),
                              hpcacct_internal.html_escape(sec ->> 'state'));
         END IF;
 

@@ -12824,6 +12824,17 @@ CREATE TRIGGER regulation_machine_check_windows BEFORE INSERT OR UPDATE OF machi
     ON @extschema@.regulation_machine
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.regulation_machine_check_windows();
 
+-- ==== a bank figure printed the same, with every digit, everywhere (ledger_figure()): the mail of a negative balance of -0.015 NPL said "holds 0 NPL" beside "the balance is negative", the statement -0.02, the submit refusal -0.015; a statement's charge lines printed to the cent did not add up to the total it printed (1.00 + 3 × 0.01 against 1.02) ---
+CREATE FUNCTION hpcacct_internal.ledger_figure(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                WHEN pg_catalog.abs(x) >= 1e15 THEN pg_catalog.trim_scale(pg_catalog.round(x, 6))::text
+                ELSE pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999') END;
+COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
+    'A ledger figure as statements, messages and refusals print it: every digit of its 6 decimals (at least 2), '
+    'thousands separated by commas';
+-- account_verdict(), notify_scan(), statement_html(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13643,7 +13654,7 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             ELSIF bank.balance < 0 THEN
                 RETURN ROW(false, account, 'negative_balance',
                            hpcacct_internal.refusal_message('negative_balance', account, NULL,
-                               format('%s %s', pg_catalog.trim_scale(bank.balance), hpcacct_internal.bank_unit())))::@extschema@.submit_decision;
+                               format('%s %s', hpcacct_internal.ledger_figure(bank.balance), hpcacct_internal.bank_unit())))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -14296,9 +14307,9 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
                 pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
-                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.notify_number(r.balance),
+                                  hpcacct_internal.notify_name(r.account), hpcacct_internal.ledger_figure(r.balance),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
+                                  hpcacct_internal.ledger_figure(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
                                   pg_catalog.round(100 * r.balance / r.alloc, 1),
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
@@ -14347,9 +14358,9 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                             'project or ask your consultant for an allocation.'
                                        ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
-                                  hpcacct_internal.notify_number(@extschema@.balance(r.account, at)),
+                                  hpcacct_internal.ledger_figure(@extschema@.balance(r.account, at)),
                                   hpcacct_internal.notify_name(bank_unit),
-                                  hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
+                                  hpcacct_internal.ledger_figure(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
                                   CASE WHEN r.later_quarter IS NOT NULL
                                        THEN pg_catalog.format(E'Next allocation:    %s\n', hpcacct_internal.iso_date(r.later_quarter)) ELSE '' END),
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
@@ -14758,13 +14769,13 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
             SELECT string_agg(format('<tr><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td>%s</td></tr>',
                                      hpcacct_internal.html_escape(x ->> 'cluster'), hpcacct_internal.html_escape(x ->> 'partition'),
                                      hpcacct_internal.html_escape(x ->> 'submitter'),
-                                     to_char((x ->> 'amount')::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(x ->> 'unit')),
+                                     hpcacct_internal.ledger_figure((x ->> 'amount')::numeric), hpcacct_internal.html_escape(x ->> 'unit')),
                               '' ORDER BY ord)
             INTO rows FROM jsonb_array_elements(d -> 'charges' -> 'by_submitter') WITH ORDINALITY t(x, ord);
             h := h || '<table class="charges"><tr><th>cluster</th><th>partition</th><th>submitter</th><th>amount</th><th>unit</th></tr>'
                    || rows;
             SELECT string_agg(format('<tr><th colspan="3">total</th><td class="n">%s</td><td>%s</td></tr>',
-                                     to_char(t.value::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
+                                     hpcacct_internal.ledger_figure(t.value::numeric), hpcacct_internal.html_escape(t.key)), '' ORDER BY t.key)
             INTO rows FROM jsonb_each_text(d -> 'charges' -> 'total') t;
             h := h || coalesce(rows, '') || '</table>';
         END IF;
@@ -14835,8 +14846,8 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                    || hpcacct_internal.svg_chart('Balance of the quarter', sec ->> 'unit', labels, series)
                    || format('<table class="bank"><tr><th>allocation</th><th>balance</th><th>state</th></tr>'
                              '<tr><td class="n">%s %s</td><td class="n">%s %s</td><td>%s</td></tr></table>',
-                             to_char((sec ->> 'allocation')::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
-                             to_char((sec ->> 'balance')::numeric, 'FM999,999,999,999,990.00'), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.ledger_figure((sec ->> 'allocation')::numeric), hpcacct_internal.html_escape(sec ->> 'unit'),
+                             hpcacct_internal.ledger_figure((sec ->> 'balance')::numeric), hpcacct_internal.html_escape(sec ->> 'unit'),
                              hpcacct_internal.html_escape(sec ->> 'state'));
         END IF;
 

@@ -588,7 +588,7 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                                                        'or submit with another account', y.chosen, y.next_q)
                    WHEN 'negative_balance' THEN format('account %s has a negative balance this quarter (%s %s): ask for '
                                                        'a transfer or a deposit, or submit with another account',
-                                                       y.chosen, trim_scale((SELECT b.balance FROM b)), y.unit)
+                                                       y.chosen, hpcacct_internal.ledger_figure((SELECT b.balance FROM b)), y.unit)
                    WHEN 'quota_blocked' THEN
                        (SELECT format('account %s is blocked by its sliding-window quota (%s %s used this month, '
                                       'monthly allowance %s): submit with another account', y.chosen,

@@ -216,7 +216,7 @@ check "an expired account is refused: no allocation for this or a later quarter"
     "$(refused_with e_expired 'account e_expired has no allocation for this or a later quarter')"
 check "a deleted personal account is refused" "$(refused_with e_deleted 'account e_deleted has been deleted')"
 check "a negative balance is refused, with the balance" \
-    "$(refused_with e_neg 'account e_neg has a negative balance this quarter (-40 NPL)')"
+    "$(refused_with e_neg 'account e_neg has a negative balance this quarter (-40.00 NPL)')"
 check "an RWTH account blocked by its window (C > 6 A) is refused" \
     "$(refused_with e_rwth 'account e_rwth is blocked by its sliding-window quota')"
 # accepted

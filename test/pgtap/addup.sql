@@ -1,0 +1,75 @@
+-- Do the figures people read add up, as printed? A statement's lines and its total, the bank's
+-- allocation, charges and balance, and one balance printed the same (digits, sign, unit) in the
+-- mail, the submit refusal, the statement and the portal's JSON.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(11);
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('au_c', 'p', 'cpu=24', 'cpu=1', 1, 'NPL');
+INSERT INTO balance_threshold VALUES (0) ON CONFLICT DO NOTHING;
+
+-- au_a: 1 NPL deposited; one job of 1 NPL and three of 0.005 NPL (18 s): the balance is -0.015
+INSERT INTO account (name) VALUES ('au_a'), ('au_z'), ('au_big');
+SELECT deposit('au_a', '2024-04-01', 1);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('au_c', 'a1', 'au_a', 'u1', 'p', '2024-05-10 00:00+00', '2024-05-10 01:00:00+00', 'cpu=1', 'COMPLETED'),
+    ('au_c', 'a2', 'au_a', 'u2', 'p', '2024-05-10 00:00+00', '2024-05-10 00:00:18+00', 'cpu=1', 'COMPLETED'),
+    ('au_c', 'a3', 'au_a', 'u3', 'p', '2024-05-10 00:00+00', '2024-05-10 00:00:18+00', 'cpu=1', 'COMPLETED'),
+    ('au_c', 'a4', 'au_a', 'u4', 'p', '2024-05-10 00:00+00', '2024-05-10 00:00:18+00', 'cpu=1', 'COMPLETED');
+-- au_z: 1 NPL deposited, 1.000001 charged (3 600.0036 s): a millionth below zero
+SELECT deposit('au_z', '2024-04-01', 1);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('au_c', 'z1', 'au_z', 'u1', 'p', '2024-05-10 00:00+00', '2024-05-10 01:00:00.0036+00', 'cpu=1', 'COMPLETED');
+-- au_big: 10^12 NPL deposited, 0.5 charged
+SELECT deposit('au_big', '2024-04-01', 1000000000000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('au_c', 'b1', 'au_big', 'u1', 'p', '2024-05-10 00:00+00', '2024-05-10 00:30+00', 'cpu=1', 'COMPLETED');
+SELECT notify_scan('2024-05-31');
+
+CREATE FUNCTION pg_temp.cells(html text, tbl text) RETURNS text[] LANGUAGE sql AS $$
+    SELECT array_agg(m[1] ORDER BY ord)
+    FROM regexp_matches(substring(html FROM '<table class="' || tbl || '">.*?</table>'), '<td class="n">([^<]*)</td>', 'g')
+         WITH ORDINALITY t(m, ord)
+$$;
+-- a printed figure as a number: thousands separators and a unit dropped
+CREATE FUNCTION pg_temp.num(printed text) RETURNS numeric LANGUAGE sql AS $$
+    SELECT replace(split_part(printed, ' ', 1), ',', '')::numeric
+$$;
+
+SELECT is(balance('au_a', '2024-05-31'), -0.015::numeric, 'setup: au_a''s balance is -0.015 NPL');
+
+-- one balance, one way of printing it
+SELECT matches((SELECT body FROM outbox WHERE account = 'au_a' AND topic = 'balance_low'),
+               'holds -0\.015 NPL of the 1\.00 NPL',
+               'the mail of a negative balance prints it with its sign and digits, not "holds 0 NPL"');
+SELECT matches((account_verdict('au_a', '2024-05-31')).message, '\(-0\.015 NPL\)',
+               'the submit refusal prints the same digits');
+SELECT is(pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'), ARRAY['1.00 NPL', '-0.015 NPL'],
+          'the statement prints the same allocation and balance, not a balance of -0.02');
+SELECT is((my_accounts('2024-05-31') #>> '{accounts,0,bank,balance}')::numeric,
+          pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'))[2]),
+          'the portal''s JSON holds the balance the statement prints');
+
+-- a millionth below zero is below zero wherever it is printed
+SELECT matches((SELECT body FROM outbox WHERE account = 'au_z' AND topic = 'balance_low'), 'holds -0\.000001 NPL',
+               'a balance of -0.000001: the mail does not print 0 beside "the balance is negative"');
+SELECT is((pg_temp.cells(statement_html('au_z', '2024-05-01'), 'bank'))[2], '-0.000001 NPL',
+          'nor the statement 0.00 (or -0.00)');
+SELECT matches((account_verdict('au_z', '2024-05-31')).message, '\(-0\.000001 NPL\)', 'the refusal says -0.000001');
+
+-- 10^12: every digit, with separators
+SELECT is(pg_temp.cells(statement_html('au_big', '2024-05-01'), 'bank'), ARRAY['1,000,000,000,000.00 NPL', '999,999,999,999.50 NPL'],
+          'a balance of 10^12 - 0.5 is printed to the last digit');
+
+-- the statement's charges: the lines add up to the total as printed
+SELECT is((SELECT sum(pg_temp.num(x)) FROM unnest((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'charges'))[1:4]) x),
+          pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'charges'))[5]),
+          'the statement''s four lines (1 + 3 × 0.005) add up to the total it prints');
+SELECT is(pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'))[1])
+            - pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'charges'))[5]),
+          pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'))[2]),
+          'the allocation less the charges printed is the balance printed (the quarter''s only charges)');
+SELECT * FROM finish();
+ROLLBACK;
