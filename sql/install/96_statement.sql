@@ -290,12 +290,16 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                                             FILTER (WHERE r.g = 0), '[]'),
                    'total', coalesce(jsonb_object_agg(r.unit, r.amount) FILTER (WHERE r.g = 7), '{}'))
         INTO section
-        FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount,
-                     GROUPING(c.cluster, c.partition, c.submitter) AS g
-              FROM @extschema@.charge_by_month c
-              -- (a job with a part in the month ended in it or later)
-              WHERE c.account = a.name AND c.month = m AND c.job_end >= m_start
-              GROUP BY GROUPING SETS ((c.cluster, c.partition, c.unit, c.submitter), (c.cluster, c.partition, c.unit), (c.unit))) r;
+        -- (each submitter's line rounded to 6 decimals once; a resource's and the total are sums of
+        -- those lines, so that the lines add up to them as printed, to the last digit)
+        FROM (SELECT s.cluster, s.partition, s.unit, s.submitter, sum(s.amount) AS amount,
+                     GROUPING(s.cluster, s.partition, s.submitter) AS g
+              FROM (SELECT c.cluster, c.partition, c.unit, c.submitter, round(sum(c.amount), 6) AS amount
+                    FROM @extschema@.charge_by_month c
+                    -- (a job with a part in the month ended in it or later)
+                    WHERE c.account = a.name AND c.month = m AND c.job_end >= m_start
+                    GROUP BY c.cluster, c.partition, c.unit, c.submitter) s
+              GROUP BY GROUPING SETS ((s.cluster, s.partition, s.unit, s.submitter), (s.cluster, s.partition, s.unit), (s.unit))) r;
         sections := sections || jsonb_build_object('charges', section);
 
         -- usage this year by resource, with the projection to the year's end
@@ -429,16 +433,21 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
         day_end := (at + 1)::timestamp AT TIME ZONE tz;
         -- the month's charges up to the end of at (pro rata, as charge_by_month and the balance: a
         -- past day does not count the rest of its month), every account's in one pass of the ledger
+        -- (rounded as a statement's lines: each submitter's on a cluster and partition to 6 decimals,
+        -- then added up, so that on a month's last day it is the statement's total to the last digit)
         WITH this_month AS (
             SELECT t.account, jsonb_object_agg(t.unit, t.amount) AS amounts
-            FROM (SELECT l.account, l.unit,
-                         round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, month_start, day_end)), 6) AS amount
-                  FROM @extschema@.ledger l
-                  WHERE l.kind = 'charge'
-                    AND l.job_start < day_end AND (l.job_end > month_start OR l.job_start >= month_start)
-                    -- (implied, as job_end >= job_start: the bound the BRIN index reads by)
-                    AND l.job_end >= month_start
-                  GROUP BY l.account, l.unit) t
+            FROM (SELECT s.account, s.unit, sum(s.amount) AS amount
+                  FROM (SELECT l.account, l.unit, r.cluster, r.partition, l.submitter,
+                               round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, month_start, day_end)), 6) AS amount
+                        FROM @extschema@.ledger l
+                        JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+                        WHERE l.kind = 'charge'
+                          AND l.job_start < day_end AND (l.job_end > month_start OR l.job_start >= month_start)
+                          -- (implied, as job_end >= job_start: the bound the BRIN index reads by)
+                          AND l.job_end >= month_start
+                        GROUP BY l.account, l.unit, r.cluster, r.partition, l.submitter) s
+                  GROUP BY s.account, s.unit) t
             GROUP BY t.account
         ), bank AS (  -- the accounts with a deposit or transfer in the bank's unit, balances in one pass
             SELECT b.account, b.balance

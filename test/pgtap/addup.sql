@@ -3,7 +3,7 @@
 -- mail, the submit refusal, the statement and the portal's JSON.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(11);
+SELECT plan(14);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -11,7 +11,7 @@ INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('au_
 INSERT INTO balance_threshold VALUES (0) ON CONFLICT DO NOTHING;
 
 -- au_a: 1 NPL deposited; one job of 1 NPL and three of 0.005 NPL (18 s): the balance is -0.015
-INSERT INTO account (name) VALUES ('au_a'), ('au_z'), ('au_big');
+INSERT INTO account (name) VALUES ('au_a'), ('au_z'), ('au_big'), ('au_split');
 SELECT deposit('au_a', '2024-04-01', 1);
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
     ('au_c', 'a1', 'au_a', 'u1', 'p', '2024-05-10 00:00+00', '2024-05-10 01:00:00+00', 'cpu=1', 'COMPLETED'),
@@ -26,6 +26,14 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 SELECT deposit('au_big', '2024-04-01', 1000000000000);
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
     ('au_c', 'b1', 'au_big', 'u1', 'p', '2024-05-10 00:00+00', '2024-05-10 00:30+00', 'cpu=1', 'COMPLETED');
+-- au_split: three submitters' jobs of 1.000001 NPL, each a third in May: a submitter's May is
+-- 0.333333666…, rounded 0.333334; the three together 1.0000009999…
+SELECT deposit('au_split', '2024-04-01', 10);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+SELECT 'au_c', 's' || u, 'au_split', 'u' || u, 'p', '2024-04-30 23:19:59.9976+00', '2024-05-01 00:20:00.0012+00',
+       'cpu=1', 'COMPLETED'
+FROM generate_series(1, 3) u;
+
 SELECT notify_scan('2024-05-31');
 
 CREATE FUNCTION pg_temp.cells(html text, tbl text) RETURNS text[] LANGUAGE sql AS $$
@@ -71,5 +79,17 @@ SELECT is(pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank
             - pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'charges'))[5]),
           pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'))[2]),
           'the allocation less the charges printed is the balance printed (the quarter''s only charges)');
+SELECT is((SELECT sum((x ->> 'amount')::numeric) FROM jsonb_array_elements(account_month('au_split', '2024-05-01') #> '{charges,by_submitter}') x),
+          (account_month('au_split', '2024-05-01') #>> '{charges,total,NPL}')::numeric,
+          'account_month(): the submitters'' lines add up to the total, to the millionth');
+SELECT is((SELECT sum(pg_temp.num(x))
+           FROM unnest((pg_temp.cells(statement_html('au_split', '2024-05-01'), 'charges'))[1:3]) x),
+          pg_temp.num((pg_temp.cells(statement_html('au_split', '2024-05-01'), 'charges'))[4]),
+          'and so do the statement''s printed lines');
+SELECT is((account_month('au_split', '2024-05-01') #>> '{charges,total,NPL}')::numeric,
+          (SELECT (x #>> '{this_month,NPL}')::numeric FROM jsonb_array_elements(my_accounts('2024-05-31') -> 'accounts') x
+           WHERE x ->> 'account' = 'au_split'),
+          'the first page''s charges of the month are the statement''s total');
+
 SELECT * FROM finish();
 ROLLBACK;
