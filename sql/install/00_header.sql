@@ -103,6 +103,16 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
     'A ledger figure as statements, messages and refusals print it: every digit of its 6 decimals (at least 2), '
     'thousands separated by commas';
 
+-- Numbers in messages: whole units with a thin grouping, as the documents print them (here, before
+-- 85_enforce's refusals, which print a quota's figures with it).
+-- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)
+CREATE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN x IS NULL THEN 'n/a'
+                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+           END;
+COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
+
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until
 -- their transaction ends (run_alone). Not on advisory locks: any login may take any advisory
 -- lock, and so stall the loader or the rollups; a row of this table can be locked only by

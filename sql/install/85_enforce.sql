@@ -170,8 +170,10 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             IF wq.state = 'blocked' THEN
                 RETURN ROW(false, account, 'quota_blocked',
                            hpcacct_internal.refusal_message('quota_blocked', account, NULL,
+                               -- (as the quota_state message and the statement print them)
                                format('%s %s used this month, monthly allowance %s',
-                                      round(wq.consumed_current::numeric, 2), wq.unit, round(wq.monthly::numeric, 2))))::@extschema@.submit_decision;
+                                      hpcacct_internal.notify_number(wq.consumed_current::numeric), wq.unit,
+                                      hpcacct_internal.notify_number(wq.monthly::numeric))))::@extschema@.submit_decision;
             END IF;
         END IF;
 

@@ -234,15 +234,6 @@ COMMENT ON FUNCTION @extschema@.outbox_add(text, text, text, text, text, jsonb, 
     'hpcacct_outbox. NULL topic, decision_key, subject or body: 22004; an unknown account: 42704; figures other than an '
     'object: 22023; NULL account, figures, to_members or also: no account''s users, {}, false, none';
 
--- Numbers in messages: whole units with a thin grouping, as the documents print them.
--- (A body parsed at creation, without a SET clause: it is inlined into the messages' queries.)
-CREATE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    RETURN CASE WHEN x IS NULL THEN 'n/a'
-                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
-           END;
-COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
-
 -- ---- GENCI: regulation outcomes ------------------------------------------------------------
 
 CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
@@ -297,7 +288,10 @@ CREATE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
             END || E'\n\n'
             || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
-                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n'
+                                 -- (a difference of figures rounded on their own can be 1 off the rounded
+                                 -- difference: 150,001 - 0 against an under-consumption of 150,000)
+                                 'Hours, each rounded on its own to the nearest whole hour (halves away from zero).\n',
                                  hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
                                  hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
                                  hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),

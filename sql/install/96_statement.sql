@@ -581,7 +581,9 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                              '<tr><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr></table>',
                              hpcacct_internal.notify_number((sec ->> 'alloc')::numeric), hpcacct_internal.notify_number((sec ->> 'tmc')::numeric),
                              hpcacct_internal.notify_number((sec ->> 'tc')::numeric), hpcacct_internal.notify_number((sec ->> 'consumption')::numeric),
-                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'));
+                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'))
+                   || '<p class="meta">Hours, each rounded on its own to the nearest whole hour (halves away from zero): '
+                      '&Delta; (consumption &minus; TC) can differ by 1 from the difference of the rounded figures.</p>';
         END LOOP;
 
         -- RWTH: the three-month window per month
@@ -607,7 +609,9 @@ CREATE FUNCTION @extschema@.statement_html(account text, month date)
                              r ->> 'period_start', r ->> 'period_end', hpcacct_internal.html_escape(r ->> 'state'),
                              hpcacct_internal.notify_number((r ->> 'monthly')::numeric), hpcacct_internal.notify_number((r ->> 'remaining_prev')::numeric),
                              hpcacct_internal.notify_number((r ->> 'consumed')::numeric), hpcacct_internal.notify_number((r ->> 'consumable_pct')::numeric),
-                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric));
+                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric))
+                   || format('<p class="meta">%s, each rounded on its own to a whole number (halves away from zero).</p>',
+                             hpcacct_internal.html_escape(initcap(r ->> 'unit')));
         END IF;
 
         -- HLRN: the quarter's balance

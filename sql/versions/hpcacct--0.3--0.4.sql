@@ -12838,6 +12838,9 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 -- ==== a statement's lines add up to its totals, to the millionth: account_month()'s resource lines and total, and my_accounts()'s charges of the month, are sums of the submitters' lines rounded to 6 decimals, not the exact sum rounded once (three submitters' 0.333334 printed against a total of 1.000001) ---
 -- account_month(), my_accounts(): defined in the final definitions
 
+-- ==== GENCI's and RWTH's whole-number figures: the quota refusal prints them as the quota_state message and the statement do (it said 6500.00 and 1000.40 where they say 6,500 and 1,000); the GENCI messages and the statement's GENCI and quota tables say that each figure is rounded on its own (a consumption of 0 against a TC of 150,001 printed an under-consumption of 150,000) ---
+-- account_verdict(), notify_regulation(), statement_html(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13667,8 +13670,10 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
             IF wq.state = 'blocked' THEN
                 RETURN ROW(false, account, 'quota_blocked',
                            hpcacct_internal.refusal_message('quota_blocked', account, NULL,
+                               -- (as the quota_state message and the statement print them)
                                format('%s %s used this month, monthly allowance %s',
-                                      round(wq.consumed_current::numeric, 2), wq.unit, round(wq.monthly::numeric, 2))))::@extschema@.submit_decision;
+                                      hpcacct_internal.notify_number(wq.consumed_current::numeric), wq.unit,
+                                      hpcacct_internal.notify_number(wq.monthly::numeric))))::@extschema@.submit_decision;
             END IF;
         END IF;
 
@@ -14814,7 +14819,9 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                              '<tr><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr></table>',
                              hpcacct_internal.notify_number((sec ->> 'alloc')::numeric), hpcacct_internal.notify_number((sec ->> 'tmc')::numeric),
                              hpcacct_internal.notify_number((sec ->> 'tc')::numeric), hpcacct_internal.notify_number((sec ->> 'consumption')::numeric),
-                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'));
+                             hpcacct_internal.notify_number((sec ->> 'delta')::numeric), hpcacct_internal.html_escape(sec ->> 'status'))
+                   || '<p class="meta">Hours, each rounded on its own to the nearest whole hour (halves away from zero): '
+                      '&Delta; (consumption &minus; TC) can differ by 1 from the difference of the rounded figures.</p>';
         END LOOP;
 
         -- RWTH: the three-month window per month
@@ -14840,7 +14847,9 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                              r ->> 'period_start', r ->> 'period_end', hpcacct_internal.html_escape(r ->> 'state'),
                              hpcacct_internal.notify_number((r ->> 'monthly')::numeric), hpcacct_internal.notify_number((r ->> 'remaining_prev')::numeric),
                              hpcacct_internal.notify_number((r ->> 'consumed')::numeric), hpcacct_internal.notify_number((r ->> 'consumable_pct')::numeric),
-                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric));
+                             hpcacct_internal.notify_number((r ->> 'consumable')::numeric))
+                   || format('<p class="meta">%s, each rounded on its own to a whole number (halves away from zero).</p>',
+                             hpcacct_internal.html_escape(initcap(r ->> 'unit')));
         END IF;
 
         -- HLRN: the quarter's balance
@@ -16333,7 +16342,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
                     hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.alloc - r.retracted))
             END || E'\n\n'
             || pg_catalog.format(E'Figures at the end of %s:\n  Alloc        %s\n  TMC          %s\n  TC           %s\n'
-                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n',
+                                 '  consumption  %s\n  delta        %s\n  retracted    %s\n'
+                                 -- (a difference of figures rounded on their own can be 1 off the rounded
+                                 -- difference: 150,001 - 0 against an under-consumption of 150,000)
+                                 'Hours, each rounded on its own to the nearest whole hour (halves away from zero).\n',
                                  hpcacct_internal.iso_date(r.figures_at), hpcacct_internal.notify_number(r.alloc), hpcacct_internal.notify_number(r.tmc::numeric),
                                  hpcacct_internal.notify_number(r.tc::numeric), hpcacct_internal.notify_number(r.consumption::numeric),
                                  hpcacct_internal.notify_number(r.delta::numeric), hpcacct_internal.notify_number(r.retracted)),

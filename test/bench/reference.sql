@@ -592,7 +592,8 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                    WHEN 'quota_blocked' THEN
                        (SELECT format('account %s is blocked by its sliding-window quota (%s %s used this month, '
                                       'monthly allowance %s): submit with another account', y.chosen,
-                                      round(u.consumed_current::numeric, 2), u.unit, round(u.monthly::numeric, 2))
+                                      hpcacct_internal.notify_number(u.consumed_current::numeric), u.unit,
+                                      hpcacct_internal.notify_number(u.monthly::numeric))
                         FROM hpcacct.window_quota_usage(y.chosen, $3) u)
                END
         FROM y

@@ -3,7 +3,7 @@
 -- mail, the submit refusal, the statement and the portal's JSON.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(14);
+SELECT plan(19);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -33,6 +33,24 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 SELECT 'au_c', 's' || u, 'au_split', 'u' || u, 'p', '2024-04-30 23:19:59.9976+00', '2024-05-01 00:20:00.0012+00',
        'cpu=1', 'COMPLETED'
 FROM generate_series(1, 3) u;
+
+-- au_r: an RWTH quota of 1 000.4 core-hours a month, 6 500 used in March: blocked
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('au_w', 'p', 'cpu=48', 'cpu=1', 1, 'core-hours');
+INSERT INTO account (name) VALUES ('au_r'), ('au_g');
+SELECT add_quota_period('au_r', '2024-01-01', '2024-06-30', 1000.4);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('au_w', 'r1', 'au_r', 'u1', 'p', '2024-03-10 00:00+00', '2024-03-10 10:00:00+00', 'cpu=650', 'COMPLETED');
+SELECT notify_scan('2024-03-20');
+-- au_g: a GENCI grant of 1 200 006 hours (TMC 100 000.5), 0.4 hours used by 15 February: TC
+-- 150 000.75, delta -150 000.35, printed 150 001, 0 and 150 000
+INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('au_m', 1000000);
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('au_m', 'p', 'cpu=24', 'cpu=1', 1, 'hours');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('au_g', 'grant', 1200006, 'hours', 'au_m', '2024-01-01', '2024-12-31');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('au_m', 'g1', 'au_g', 'u1', 'p', '2024-01-10 00:00+00', '2024-01-10 00:24:00+00', 'cpu=1', 'COMPLETED');
+CALL regulate('2024-01-15');
+CALL regulate('2024-02-15');
 
 SELECT notify_scan('2024-05-31');
 
@@ -90,6 +108,26 @@ SELECT is((account_month('au_split', '2024-05-01') #>> '{charges,total,NPL}')::n
           (SELECT (x #>> '{this_month,NPL}')::numeric FROM jsonb_array_elements(my_accounts('2024-05-31') -> 'accounts') x
            WHERE x ->> 'account' = 'au_split'),
           'the first page''s charges of the month are the statement''s total');
+
+-- a quota's figures: the refusal prints them as the mail and the statement do
+SELECT matches((SELECT body FROM outbox WHERE account = 'au_r' AND topic = 'quota_state' ORDER BY message_id LIMIT 1),
+               'Monthly allowance: +1,000 core-hours\nRemaining of previous month: +1,000\nConsumed this month: +6,500\n',
+               'setup: the quota mail prints whole core-hours: 1,000 and 6,500');
+SELECT matches((account_verdict('au_r', '2024-03-20')).message,
+               '\(6,500 core-hours used this month, monthly allowance 1,000\)',
+               'the quota refusal prints the same figures (not 6500.00 and 1000.40)');
+
+-- GENCI's hours, rounded to whole hours each on its own: the document says so
+SELECT is(ARRAY(SELECT (regexp_matches(body, '(?:consumed|TC of|under-consumption of) ([0-9,]+) hours', 'g'))[1]
+                FROM outbox WHERE account = 'au_g' AND topic = 'regulation_warning'),
+          ARRAY['0', '150,001', '150,000'],
+          'setup: the warning''s consumption 0 and TC 150,001 leave an under-consumption of 150,000 as printed');
+SELECT matches((SELECT body FROM outbox WHERE account = 'au_g' AND topic = 'regulation_warning'),
+               'each rounded on its own to the nearest whole hour',
+               'so the mail says how its hours are rounded');
+SELECT matches(substring(statement_html('au_g', '2024-02-01') FROM '<table class="regulation">.*?(?:<h2>|</body>)'),
+               '</table><p class="meta">Hours, each rounded on its own',
+               'and so does the statement under its GENCI table');
 
 SELECT * FROM finish();
 ROLLBACK;
