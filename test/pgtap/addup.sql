@@ -3,7 +3,7 @@
 -- mail, the submit refusal, the statement and the portal's JSON.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(19);
+SELECT plan(22);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -31,6 +31,13 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 SELECT deposit('au_split', '2024-04-01', 10);
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
 SELECT 'au_c', 's' || u, 'au_split', 'u' || u, 'p', '2024-04-30 23:19:59.9976+00', '2024-05-01 00:20:00.0012+00',
+       'cpu=1', 'COMPLETED'
+FROM generate_series(1, 3) u;
+
+-- au_y: three submitters' jobs of 1.000001 h, a third in 2024 (from 31 December 23:19:59.9976)
+INSERT INTO account (name) VALUES ('au_y');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+SELECT 'au_c', 'y' || u, 'au_y', 'u' || u, 'p', '2023-12-31 23:19:59.9976+00', '2024-01-01 00:20:00.0012+00',
        'cpu=1', 'COMPLETED'
 FROM generate_series(1, 3) u;
 
@@ -128,6 +135,17 @@ SELECT matches((SELECT body FROM outbox WHERE account = 'au_g' AND topic = 'regu
 SELECT matches(substring(statement_html('au_g', '2024-02-01') FROM '<table class="regulation">.*?(?:<h2>|</body>)'),
                '</table><p class="meta">Hours, each rounded on its own',
                'and so does the statement under its GENCI table');
+
+-- the usage reports: each row rounded once; coarser rows within a millionth per finer row
+CREATE TEMP TABLE au_sub AS SELECT * FROM usage_by_submitter(2024, '2024-03-01') WHERE account = 'au_y';
+SELECT cmp_ok((SELECT abs(sum(s.usage) - (SELECT a.usage FROM usage_by_account(2024, '2024-03-01') a WHERE a.account = 'au_y'))
+               - count(*) * 0.000001 FROM au_sub s), '<=', 0::numeric,
+              'usage_by_submitter''s rows add up to usage_by_account''s within a millionth per row, as the README says');
+SELECT cmp_ok((SELECT abs(sum(m.usage) - (SELECT sum(s.usage) FROM au_sub s)) - count(*) * 0.000001
+               FROM usage_by_month(2024, '2024-03-01') m WHERE m.account = 'au_y'), '<=', 0::numeric,
+              'usage_by_month''s months add up to the year''s within a millionth per row');
+SELECT cmp_ok((SELECT abs(sum(s.account_pct) - 100) - count(*) * 0.01 FROM au_sub s), '<=', 0::numeric,
+              'the submitters'' shares add up to 100 % within 0.01 per row');
 
 SELECT * FROM finish();
 ROLLBACK;
