@@ -3,7 +3,7 @@
 -- mail, the submit refusal, the statement and the portal's JSON.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(22);
+SELECT plan(25);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -146,6 +146,23 @@ SELECT cmp_ok((SELECT abs(sum(m.usage) - (SELECT sum(s.usage) FROM au_sub s)) - 
               'usage_by_month''s months add up to the year''s within a millionth per row');
 SELECT cmp_ok((SELECT abs(sum(s.account_pct) - 100) - count(*) * 0.01 FROM au_sub s), '<=', 0::numeric,
               'the submitters'' shares add up to 100 % within 0.01 per row');
+
+-- re-rated (a reversal and a new charge for every job of au_c) after a transfer and a refund:
+-- the bank's figures still add up, and so do the statement's
+SELECT transfer('au_big', '2024-04-01', 'au_a', '2024-04-01', 10.333333);
+SELECT refund('au_a', '2024-04-01', 0.000001);
+SELECT rerate((SELECT resource_id FROM resource WHERE cluster = 'au_c'), 1 / 3.0, '2024-01-01');
+SELECT is((SELECT count(*) FROM ledger WHERE account = 'au_a' AND kind = 'charge'), 12::bigint,
+          'setup: au_a''s four charges, their reversals and new charges');
+SELECT is_empty($$SELECT account, quarter FROM hpcacct.quarter_balances
+                  WHERE account LIKE 'au\_%' AND deposits - charges + transfers + refunds <> balance$$,
+                'quarter_balances: deposits - charges + transfers + refunds = balance, to the last digit, in every quarter');
+SELECT is(ARRAY[(SELECT sum(pg_temp.num(x)) FROM unnest((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'charges'))[1:4]) x),
+                pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'charges'))[5]),
+                pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'))[1])
+                  - pg_temp.num((pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'))[2])],
+          ARRAY[0.338334, 0.338334, 0.338334],
+          're-rated, au_a''s statement: its lines, its total and its allocation less its balance are the same 0.338334');
 
 SELECT * FROM finish();
 ROLLBACK;
