@@ -97,8 +97,16 @@ COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
 CREATE FUNCTION hpcacct_internal.ledger_figure(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                WHEN pg_catalog.abs(x) >= 1e15 THEN pg_catalog.trim_scale(pg_catalog.round(x, 6))::text
-                ELSE pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999') END;
+                WHEN pg_catalog.abs(pg_catalog.round(x, 6)) < 1e15 THEN pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999')
+                -- beyond the pattern's 15 digits (which would print #): the integer part grouped
+                -- by hand, then the decimals as above
+                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
+                     || pg_catalog.reverse(pg_catalog.regexp_replace(
+                            pg_catalog.reverse(pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6)))::text),
+                            '([0-9]{3})(?=[0-9])', '\1,', 'g'))
+                     || pg_catalog.substr(pg_catalog.to_char(pg_catalog.abs(pg_catalog.round(x, 6))
+                                                             - pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6))),
+                                                             'FM0.009999'), 2) END;
 COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
     'A ledger figure as statements, messages and refusals print it: every digit of its 6 decimals (at least 2), '
     'thousands separated by commas';
@@ -109,7 +117,12 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 CREATE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+                WHEN pg_catalog.abs(pg_catalog.round(x)) < 1e15
+                THEN pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+                -- beyond the pattern's 15 digits (which would print #): grouped by hand
+                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
+                     || pg_catalog.reverse(pg_catalog.regexp_replace(pg_catalog.reverse(pg_catalog.abs(pg_catalog.round(x))::text),
+                                                                     '([0-9]{3})(?=[0-9])', '\1,', 'g'))
            END;
 COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
 

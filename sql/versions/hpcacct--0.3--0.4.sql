@@ -12828,8 +12828,16 @@ CREATE TRIGGER regulation_machine_check_windows BEFORE INSERT OR UPDATE OF machi
 CREATE FUNCTION hpcacct_internal.ledger_figure(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                WHEN pg_catalog.abs(x) >= 1e15 THEN pg_catalog.trim_scale(pg_catalog.round(x, 6))::text
-                ELSE pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999') END;
+                WHEN pg_catalog.abs(pg_catalog.round(x, 6)) < 1e15 THEN pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999')
+                -- beyond the pattern's 15 digits (which would print #): the integer part grouped
+                -- by hand, then the decimals as above
+                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
+                     || pg_catalog.reverse(pg_catalog.regexp_replace(
+                            pg_catalog.reverse(pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6)))::text),
+                            '([0-9]{3})(?=[0-9])', '\1,', 'g'))
+                     || pg_catalog.substr(pg_catalog.to_char(pg_catalog.abs(pg_catalog.round(x, 6))
+                                                             - pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6))),
+                                                             'FM0.009999'), 2) END;
 COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
     'A ledger figure as statements, messages and refusals print it: every digit of its 6 decimals (at least 2), '
     'thousands separated by commas';
@@ -12840,6 +12848,9 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 
 -- ==== GENCI's and RWTH's whole-number figures: the quota refusal prints them as the quota_state message and the statement do (it said 6500.00 and 1000.40 where they say 6,500 and 1,000); the GENCI messages and the statement's GENCI and quota tables say that each figure is rounded on its own (a consumption of 0 against a TC of 150,001 printed an under-consumption of 150,000) ---
 -- account_verdict(), notify_regulation(), statement_html(): defined in the final definitions
+
+-- ==== notify_number() and ledger_figure() print a figure beyond 15 digits with every digit (a monthly quota of 2e15 core-hours was ###,###,###,###,### in the statement and the messages) ---
+-- notify_number(): defined in the final definitions; ledger_figure(): as created above
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -16287,7 +16298,12 @@ COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a 
 CREATE OR REPLACE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                ELSE pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+                WHEN pg_catalog.abs(pg_catalog.round(x)) < 1e15
+                THEN pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
+                -- beyond the pattern's 15 digits (which would print #): grouped by hand
+                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
+                     || pg_catalog.reverse(pg_catalog.regexp_replace(pg_catalog.reverse(pg_catalog.abs(pg_catalog.round(x))::text),
+                                                                     '([0-9]{3})(?=[0-9])', '\1,', 'g'))
            END;
 COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
 CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger

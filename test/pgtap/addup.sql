@@ -3,7 +3,7 @@
 -- mail, the submit refusal, the statement and the portal's JSON.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(26);
+SELECT plan(29);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -170,6 +170,16 @@ SELECT is(ARRAY(SELECT (SELECT (quarter_balance('deposit', '2024-04-01', x, '202
                 FROM unnest(ARRAY[0.0000005, 0.0000015, 0.0000025, -0.0000005, -0.0000025]) WITH ORDINALITY u(a, o) ORDER BY o),
           ARRAY[0.000001, 0.000002, 0.000003, -0.000001, -0.000003],
           'quarter_balance() rounds 0.0000025 to 0.000003 and -0.0000005 to -0.000001, as round(x, 6)');
+
+-- figures too large for to_char's pattern: every digit, not ###,###,###,###,###
+INSERT INTO account (name) VALUES ('au_huge');
+SELECT add_quota_period('au_huge', '2024-01-01', '2024-06-30', 2e15);
+SELECT is((pg_temp.cells(statement_html('au_huge', '2024-03-01'), 'quota'))[1], '2,000,000,000,000,000',
+          'a monthly quota of 2e15 core-hours: the statement prints 2,000,000,000,000,000');
+SELECT is(hpcacct_internal.notify_number(-123456789012345678.5), '-123,456,789,012,345,679',
+          'notify_number() of a figure of 18 digits, negative, rounded half away from zero');
+SELECT is(hpcacct_internal.ledger_figure(-1234567890123456.5), '-1,234,567,890,123,456.50',
+          'ledger_figure() of 16 digits: every digit, separated, at least 2 decimals');
 
 SELECT * FROM finish();
 ROLLBACK;
