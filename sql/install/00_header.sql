@@ -90,6 +90,15 @@ CREATE FUNCTION hpcacct_internal.float_figure(x float8) RETURNS numeric
 COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
     'A float8 figure as numeric with every digit of its shortest exact text, under any extra_float_digits';
 
+-- A whole number of at least 0 with its thousands separated by commas (1,000,000), every digit
+-- however large (to_char()'s patterns print # past their width): what ledger_figure() and
+-- notify_number() print the integer part of a figure with.
+CREATE FUNCTION hpcacct_internal.grouped_digits(n numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.reverse(pg_catalog.regexp_replace(pg_catalog.reverse(n::text), '([0-9]{3})(?=[0-9])', '\1,', 'g'));
+COMMENT ON FUNCTION hpcacct_internal.grouped_digits(numeric) IS
+    'A whole number of at least 0 with its thousands separated by commas, every digit';
+
 -- A ledger figure (an amount, a balance, an allocation of the bank) as documents print it: every
 -- digit of its 6 decimals, at least 2, thousands separated by commas (-0.015, 1,000,000.00).
 -- Never rounded to a figure that hides a sign or a difference: a balance of -0.000001 is not
@@ -97,13 +106,9 @@ COMMENT ON FUNCTION hpcacct_internal.float_figure(float8) IS
 CREATE FUNCTION hpcacct_internal.ledger_figure(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                WHEN pg_catalog.abs(pg_catalog.round(x, 6)) < 1e15 THEN pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999')
-                -- beyond the pattern's 15 digits (which would print #): the integer part grouped
-                -- by hand, then the decimals as above
-                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
-                     || pg_catalog.reverse(pg_catalog.regexp_replace(
-                            pg_catalog.reverse(pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6)))::text),
-                            '([0-9]{3})(?=[0-9])', '\1,', 'g'))
+                ELSE CASE WHEN pg_catalog.round(x, 6) < 0 THEN '-' ELSE '' END
+                     || hpcacct_internal.grouped_digits(pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6))))
+                     -- the decimals: '.' and 2 to 6 digits
                      || pg_catalog.substr(pg_catalog.to_char(pg_catalog.abs(pg_catalog.round(x, 6))
                                                              - pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6))),
                                                              'FM0.009999'), 2) END;
@@ -117,13 +122,8 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 CREATE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                WHEN pg_catalog.abs(pg_catalog.round(x)) < 1e15
-                THEN pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
-                -- beyond the pattern's 15 digits (which would print #): grouped by hand
-                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
-                     || pg_catalog.reverse(pg_catalog.regexp_replace(pg_catalog.reverse(pg_catalog.abs(pg_catalog.round(x))::text),
-                                                                     '([0-9]{3})(?=[0-9])', '\1,', 'g'))
-           END;
+                ELSE CASE WHEN pg_catalog.round(x) < 0 THEN '-' ELSE '' END
+                     || hpcacct_internal.grouped_digits(pg_catalog.abs(pg_catalog.round(x))) END;
 COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
 
 -- Runs that must not overlap keep apart on a row of run_lock each, locked FOR UPDATE until

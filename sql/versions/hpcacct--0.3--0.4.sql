@@ -12825,16 +12825,17 @@ CREATE TRIGGER regulation_machine_check_windows BEFORE INSERT OR UPDATE OF machi
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.regulation_machine_check_windows();
 
 -- ==== a bank figure printed the same, with every digit, everywhere (ledger_figure()): the mail of a negative balance of -0.015 NPL said "holds 0 NPL" beside "the balance is negative", the statement -0.02, the submit refusal -0.015; a statement's charge lines printed to the cent did not add up to the total it printed (1.00 + 3 × 0.01 against 1.02) ---
+CREATE FUNCTION hpcacct_internal.grouped_digits(n numeric) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN pg_catalog.reverse(pg_catalog.regexp_replace(pg_catalog.reverse(n::text), '([0-9]{3})(?=[0-9])', '\1,', 'g'));
+COMMENT ON FUNCTION hpcacct_internal.grouped_digits(numeric) IS
+    'A whole number of at least 0 with its thousands separated by commas, every digit';
 CREATE FUNCTION hpcacct_internal.ledger_figure(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                WHEN pg_catalog.abs(pg_catalog.round(x, 6)) < 1e15 THEN pg_catalog.to_char(pg_catalog.round(x, 6), 'FM999,999,999,999,990.009999')
-                -- beyond the pattern's 15 digits (which would print #): the integer part grouped
-                -- by hand, then the decimals as above
-                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
-                     || pg_catalog.reverse(pg_catalog.regexp_replace(
-                            pg_catalog.reverse(pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6)))::text),
-                            '([0-9]{3})(?=[0-9])', '\1,', 'g'))
+                ELSE CASE WHEN pg_catalog.round(x, 6) < 0 THEN '-' ELSE '' END
+                     || hpcacct_internal.grouped_digits(pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6))))
+                     -- the decimals: '.' and 2 to 6 digits
                      || pg_catalog.substr(pg_catalog.to_char(pg_catalog.abs(pg_catalog.round(x, 6))
                                                              - pg_catalog.trunc(pg_catalog.abs(pg_catalog.round(x, 6))),
                                                              'FM0.009999'), 2) END;
@@ -12850,7 +12851,8 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 -- account_verdict(), notify_regulation(), statement_html(): defined in the final definitions
 
 -- ==== notify_number() and ledger_figure() print a figure beyond 15 digits with every digit (a monthly quota of 2e15 core-hours was ###,###,###,###,### in the statement and the messages) ---
--- notify_number(): defined in the final definitions; ledger_figure(): as created above
+-- notify_number(): defined in the final definitions; ledger_figure() and the helper both print the integer
+-- part with, grouped_digits(): as created above
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -16298,13 +16300,8 @@ COMMENT ON FUNCTION hpcacct_internal.federation_slot_exists(text) IS 'Whether a 
 CREATE OR REPLACE FUNCTION hpcacct_internal.notify_number(x numeric) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN CASE WHEN x IS NULL THEN 'n/a'
-                WHEN pg_catalog.abs(pg_catalog.round(x)) < 1e15
-                THEN pg_catalog.replace(pg_catalog.btrim(pg_catalog.to_char(pg_catalog.round(x), 'S999,999,999,999,990')), '+', '')
-                -- beyond the pattern's 15 digits (which would print #): grouped by hand
-                ELSE CASE WHEN x < 0 THEN '-' ELSE '' END
-                     || pg_catalog.reverse(pg_catalog.regexp_replace(pg_catalog.reverse(pg_catalog.abs(pg_catalog.round(x))::text),
-                                                                     '([0-9]{3})(?=[0-9])', '\1,', 'g'))
-           END;
+                ELSE CASE WHEN pg_catalog.round(x) < 0 THEN '-' ELSE '' END
+                     || hpcacct_internal.grouped_digits(pg_catalog.abs(pg_catalog.round(x))) END;
 COMMENT ON FUNCTION hpcacct_internal.notify_number(numeric) IS 'A figure as messages print it: rounded, thousands separated by commas';
 CREATE OR REPLACE FUNCTION hpcacct_internal.notify_regulation() RETURNS trigger
     LANGUAGE plpgsql
