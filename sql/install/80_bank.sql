@@ -680,7 +680,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.set_default_project(text, text) FROM PUBL
 -- At the start of quarter q (any day of it names it):
 --  1. personal accounts of members of active projects are topped up to their allotment for
 --     q and the two following quarters (never deposited twice);
---  2. personal accounts with no allocation for q expire;
+--  2. personal accounts with no allocation for q or a later quarter expire;
 --  3. those that also expired in the previous quarter are deleted, for good;
 --  4. default projects pointing to expired or deleted accounts are reset to the personal one.
 -- Everything is logged in quarter_log; a second run for the same quarter changes nothing.
@@ -758,12 +758,13 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         ON CONFLICT ON CONSTRAINT quarter_log_once
         DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
 
-        -- expire personal accounts without an allocation for this quarter
+        -- expire personal accounts without an allocation for this or a later quarter (one with
+        -- an allocation later only is inactive, as bank_state() says: neither expired nor deleted)
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
         SELECT this_quarter, a.name, 'expired', this_quarter
         FROM @extschema@.account a
         CROSS JOIN LATERAL @extschema@.bank_state(a.name, this_quarter) b
-        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state <> 'active'
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state = 'expired'
         ON CONFLICT DO NOTHING;
 
         -- delete those that expired in the previous quarter as well

@@ -12854,6 +12854,9 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 -- notify_number(): defined in the final definitions; ledger_figure() and the helper both print the integer
 -- part with, grouped_digits(): as created above
 
+-- ==== open_quarter() expires a personal account only when it has no allocation for this or a later quarter: one with a later one only (booked ahead by staff) is inactive, as account_state() says; it was logged expired at two starts in a row and deleted for good, its allocation with it ---
+-- open_quarter(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13214,12 +13217,13 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         ON CONFLICT ON CONSTRAINT quarter_log_once
         DO UPDATE SET amount = @extschema@.quarter_log.amount + EXCLUDED.amount;
 
-        -- expire personal accounts without an allocation for this quarter
+        -- expire personal accounts without an allocation for this or a later quarter (one with
+        -- an allocation later only is inactive, as bank_state() says: neither expired nor deleted)
         INSERT INTO @extschema@.quarter_log (quarter, account, action, target_quarter)
         SELECT this_quarter, a.name, 'expired', this_quarter
         FROM @extschema@.account a
         CROSS JOIN LATERAL @extschema@.bank_state(a.name, this_quarter) b
-        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state <> 'active'
+        WHERE a.kind = 'personal' AND a.deleted_in IS NULL AND b.state = 'expired'
         ON CONFLICT DO NOTHING;
 
         -- delete those that expired in the previous quarter as well
