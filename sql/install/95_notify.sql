@@ -620,6 +620,13 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
                    AND a.deleted_in IS NULL
                    AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
+                   -- a personal account whose owner is a member of a project allocated for the
+                   -- next quarter does not expire: that quarter's start tops it up (open_quarter())
+                   AND NOT (a.kind = 'personal'
+                            AND EXISTS (SELECT 1 FROM @extschema@.membership m
+                                        JOIN @extschema@.account p ON p.name = m.account AND p.kind = 'project'
+                                        JOIN allocated nx ON nx.account = m.account AND nx.quarter = next_q
+                                        WHERE m.username = a.name))
                  ORDER BY a.name LOOP
             id := @extschema@.outbox_add(
                 'account_expiry', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(next_q)), r.account,

@@ -12857,6 +12857,9 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 -- ==== open_quarter() expires a personal account only when it has no allocation for this or a later quarter: one with a later one only (booked ahead by staff) is inactive, as account_state() says; it was logged expired at two starts in a row and deleted for good, its allocation with it ---
 -- open_quarter(): defined in the final definitions
 
+-- ==== notify_scan() does not warn that a personal account expires when its owner is a member of a project allocated for the next quarter: that quarter's start tops it up (the message said the account expires, and it did not) ---
+-- notify_scan(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14363,6 +14366,13 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
                    AND a.deleted_in IS NULL
                    AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
+                   -- a personal account whose owner is a member of a project allocated for the
+                   -- next quarter does not expire: that quarter's start tops it up (open_quarter())
+                   AND NOT (a.kind = 'personal'
+                            AND EXISTS (SELECT 1 FROM @extschema@.membership m
+                                        JOIN @extschema@.account p ON p.name = m.account AND p.kind = 'project'
+                                        JOIN allocated nx ON nx.account = m.account AND nx.quarter = next_q
+                                        WHERE m.username = a.name))
                  ORDER BY a.name LOOP
             id := @extschema@.outbox_add(
                 'account_expiry', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(next_q)), r.account,

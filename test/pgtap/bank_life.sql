@@ -5,7 +5,7 @@
 -- in balance(), quarter_balances, bank_entry and my_accounts alike; states as the README says.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(62);
+SELECT plan(64);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -76,6 +76,22 @@ SELECT is((SELECT array_agg(action || ':' || quarter ORDER BY quarter) FROM quar
 CALL open_quarter('2026-04-01');
 SELECT is(account_state('erin', '2026-04-01'), 'active', 'her allocation makes her account active in Q2 2026');
 ROLLBACK TO SAVEPOINT ahead;
+
+-- No warning that a personal account expires when its owner is a member of a project with an
+-- allocation for the next quarter: the quarter's start tops it up.
+SAVEPOINT warned;
+SELECT add_user('frank', '2025-01-06');
+INSERT INTO account (name) VALUES ('pf');
+SELECT deposit('pf', '2025-07-01', 1000);
+SELECT deposit('pf', '2025-10-01', 1000);
+SELECT add_member('pf', 'frank');
+INSERT INTO setting VALUES ('expiry_warning_days', '20');
+SELECT notify_scan('2025-09-20');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'account_expiry' AND account = 'frank'), 0::bigint,
+          'frank, a member of pf (allocated for Q4), is not told his account expires');
+CALL open_quarter('2025-10-01');
+SELECT is(account_state('frank', '2025-10-01'), 'active', 'it does not: the start of Q4 tops it up');
+ROLLBACK TO SAVEPOINT warned;
 
 -- ==== 2025-Q1: users, projects, members
 SELECT add_user(u, '2025-01-06') FROM unnest(ARRAY['alice', 'bob', 'carol', 'dave']) u;
