@@ -382,7 +382,9 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
             sections := sections || jsonb_build_object('window_quota', section);
         END IF;
 
-        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far
+        -- HLRN: the quarter's allocation and the balance at the end of each day of it so far; for
+        -- a bank account also a quarter without allocation in which it was charged (an expired
+        -- account's late jobs: allocation 0, the balance negative)
         q := @extschema@.quarter_start(m);
         SELECT jsonb_build_object(
                    'quarter', q, 'unit', bank_unit, 'allocation', al.amount, 'state', @extschema@.account_state(a.name, upto),
@@ -390,11 +392,17 @@ CREATE FUNCTION @extschema@.account_month(account text, month date)
                    'days', (SELECT jsonb_agg(jsonb_build_array(c.day, round(al.amount - c.amount, 2)) ORDER BY c.day)
                             FROM hpcacct_internal.charges_to_day_end(a.name, NULL, bank_unit, q, upto) c))
         INTO section
-        FROM (SELECT sum(l.amount) AS amount
+        FROM (SELECT coalesce(sum(l.amount), 0) AS amount, count(*) AS entries
               FROM @extschema@.ledger l
               WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
                 AND l.valid_from >= q AND l.valid_from < q + interval '3 months') al
-        WHERE al.amount IS NOT NULL;
+        WHERE al.entries > 0
+           OR (EXISTS (SELECT 1 FROM @extschema@.ledger l
+                       WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit)
+               AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                           WHERE l.account = a.name AND l.kind = 'charge' AND l.unit = bank_unit
+                             AND l.job_start < (upto + 1)::timestamp AT TIME ZONE tz
+                             AND (l.job_end > q::timestamp AT TIME ZONE tz OR l.job_start >= q::timestamp AT TIME ZONE tz)));
         IF section IS NOT NULL THEN
             sections := sections || jsonb_build_object('bank', section);
         END IF;

@@ -5,7 +5,7 @@
 -- in balance(), quarter_balances, bank_entry and my_accounts alike; states as the README says.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(64);
+SELECT plan(66);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -197,6 +197,12 @@ SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'q3'),
 SELECT lives_ok($$SELECT pg_temp.job('j6', 'dave', 'dave', '2025-12-30 12:00+00', 30)$$,
                 'a deleted account''s late job is loaded');
 SELECT is(balance('dave', '2025-12-01'), -30.000000, 'and charged to dave in Q4 2025');
+-- his statement of December 2025 shows the quarter as the bank has it: no allocation, -30, expired
+SELECT is((account_month('dave', '2025-12-01') -> 'bank') - 'days',
+          jsonb_build_object('quarter', '2025-10-01', 'unit', 'NPL', 'allocation', 0, 'balance', balance('dave', '2025-12-01'),
+                             'state', 'expired'),
+          'the statement''s HLRN section of a charged quarter without allocation: allocation 0, balance -30, expired');
+SELECT ok(statement_html('dave', '2025-12-01') ~ 'HLRN bank.*-30\.00 NPL.*expired', 'and the HTML page shows it');
 SELECT lives_ok($$SELECT pg_temp.job('j7', 'p2', 'bob', '2025-06-10 00:00+00', 10)$$,
                 'a late job of a member who left since is loaded');
 SELECT is(balance('p2', '2025-06-01'), -10.000000, 'and charged to p2 in Q2 2025, when bob was a member');
