@@ -5,7 +5,7 @@
 -- in balance(), quarter_balances, bank_entry and my_accounts alike; states as the README says.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(66);
+SELECT plan(68);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -206,6 +206,17 @@ SELECT ok(statement_html('dave', '2025-12-01') ~ 'HLRN bank.*-30\.00 NPL.*expire
 SELECT lives_ok($$SELECT pg_temp.job('j7', 'p2', 'bob', '2025-06-10 00:00+00', 10)$$,
                 'a late job of a member who left since is loaded');
 SELECT is(balance('p2', '2025-06-01'), -10.000000, 'and charged to p2 in Q2 2025, when bob was a member');
+-- with require_membership on, membership is checked at loading: the late job of a member who
+-- left is refused (HA005, as the README says), and charged once the membership is back for it
+SAVEPOINT strict;
+INSERT INTO setting VALUES ('require_membership', 'on');
+SELECT throws_ok($$SELECT pg_temp.job('j8', 'p2', 'bob', '2025-06-12 00:00+00', 5)$$, 'HA005', NULL,
+                 'require_membership: the late job of a member who left is refused at loading');
+SELECT add_member('p2', 'bob');
+SELECT pg_temp.job('j8', 'p2', 'bob', '2025-06-12 00:00+00', 5);
+SELECT remove_member('p2', 'bob');
+SELECT is(balance('p2', '2025-06-01'), -15.000000, 'the membership back for the load: charged to p2 in Q2 2025');
+ROLLBACK TO SAVEPOINT strict;
 SELECT is(array_agg(d), NULL, 'Q4 2025 after the late jobs: every balance agrees with the ledger')
 FROM pg_temp.disagreements('2025-10-01') d;
 SELECT is(array_agg(d), NULL, 'Q1 2026: every balance agrees with the ledger') FROM pg_temp.disagreements('2026-01-01') d;
