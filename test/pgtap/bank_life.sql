@@ -5,7 +5,7 @@
 -- in balance(), quarter_balances, bank_entry and my_accounts alike; states as the README says.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(68);
+SELECT plan(70);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -243,6 +243,20 @@ SELECT is((SELECT count(*) FROM (SELECT account, valid_from, note FROM ledger WH
                                  GROUP BY 1, 2, 3 HAVING count(*) > 1) d), 0::bigint, 'no deposit booked twice');
 SELECT is((SELECT count(*) FROM outbox GROUP BY topic, decision_key HAVING count(*) > 1 LIMIT 1), NULL::bigint,
           'no message written twice');
+
+-- the owners' notices of open_quarter(), once per expiry and deletion (an account deleted gets
+-- the deletion alone), and the queued jobs' hold messages, once per hold
+SELECT is((SELECT array_agg(account || ':' || topic || ':' || (figures ->> 'quarter') ORDER BY account, figures ->> 'quarter')
+           FROM outbox WHERE topic IN ('account_expired', 'account_deleted')),
+          ARRAY['alice:account_expired:2026-04-01', 'alice:account_deleted:2026-07-01',
+                'bob:account_expired:2026-04-01', 'bob:account_deleted:2026-07-01',
+                'carol:account_expired:2025-10-01', 'carol:account_expired:2026-10-01',
+                'dave:account_expired:2025-10-01', 'dave:account_deleted:2026-01-01'],
+          'a notice per expiry and deletion, once each');
+-- (a hold's key is its job and the instant it was checked, now(): one instant in this test's one
+-- transaction, so q1's second hold, in October, has the key of its first and is not told again)
+SELECT is((SELECT array_agg(figures ->> 'jobid' ORDER BY message_id) FROM outbox WHERE topic = 'job_held'),
+          ARRAY['q1', 'q2', 'q3'], 'a message per hold: q1 and q2 in March 2025, q3 in October');
 
 SELECT * FROM finish();
 ROLLBACK;
