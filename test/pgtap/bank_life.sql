@@ -5,7 +5,7 @@
 -- in balance(), quarter_balances, bank_entry and my_accounts alike; states as the README says.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(70);
+SELECT plan(74);
 
 INSERT INTO setting VALUES ('timezone', 'UTC');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -216,6 +216,21 @@ SELECT add_member('p2', 'bob');
 SELECT pg_temp.job('j8', 'p2', 'bob', '2025-06-12 00:00+00', 5);
 SELECT remove_member('p2', 'bob');
 SELECT is(balance('p2', '2025-06-01'), -15.000000, 'the membership back for the load: charged to p2 in Q2 2025');
+-- through the loader the line is not lost and stops nothing: quarantined with HA005, retried at
+-- every load, and charged once the membership is back
+INSERT INTO sacct_staging (lineno, line, cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state)
+VALUES (1, 'c|j9|p2|bob|p|...', 'c', 'j9', 'p2', 'bob', 'p', '2025-06-14T00:00:00+0000', '2025-06-14T00:00:00+0000',
+        '2025-06-14T02:00:00+0000', 'cpu=1', 'COMPLETED'),
+       (2, 'c|j10|p2|carol|p|...', 'c', 'j10', 'p2', 'carol', 'p', '2025-06-14T00:00:00+0000', '2025-06-14T00:00:00+0000',
+        '2025-06-14T01:00:00+0000', 'cpu=1', 'COMPLETED');
+SELECT is((SELECT (inserted, quarantined)::text FROM load_sacct()), '(1,1)',
+          'the loader charges the member''s line and quarantines the late one of the member who left');
+SELECT is((SELECT sqlstate FROM sacct_quarantine WHERE jobid = 'j9' AND resolved_at IS NULL), 'HA005',
+          'with the membership''s SQLSTATE');
+SELECT add_member('p2', 'bob');
+SELECT is((SELECT (retried, resolved)::text FROM load_sacct()), '(1,1)', 'the next load, the membership back, retries it');
+SELECT remove_member('p2', 'bob');
+SELECT is(balance('p2', '2025-06-01'), -18.000000, 'and charges it to p2 in Q2 2025 (2 h), beside the member''s (1 h)');
 ROLLBACK TO SAVEPOINT strict;
 SELECT is(array_agg(d), NULL, 'Q4 2025 after the late jobs: every balance agrees with the ledger')
 FROM pg_temp.disagreements('2025-10-01') d;
