@@ -168,7 +168,10 @@ Quota finish(const State& s) {
         q.consumable_pct = std::min(pct, std::numeric_limits<double>::max());
     }
 
-    const bool blocked = c[kCurrent] > 6 * a[kCurrent] || s.total_consumed > 2 * s.total_allowance;
+    // Both rules are the period's: a month outside it has no quota (low_priority), also
+    // after a period that used more than twice its allowances.
+    const bool blocked =
+        at_in_period && (c[kCurrent] > 6 * a[kCurrent] || s.total_consumed > 2 * s.total_allowance);
     if (blocked) {
         q.state = Quota::Status::blocked;
     } else if (q.consumable > 0) {

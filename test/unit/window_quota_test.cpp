@@ -167,9 +167,11 @@ TEST(WindowQuota, AtOutsideThePeriodHasNoQuota) {
         EXPECT_FALSE(q.consumable_pct_defined) << at;
         EXPECT_EQ(q.state, Status::low_priority) << at;
     }
-    // ... blocked all the same if the period was overdrawn twice over.
-    const wq::Quota over = quota(months_2012(3, 1000, {0, 3000, 3001}), m2012(6));
-    EXPECT_EQ(over.state, Status::blocked);
+    // ... also after a period that used more than twice its allowances (README: a month
+    // outside every period has no quota), which was blocked inside it.
+    const auto over = months_2012(3, 1000, {0, 3000, 3001});
+    EXPECT_EQ(quota(over, m2012(5)).state, Status::blocked);
+    for (int at : {m2012(6), m2012(7)}) EXPECT_EQ(quota(over, at).state, Status::low_priority) << at;
 }
 
 TEST(WindowQuota, MonthWithoutARowInsideThePeriodCountsAsZero) {
