@@ -5,7 +5,7 @@
 -- formulas computed by hand from the ledger (charge_by_month), and every surface agrees.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(26);
+SELECT plan(28);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user('ql_u', '2025-01-01');
@@ -127,6 +127,9 @@ SELECT is(pg_temp.mismatches('ql_a', '2025-01-01', '2025-03-31'), NULL, 'period 
 -- ---- Period 2, back to back: April to June, 1 000 a month, on every cluster ------------
 SELECT add_quota_period('ql_a', '2025-04-01', '2025-06-30', 1000);
 SELECT is(pg_temp.scan('2025-04-01', '2025-04-30'), 1::bigint, 'April: a new period, nothing carried: normal, told once');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'quota_state' AND account = 'ql_a' ORDER BY message_id DESC LIMIT 1)
+          ~ 'The accounting period began on 2025-04-01: jobs run with normal priority\.',
+          'April''s message (blocked before) says the new period began, not that the window is no longer used up');
 SELECT is((SELECT (monthly, remaining_prev, consumed_current, consumable, state) FROM window_quota_usage('ql_a', '2025-04-30')),
           (1000::float8, 0::float8, 20::float8, 1980::float8, 'normal'::text),
           'April: remaining of March not carried; 20 of the job across the period''s end');
@@ -150,6 +153,8 @@ SELECT is(pg_temp.mismatches('ql_a', '2025-07-01', '2025-07-31'), NULL, 'July: e
 -- ---- Period 3: August to December, 1 000 a month, qa -------------------------------------
 SELECT add_quota_period('ql_a', '2025-08-01', '2025-12-31', 1000, 'qa');
 SELECT is(pg_temp.scan('2025-08-01', '2025-10-02'), 1::bigint, 'August: a new period, normal again, told once');
+SELECT ok((SELECT body FROM outbox WHERE topic = 'quota_state' AND account = 'ql_a' ORDER BY message_id DESC LIMIT 1)
+          ~ 'The accounting period began on 2025-08-01: jobs run with normal priority\.', 'so does August''s');
 -- loaded late, on 3 October: 6 100 in September, more than 6 x 1 000. September (past) was
 -- blocked as the ledger now is; that state has passed and is not told (README: scans tell
 -- the state of their day), October's low_priority is, once
