@@ -504,7 +504,7 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
         END IF;
 
         -- quota states: entry into low_priority and blocked, and back
-        FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state
+        FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state, n.since AS old_since
                  FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p) a
                  CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
@@ -542,7 +542,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                                        THEN E'The quota of the three-month window is used up: jobs still run, and count, but only\nwhen no other project with quota left is waiting (low-priority mode).'
                                        WHEN r.state = 'blocked'
                                        THEN E'The monthly quota was exceeded six times or the period''s quota twice: no new job can\nbe submitted.'
-                                       WHEN r.old_state = 'low_priority' AND r.month = r.period_start
+                                       -- (low_priority or blocked told before the period began)
+                                       WHEN r.month = r.period_start AND r.old_since < r.period_start
                                        THEN pg_catalog.format('The accounting period began on %s: jobs run with normal priority.', hpcacct_internal.iso_date(r.period_start))
                                        ELSE E'The quota of the three-month window is no longer used up: jobs run with normal priority.'
                                   END,
