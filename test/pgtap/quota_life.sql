@@ -5,7 +5,7 @@
 -- formulas computed by hand from the ledger (charge_by_month), and every surface agrees.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(28);
+SELECT plan(29);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user('ql_u', '2025-01-01');
@@ -120,6 +120,10 @@ SELECT pg_temp.job('late1', 'qa', '2025-02-20 00:00+01', '2025-02-20 10:00+01');
 SELECT is(pg_temp.scan('2025-03-01', '2025-03-04'), 0::bigint, 'early March: still low_priority, nothing new told');
 SELECT pg_temp.job('j4', 'qa', '2025-03-05 00:00+01', '2025-03-18 08:00+01');  -- 3 200 > 6 x 500
 SELECT is(pg_temp.scan('2025-03-05', '2025-03-31'), 1::bigint, 'March: blocked, told once');
+-- the quota counts qa only, but its state binds the account everywhere (README): a job for qb
+-- is refused as well, and the association (which has no cluster) is blocked on both
+SELECT is((check_submit('ql_u', 'ql_a', '2025-03-20')).reason, 'quota_blocked',
+          'March: a quota on qa refuses the account''s jobs for qb too (check_submit has no cluster)');
 -- across the period's end: 22:00 to 02:00 -> 20 in March, 20 in April (period 2)
 SELECT pg_temp.job('j5', 'qa', '2025-03-31 22:00+02', '2025-04-01 02:00+02');
 SELECT is(pg_temp.mismatches('ql_a', '2025-01-01', '2025-03-31'), NULL, 'period 1: every day as by hand, every surface agrees');
