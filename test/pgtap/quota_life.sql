@@ -5,7 +5,7 @@
 -- formulas computed by hand from the ledger (charge_by_month), and every surface agrees.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(29);
+SELECT plan(31);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user('ql_u', '2025-01-01');
@@ -64,6 +64,8 @@ CREATE FUNCTION pg_temp.mismatches(acc text, from_day date, to_day date) RETURNS
                  THEN format('usage %s hand %s', (u.monthly, u.remaining_prev, u.consumed_current, u.consumable_pct, u.consumable, u.state),
                              (h.monthly, h.remaining_prev, h.consumed, h.pct, h.consumable, h.state)) END,
             CASE WHEN hpcacct.window_quota_state(acc, d::date) IS DISTINCT FROM u.state THEN 'window_quota_state' END,
+            CASE WHEN (SELECT r FROM hpcacct.r_wlm_usage(NULL, d::date) r WHERE r.account = acc) IS DISTINCT FROM u
+                 THEN 'r_wlm_usage' END,
             CASE WHEN (SELECT e -> 'quota' ->> 'state' FROM jsonb_array_elements(hpcacct.my_accounts(d::date) -> 'accounts') e
                        WHERE e ->> 'account' = acc) IS DISTINCT FROM u.state THEN 'my_accounts' END,
             CASE WHEN (coalesce((hpcacct.check_submit('ql_u', acc, d::date)).reason, 'ok') = 'quota_blocked') <> (u.state = 'blocked')
@@ -82,14 +84,18 @@ $$;
 
 -- notify_scan() each day; what each scan found (the state as the ledger then was); returns
 -- how many quota_state messages of ql_a the scans wrote.
-CREATE TEMP TABLE scanned (day date PRIMARY KEY, state text);
+CREATE TEMP TABLE scanned (day date PRIMARY KEY, state text, figures jsonb);
 CREATE FUNCTION pg_temp.scan(from_day date, to_day date) RETURNS bigint LANGUAGE plpgsql AS $$
     DECLARE d date; before bigint;
     BEGIN
         SELECT count(*) INTO before FROM hpcacct.outbox WHERE topic = 'quota_state' AND account = 'ql_a';
         FOR d IN SELECT g::date FROM generate_series(from_day::timestamp, to_day::timestamp, '1 day') g LOOP
             PERFORM hpcacct.notify_scan(d);
-            INSERT INTO scanned VALUES (d, hpcacct.window_quota_state('ql_a', d));
+            INSERT INTO scanned
+            SELECT d, u.state, jsonb_build_object('state', u.state, 'monthly', u.monthly, 'remaining_prev', u.remaining_prev,
+                                                  'consumed_current', u.consumed_current, 'consumable_pct', u.consumable_pct,
+                                                  'consumable', u.consumable, 'unit', u.unit)
+            FROM hpcacct.window_quota_usage('ql_a', d) u;
         END LOOP;
         RETURN (SELECT count(*) FROM hpcacct.outbox WHERE topic = 'quota_state' AND account = 'ql_a') - before;
     END $$;
@@ -186,6 +192,15 @@ SELECT is((SELECT array_agg(figures ->> 'state' ORDER BY message_id) FROM outbox
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'quota_state' AND account = 'ql_a'),
           (SELECT count(*) FROM (SELECT state, lag(state, 1, 'normal') OVER (ORDER BY day) AS before FROM scanned) s
            WHERE s.state <> s.before), 'as many messages as changes');
+
+SELECT is((SELECT array_agg((o.figures - 'at' - 'previous_state') = s.figures ORDER BY o.message_id)
+           FROM outbox o LEFT JOIN scanned s ON s.day = (o.figures ->> 'at')::date
+           WHERE o.topic = 'quota_state' AND o.account = 'ql_a'),
+          array_fill(true, ARRAY[(SELECT count(*)::integer FROM outbox WHERE topic = 'quota_state' AND account = 'ql_a')]),
+          'each message''s figures are window_quota_usage''s of its day, as the ledger then was');
+SELECT is((SELECT (u.state, u.monthly, u.consumable) FROM window_quota_usage u WHERE u.account = 'ql_a'),
+          (SELECT (u.state, u.monthly, u.consumable) FROM window_quota_usage('ql_a') u),
+          'the view window_quota_usage is today''s row (after the last period: no quota)');
 
 SELECT * FROM finish();
 ROLLBACK;
