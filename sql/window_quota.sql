@@ -43,7 +43,7 @@ SELECT (pg_temp.quota_of('2012-01-01', '{1000,1000}', '{1500,0}', '2012-02-01'))
 -- A month outside the period has no quota: figures 0, percentage NULL, low_priority ...
 SELECT at, (pg_temp.quota_of('2012-03-01', '{1000,1000,1000}', '{0,200,400}', at)).*
 FROM unnest('{2012-02-01,2012-06-01,2013-03-01}'::date[]) AS at;
--- ... and blocked if the period was overdrawn twice over.
+-- ... also after a period overdrawn twice over (the period's rules end with it).
 SELECT (pg_temp.quota_of('2012-03-01', '{1000,1000,1000}', '{0,3000,3001}', '2012-06-01')).*;
 
 -- ===== Allowance of zero =====
@@ -160,7 +160,8 @@ CROSS JOIN LATERAL window_quota_usage('wq_boundary', at) u
 ORDER BY u.month;
 
 -- wq_blocked: January is normal (as of then); February uses 7 000 > 6 x 1 000 and is blocked;
--- March stays blocked because the period's 7 000 exceed 2 x 3 000.
+-- March stays blocked because the period's 7 000 exceed 2 x 3 000; April, after the period,
+-- has no quota: low_priority.
 SELECT at, window_quota_state('wq_blocked', at) AS state
 FROM unnest('{2012-01-15,2012-02-15,2012-03-15,2012-04-15}'::date[]) AS at;
 
