@@ -104,7 +104,8 @@ INSERT INTO aggs VALUES
         CROSS JOIN LATERAL bench.quota_figures(
             CASE WHEN s.inside THEN s.a_prev ELSE 0 END, CASE WHEN s.inside THEN s.a_cur ELSE 0 END,
             CASE WHEN s.inside THEN s.a_next ELSE 0 END, CASE WHEN s.inside THEN s.c_prev ELSE 0 END,
-            CASE WHEN s.inside THEN s.c_cur ELSE 0 END, s.total_a, s.total_c) f
+            CASE WHEN s.inside THEN s.c_cur ELSE 0 END, s.total_a,
+            CASE WHEN s.inside THEN s.total_c ELSE 0 END) f  -- no blocking outside the period
      $f$, :'anchor')),
     ('quarter_balance', 50, -- exact: amounts in numeric, as the ledger's; the reference sums the same numerics
      format('hpcacct.quarter_balance(kind, month, amount::numeric, %L::date)', :'anchor'), 'sum(amount::numeric)',

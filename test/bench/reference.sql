@@ -196,7 +196,8 @@ CROSS JOIN cfg
 CROSS JOIN LATERAL bench.quota_figures(
     CASE WHEN s.inside THEN s.a_prev ELSE 0 END, CASE WHEN s.inside THEN s.a_cur ELSE 0 END,
     CASE WHEN s.inside THEN s.a_next ELSE 0 END, CASE WHEN s.inside THEN s.c_prev ELSE 0 END,
-    CASE WHEN s.inside THEN s.c_cur ELSE 0 END, s.total_a, s.total_c) f;
+    CASE WHEN s.inside THEN s.c_cur ELSE 0 END, s.total_a,
+    CASE WHEN s.inside THEN s.total_c ELSE 0 END) f;  -- no blocking outside the period
 
 -- quarter_balances: bank entries per account and quarter with sum() ... FILTER.
 CREATE VIEW bench.quarter_balances_hand AS
