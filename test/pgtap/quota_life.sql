@@ -5,7 +5,7 @@
 -- formulas computed by hand from the ledger (charge_by_month), and every surface agrees.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(31);
+SELECT plan(33);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 SELECT add_user('ql_u', '2025-01-01');
@@ -159,6 +159,12 @@ SELECT is(pg_temp.scan('2025-07-01', '2025-07-31'), 1::bigint, 'July: the end of
 SELECT ok((SELECT body FROM outbox WHERE topic = 'quota_state' AND account = 'ql_a' ORDER BY message_id DESC LIMIT 1)
           ~ 'The accounting period ended on 2025-06-30', 'July''s message says the period ended');
 SELECT is(pg_temp.mismatches('ql_a', '2025-07-01', '2025-07-31'), NULL, 'July: every surface agrees');
+-- July's statement: its quota table is July's (no period: low_priority), not June's figures
+SELECT ok(statement_html('ql_a', '2025-07-01') !~ '<th>State</th><td>blocked</td>'
+          AND statement_html('ql_a', '2025-07-01') ~ '<th>State</th><td>low_priority</td>',
+          'July''s statement shows July''s state, low_priority, not June''s blocked');
+SELECT ok(statement_html('ql_a', '2025-07-01') !~ '<th>Consumed this month</th><td class="n">5,020</td>',
+          'nor June''s consumption as this month''s');
 
 -- ---- Period 3: August to December, 1 000 a month, qa -------------------------------------
 SELECT add_quota_period('ql_a', '2025-08-01', '2025-12-31', 1000, 'qa');
