@@ -14875,7 +14875,20 @@ CREATE OR REPLACE FUNCTION @extschema@.statement_html(account text, month date)
                                           'values', jsonb_agg((x ->> 'consumable')::numeric ORDER BY ord)))
             INTO labels, series
             FROM jsonb_array_elements(d -> 'window_quota') WITH ORDINALITY t(x, ord);
-            r := d -> 'window_quota' -> -1;
+            -- the table is the statement month's: in a month outside every period (no entry of
+            -- its own), its row without quota, not the last period month's
+            SELECT x INTO r FROM jsonb_array_elements(d -> 'window_quota') x
+            WHERE (x ->> 'month')::date = (d ->> 'month' || '-01')::date;
+            IF r IS NULL THEN
+                SELECT jsonb_build_object('state', u.state, 'monthly', hpcacct_internal.float_figure(u.monthly),
+                                          'remaining_prev', hpcacct_internal.float_figure(u.remaining_prev),
+                                          'consumed', hpcacct_internal.float_figure(u.consumed_current),
+                                          'consumable_pct', hpcacct_internal.float_figure(u.consumable_pct),
+                                          'consumable', hpcacct_internal.float_figure(u.consumable), 'unit', u.unit,
+                                          'period_start', u.period_start, 'period_end', u.period_end)
+                INTO r
+                FROM @extschema@.window_quota_usage(d ->> 'account', (d ->> 'figures_at')::date) u;
+            END IF;
             h := h || '<h2>Core-hour quota (RWTH)</h2>'
                    || hpcacct_internal.svg_chart('Sliding-window quota per month', r ->> 'unit', labels, series)
                    || format('<table class="quota"><tr><th>Accounting period</th><td>%s to %s</td></tr>'
