@@ -1,0 +1,216 @@
+-- An LQCD allocation year (1 July) lived step by step: two pools, uneven members, a K20 weight,
+-- an allocation used up in March, a supplement, jobs across the year's start, a job loaded
+-- late, compaction between steps. Each figure is checked against the README's formulas
+-- computed here by hand from the ledger.
+BEGIN;
+SET search_path = public, hpcacct;
+SET client_min_messages = warning;
+SELECT plan(24);
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 7);
+INSERT INTO account (name) VALUES ('lq-a'), ('lq-b'), ('lq-c');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
+    ('lq', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'GPU-hours', 'lq-gpu'),
+    ('lq', 'c2050', 'gres/gpu=4', 'gres/gpu=1', 1, 'GPU-hours', 'lq-gpu'),
+    ('lq', 'cpu', 'cpu=64', 'cpu=1', 1, 'core-hours', 'lq-cpu');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
+    ('lq-a', 'grant', 1800, 'GPU-hours', 'lq-gpu', '2023-07-01', '2024-06-30'),
+    ('lq-b', 'grant',  900, 'GPU-hours', 'lq-gpu', '2023-07-01', '2024-06-30'),
+    ('lq-c', 'grant',  300, 'GPU-hours', 'lq-gpu', '2023-07-01', '2024-06-30'),
+    ('lq-a', 'grant', 20000, 'core-hours', 'lq-cpu', '2023-07-01', '2024-06-30'),
+    ('lq-b', 'grant', 10000, 'core-hours', 'lq-cpu', '2023-07-01', '2024-06-30');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    -- across the year's start: 96 GPU-h, half in 2023-24
+    ('lq', 'y0', 'lq-a', 'alice', 'c2050', '2023-06-30 12:00+00', '2023-07-01 12:00+00', 'gres/gpu=4', 'COMPLETED'),
+    ('lq', 'j1', 'lq-a', 'alice', 'k20',   '2023-09-01 00:00+00', '2023-09-02 00:00+00', 'gres/gpu=4', 'COMPLETED'),  -- 192
+    ('lq', 'j2', 'lq-a', 'bob',   'c2050', '2024-02-20 00:00+00', '2024-02-21 00:00+00', 'gres/gpu=4', 'COMPLETED'),  -- 96
+    ('lq', 'j3', 'lq-c', 'dave',  'k20',   '2024-03-05 00:00+00', '2024-03-06 00:00+00', 'gres/gpu=4', 'COMPLETED'),  -- 192
+    ('lq', 'j4', 'lq-c', 'dave',  'k20',   '2024-03-10 00:00+00', '2024-03-11 00:00+00', 'gres/gpu=3', 'COMPLETED'),  -- 144
+    ('lq', 'j5', 'lq-b', 'carol', 'c2050', '2024-03-01 00:00+00', '2024-03-02 00:00+00', 'gres/gpu=2', 'COMPLETED'),  -- 48
+    ('lq', 'c1', 'lq-a', 'alice', 'cpu',   '2024-03-01 00:00+00', '2024-03-02 00:00+00', 'cpu=32', 'COMPLETED'),      -- 768
+    ('lq', 'c2', 'lq-b', 'carol', 'cpu',   '2024-03-02 00:00+00', '2024-03-03 00:00+00', 'cpu=16', 'COMPLETED');      -- 384
+
+-- The README's formulas by hand: half-life decay of each charge dated at its end, shares of
+-- the allocations valid at `at`, factor 2^(-U/S), times 0.01 once the year's allocation is used.
+CREATE TEMP TABLE hand_at (at timestamptz);
+CREATE FUNCTION pg_temp.hand(at timestamptz) RETURNS TABLE (pool text, account text, alloc numeric, share float8,
+                                                             usage float8, norm float8, exhausted boolean, factor float8)
+LANGUAGE sql AS $$
+    WITH y0 AS (  -- the year (from 1 July, site time zone) containing at
+        SELECT make_date(extract(year FROM (at AT TIME ZONE hpcacct.site_timezone()) - interval '6 months')::integer, 7, 1) AS first
+    ), y AS (SELECT y0.first, (y0.first + interval '1 year')::date - 1 AS last FROM y0
+    ), al AS (
+        SELECT l.pool, l.account, sum(l.amount) AS alloc FROM hpcacct.ledger l
+        WHERE l.kind <> 'charge' AND (at AT TIME ZONE hpcacct.site_timezone())::date BETWEEN l.valid_from AND l.valid_until
+        GROUP BY 1, 2
+    ), yal AS (
+        SELECT l.pool, l.account, sum(l.amount * (least(l.valid_until, y.last) + 1 - greatest(l.valid_from, y.first))
+                                       / (l.valid_until + 1 - l.valid_from)) AS alloc
+        FROM hpcacct.ledger l, y WHERE l.kind <> 'charge' AND l.valid_from <= y.last AND l.valid_until >= y.first
+        GROUP BY 1, 2
+    ), us AS (
+        SELECT coalesce(r.pool, r.cluster) AS pool, l.account,
+               sum(l.amount::float8 * 2 ^ (-extract(epoch FROM at - l.job_end)::float8 / (7 * 86400))) AS usage,
+               sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, (SELECT y.first FROM y)::timestamp AT TIME ZONE hpcacct.site_timezone(), at)) AS year_usage
+        FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+        WHERE l.kind = 'charge' AND l.job_end <= at GROUP BY 1, 2
+    ), x AS (
+        SELECT pool, account, coalesce(al.alloc, 0) AS alloc,
+               coalesce((al.alloc / nullif(sum(al.alloc) OVER w, 0))::float8, 0) AS share,
+               coalesce(us.usage, 0) AS usage, coalesce(us.usage, 0) / sum(us.usage) OVER w AS norm,
+               coalesce(us.year_usage, 0) >= yal.alloc AND yal.alloc > 0 AS exhausted
+        FROM al FULL JOIN us USING (pool, account) LEFT JOIN yal USING (pool, account)
+        WINDOW w AS (PARTITION BY pool)
+    )
+    SELECT x.pool, x.account, x.alloc, x.share, x.usage, x.norm, coalesce(x.exhausted, false),
+           CASE WHEN x.share = 0 THEN 0 ELSE 2 ^ (-x.norm / x.share) END * CASE WHEN x.exhausted THEN 0.01 ELSE 1 END
+    FROM x WHERE x.alloc > 0 OR x.usage > 0
+$$;
+CREATE FUNCTION pg_temp.got(at timestamptz) RETURNS TABLE (pool text, account text, alloc numeric, share float8,
+                                                            usage float8, norm float8, exhausted boolean, factor float8)
+LANGUAGE sql AS $$
+    SELECT f.pool, f.account, f.allocation, f.share, f.usage, f.norm_usage, f.exhausted, f.factor
+    FROM hpcacct.fairshare_all(at) f WHERE f.submitter IS NULL
+$$;
+-- compared to 1e-9 relative
+CREATE FUNCTION pg_temp.r(x float8) RETURNS text LANGUAGE sql AS $$
+    SELECT CASE WHEN x = 0 THEN '0'
+                ELSE round((x / 10 ^ floor(log(abs(x))))::numeric, 9) || 'e' || floor(log(abs(x))) END
+$$;
+
+-- Step 1: 15 March 2024, lq-c has used 336 of its 300 GPU-h
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
+                  '15 March: fairshare_all() is the README''s formula by hand (both pools, lq-c exhausted)');
+SELECT is((SELECT exhausted FROM pg_temp.got('2024-03-15 00:00+00') WHERE account = 'lq-c'), true, 'lq-c used up its year in March');
+
+SELECT results_eq($$SELECT account, allocation, usage, utilization_pct, projected_usage
+                    FROM usage_by_account(NULL, '2024-03-15 00:00+00') WHERE pool = 'lq-gpu' ORDER BY 1$$,
+                  $$VALUES ('lq-a'::text, 1800.000000, 336.000000, 18.67, round(336 * 366 / 258.0, 6)),
+                           ('lq-b', 900.000000, 48.000000, 5.33, round(48 * 366 / 258.0, 6)),
+                           ('lq-c', 300.000000, 336.000000, 112.00, round(336 * 366 / 258.0, 6))$$,
+                  'usage_by_account: usage, utilization and projection over 258 of 366 days');
+SELECT results_eq($$SELECT account, submitter, usage, account_pct FROM usage_by_submitter(NULL, '2024-03-15 00:00+00')
+                    WHERE pool = 'lq-gpu' ORDER BY 1, 2$$,
+                  $$VALUES ('lq-a'::text, 'alice'::text, 240.000000, 71.43), ('lq-a', 'bob', 96.000000, 28.57),
+                           ('lq-b', 'carol', 48.000000, 100.00), ('lq-c', 'dave', 336.000000, 100.00)$$,
+                  'usage_by_submitter: alice has half of the job across the year''s start and the K20 job at rate 2');
+SELECT results_eq($$SELECT month, sum(usage) FROM usage_by_month(NULL, '2024-03-15 00:00+00')
+                    WHERE pool = 'lq-gpu' GROUP BY 1 ORDER BY 1$$,
+                  $$VALUES ('2023-07-01'::date, 48.000000), ('2023-09-01', 192.000000), ('2024-02-01', 96.000000),
+                           ('2024-03-01', 384.000000)$$,
+                  'usage_by_month: the months of the year, July holding the year''s half of y0');
+SELECT is((SELECT usage FROM usage_by_account(2022, '2024-03-15 00:00+00') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
+          48.000000, 'the other half of y0 is in 2022-23');
+
+-- Step 2: compaction does not change the fair share
+CREATE TEMP TABLE before AS SELECT * FROM fairshare_all('2024-03-15 00:00+00');
+SELECT ok(compact_rollup() >= 0, 'compact_rollup() runs');
+SELECT set_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, exhausted, pg_temp.r(factor) AS f
+                FROM fairshare_all('2024-03-15 00:00+00')$$,
+              $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, exhausted, pg_temp.r(factor) AS f
+                FROM before$$,
+              'fair share with and without compaction agree');
+
+-- Step 3: a supplement for lq-c from 15 March; a job of lq-b ended 12 March loaded late
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
+    ('lq-c', 'supplement', 300, 'GPU-hours', 'lq-gpu', '2024-03-15', '2024-06-30');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('lq', 'late', 'lq-b', 'carol', 'k20', '2024-03-11 00:00+00', '2024-03-12 00:00+00', 'gres/gpu=4', 'COMPLETED');  -- 192
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-20 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-20 00:00+00') ORDER BY 1, 2$$,
+                  '20 March: the supplement lifts lq-c''s exhaustion, the late job counts (by hand)');
+SELECT ok(compact_rollup() >= 0, 'compact_rollup() runs again');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-04-10 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-04-10 00:00+00') ORDER BY 1, 2$$,
+                  '10 April after compaction: by hand');
+SELECT results_eq($$SELECT account, allocation, usage, utilization_pct FROM usage_by_account(NULL, '2024-04-10 00:00+00')
+                    WHERE pool = 'lq-gpu' ORDER BY 1$$,
+                  $$VALUES ('lq-a'::text, 1800.000000, 336.000000, 18.67), ('lq-b', 900.000000, 240.000000, 26.67),
+                           ('lq-c', 600.000000, 336.000000, 56.00)$$,
+                  'usage_by_account after the supplement and the late job');
+
+-- Step 4: a new year starts 1 July: the previous year's usage no longer counts toward exhaustion
+SELECT is((SELECT exhausted FROM fairshare_all('2024-07-02 00:00+00') WHERE account = 'lq-c' AND submitter IS NULL),
+          false, 'a new allocation year: lq-c is not exhausted');
+SELECT is((SELECT usage FROM usage_by_account(NULL, '2024-07-02 00:00+00') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
+          NULL, 'no usage of lq-a in 2024-25 yet');
+
+-- The portal: the statement of February and the first page on 15 March show the reports' figures
+SELECT results_eq($$SELECT x ->> 'pool', sum((x ->> 'usage')::numeric), sum((x ->> 'projected_usage')::numeric)
+                    FROM jsonb_array_elements(account_month('lq-a', '2024-02-01') -> 'usage_by_resource') x GROUP BY 1 ORDER BY 1$$,
+                  $$SELECT pool, usage, projected_usage FROM usage_by_account(NULL, '2024-03-01 00:00+00')
+                    WHERE account = 'lq-a' AND usage > 0 ORDER BY 1$$,
+                  'account_month(): the year''s usage and projection at the end of February as usage_by_account');
+SELECT results_eq($$SELECT a ->> 'account', (a -> 'this_month' ->> 'GPU-hours')::numeric
+                    FROM jsonb_array_elements(my_accounts('2024-03-15') -> 'accounts') a
+                    WHERE a -> 'this_month' ? 'GPU-hours' ORDER BY 1$$,
+                  $$SELECT account, sum(usage) FROM usage_by_month(NULL, '2024-03-16 00:00+00')
+                    WHERE pool = 'lq-gpu' AND month = '2024-03-01' GROUP BY 1 ORDER BY 1$$,
+                  'my_accounts(): this month''s GPU-hours as usage_by_month');
+
+-- The same year at Fermilab's own time zone: the year starts 1 July 00:00 Central time; on
+-- 1 March 00:00 CST 244 days and an hour have elapsed (clocks went back on 5 November)
+UPDATE setting SET value = 'America/Chicago' WHERE name = 'timezone';
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  'Chicago, 15 March: fairshare_all() by hand');
+-- y0 has 7 of its 24 hours after 1 July 00:00 CDT (05:00 UTC): 28 GPU-h
+SELECT results_eq($$SELECT usage, projected_usage FROM usage_by_account(NULL, '2024-03-01 00:00 America/Chicago')
+                    WHERE account = 'lq-a' AND pool = 'lq-gpu'$$,
+                  $$VALUES (316.000000, round(316 * 8784 / 5857.0, 6))$$,
+                  'Chicago: usage_by_account projects over 5 857 of 8 784 hours');
+SELECT results_eq($$SELECT x ->> 'pool', sum((x ->> 'usage')::numeric), sum((x ->> 'projected_usage')::numeric)
+                    FROM jsonb_array_elements(account_month('lq-a', '2024-02-01') -> 'usage_by_resource') x
+                    WHERE x ->> 'pool' = 'lq-gpu' GROUP BY 1$$,
+                  $$SELECT pool, usage, projected_usage FROM usage_by_account(NULL, '2024-03-01 00:00 America/Chicago')
+                    WHERE account = 'lq-a' AND pool = 'lq-gpu'$$,
+                  'Chicago: account_month() as usage_by_account at the end of February (GPU: no job across its end)');
+SELECT results_eq($$SELECT a ->> 'account', (a -> 'this_month' ->> 'GPU-hours')::numeric
+                    FROM jsonb_array_elements(my_accounts('2024-03-15') -> 'accounts') a
+                    WHERE a -> 'this_month' ? 'GPU-hours' ORDER BY 1$$,
+                  $$SELECT account, sum(usage) FROM usage_by_month(NULL, '2024-03-16 00:00 America/Chicago')
+                    WHERE pool = 'lq-gpu' AND month = '2024-03-01' GROUP BY 1 ORDER BY 1$$,
+                  'Chicago: my_accounts() this month as usage_by_month');
+SELECT ok(compact_rollup() >= 0, 'compact_rollup() under Chicago time');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  'Chicago, 15 March after compaction: by hand');
+
+-- The live year: grants for the year containing today, jobs of last month (folded) and of
+-- this one, one of last month loaded after the compaction; fairshare_all(now()) reads the
+-- compacted base
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+SELECT g.a, 'grant', g.x, 'GPU-hours', 'lq-gpu', y.first_day, y.last_day
+FROM allocation_year('lq-gpu') y, (VALUES ('lq-a', 1800), ('lq-b', 900), ('lq-c', 300)) AS g(a, x);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+SELECT 'lq', j.id, j.a, j.u, j.p, j.s, j.s + interval '10 hours', 'gres/gpu=4', 'COMPLETED'
+FROM (VALUES ('n1', 'lq-a', 'alice', 'k20', date_trunc('month', now()) - interval '20 days'),
+             ('n2', 'lq-a', 'bob', 'c2050', date_trunc('month', now()) - interval '3 days'),
+             ('n3', 'lq-c', 'dave', 'k20', date_trunc('month', now()) - interval '10 days'),
+             ('n4', 'lq-b', 'carol', 'c2050', now() - interval '1 hour' - interval '10 hours')) AS j(id, a, u, p, s)
+WHERE j.s + interval '10 hours' <= now();
+SELECT ok(compact_rollup() >= 0, 'compact_rollup() folds last month');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('lq', 'n5', 'lq-b', 'carol', 'k20', date_trunc('month', now()) - interval '5 days',
+     date_trunc('month', now()) - interval '4 days', 'gres/gpu=2', 'COMPLETED');
+CREATE TEMP TABLE live_at AS SELECT now() AS at;
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got(now()) ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
+                  'now, from the compacted base and a late job: by hand');
+
+SELECT * FROM finish();
+ROLLBACK;
