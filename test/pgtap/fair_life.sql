@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(24);
+SELECT plan(31);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 7);
@@ -14,6 +14,10 @@ INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
     ('lq', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'GPU-hours', 'lq-gpu'),
     ('lq', 'c2050', 'gres/gpu=4', 'gres/gpu=1', 1, 'GPU-hours', 'lq-gpu'),
     ('lq', 'cpu', 'cpu=64', 'cpu=1', 1, 'core-hours', 'lq-cpu');
+-- from 1 April 2024 a new reference: a K20 hour costs 1.5
+UPDATE resource SET valid = '[-infinity,2024-04-01 00:00+00)' WHERE partition = 'k20';
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool, valid) VALUES
+    ('lq', 'k20', 'gres/gpu=4', 'gres/gpu=1', 1.5, 'GPU-hours', 'lq-gpu', '[2024-04-01 00:00+00,infinity)');
 INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
     ('lq-a', 'grant', 1800, 'GPU-hours', 'lq-gpu', '2023-07-01', '2024-06-30'),
     ('lq-b', 'grant',  900, 'GPU-hours', 'lq-gpu', '2023-07-01', '2024-06-30'),
@@ -34,6 +38,14 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 -- The README's formulas by hand: half-life decay of each charge dated at its end, shares of
 -- the allocations valid at `at`, factor 2^(-U/S), times 0.01 once the year's allocation is used.
 CREATE TEMP TABLE hand_at (at timestamptz);
+-- one charge's weight: 2^(-age / 7 days), or (decay = interval) 0.8^i in period i of 5 days, i < 8
+CREATE FUNCTION pg_temp.weight(at timestamptz, ended timestamptz) RETURNS float8 LANGUAGE sql AS $$
+    SELECT CASE WHEN hpcacct.setting_value('decay') = 'half_life'
+                THEN 2 ^ (-extract(epoch FROM at - ended)::float8 / (7 * 86400))
+                WHEN greatest(ceil(extract(epoch FROM at - ended) / (5 * 86400)) - 1, 0) < 8
+                THEN 0.8 ^ greatest(ceil(extract(epoch FROM at - ended) / (5 * 86400)) - 1, 0)
+                ELSE 0 END
+$$;
 CREATE FUNCTION pg_temp.hand(at timestamptz) RETURNS TABLE (pool text, account text, alloc numeric, share float8,
                                                              usage float8, norm float8, exhausted boolean, factor float8)
 LANGUAGE sql AS $$
@@ -51,7 +63,7 @@ LANGUAGE sql AS $$
         GROUP BY 1, 2
     ), us AS (
         SELECT coalesce(r.pool, r.cluster) AS pool, l.account,
-               sum(l.amount::float8 * 2 ^ (-extract(epoch FROM at - l.job_end)::float8 / (7 * 86400))) AS usage,
+               sum(l.amount::float8 * pg_temp.weight(at, l.job_end)) AS usage,
                sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, (SELECT y.first FROM y)::timestamp AT TIME ZONE hpcacct.site_timezone(), at)) AS year_usage
         FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
         WHERE l.kind = 'charge' AND l.job_end <= at GROUP BY 1, 2
@@ -73,6 +85,31 @@ LANGUAGE sql AS $$
     SELECT f.pool, f.account, f.allocation, f.share, f.usage, f.norm_usage, f.exhausted, f.factor
     FROM hpcacct.fairshare_all(at) f WHERE f.submitter IS NULL
 $$;
+-- users: the account's share split by fairshare_user.shares (1 each by default) among its users
+-- with charges and those listed; usage over the pool's total
+CREATE FUNCTION pg_temp.hand_users(at timestamptz) RETURNS TABLE (pool text, account text, submitter text, share float8,
+                                                                   usage float8, norm float8, factor float8)
+LANGUAGE sql AS $$
+    WITH a AS (SELECT * FROM pg_temp.hand(at)),
+    us AS (
+        SELECT coalesce(r.pool, r.cluster) AS pool, l.account, l.submitter,
+               sum(l.amount::float8 * pg_temp.weight(at, l.job_end)) AS usage
+        FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+        WHERE l.kind = 'charge' AND l.job_end <= at GROUP BY 1, 2, 3 HAVING sum(l.amount) > 0
+    ), m AS (
+        SELECT us.pool, us.account, us.submitter FROM us
+        UNION SELECT a.pool, a.account, f.submitter FROM a JOIN hpcacct.fairshare_user f USING (account)
+    ), s AS (
+        SELECT m.*, coalesce(f.shares, 1) AS shares, sum(coalesce(f.shares, 1)) OVER (PARTITION BY m.pool, m.account) AS total
+        FROM m LEFT JOIN hpcacct.fairshare_user f USING (account, submitter)
+    )
+    SELECT s.pool, s.account, s.submitter, a.share * s.shares / s.total, coalesce(us.usage, 0),
+           coalesce(us.usage, 0) / (SELECT sum(a2.usage) FROM a a2 WHERE a2.pool = s.pool),
+           CASE WHEN a.share = 0 OR s.shares = 0 THEN 0
+                ELSE 2 ^ (-(coalesce(us.usage, 0) / (SELECT sum(a2.usage) FROM a a2 WHERE a2.pool = s.pool)) / (a.share * s.shares / s.total)) END
+           * CASE WHEN a.exhausted THEN 0.01 ELSE 1 END
+    FROM s JOIN a USING (pool, account) LEFT JOIN us USING (pool, account, submitter)
+$$;
 -- compared to 1e-9 relative
 CREATE FUNCTION pg_temp.r(x float8) RETURNS text LANGUAGE sql AS $$
     SELECT CASE WHEN x = 0 THEN '0'
@@ -86,6 +123,26 @@ SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.
                     FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
                   '15 March: fairshare_all() is the README''s formula by hand (both pools, lq-c exhausted)');
 SELECT is((SELECT exhausted FROM pg_temp.got('2024-03-15 00:00+00') WHERE account = 'lq-c'), true, 'lq-c used up its year in March');
+-- alice holds 3 shares of lq-a, bob 1; erin is listed before her first job
+INSERT INTO fairshare_user VALUES ('lq-a', 'alice', 3), ('lq-a', 'bob', 1), ('lq-b', 'erin', 1);
+SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, pg_temp.r(factor) AS f
+                    FROM fairshare_all('2024-03-15 00:00+00') WHERE submitter IS NOT NULL ORDER BY 1, 2, 3$$,
+                  $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand_users('2024-03-15 00:00+00') ORDER BY 1, 2, 3$$,
+                  '15 March: the users'' factors by hand (uneven shares, a listed user without jobs)');
+-- the Maui form: periods of 5 days decaying by 0.8, 8 of them
+INSERT INTO setting VALUES ('decay', 'interval') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
+                  '15 March, decay = interval: by hand');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-05 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-05 00:00+00') ORDER BY 1, 2$$,
+                  '5 March, decay = interval: by hand');
+DELETE FROM setting WHERE name = 'decay';
 
 SELECT results_eq($$SELECT account, allocation, usage, utilization_pct, projected_usage
                     FROM usage_by_account(NULL, '2024-03-15 00:00+00') WHERE pool = 'lq-gpu' ORDER BY 1$$,
@@ -137,11 +194,30 @@ SELECT results_eq($$SELECT account, allocation, usage, utilization_pct FROM usag
                            ('lq-c', 600.000000, 336.000000, 56.00)$$,
                   'usage_by_account after the supplement and the late job');
 
+-- a K20 job at the new rate: 96 K20-hours for 144 GPU-h
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('lq', 'j6', 'lq-a', 'alice', 'k20', '2024-04-20 00:00+00', '2024-04-21 00:00+00', 'gres/gpu=4', 'COMPLETED');
+SELECT results_eq($$SELECT partition, equivalent_hours, usage, projected_usage FROM usage_by_resource(NULL, '2024-05-01 00:00+00')
+                    WHERE pool = 'lq-gpu' ORDER BY 1$$,
+                  $$VALUES ('c2050'::text, 192.000000, 192.000000, round(192 * 366 / 305.0, 6)),
+                           ('k20', 456.000000, 864.000000, round(864 * 366 / 305.0, 6))$$,
+                  'usage_by_resource: K20 hours at rates 2 and 1.5, unweighted beside weighted');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-05-01 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-05-01 00:00+00') ORDER BY 1, 2$$,
+                  '1 May: by hand');
+
 -- Step 4: a new year starts 1 July: the previous year's usage no longer counts toward exhaustion
 SELECT is((SELECT exhausted FROM fairshare_all('2024-07-02 00:00+00') WHERE account = 'lq-c' AND submitter IS NULL),
           false, 'a new allocation year: lq-c is not exhausted');
 SELECT is((SELECT usage FROM usage_by_account(NULL, '2024-07-02 00:00+00') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
           NULL, 'no usage of lq-a in 2024-25 yet');
+SELECT results_eq($$SELECT account, usage, utilization_pct, projected_usage FROM usage_by_account(2023, '2024-07-02 00:00+00')
+                    WHERE pool = 'lq-gpu' ORDER BY 1$$,
+                  $$VALUES ('lq-a'::text, 480.000000, 26.67, NULL::numeric), ('lq-b', 240.000000, 26.67, NULL),
+                           ('lq-c', 336.000000, 56.00, NULL)$$,
+                  'the past year: final usage and utilization, no projection');
 
 -- The portal: the statement of February and the first page on 15 March show the reports' figures
 SELECT results_eq($$SELECT x ->> 'pool', sum((x ->> 'usage')::numeric), sum((x ->> 'projected_usage')::numeric)
@@ -211,6 +287,11 @@ SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.
                   $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
                     FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
                   'now, from the compacted base and a late job: by hand');
+SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, pg_temp.r(factor) AS f
+                    FROM fairshare_all(now()) WHERE submitter IS NOT NULL ORDER BY 1, 2, 3$$,
+                  $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand_users(now()) ORDER BY 1, 2, 3$$,
+                  'now: the users'' factors by hand');
 
 SELECT * FROM finish();
 ROLLBACK;
