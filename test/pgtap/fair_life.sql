@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(31);
+SELECT plan(34);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 7);
@@ -257,6 +257,23 @@ SELECT results_eq($$SELECT a ->> 'account', (a -> 'this_month' ->> 'GPU-hours'):
                   $$SELECT account, sum(usage) FROM usage_by_month(NULL, '2024-03-16 00:00 America/Chicago')
                     WHERE pool = 'lq-gpu' AND month = '2024-03-01' GROUP BY 1 ORDER BY 1$$,
                   'Chicago: my_accounts() this month as usage_by_month');
+SELECT results_eq($$SELECT pool, account, submitter, month, usage FROM usage_by_month(NULL, '2024-03-15 00:00 America/Chicago')
+                    WHERE account = 'lq-a' ORDER BY 1, 2, 3, 4$$,
+                  $$VALUES ('lq-cpu'::text, 'lq-a'::text, 'alice'::text, '2024-02-01'::date, 192.000000),
+                           ('lq-cpu', 'lq-a', 'alice', '2024-03-01', 576.000000),
+                           ('lq-gpu', 'lq-a', 'alice', '2023-07-01', 28.000000),
+                           ('lq-gpu', 'lq-a', 'alice', '2023-08-01', 40.000000),
+                           ('lq-gpu', 'lq-a', 'alice', '2023-09-01', 152.000000),
+                           ('lq-gpu', 'lq-a', 'bob', '2024-02-01', 96.000000)$$,
+                  'Chicago: usage_by_month splits at local midnights (c1: 6 h in February, j1: 5 h in August, y0: 7 h in the year)');
+SELECT results_eq($$SELECT account, submitter, usage, projected_usage FROM usage_by_submitter(NULL, '2024-03-15 00:00 America/Chicago')
+                    WHERE account = 'lq-a' ORDER BY 1, 2$$,
+                  $$VALUES ('lq-a'::text, 'alice'::text, 768.000000, round(768 * 366 / 258.0, 6)),
+                           ('lq-a', 'alice', 220.000000, round(220 * 366 / 258.0, 6)),
+                           ('lq-a', 'bob', 96.000000, round(96 * 366 / 258.0, 6))$$,
+                  'Chicago: usage_by_submitter over 258 days (CDT to CDT)');
+SELECT is((SELECT usage FROM usage_by_account(2022, '2024-03-15 00:00 America/Chicago') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
+          68.000000, 'Chicago: y0''s 17 hours before 1 July 00:00 CDT are in 2022-23');
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() under Chicago time');
 SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
                     FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
