@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(34);
+SELECT plan(36);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 7);
@@ -309,6 +309,30 @@ SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_t
                   $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, pg_temp.r(factor) AS f
                     FROM pg_temp.hand_users(now()) ORDER BY 1, 2, 3$$,
                   'now: the users'' factors by hand');
+
+-- The portal: alice sees her accounts' rows of fairshare() now, with fairshare_all()'s figures,
+-- and this month's charges in my_accounts() as usage_by_month has them
+CALL setup_roles();
+CREATE ROLE alice LOGIN IN ROLE hpcacct_portal;
+INSERT INTO hpc_user (username) VALUES ('alice');
+INSERT INTO membership VALUES ('lq-a', 'alice', 'admin'), ('lq-b', 'alice', 'member');
+CREATE TEMP TABLE all_now AS SELECT * FROM fairshare_all(now());
+CREATE TEMP TABLE month_now AS
+    SELECT account, sum(usage) AS usage FROM usage_by_month(NULL, now())
+    WHERE pool = 'lq-gpu' AND month = date_trunc('month', now() AT TIME ZONE site_timezone()) GROUP BY 1;
+GRANT SELECT ON all_now, month_now TO alice;
+SET SESSION AUTHORIZATION alice;
+SELECT results_eq($$SELECT pool, account, submitter, allocation, share, usage, norm_usage, year_usage, exhausted, factor
+                    FROM hpcacct.fairshare() ORDER BY 1, 2, 3 NULLS FIRST$$,
+                  $$SELECT pool, account, submitter, allocation, NULL::float8, usage, NULL::float8, year_usage, exhausted, factor
+                    FROM all_now WHERE account IN ('lq-a', 'lq-b') ORDER BY 1, 2, 3 NULLS FIRST$$,
+                  'portal: alice''s fairshare() is fairshare_all()''s rows of her accounts');
+SELECT results_eq($$SELECT a ->> 'account', (a -> 'this_month' ->> 'GPU-hours')::numeric
+                    FROM jsonb_array_elements(hpcacct.my_accounts() -> 'accounts') a
+                    WHERE a -> 'this_month' ? 'GPU-hours' ORDER BY 1$$,
+                  $$SELECT account, usage FROM month_now ORDER BY 1$$,
+                  'portal: my_accounts() this month as usage_by_month');
+RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();
 ROLLBACK;
