@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(36);
+SELECT plan(41);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 7);
@@ -38,13 +38,15 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 -- The README's formulas by hand: half-life decay of each charge dated at its end, shares of
 -- the allocations valid at `at`, factor 2^(-U/S), times 0.01 once the year's allocation is used.
 CREATE TEMP TABLE hand_at (at timestamptz);
--- one charge's weight: 2^(-age / 7 days), or (decay = interval) 0.8^i in period i of 5 days, i < 8
+-- one charge's weight: 2^(-age / half_life), or (decay = interval) period_decay^i in period i
+-- (periods of 24-hour days), i < depth
 CREATE FUNCTION pg_temp.weight(at timestamptz, ended timestamptz) RETURNS float8 LANGUAGE sql AS $$
     SELECT CASE WHEN hpcacct.setting_value('decay') = 'half_life'
-                THEN 2 ^ (-extract(epoch FROM at - ended)::float8 / (7 * 86400))
-                WHEN greatest(ceil(extract(epoch FROM at - ended) / (5 * 86400)) - 1, 0) < 8
-                THEN 0.8 ^ greatest(ceil(extract(epoch FROM at - ended) / (5 * 86400)) - 1, 0)
+                THEN 2 ^ (-extract(epoch FROM at - ended)::float8 / extract(epoch FROM hpcacct.setting_value('half_life')::interval)::float8)
+                WHEN i < hpcacct.setting_value('depth')::integer
+                THEN hpcacct.setting_value('period_decay')::float8 ^ i
                 ELSE 0 END
+    FROM (SELECT greatest(ceil(extract(epoch FROM at - ended) / extract(epoch FROM hpcacct.setting_value('period')::interval)) - 1, 0) AS i) p
 $$;
 CREATE FUNCTION pg_temp.hand(at timestamptz) RETURNS TABLE (pool text, account text, alloc numeric, share float8,
                                                              usage float8, norm float8, exhausted boolean, factor float8)
@@ -172,6 +174,22 @@ SELECT set_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.
                 FROM before$$,
               'fair share with and without compaction agree');
 
+-- the site halves the decay after compaction: the rollup is rebuilt
+INSERT INTO setting VALUES ('half_life', '14 days') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
+                  '15 March, half-life 14 days after compaction: by hand');
+SELECT ok(compact_rollup() >= 0, 'compact_rollup() with the new half-life');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got(now()) ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
+                  'now, half-life 14 days, from the compacted base: by hand');
+UPDATE setting SET value = '7 days' WHERE name = 'half_life';
+SELECT ok(compact_rollup() >= 0, 'compact_rollup() with the old half-life again');
+
 -- Step 3: a supplement for lq-c from 15 March; a job of lq-b ended 12 March loaded late
 INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
     ('lq-c', 'supplement', 300, 'GPU-hours', 'lq-gpu', '2024-03-15', '2024-06-30');
@@ -274,6 +292,13 @@ SELECT results_eq($$SELECT account, submitter, usage, projected_usage FROM usage
                   'Chicago: usage_by_submitter over 258 days (CDT to CDT)');
 SELECT is((SELECT usage FROM usage_by_account(2022, '2024-03-15 00:00 America/Chicago') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
           68.000000, 'Chicago: y0''s 17 hours before 1 July 00:00 CDT are in 2022-23');
+INSERT INTO setting VALUES ('decay', 'interval') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  'Chicago, decay = interval across the change to daylight time: by hand');
+DELETE FROM setting WHERE name = 'decay';
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() under Chicago time');
 SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
                     FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
