@@ -8,7 +8,8 @@ SET client_min_messages = warning;
 SELECT plan(41);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 7);
+-- the GPU pool's year starts 1 July (LQCD), the CPU pool's 1 April (as Compute Canada's)
+INSERT INTO pool (name, year_start_month) VALUES ('lq-gpu', 7), ('lq-cpu', 4);
 INSERT INTO account (name) VALUES ('lq-a'), ('lq-b'), ('lq-c');
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, pool) VALUES
     ('lq', 'k20', 'gres/gpu=4', 'gres/gpu=1', 2, 'GPU-hours', 'lq-gpu'),
@@ -51,9 +52,13 @@ $$;
 CREATE FUNCTION pg_temp.hand(at timestamptz) RETURNS TABLE (pool text, account text, alloc numeric, share float8,
                                                              usage float8, norm float8, exhausted boolean, factor float8)
 LANGUAGE sql AS $$
-    WITH y0 AS (  -- the year (from 1 July, site time zone) containing at
-        SELECT make_date(extract(year FROM (at AT TIME ZONE hpcacct.site_timezone()) - interval '6 months')::integer, 7, 1) AS first
-    ), y AS (SELECT y0.first, (y0.first + interval '1 year')::date - 1 AS last FROM y0
+    WITH y AS (  -- each pool's allocation year (its first month, site time zone) containing at
+        SELECT p.pool, f.first, (f.first + interval '1 year')::date - 1 AS last
+        FROM (SELECT DISTINCT coalesce(r.pool, r.cluster) AS pool FROM hpcacct.resource r) p
+        CROSS JOIN LATERAL (SELECT coalesce((SELECT q.year_start_month FROM hpcacct.pool q WHERE q.name = p.pool), 1) AS m) m
+        CROSS JOIN LATERAL (
+            SELECT make_date(extract(year FROM (at AT TIME ZONE hpcacct.site_timezone()) - make_interval(months => m.m - 1))::integer,
+                             m.m, 1) AS first) f
     ), al AS (
         SELECT l.pool, l.account, sum(l.amount) AS alloc FROM hpcacct.ledger l
         WHERE l.kind <> 'charge' AND (at AT TIME ZONE hpcacct.site_timezone())::date BETWEEN l.valid_from AND l.valid_until
@@ -61,13 +66,13 @@ LANGUAGE sql AS $$
     ), yal AS (
         SELECT l.pool, l.account, sum(l.amount * (least(l.valid_until, y.last) + 1 - greatest(l.valid_from, y.first))
                                        / (l.valid_until + 1 - l.valid_from)) AS alloc
-        FROM hpcacct.ledger l, y WHERE l.kind <> 'charge' AND l.valid_from <= y.last AND l.valid_until >= y.first
+        FROM hpcacct.ledger l JOIN y USING (pool) WHERE l.kind <> 'charge' AND l.valid_from <= y.last AND l.valid_until >= y.first
         GROUP BY 1, 2
     ), us AS (
         SELECT coalesce(r.pool, r.cluster) AS pool, l.account,
                sum(l.amount::float8 * pg_temp.weight(at, l.job_end)) AS usage,
-               sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, (SELECT y.first FROM y)::timestamp AT TIME ZONE hpcacct.site_timezone(), at)) AS year_usage
-        FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+               sum(l.amount * hpcacct.period_share(l.job_start, l.job_end, y.first::timestamp AT TIME ZONE hpcacct.site_timezone(), at)) AS year_usage
+        FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id) JOIN y ON y.pool = coalesce(r.pool, r.cluster)
         WHERE l.kind = 'charge' AND l.job_end <= at GROUP BY 1, 2
     ), x AS (
         SELECT pool, account, coalesce(al.alloc, 0) AS alloc,
@@ -286,10 +291,10 @@ SELECT results_eq($$SELECT pool, account, submitter, month, usage FROM usage_by_
                   'Chicago: usage_by_month splits at local midnights (c1: 6 h in February, j1: 5 h in August, y0: 7 h in the year)');
 SELECT results_eq($$SELECT account, submitter, usage, projected_usage FROM usage_by_submitter(NULL, '2024-03-15 00:00 America/Chicago')
                     WHERE account = 'lq-a' ORDER BY 1, 2$$,
-                  $$VALUES ('lq-a'::text, 'alice'::text, 768.000000, round(768 * 366 / 258.0, 6)),
+                  $$VALUES ('lq-a'::text, 'alice'::text, 768.000000, round(768 * 8784 / 8376.0, 6)),
                            ('lq-a', 'alice', 220.000000, round(220 * 366 / 258.0, 6)),
                            ('lq-a', 'bob', 96.000000, round(96 * 366 / 258.0, 6))$$,
-                  'Chicago: usage_by_submitter over 258 days (CDT to CDT)');
+                  'Chicago: usage_by_submitter over 258 of 366 days in the GPU pool, 349 of 366 in the CPU pool (from 1 April)');
 SELECT is((SELECT usage FROM usage_by_account(2022, '2024-03-15 00:00 America/Chicago') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
           68.000000, 'Chicago: y0''s 17 hours before 1 July 00:00 CDT are in 2022-23');
 INSERT INTO setting VALUES ('decay', 'interval') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
