@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(41);
+SELECT plan(45);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 -- the GPU pool's year starts 1 July (LQCD), the CPU pool's 1 April (as Compute Canada's)
@@ -225,6 +225,26 @@ SELECT results_eq($$SELECT partition, equivalent_hours, usage, projected_usage F
                   $$VALUES ('c2050'::text, 192.000000, 192.000000, round(192 * 366 / 305.0, 6)),
                            ('k20', 456.000000, 864.000000, round(864 * 366 / 305.0, 6))$$,
                   'usage_by_resource: K20 hours at rates 2 and 1.5, unweighted beside weighted');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-04-25 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-04-25 00:00+00') ORDER BY 1, 2$$,
+                  '25 April (the rollup''s April scaled back to it): by hand');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-04-20 12:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-04-20 12:00+00') ORDER BY 1, 2$$,
+                  '20 April, before j6 ended (April read from the ledger): by hand');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-04-21 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-04-21 00:00+00') ORDER BY 1, 2$$,
+                  'the instant j6 ended: by hand');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-04-01 00:00+00') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-04-01 00:00+00') ORDER BY 1, 2$$,
+                  '1 April 00:00: by hand');
 SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
                     FROM pg_temp.got('2024-05-01 00:00+00') ORDER BY 1, 2$$,
                   $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
