@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(45);
+SELECT plan(47);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 -- the GPU pool's year starts 1 July (LQCD), the CPU pool's 1 April (as Compute Canada's)
@@ -37,7 +37,7 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
     ('lq', 'c2', 'lq-b', 'carol', 'cpu',   '2024-03-02 00:00+00', '2024-03-03 00:00+00', 'cpu=16', 'COMPLETED');      -- 384
 
 -- The README's formulas by hand: half-life decay of each charge dated at its end, shares of
--- the allocations valid at `at`, factor 2^(-U/S), times 0.01 once the year's allocation is used.
+-- the allocations valid at `at`, factor 2^(-U/S), times exhausted_factor once the year's allocation is used.
 CREATE TEMP TABLE hand_at (at timestamptz);
 -- one charge's weight: 2^(-age / half_life), or (decay = interval) period_decay^i in period i
 -- (periods of 24-hour days), i < depth
@@ -83,7 +83,8 @@ LANGUAGE sql AS $$
         WINDOW w AS (PARTITION BY pool)
     )
     SELECT x.pool, x.account, x.alloc, x.share, x.usage, x.norm, coalesce(x.exhausted, false),
-           CASE WHEN x.share = 0 THEN 0 ELSE 2 ^ (-x.norm / x.share) END * CASE WHEN x.exhausted THEN 0.01 ELSE 1 END
+           CASE WHEN x.share = 0 THEN 0 ELSE 2 ^ (-x.norm / x.share) END
+           * CASE WHEN x.exhausted THEN hpcacct.setting_value('exhausted_factor')::float8 ELSE 1 END
     FROM x WHERE x.alloc > 0 OR x.usage > 0
 $$;
 CREATE FUNCTION pg_temp.got(at timestamptz) RETURNS TABLE (pool text, account text, alloc numeric, share float8,
@@ -114,7 +115,7 @@ LANGUAGE sql AS $$
            coalesce(us.usage, 0) / (SELECT sum(a2.usage) FROM a a2 WHERE a2.pool = s.pool),
            CASE WHEN a.share = 0 OR s.shares = 0 THEN 0
                 ELSE 2 ^ (-(coalesce(us.usage, 0) / (SELECT sum(a2.usage) FROM a a2 WHERE a2.pool = s.pool)) / (a.share * s.shares / s.total)) END
-           * CASE WHEN a.exhausted THEN 0.01 ELSE 1 END
+           * CASE WHEN a.exhausted THEN hpcacct.setting_value('exhausted_factor')::float8 ELSE 1 END
     FROM s JOIN a USING (pool, account) LEFT JOIN us USING (pool, account, submitter)
 $$;
 -- compared to 1e-9 relative
@@ -130,6 +131,11 @@ SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.
                     FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
                   '15 March: fairshare_all() is the README''s formula by hand (both pools, lq-c exhausted)');
 SELECT is((SELECT exhausted FROM pg_temp.got('2024-03-15 00:00+00') WHERE account = 'lq-c'), true, 'lq-c used up its year in March');
+INSERT INTO setting VALUES ('exhausted_factor', '0.05') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+SELECT is((SELECT pg_temp.r(factor) FROM pg_temp.got('2024-03-15 00:00+00') WHERE account = 'lq-c'),
+          (SELECT pg_temp.r(factor) FROM pg_temp.hand('2024-03-15 00:00+00') WHERE account = 'lq-c'),
+          'a site''s exhausted_factor of 0.05 applies');
+DELETE FROM setting WHERE name = 'exhausted_factor';
 -- alice holds 3 shares of lq-a, bob 1; erin is listed before her first job
 INSERT INTO fairshare_user VALUES ('lq-a', 'alice', 3), ('lq-a', 'bob', 1), ('lq-b', 'erin', 1);
 SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, pg_temp.r(factor) AS f
@@ -344,7 +350,13 @@ FROM (VALUES ('n1', 'lq-a', 'alice', 'k20', date_trunc('month', now()) - interva
              ('n3', 'lq-c', 'dave', 'k20', date_trunc('month', now()) - interval '10 days'),
              ('n4', 'lq-b', 'carol', 'c2050', now() - interval '1 hour' - interval '10 hours')) AS j(id, a, u, p, s)
 WHERE j.s + interval '10 hours' <= now();
+CREATE TEMP TABLE live_before AS SELECT * FROM fairshare_all(now());
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() folds last month');
+SELECT set_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, exhausted, pg_temp.r(factor) AS f
+                FROM fairshare_all(now())$$,
+              $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, exhausted, pg_temp.r(factor) AS f
+                FROM live_before$$,
+              'now: fair share from the compacted base as before the compaction');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
     ('lq', 'n5', 'lq-b', 'carol', 'k20', date_trunc('month', now()) - interval '5 days',
      date_trunc('month', now()) - interval '4 days', 'gres/gpu=2', 'COMPLETED');
