@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(47);
+SELECT plan(52);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 -- the GPU pool's year starts 1 July (LQCD), the CPU pool's 1 April (as Compute Canada's)
@@ -395,6 +395,28 @@ SELECT results_eq($$SELECT a ->> 'account', (a -> 'this_month' ->> 'GPU-hours'):
                   $$SELECT account, usage FROM month_now ORDER BY 1$$,
                   'portal: my_accounts() this month as usage_by_month');
 RESET SESSION AUTHORIZATION;
+
+-- The C2050's weight revised to 1.25 from 1 February 2024, after compaction: reversals and new
+-- charges at the old jobs' ends
+SELECT ok(rerate(resource_id, 1.25, '2024-02-01 00:00 America/Chicago') > 0, 'rerate() the C2050 from 1 February')
+FROM resource WHERE partition = 'c2050';
+SELECT is((SELECT usage FROM usage_by_account(NULL, '2024-03-15 00:00 America/Chicago') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
+          340.000000, 'after re-rating: lq-a used 28 + 192 + 120 GPU-h by 15 March');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
+                  'after re-rating, 15 March: by hand');
+SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.got(now()) ORDER BY 1, 2$$,
+                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
+                  'after re-rating, now: by hand');
+SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, pg_temp.r(factor) AS f
+                    FROM fairshare_all(now()) WHERE submitter IS NOT NULL ORDER BY 1, 2, 3$$,
+                  $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, pg_temp.r(factor) AS f
+                    FROM pg_temp.hand_users(now()) ORDER BY 1, 2, 3$$,
+                  'after re-rating, now: the users by hand');
 
 SELECT * FROM finish();
 ROLLBACK;
