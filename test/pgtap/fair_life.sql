@@ -1,7 +1,9 @@
--- An LQCD allocation year (1 July) lived step by step: two pools, uneven members, a K20 weight,
--- an allocation used up in March, a supplement, jobs across the year's start, a job loaded
--- late, compaction between steps. Each figure is checked against the README's formulas
--- computed here by hand from the ledger.
+-- An LQCD allocation year (1 July) lived step by step: two pools (the CPU pool's year from
+-- 1 April), uneven members, a K20 weight and its change, an allocation used up in March, a
+-- supplement, jobs across the year's start, a job loaded late, compaction between steps, a
+-- changed half-life, the interval decay, UTC and America/Chicago, the live year, the portal,
+-- a re-rating. Fair share is checked against the README's formulas computed here by hand
+-- from the ledger; the reports against figures worked out in the comments.
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
