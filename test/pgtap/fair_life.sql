@@ -125,13 +125,17 @@ CREATE FUNCTION pg_temp.r(x float8) RETURNS text LANGUAGE sql AS $$
     SELECT CASE WHEN x = 0 THEN '0'
                 ELSE round((x / 10 ^ floor(log(abs(x))))::numeric, 9) || 'e' || floor(log(abs(x))) END
 $$;
+-- fairshare_all() per account at an instant against the README's formula by hand, compared as above
+CREATE FUNCTION pg_temp.by_hand(at timestamptz, what text) RETURNS text LANGUAGE sql AS $f$
+    SELECT results_eq(format($$SELECT pool, account, alloc, pg_temp.r(share), pg_temp.r(usage), pg_temp.r(norm), exhausted,
+                                      pg_temp.r(factor) FROM pg_temp.got(%L) ORDER BY 1, 2$$, at),
+                      format($$SELECT pool, account, alloc, pg_temp.r(share), pg_temp.r(usage), pg_temp.r(norm), exhausted,
+                                      pg_temp.r(factor) FROM pg_temp.hand(%L) ORDER BY 1, 2$$, at),
+                      what)
+$f$;
 
 -- Step 1: 15 March 2024, lq-c has used 336 of its 300 GPU-h
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
-                  '15 March: fairshare_all() is the README''s formula by hand (both pools, lq-c exhausted)');
+SELECT pg_temp.by_hand('2024-03-15 00:00+00', '15 March: fairshare_all() is the README''s formula by hand (both pools, lq-c exhausted)');
 SELECT is((SELECT exhausted FROM pg_temp.got('2024-03-15 00:00+00') WHERE account = 'lq-c'), true, 'lq-c used up its year in March');
 INSERT INTO setting VALUES ('exhausted_factor', '0.05') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SELECT is((SELECT pg_temp.r(factor) FROM pg_temp.got('2024-03-15 00:00+00') WHERE account = 'lq-c'),
@@ -147,16 +151,8 @@ SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_t
                   '15 March: the users'' factors by hand (uneven shares, a listed user without jobs)');
 -- the Maui form: periods of 5 days decaying by 0.8, 8 of them
 INSERT INTO setting VALUES ('decay', 'interval') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
-                  '15 March, decay = interval: by hand');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-05 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-05 00:00+00') ORDER BY 1, 2$$,
-                  '5 March, decay = interval: by hand');
+SELECT pg_temp.by_hand('2024-03-15 00:00+00', '15 March, decay = interval: by hand');
+SELECT pg_temp.by_hand('2024-03-05 00:00+00', '5 March, decay = interval: by hand');
 DELETE FROM setting WHERE name = 'decay';
 
 SELECT results_eq($$SELECT account, allocation, usage, utilization_pct, projected_usage
@@ -189,17 +185,9 @@ SELECT set_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.
 
 -- the site halves the decay after compaction: the rollup is rebuilt
 INSERT INTO setting VALUES ('half_life', '14 days') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00+00') ORDER BY 1, 2$$,
-                  '15 March, half-life 14 days after compaction: by hand');
+SELECT pg_temp.by_hand('2024-03-15 00:00+00', '15 March, half-life 14 days after compaction: by hand');
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() with the new half-life');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got(now()) ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
-                  'now, half-life 14 days, from the compacted base: by hand');
+SELECT pg_temp.by_hand(now(), 'now, half-life 14 days, from the compacted base: by hand');
 UPDATE setting SET value = '7 days' WHERE name = 'half_life';
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() with the old half-life again');
 
@@ -208,17 +196,9 @@ INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) 
     ('lq-c', 'supplement', 300, 'GPU-hours', 'lq-gpu', '2024-03-15', '2024-06-30');
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
     ('lq', 'late', 'lq-b', 'carol', 'k20', '2024-03-11 00:00+00', '2024-03-12 00:00+00', 'gres/gpu=4', 'COMPLETED');  -- 192
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-20 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-20 00:00+00') ORDER BY 1, 2$$,
-                  '20 March: the supplement lifts lq-c''s exhaustion, the late job counts (by hand)');
+SELECT pg_temp.by_hand('2024-03-20 00:00+00', '20 March: the supplement lifts lq-c''s exhaustion, the late job counts (by hand)');
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() runs again');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-04-10 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-04-10 00:00+00') ORDER BY 1, 2$$,
-                  '10 April after compaction: by hand');
+SELECT pg_temp.by_hand('2024-04-10 00:00+00', '10 April after compaction: by hand');
 SELECT results_eq($$SELECT account, allocation, usage, utilization_pct FROM usage_by_account(NULL, '2024-04-10 00:00+00')
                     WHERE pool = 'lq-gpu' ORDER BY 1$$,
                   $$VALUES ('lq-a'::text, 1800.000000, 336.000000, 18.67), ('lq-b', 900.000000, 240.000000, 26.67),
@@ -233,31 +213,11 @@ SELECT results_eq($$SELECT partition, equivalent_hours, usage, projected_usage F
                   $$VALUES ('c2050'::text, 192.000000, 192.000000, round(192 * 366 / 305.0, 6)),
                            ('k20', 456.000000, 864.000000, round(864 * 366 / 305.0, 6))$$,
                   'usage_by_resource: K20 hours at rates 2 and 1.5, unweighted beside weighted');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-04-25 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-04-25 00:00+00') ORDER BY 1, 2$$,
-                  '25 April (the rollup''s April scaled back to it): by hand');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-04-20 12:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-04-20 12:00+00') ORDER BY 1, 2$$,
-                  '20 April, before j6 ended (April read from the ledger): by hand');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-04-21 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-04-21 00:00+00') ORDER BY 1, 2$$,
-                  'the instant j6 ended: by hand');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-04-01 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-04-01 00:00+00') ORDER BY 1, 2$$,
-                  '1 April 00:00: by hand');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-05-01 00:00+00') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-05-01 00:00+00') ORDER BY 1, 2$$,
-                  '1 May: by hand');
+SELECT pg_temp.by_hand('2024-04-25 00:00+00', '25 April (the rollup''s April scaled back to it): by hand');
+SELECT pg_temp.by_hand('2024-04-20 12:00+00', '20 April, before j6 ended (April read from the ledger): by hand');
+SELECT pg_temp.by_hand('2024-04-21 00:00+00', 'the instant j6 ended: by hand');
+SELECT pg_temp.by_hand('2024-04-01 00:00+00', '1 April 00:00: by hand');
+SELECT pg_temp.by_hand('2024-05-01 00:00+00', '1 May: by hand');
 
 -- Step 4: a new year starts 1 July: the previous year's usage no longer counts toward exhaustion
 SELECT is((SELECT exhausted FROM fairshare_all('2024-07-02 00:00+00') WHERE account = 'lq-c' AND submitter IS NULL),
@@ -286,11 +246,7 @@ SELECT results_eq($$SELECT a ->> 'account', (a -> 'this_month' ->> 'GPU-hours'):
 -- The same year at Fermilab's own time zone: the year starts 1 July 00:00 Central time; on
 -- 1 March 00:00 CST 244 days and an hour have elapsed (clocks went back on 5 November)
 UPDATE setting SET value = 'America/Chicago' WHERE name = 'timezone';
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  'Chicago, 15 March: fairshare_all() by hand');
+SELECT pg_temp.by_hand('2024-03-15 00:00 America/Chicago', 'Chicago, 15 March: fairshare_all() by hand');
 -- y0 has 7 of its 24 hours after 1 July 00:00 CDT (05:00 UTC): 28 GPU-h
 SELECT results_eq($$SELECT usage, projected_usage FROM usage_by_account(NULL, '2024-03-01 00:00 America/Chicago')
                     WHERE account = 'lq-a' AND pool = 'lq-gpu'$$,
@@ -326,18 +282,10 @@ SELECT results_eq($$SELECT account, submitter, usage, projected_usage FROM usage
 SELECT is((SELECT usage FROM usage_by_account(2022, '2024-03-15 00:00 America/Chicago') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
           68.000000, 'Chicago: y0''s 17 hours before 1 July 00:00 CDT are in 2022-23');
 INSERT INTO setting VALUES ('decay', 'interval') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  'Chicago, decay = interval across the change to daylight time: by hand');
+SELECT pg_temp.by_hand('2024-03-15 00:00 America/Chicago', 'Chicago, decay = interval across the change to daylight time: by hand');
 DELETE FROM setting WHERE name = 'decay';
 SELECT ok(compact_rollup() >= 0, 'compact_rollup() under Chicago time');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  'Chicago, 15 March after compaction: by hand');
+SELECT pg_temp.by_hand('2024-03-15 00:00 America/Chicago', 'Chicago, 15 March after compaction: by hand');
 
 -- The live year: grants for the year containing today, jobs of last month (folded) and of
 -- this one, one of last month loaded after the compaction; fairshare_all(now()) reads the
@@ -363,11 +311,7 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
     ('lq', 'n5', 'lq-b', 'carol', 'k20', date_trunc('month', now()) - interval '5 days',
      date_trunc('month', now()) - interval '4 days', 'gres/gpu=2', 'COMPLETED');
 CREATE TEMP TABLE live_at AS SELECT now() AS at;
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got(now()) ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
-                  'now, from the compacted base and a late job: by hand');
+SELECT pg_temp.by_hand(now(), 'now, from the compacted base and a late job: by hand');
 SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, pg_temp.r(factor) AS f
                     FROM fairshare_all(now()) WHERE submitter IS NOT NULL ORDER BY 1, 2, 3$$,
                   $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, pg_temp.r(factor) AS f
@@ -404,16 +348,8 @@ SELECT ok(rerate(resource_id, 1.25, '2024-02-01 00:00 America/Chicago') > 0, 're
 FROM resource WHERE partition = 'c2050';
 SELECT is((SELECT usage FROM usage_by_account(NULL, '2024-03-15 00:00 America/Chicago') WHERE account = 'lq-a' AND pool = 'lq-gpu'),
           340.000000, 'after re-rating: lq-a used 28 + 192 + 120 GPU-h by 15 March');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand('2024-03-15 00:00 America/Chicago') ORDER BY 1, 2$$,
-                  'after re-rating, 15 March: by hand');
-SELECT results_eq($$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.got(now()) ORDER BY 1, 2$$,
-                  $$SELECT pool, account, alloc, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, exhausted, pg_temp.r(factor) AS f
-                    FROM pg_temp.hand(now()) ORDER BY 1, 2$$,
-                  'after re-rating, now: by hand');
+SELECT pg_temp.by_hand('2024-03-15 00:00 America/Chicago', 'after re-rating, 15 March: by hand');
+SELECT pg_temp.by_hand(now(), 'after re-rating, now: by hand');
 SELECT results_eq($$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm_usage) AS n, pg_temp.r(factor) AS f
                     FROM fairshare_all(now()) WHERE submitter IS NOT NULL ORDER BY 1, 2, 3$$,
                   $$SELECT pool, account, submitter, pg_temp.r(share) AS s, pg_temp.r(usage) AS u, pg_temp.r(norm) AS n, pg_temp.r(factor) AS f
