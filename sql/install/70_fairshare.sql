@@ -138,6 +138,20 @@ COMMENT ON FUNCTION @extschema@.year_start_month(text) IS
 -- Bounds are midnights of the site time zone.
 -- `upto` is `at` clamped to the year; elapsed = upto - starts (wall-clock time: maintenance
 -- downtime does not stop it), length = ends - starts.
+-- A for_year outside 1 to 9999 (allocation_year() and the usage reports; NULL is the year
+-- containing `at`, checked by the caller): 22008, naming the caller.
+CREATE FUNCTION hpcacct_internal.refuse_year(for_year integer, caller text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE COST 1
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '%: for_year must be a year from 1 to 9999, not %', caller, for_year
+            USING ERRCODE = 'datetime_field_overflow';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
+    'Raises 22008 for a for_year outside 1 to 9999, naming the calling report';
+
 CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT NULL,
                                             at timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (year integer, first_day date, last_day date, starts timestamptz, ends timestamptz,
@@ -155,8 +169,7 @@ CREATE FUNCTION @extschema@.allocation_year(pool text, for_year integer DEFAULT 
         ELSIF NOT pg_catalog.isfinite(allocation_year.at) THEN
             RAISE EXCEPTION 'allocation_year: at must be a finite timestamp' USING ERRCODE = 'datetime_field_overflow';
         ELSIF for_year NOT BETWEEN 1 AND 9999 THEN
-            RAISE EXCEPTION 'allocation_year: for_year must be a year from 1 to 9999, not %', for_year
-                USING ERRCODE = 'datetime_field_overflow';
+            PERFORM hpcacct_internal.refuse_year(for_year, 'allocation_year');
         END IF;
         year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
                                    - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);
@@ -267,8 +280,9 @@ CREATE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAULT NULL, at 
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_resource', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_resource', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_resource'));
         SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
                round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.projected, 6), round(u.projected / h.hours, 6)
@@ -302,8 +316,9 @@ CREATE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT NULL, at t
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_account', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_account', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_account'));
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
             FROM @extschema@.year_usage($1, $2, false) c
@@ -346,8 +361,9 @@ CREATE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAULT NULL, at
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_submitter', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_submitter', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_submitter'));
         SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
                round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
@@ -375,8 +391,9 @@ CREATE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT NULL, at tim
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_month', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_month', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_month'));
         SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
                round(m.usage, 6), round(m.usage / h.hours, 6)
         FROM (

@@ -12863,6 +12863,20 @@ COMMENT ON FUNCTION hpcacct_internal.ledger_figure(numeric) IS
 -- ==== account_month() (the statement) has an HLRN section for a bank account's quarter without allocation in which it was charged: an expired account's late jobs (a -30 NPL balance) were charged in the statement's lines while its bank section was left out ---
 -- account_month(): defined in the final definitions
 
+-- ==== a usage report's bad for_year is 22008 naming the report also on a site with no resource yet (it returned no rows: the check was allocation_year()'s, called once per pool); refuse_year() is the one message, allocation_year()'s too ---
+CREATE FUNCTION hpcacct_internal.refuse_year(for_year integer, caller text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE COST 1
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RAISE EXCEPTION '%: for_year must be a year from 1 to 9999, not %', caller, for_year
+            USING ERRCODE = 'datetime_field_overflow';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
+    'Raises 22008 for a for_year outside 1 to 9999, naming the calling report';
+-- allocation_year(), usage_by_resource(), usage_by_account(), usage_by_submitter(), usage_by_month(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -16721,8 +16735,9 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_resource(for_year integer DEFAUL
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_resource', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_resource', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_resource'));
         SELECT u.pool, u.unit, u.cluster, u.partition, u.year, u.first_day, u.last_day,
                round(u.hours, 6), round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.projected, 6), round(u.projected / h.hours, 6)
@@ -16754,8 +16769,9 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_account(for_year integer DEFAULT
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_account', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_account', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_account'));
         WITH used AS (
             SELECT c.pool, c.unit, c.account, sum(c.amount) AS usage
             FROM @extschema@.year_usage($1, $2, false) c
@@ -16796,8 +16812,9 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_submitter(for_year integer DEFAU
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_submitter', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_submitter', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_submitter'));
         SELECT u.pool, u.unit, u.account, u.submitter, u.year, u.first_day, u.last_day,
                round(u.usage, 6), round(u.usage / h.hours, 6),
                round(u.usage * 100 / nullif(sum(u.usage) OVER (PARTITION BY u.pool, u.unit, u.account), 0), 2),
@@ -16822,8 +16839,9 @@ CREATE OR REPLACE FUNCTION @extschema@.usage_by_month(for_year integer DEFAULT N
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- a bad instant is refused here, in this function's name
-        SELECT pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_month', 'at');
+        -- a bad instant or year is refused here, in this function's name (also with no pool)
+        SELECT (pg_catalog.isfinite($2) OR hpcacct_internal.refuse_argument($2, 'usage_by_month', 'at'))
+           AND ($1 IS NULL OR $1 BETWEEN 1 AND 9999 OR hpcacct_internal.refuse_year($1, 'usage_by_month'));
         SELECT m.pool, m.unit, m.cluster, m.partition, m.account, m.submitter, m.year, m.month,
                round(m.usage, 6), round(m.usage / h.hours, 6)
         FROM (
@@ -18101,8 +18119,7 @@ CREATE OR REPLACE FUNCTION @extschema@.allocation_year(pool text, for_year integ
         ELSIF NOT pg_catalog.isfinite(allocation_year.at) THEN
             RAISE EXCEPTION 'allocation_year: at must be a finite timestamp' USING ERRCODE = 'datetime_field_overflow';
         ELSIF for_year NOT BETWEEN 1 AND 9999 THEN
-            RAISE EXCEPTION 'allocation_year: for_year must be a year from 1 to 9999, not %', for_year
-                USING ERRCODE = 'datetime_field_overflow';
+            PERFORM hpcacct_internal.refuse_year(for_year, 'allocation_year');
         END IF;
         year := coalesce(for_year, pg_catalog.date_part('year', today)::integer
                                    - CASE WHEN pg_catalog.date_part('month', today) < m THEN 1 ELSE 0 END);

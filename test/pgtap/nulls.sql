@@ -2,9 +2,18 @@
 -- today in the site's time zone), never a silent zero, an empty result or a refusal.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(62);
+SELECT plan(67);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+-- A bad for_year of a usage report is 22008 naming the report, on a site with no resource
+-- yet as on one with resources (it returned no rows here: the check was allocation_year()'s,
+-- called once per pool, and there was no pool).
+SELECT throws_ok(format('SELECT * FROM hpcacct.%s(%s)', f, y), '22008',
+                 format('%s: for_year must be a year from 1 to 9999, not %s', f, y),
+                 format('%s(%s) on a site without resources', f, y))
+FROM (VALUES ('usage_by_resource', 0), ('usage_by_account', 10000), ('usage_by_submitter', -1),
+             ('usage_by_month', 0)) v(f, y);
+
 -- HLRN's XC30 nodes: 24 cores, exclusive, 2 NPL per node-hour.
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit, exclusive)
 VALUES ('hlrn', 'mpp1', 'cpu=24', 'cpu=1', 1.0 / 12, 'NPL', true);
@@ -98,6 +107,9 @@ SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_submitter(NULL, NULL)$$, '2200
                  'usage_by_submitter(year, NULL) too');
 SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_month(NULL, 'infinity')$$, '22008', 'usage_by_month: at must be finite, not infinity',
                  'usage_by_month(year, infinity) too');
+SELECT throws_ok($$SELECT * FROM hpcacct.usage_by_account(10000)$$, '22008',
+                 'usage_by_account: for_year must be a year from 1 to 9999, not 10000',
+                 'usage_by_account(10000) with resources names itself too');
 -- the allocation year containing `at` must be one of 1 to 9999, as a named for_year must be
 -- (an April year seen in March of year 1 is year 0: it was PostgreSQL's "date field value
 -- out of range: 0-04-01"; an instant in year 10000 gave a year 10000 row)
