@@ -354,7 +354,8 @@ SELECT is_empty($$SELECT proname, argname, label, rule FROM sweep_known k WHERE 
                                               AND f.label LIKE k.label AND f.rule LIKE k.rule)$$,
                 'every known finding still occurs (take it out of sweep_known once fixed)');
 
-SELECT todo('known findings, not fixed yet (sweep_known)', 1);
+-- a TODO only while there are known findings (else pg_prove reports a TODO that passed)
+SELECT todo('known findings, not fixed yet (sweep_known)', 1) WHERE EXISTS (SELECT FROM sweep_known);
 SELECT is_empty($$SELECT rule, fn, argname, label, sqlstate, left(message, 80), left(result, 60)
                   FROM sweep_judged WHERE known AND NOT allowed$$, 'the known findings');
 
