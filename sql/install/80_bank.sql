@@ -675,6 +675,56 @@ COMMENT ON FUNCTION @extschema@.set_default_project(text, text) IS
     'Sets the project a user''s jobs are charged to when they name none (NULL: the personal account)';
 REVOKE EXECUTE ON FUNCTION @extschema@.set_default_project(text, text) FROM PUBLIC;
 
+-- ---- which submit rules bind an account (enforcement: 85_enforce.sql) ----------------
+
+-- The policies that bind an account: its own list when set, otherwise derived:
+--   special accounts: none;
+--   window_quota when it has a quota period, regulation when it has a grant or supplement;
+--   bank when it has bank entries (deposits, transfers, refunds in the bank unit), when it
+--   is a personal account, or when nothing else binds it (what every account was before).
+CREATE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        a record;
+        has_quota boolean;
+        has_regulation boolean;
+        has_bank boolean;
+    BEGIN
+        IF account_policies.account IS NULL THEN
+            RAISE EXCEPTION 'account_policies: account must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        SELECT x.name, x.kind, x.policies INTO a FROM @extschema@.account x WHERE x.name = account_policies.account;
+        IF NOT FOUND THEN  -- as hpcacct_internal.require_account() says it
+            RAISE EXCEPTION 'account "%" does not exist or is not visible to you', account
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Accounts are rows of hpcacct.account; a portal user sees only those they are a member of.';
+        ELSIF a.policies IS NOT NULL THEN
+            RETURN a.policies;
+        ELSIF a.kind = 'special' THEN
+            RETURN '{}'::text[];
+        END IF;
+        has_quota := EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name);
+        has_regulation := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                             WHERE l.account = a.name AND l.kind IN ('grant', 'supplement'));
+        IF a.kind = 'personal' OR NOT (has_quota OR has_regulation) THEN
+            has_bank := true;
+        ELSE
+            has_bank := EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                WHERE l.account = a.name AND l.kind IN ('deposit', 'transfer', 'refund')
+                                  AND l.unit = hpcacct_internal.bank_unit());
+        END IF;
+        RETURN pg_catalog.array_remove(ARRAY[CASE WHEN has_bank THEN 'bank' END,
+                                             CASE WHEN has_quota THEN 'window_quota' END,
+                                             CASE WHEN has_regulation THEN 'regulation' END], NULL);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.account_policies(text) IS
+    'Submit rules binding an account: account.policies, or derived (special: none; window_quota with a quota period; '
+    'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it); a NULL '
+    '(22004) or unknown account (42704) is an error';
+
 -- ---- the quarter-start run -----------------------------------------------------------
 
 -- At the start of quarter q (any day of it names it):
@@ -682,7 +732,8 @@ REVOKE EXECUTE ON FUNCTION @extschema@.set_default_project(text, text) FROM PUBL
 --     q and the two following quarters (never deposited twice);
 --  2. personal accounts with no allocation for q or a later quarter expire;
 --  3. those that also expired in the previous quarter are deleted, for good;
---  4. default projects pointing to expired or deleted accounts are reset to the personal one.
+--  4. default projects pointing to deleted accounts, or to expired ones the bank binds
+--     (account_policies()), are reset to the personal one.
 -- Everything is logged in quarter_log; a second run for the same quarter changes nothing.
 CREATE PROCEDURE @extschema@.open_quarter(q date)
     LANGUAGE plpgsql
@@ -781,12 +832,16 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
         ON CONFLICT DO NOTHING;
 
-        -- default projects that point to expired or deleted accounts fall back to the personal one
+        -- default projects that point to deleted accounts, or to expired ones the bank binds, fall
+        -- back to the personal one (bank_state() calls a GENCI or RWTH project without deposits
+        -- expired: it does not expire)
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
             CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
-            WHERE u.default_account IS NOT NULL AND b.state IN ('expired', 'deleted')
+            WHERE u.default_account IS NOT NULL
+              AND (b.state = 'deleted'
+                   OR (b.state = 'expired' AND 'bank' = ANY (@extschema@.account_policies(u.default_account))))
             FOR UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL

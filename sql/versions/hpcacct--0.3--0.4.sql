@@ -12877,6 +12877,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
     'Raises 22008 for a for_year outside 1 to 9999, naming the calling report';
 -- allocation_year(), usage_by_resource(), usage_by_account(), usage_by_submitter(), usage_by_month(): defined in the final definitions
 
+-- ==== open_quarter() resets a default project only when it is deleted, or expired and bound by the bank (account_policies()): a GENCI or RWTH project, a special account, one whose policies are '{}', which bank_state() calls expired for want of deposits but check_submit() accepts, became the personal account at every quarter start ---
+-- open_quarter(): defined in the final definitions (account_policies() moves to the bank's part of the install script, unchanged)
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13260,12 +13263,16 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         SELECT this_quarter, d.name, 'deleted', this_quarter FROM deleted d
         ON CONFLICT DO NOTHING;
 
-        -- default projects that point to expired or deleted accounts fall back to the personal one
+        -- default projects that point to deleted accounts, or to expired ones the bank binds, fall
+        -- back to the personal one (bank_state() calls a GENCI or RWTH project without deposits
+        -- expired: it does not expire)
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
             CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
-            WHERE u.default_account IS NOT NULL AND b.state IN ('expired', 'deleted')
+            WHERE u.default_account IS NOT NULL
+              AND (b.state = 'deleted'
+                   OR (b.state = 'expired' AND 'bank' = ANY (@extschema@.account_policies(u.default_account))))
             FOR UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
