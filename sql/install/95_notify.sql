@@ -503,9 +503,11 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                       HINT = 'Scans go in date order; scan today''s date (the default).';
         END IF;
 
-        -- quota states: entry into low_priority and blocked, and back
+        -- quota states: entry into low_priority and blocked, and back, of the accounts the
+        -- window binds (check_submit() and slurm_associations() ignore it elsewhere)
         FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state, n.since AS old_since
-                 FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p) a
+                 FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+                       WHERE 'window_quota' = ANY (@extschema@.account_policies(p.account))) a
                  CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
                  WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
@@ -582,6 +584,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
                  JOIN @extschema@.balance_threshold t
                    ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
+                 -- (an account the bank does not bind: its jobs are not refused for its balance)
+                 WHERE 'bank' = ANY (@extschema@.account_policies(a.account))
                  -- thresholds in the order they are crossed: the last message is the state now
                  ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
@@ -619,7 +623,7 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  FROM allocated now_q
                  JOIN @extschema@.account a ON a.name = now_q.account
                  WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
-                   AND a.deleted_in IS NULL
+                   AND a.deleted_in IS NULL AND 'bank' = ANY (@extschema@.account_policies(a.name))
                    AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
                    -- a personal account whose owner is a member of a project allocated for the
                    -- next quarter does not expire: that quarter's start tops it up (open_quarter())
@@ -666,7 +670,8 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
 COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
     'Writes messages for sliding-window quota state changes since the last notified one, for quarter balances '
     'below a site threshold (once per account, quarter and threshold) and for bank accounts whose allocation runs '
-    'out within expiry_warning_days (once per account and expiry); returns how many';
+    'out within expiry_warning_days (once per account and expiry), each for the accounts its policy binds '
+    '(account_policies); returns how many';
 
 -- ---- the sender's protocol ----------------------------------------------------------------
 --

@@ -12880,6 +12880,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== open_quarter() resets a default project only when it is deleted, or expired and bound by the bank (account_policies()): a GENCI or RWTH project, a special account, one whose policies are '{}', which bank_state() calls expired for want of deposits but check_submit() accepts, became the personal account at every quarter start ---
 -- open_quarter(): defined in the final definitions (account_policies() moves to the bank's part of the install script, unchanged)
 
+-- ==== notify_scan() tells each account only of the rules that bind it (account_policies()): a quota state to an account the window binds, a negative or low balance and an expiry to one the bank binds (an account with policies '{bank}' was told its window was blocked, 'no new job can be submitted', and one with '{}' that its jobs were refused, while check_submit() accepted both) ---
+-- notify_scan(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14273,9 +14276,11 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                       HINT = 'Scans go in date order; scan today''s date (the default).';
         END IF;
 
-        -- quota states: entry into low_priority and blocked, and back
+        -- quota states: entry into low_priority and blocked, and back, of the accounts the
+        -- window binds (check_submit() and slurm_associations() ignore it elsewhere)
         FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state, n.since AS old_since
-                 FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p) a
+                 FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
+                       WHERE 'window_quota' = ANY (@extschema@.account_policies(p.account))) a
                  CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
                  WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
@@ -14352,6 +14357,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
                  JOIN @extschema@.balance_threshold t
                    ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
+                 -- (an account the bank does not bind: its jobs are not refused for its balance)
+                 WHERE 'bank' = ANY (@extschema@.account_policies(a.account))
                  -- thresholds in the order they are crossed: the last message is the state now
                  ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
@@ -14389,7 +14396,7 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  FROM allocated now_q
                  JOIN @extschema@.account a ON a.name = now_q.account
                  WHERE now_q.quarter = q AND warn_days > 0 AND next_q - at <= warn_days
-                   AND a.deleted_in IS NULL
+                   AND a.deleted_in IS NULL AND 'bank' = ANY (@extschema@.account_policies(a.name))
                    AND NOT EXISTS (SELECT 1 FROM allocated nx WHERE nx.account = a.name AND nx.quarter = next_q)
                    -- a personal account whose owner is a member of a project allocated for the
                    -- next quarter does not expire: that quarter's start tops it up (open_quarter())
@@ -14436,7 +14443,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
 COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
     'Writes messages for sliding-window quota state changes since the last notified one, for quarter balances '
     'below a site threshold (once per account, quarter and threshold) and for bank accounts whose allocation runs '
-    'out within expiry_warning_days (once per account and expiry); returns how many';
+    'out within expiry_warning_days (once per account and expiry), each for the accounts its policy binds '
+    '(account_policies); returns how many';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
