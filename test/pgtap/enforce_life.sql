@@ -8,7 +8,7 @@
 -- one story, the README's table computed by hand for that day.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(49);
+SELECT plan(52);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -218,8 +218,18 @@ SELECT lives_ok($$SELECT notify_scan('2024-06-12')$$, 'the scan of 12 June');
 SELECT is((SELECT array_agg(topic || ': ' || subject ORDER BY message_id) FROM outbox WHERE account IN ('p_free', 'p_nowin')),
           NULL, 'nobody is told that jobs of p_free or p_nowin are refused, or that p_nowin is blocked or low');
 
+-- ann makes p_bank her default project in June; it expires at midnight on 1 July (no Q3
+-- allocation). From that day her jobs without -A go to her personal account (§4), before
+-- open_quarter() runs (pg_cron at 12:05 UTC, 14:05 in Berlin) as after.
+SELECT set_default_project('ann', 'p_bank');
+SELECT is((check_submit('ann', NULL, '2024-06-30')).reason, 'negative_balance', '30 June: her default project, still negative');
+SELECT is(check_submit('ann', NULL, '2024-07-01'), ROW(true, 'ann', NULL, NULL)::submit_decision,
+          '1 July, before the quarter start''s run: her personal account, as the run will record');
+
 -- 1 July: a new window period; p_bank has no allocation from Q3 on.
 CALL open_quarter('2024-07-01');
+SELECT is(check_submit('ann', NULL, '2024-07-01'), ROW(true, 'ann', NULL, NULL)::submit_decision,
+          'and after it');
 SELECT results_eq($$SELECT account, submit, assoc FROM pg_temp.story('2024-07-01') WHERE account IN ('p_bank', 'p_wq')$$,
                   $$VALUES ('p_bank', 'account_expired', 'blocked'), ('p_wq', 'ok', 'normal')$$,
                   '1 July: p_bank expired; p_wq in its new period normal');
