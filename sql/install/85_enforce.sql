@@ -156,7 +156,9 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
 COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
     'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
 
--- Resolves the account a job is charged to and says whether it may be submitted. Refusals:
+-- Resolves the account a job is charged to and says whether it may be submitted (no account
+-- named: the user's default project, the personal account once that has expired or been
+-- deleted). Refusals:
 -- unknown_user (no account given, user unknown), no_default_project (no account given, the
 -- user has neither a default project nor a personal account), unknown_account,
 -- account_deleted, no_access (not a member), then the account's policies (account_verdict).
@@ -187,6 +189,12 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
+        IF account IS NULL AND chosen <> username AND verdict.reason IN ('account_expired', 'account_deleted') THEN
+            -- a default project that has expired (under the bank) or was deleted is the personal
+            -- account from that day on (§4), as open_quarter() records it at the quarter start
+            chosen := username;
+            verdict := @extschema@.account_verdict(chosen, at);
+        END IF;
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
             RETURN ROW(false, chosen, 'no_default_project',

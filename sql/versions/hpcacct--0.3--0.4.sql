@@ -13337,6 +13337,12 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
+        IF account IS NULL AND chosen <> username AND verdict.reason IN ('account_expired', 'account_deleted') THEN
+            -- a default project that has expired (under the bank) or was deleted is the personal
+            -- account from that day on (§4), as open_quarter() records it at the quarter start
+            chosen := username;
+            verdict := @extschema@.account_verdict(chosen, at);
+        END IF;
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
             RETURN ROW(false, chosen, 'no_default_project',
