@@ -8,7 +8,7 @@
 -- one story, the README's table computed by hand for that day.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(52);
+SELECT plan(55);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -104,6 +104,10 @@ SELECT results_eq($$SELECT figures ->> 'jobid', job_owner, account, figures ->> 
                   $$VALUES ('q1', 'ann', 'p_bank', (check_submit('ann', 'p_bank', '2024-02-10')).message),
                            ('q2', 'eve', 'p_bank', (check_submit('ann', 'p_bank', '2024-02-10')).message)$$,
                   'each owner is told, with the reason check_submit gives');
+-- the hold is an administrator's: the owner cannot release it (README, Holds and releases)
+SELECT ok((SELECT bool_and(body !~ 'release the job' AND body ~ 'released\s+at the next check')
+           FROM outbox WHERE topic = 'job_held'),
+          'and is not told to release the job, which Slurm refuses, but that the next check releases it');
 SELECT pg_temp.sync();
 SELECT deposit('p_bank', '2024-01-01', 200);
 SELECT is((check_submit('ann', 'p_bank', '2024-02-12')).ok, true, '12 February: after a deposit of 200 (80 left), accepted');
@@ -235,8 +239,16 @@ SELECT results_eq($$SELECT account, submit, assoc FROM pg_temp.story('2024-07-01
                   '1 July: p_bank expired; p_wq in its new period normal');
 SELECT results_eq($$SELECT jobid, reason FROM recheck_queued('2024-07-01')$$, $$VALUES ('q5', NULL)$$,
                   'p_wq''s job released');
+-- (q1's hold of 1 April told ann nothing new here: in one transaction, now() is the same, and so
+-- is the key of each hold of a job; a site's rechecks are transactions of their own)
 SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'q1'), (check_submit('ann', 'p_bank', '2024-07-01')).message,
           'q1 stays held, with the new reason');
+SELECT is((SELECT figures ->> 'reason' FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'q1'
+           ORDER BY message_id DESC LIMIT 1),
+          (check_submit('ann', 'p_bank', '2024-07-01')).message,
+          'and ann is told the new reason (her last message said: ask for a transfer or a deposit)');
+SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'q4'), 1::bigint,
+          'eve, whose job''s reason did not change, is not told again');
 SELECT pg_temp.sync();
 
 -- dan, a member of no project: expired in Q4, deleted in Q1 2025.
