@@ -395,11 +395,12 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
                  WHEN e.held THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
-                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
-                    'project administrator for an allocation.\n',
+                    'Correct the reason (e.g. another account: scontrol update jobid=%s account=...), or ask\n'
+                    'the project administrator for an allocation: the job is then released\n'
+                    'at the next check. The hold is an administrator''s: scontrol release does not lift it.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(acct.shown),
-                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
+                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')), hpcacct_internal.notify_name(n.jobid))
                  WHEN o.sync_hold = 'uhold' THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held by hpcacct.\n'
                     'Your own hold on it remains: release it (scontrol release %s) when it may run.\n',

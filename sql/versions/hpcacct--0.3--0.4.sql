@@ -12883,6 +12883,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== notify_scan() tells each account only of the rules that bind it (account_policies()): a quota state to an account the window binds, a negative or low balance and an expiry to one the bank binds (an account with policies '{bank}' was told its window was blocked, 'no new job can be submitted', and one with '{}' that its jobs were refused, while check_submit() accepted both) ---
 -- notify_scan(): defined in the final definitions
 
+-- ==== job_held tells the owner that the job is released at the next check once the reason is corrected: it said to release the job, and hpcacct's hold is an administrator's, which Slurm does not let the owner release ---
+-- notify_hold(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -16521,11 +16524,12 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
                  WHEN e.held THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
-                    'Correct the reason (e.g. choose another account) and release the job, or ask the\n'
-                    'project administrator for an allocation.\n',
+                    'Correct the reason (e.g. another account: scontrol update jobid=%s account=...), or ask\n'
+                    'the project administrator for an allocation: the job is then released\n'
+                    'at the next check. The hold is an administrator''s: scontrol release does not lift it.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(acct.shown),
-                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
+                    hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')), hpcacct_internal.notify_name(n.jobid))
                  WHEN o.sync_hold = 'uhold' THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held by hpcacct.\n'
                     'Your own hold on it remains: release it (scontrol release %s) when it may run.\n',
