@@ -12886,6 +12886,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== job_held tells the owner that the job is released at the next check once the reason is corrected: it said to release the job, and hpcacct's hold is an administrator's, which Slurm does not let the owner release ---
 -- notify_hold(): defined in the final definitions
 
+-- ==== job_held also when a held job's reason changes (its hold_comment): a job held for a negative balance and still held the next quarter because the account expired kept the owner's message 'ask for a transfer or a deposit' ---
+-- notify_hold(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -16499,9 +16502,10 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
         lifted constant boolean := coalesce(pg_catalog.current_setting('hpcacct.sync_lifted', true), '') = 'on';
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-            'topic', CASE WHEN e.held THEN 'job_held' ELSE 'job_released' END,
+            'topic', CASE WHEN e.held OR e.changed THEN 'job_held' ELSE 'job_released' END,
             -- (the instant in ISO 8601 and UTC, not in the session's DateStyle and TimeZone)
-            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid, CASE WHEN e.held THEN 'held' ELSE 'released' END,
+            'decision_key', pg_catalog.concat_ws('/', n.cluster, n.jobid,
+                                                 CASE WHEN e.held THEN 'held' WHEN e.changed THEN 'reason' ELSE 'released' END,
                                                  pg_catalog.to_char(coalesce(n.checked_at, pg_catalog.statement_timestamp())
                                                                     AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'),
             -- the account as check_submit() resolves it (none named: the user's default project);
@@ -16513,8 +16517,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
             'job_owner', n.username, 'owner_only', n.account IS NULL,
             'also', pg_catalog.jsonb_build_array(n.username),
             'subject', pg_catalog.format('[hpcacct] job %s on %s %s', n.jobid, n.cluster,
-                                         CASE WHEN e.held THEN 'is held' ELSE 'is released' END),
-            'body', CASE WHEN e.held AND n.other_hold THEN pg_catalog.format(
+                                         CASE WHEN e.held THEN 'is held' WHEN e.changed THEN 'is still held'
+                                              ELSE 'is released' END),
+            'body', CASE WHEN (e.held OR e.changed) AND n.other_hold THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) is held by an administrator, and its\n'
                     'account cannot run it either: %s.\n'
                     'When the administrator releases the job, it stays on hold until that is corrected (e.g.\n'
@@ -16522,13 +16527,14 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(acct.shown),
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')))
-                 WHEN e.held THEN pg_catalog.format(
-                    E'Dear %s,\n\nyour queued job %s on %s (account %s) has been put on hold: %s.\n'
+                 WHEN e.held OR e.changed THEN pg_catalog.format(
+                    E'Dear %s,\n\nyour queued job %s on %s (account %s) %s: %s.\n'
                     'Correct the reason (e.g. another account: scontrol update jobid=%s account=...), or ask\n'
                     'the project administrator for an allocation: the job is then released\n'
                     'at the next check. The hold is an administrator''s: scontrol release does not lift it.\n',
                     hpcacct_internal.notify_name(n.username), hpcacct_internal.notify_name(n.jobid), hpcacct_internal.notify_name(n.cluster),
                     hpcacct_internal.notify_name(acct.shown),
+                    CASE WHEN e.held THEN 'has been put on hold' ELSE 'is still on hold, for another reason now' END,
                     hpcacct_internal.notify_name(coalesce(n.hold_reason, 'no reason given')), hpcacct_internal.notify_name(n.jobid))
                  WHEN o.sync_hold = 'uhold' THEN pg_catalog.format(
                     E'Dear %s,\n\nyour queued job %s on %s (account %s) is no longer held by hpcacct.\n'
@@ -16543,19 +16549,22 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                                                      'other_hold', n.other_hold))))
         FROM new_rows n
         JOIN old_rows o ON o.cluster = n.cluster AND o.jobid = n.jobid
-        CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held) e
+        CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held,
+                                   n.held AND o.held AND o.hold_comment IS NOT NULL
+                                   AND n.hold_comment IS DISTINCT FROM o.hold_comment AS changed) e
         CROSS JOIN LATERAL (SELECT coalesce(n.account, (SELECT coalesce(u.default_account, u.username)
                                                         FROM @extschema@.hpc_user u WHERE u.username = n.username)) AS name) resolved
         CROSS JOIN LATERAL (SELECT resolved.name, CASE WHEN n.account IS NOT NULL THEN n.account
                                                 WHEN resolved.name IS NOT NULL THEN resolved.name || ', your default'
                                                 ELSE 'default' END AS shown) acct
-        WHERE (n.held AND NOT o.held)
+        WHERE e.held OR e.changed
            OR (lifted AND o.sync_hold IS NOT NULL AND n.sync_hold IS NULL);
         RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.notify_hold() IS
-    'Trigger: a queued job put on hold, or released by hpcacct-slurm-sync, writes its message to the job''s owner';
+    'Trigger: a queued job put on hold, held for another reason, or released by hpcacct-slurm-sync, writes its '
+    'message to the job''s owner';
 CREATE OR REPLACE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp

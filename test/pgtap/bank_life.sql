@@ -270,8 +270,10 @@ SELECT is((SELECT array_agg(account || ':' || topic || ':' || (figures ->> 'quar
           'a notice per expiry and deletion, once each');
 -- (a hold's key is its job and the instant it was checked, now(): one instant in this test's one
 -- transaction, so q1's second hold, in October, has the key of its first and is not told again)
-SELECT is((SELECT array_agg(figures ->> 'jobid' ORDER BY message_id) FROM outbox WHERE topic = 'job_held'),
-          ARRAY['q1', 'q2', 'q3'], 'a message per hold: q1 and q2 in March 2025, q3 in October');
+SELECT is((SELECT array_agg(figures ->> 'jobid' || ':' || split_part(decision_key, '/', 3) ORDER BY message_id)
+           FROM outbox WHERE topic = 'job_held'),
+          ARRAY['q1:held', 'q2:held', 'q3:held', 'q3:reason'],
+          'a message per hold: q1 and q2 in March 2025, q3 in October, and q3''s new reason (deleted) in January 2026');
 
 SELECT * FROM finish();
 ROLLBACK;
