@@ -8,7 +8,7 @@
 -- one story, the README's table computed by hand for that day.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(55);
+SELECT plan(66);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -178,6 +178,25 @@ FROM unnest(ARRAY[date '2024-04-10', '2024-06-30']) d;
 SELECT results_eq($$SELECT jobid, reason FROM recheck_queued('2024-04-10')$$, $$VALUES ('q5', 'quota_blocked')$$,
                   'held again');
 SELECT pg_temp.sync();
+SELECT is(notify_scan('2024-04-10'), 1, 'its members are told it is blocked again');
+
+-- bank + window (p_wqbank, 100 core-hours a month, 1 000 NPL a quarter): the window low, the
+-- bank fine: low priority; the window blocked and the bank negative: the bank's reason first.
+SELECT pg_temp.job('lw', 'x1', 'p_wqbank', 'bob', '2024-04-15 10:00', 20);   -- 320 core-hours in April
+SELECT results_eq($$SELECT submit, verdict, assoc FROM pg_temp.story('2024-04-20') WHERE account = 'p_wqbank'$$,
+                  $$VALUES ('ok', 'ok', 'low_priority')$$, '20 April: p_wqbank low priority, accepted');
+SELECT pg_temp.job('lw', 'x2', 'p_wqbank', 'bob', '2024-04-16 10:00', 40);   -- 640 more: 960 > 600
+SELECT pg_temp.job('lb', 'x3', 'p_wqbank', 'bob', '2024-04-16 10:00', 70);   -- 1 120 NPL of 1 000
+SELECT results_eq($$SELECT submit, verdict, assoc, assoc_reason FROM pg_temp.story('2024-04-20') WHERE account = 'p_wqbank'$$,
+                  $$VALUES ('negative_balance', 'negative_balance', 'blocked', 'negative_balance')$$,
+                  'blocked by both: the bank''s reason, as the README orders them');
+SELECT deposit('p_wqbank', '2024-04-01', 200);
+SELECT results_eq($$SELECT submit, verdict, assoc, assoc_reason FROM pg_temp.story('2024-04-21') WHERE account = 'p_wqbank'$$,
+                  $$VALUES ('quota_blocked', 'quota_blocked', 'blocked', 'quota_blocked')$$,
+                  'after a deposit: the window''s');
+SELECT results_eq($$SELECT submit, verdict, assoc FROM pg_temp.story('2024-05-01') WHERE account = 'p_wqbank'$$,
+                  $$VALUES ('ok', 'ok', 'low_priority')$$,
+                  '1 May: C(May) = 0, consumable 300 - 960 < 0: low priority again');
 
 -- GENCI: p_reg's 1 200 hours used by a job ending 16 May 13:00; a supplement of 400 from 1 June.
 SELECT pg_temp.job('lg', 'g1', 'p_reg', 'cid', '2024-05-13 10:00', 75);
@@ -239,6 +258,15 @@ SELECT results_eq($$SELECT account, submit, assoc FROM pg_temp.story('2024-07-01
                   '1 July: p_bank expired; p_wq in its new period normal');
 SELECT results_eq($$SELECT jobid, reason FROM recheck_queued('2024-07-01')$$, $$VALUES ('q5', NULL)$$,
                   'p_wq''s job released');
+SELECT lives_ok($$SELECT notify_scan('2024-07-01')$$, 'the scan of 1 July');
+SELECT results_eq($$SELECT figures ->> 'at', figures ->> 'state' FROM outbox WHERE topic = 'quota_state' AND account = 'p_wq'
+                    ORDER BY message_id$$,
+                  $$VALUES ('2024-02-20', 'low_priority'), ('2024-03-10', 'blocked'), ('2024-04-01', 'low_priority'),
+                           ('2024-04-10', 'blocked'), ('2024-07-01', 'normal')$$,
+                  'p_wq''s members were told each change of the window, the day it changed');
+SELECT matches((SELECT body FROM outbox WHERE topic = 'quota_state' AND account = 'p_wq' ORDER BY message_id DESC LIMIT 1),
+               'The accounting period began on 2024-07-01: jobs run with normal priority',
+               'the last one: the new period');
 -- (q1's hold of 1 April told ann nothing new here: in one transaction, now() is the same, and so
 -- is the key of each hold of a job; a site's rechecks are transactions of their own)
 SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'q1'), (check_submit('ann', 'p_bank', '2024-07-01')).message,
@@ -264,6 +292,17 @@ SELECT results_eq($$SELECT state, reason FROM slurm_associations('2025-01-01') W
 SELECT results_eq($$SELECT topic FROM outbox WHERE account = 'dan' ORDER BY message_id$$,
                   $$VALUES ('account_expired'), ('account_deleted')$$, 'dan is told of both');
 SELECT is((check_submit('cid', 'p_reg', '2025-01-01')).reason, 'no_allocation', 'p_reg: no grant valid in 2025');
+
+-- Today is the site's day whatever the session's time zone: the defaults of check_submit()
+-- (the job_submit/lua script passes no day), recheck_queued() and the view the sync reads.
+SET LOCAL TimeZone = 'Pacific/Kiritimati';
+SELECT is(site_today(), (now() AT TIME ZONE 'Europe/Berlin')::date, 'site_today() is Berlin''s day in a UTC+14 session');
+SELECT results_eq($$SELECT * FROM slurm_association$$,
+                  $$SELECT * FROM slurm_associations((now() AT TIME ZONE 'Europe/Berlin')::date)$$,
+                  'the view slurm_association is slurm_associations() of Berlin''s day');
+SELECT is(check_submit('cid', 'p_reg'), check_submit('cid', 'p_reg', (now() AT TIME ZONE 'Europe/Berlin')::date),
+          'check_submit() without a day checks Berlin''s');
+RESET TimeZone;
 
 SELECT * FROM finish();
 ROLLBACK;
