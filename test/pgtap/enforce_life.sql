@@ -1,14 +1,18 @@
 -- Slurm enforcement over a year (2024), as a site lives it, site time zone Europe/Berlin:
 -- accounts under each policy and under several at once (bank + window_quota, regulation +
--- bank, a special account, one whose policies are '{}' by hand), deposits running out and
--- topped up, a quarter start, a window period going low_priority, blocked, then a new
--- period, a GENCI grant used up then a supplement, a membership removed, a personal account
--- deleted, a user whose default project changes. At each step check_submit(),
--- account_verdict(), slurm_associations(), recheck_queued() and the owner's messages tell
--- one story, the README's table computed by hand for that day.
+-- bank), a special account, one whose policies are '{}' by hand and one bound by the bank
+-- alone despite a quota period; p_bank's deposits running out and topped up, a quarter start
+-- at local midnight, its expiry and a later quarter booked ahead (inactive); p_wq's window low,
+-- blocked, low, blocked by the period, then a new period; p_reg's GENCI grant used up, a
+-- supplement, a second machine; a member removed; dan's personal account expired then
+-- deleted; default projects set and falling back. At each step check_submit() (reason and
+-- message), account_verdict(), slurm_associations() (state, reason), recheck_queued() (which
+-- jobs are held or released, and why) and the owners' and members' messages tell one story:
+-- the README's table computed by hand for that day. The sync's part (holds placed, lifted) is
+-- played by pg_temp.sync(), as hpcacct-slurm-sync records it.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(66);
+SELECT plan(74);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -279,8 +283,29 @@ SELECT is((SELECT count(*) FROM outbox WHERE topic = 'job_held' AND figures ->> 
           'eve, whose job''s reason did not change, is not told again');
 SELECT pg_temp.sync();
 
+-- 15 August: staff book 500 NPL for p_bank in Q4: inactive until then, its job held still
+-- (the day its allocation begins is the owner's to read, not the comment's).
+SELECT deposit('p_bank', '2024-10-01', 500);
+SELECT is(check_submit('ann', 'p_bank', '2024-08-15'),
+          ROW(false, 'p_bank', 'account_inactive', 'account p_bank has no allocation for this quarter; its allocation '
+              'begins on 2024-10-01: ask staff to move allocation into this quarter, or submit with another account')::submit_decision,
+          '15 August: p_bank inactive, the message names the day its allocation begins');
+SELECT results_eq($$SELECT state, reason FROM slurm_associations('2024-08-15') WHERE account = 'p_bank'$$,
+                  $$VALUES ('blocked', 'account_inactive')$$, 'its association blocked');
+SELECT is_empty($$SELECT * FROM recheck_queued('2024-08-15')$$, 'recheck changes no hold');
+SELECT results_eq($$SELECT hold_reason, hold_comment FROM pending_job WHERE jobid = 'q1'$$,
+                  $$SELECT (check_submit('ann', 'p_bank', '2024-08-15')).message,
+                           'account p_bank has no allocation for this quarter: ask staff to move allocation into this '
+                           'quarter, or submit with another account'$$,
+                  'q1 held for the new reason; its comment without the day');
+
 -- dan, a member of no project: expired in Q4, deleted in Q1 2025.
 CALL open_quarter('2024-10-01');
+SELECT results_eq($$SELECT jobid, reason FROM recheck_queued('2024-10-01')$$,
+                  $$VALUES ('q1', NULL), ('q2', 'account_expired')$$,
+                  '1 October: q1 released (p_bank active); q2, eve''s job without -A, held: her personal account expired');
+SELECT results_eq($$SELECT account, submit, assoc FROM pg_temp.story('2024-10-01') WHERE account IN ('eve', 'p_bank')$$,
+                  $$VALUES ('eve', 'account_expired', 'blocked'), ('p_bank', 'ok', 'normal')$$, 'as the associations say');
 SELECT is((check_submit('dan', NULL, '2024-10-01')).reason, 'account_expired', '1 October: dan''s account expired');
 CALL open_quarter('2025-01-01');
 SELECT is((check_submit('dan', NULL, '2024-12-31')).reason, 'account_expired', '31 December: still expired');
@@ -292,6 +317,18 @@ SELECT results_eq($$SELECT state, reason FROM slurm_associations('2025-01-01') W
 SELECT results_eq($$SELECT topic FROM outbox WHERE account = 'dan' ORDER BY message_id$$,
                   $$VALUES ('account_expired'), ('account_deleted')$$, 'dan is told of both');
 SELECT is((check_submit('cid', 'p_reg', '2025-01-01')).reason, 'no_allocation', 'p_reg: no grant valid in 2025');
+
+-- GENCI on two machines: p_reg's 1 600 hours on lg used up in August; a grant of 100 on lg2
+-- from 1 September. check_submit() does not know the job's machine: accepted while one has hours.
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('lg2', 'p', 'cpu=16', 'cpu=1', 1, 'hours');
+SELECT pg_temp.job('lg', 'g3', 'p_reg', 'cid', '2024-08-05 10:00', 25);     -- 400 hours: 1 600 of 1 600
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('p_reg', 'grant', 100, 'hours', 'lg2', '2024-09-01', '2024-12-31');
+SELECT results_eq($$SELECT submit, assoc, assoc_reason FROM pg_temp.story('2024-08-31') WHERE account = 'p_reg'$$,
+                  $$VALUES ('allocation_exhausted', 'blocked', 'allocation_exhausted')$$,
+                  '31 August: lg used up, lg2''s grant not valid yet');
+SELECT results_eq($$SELECT submit, assoc FROM pg_temp.story('2024-09-01') WHERE account = 'p_reg'$$,
+                  $$VALUES ('ok', 'normal')$$, '1 September: lg2 has hours');
 
 -- Today is the site's day whatever the session's time zone: the defaults of check_submit()
 -- (the job_submit/lua script passes no day), recheck_queued() and the view the sync reads.
