@@ -12883,6 +12883,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== notify_scan() tells each account only of the rules that bind it (account_policies()): a quota state to an account the window binds, a negative or low balance and an expiry to one the bank binds (an account with policies '{bank}' was told its window was blocked, 'no new job can be submitted', and one with '{}' that its jobs were refused, while check_submit() accepted both) ---
 -- notify_scan(): defined in the final definitions
 
+-- ==== check_submit() without an account: a default project that has expired under the bank or been deleted is the personal account from that day, as open_quarter() records it hours later (a submission without -A was refused as account_expired until the quarter start's run, then accepted) ---
+-- check_submit(): defined in the final definitions
+
 -- ==== job_held tells the owner that the job is released at the next check once the reason is corrected: it said to release the job, and hpcacct's hold is an administrator's, which Slurm does not let the owner release ---
 -- notify_hold(): defined in the final definitions
 
