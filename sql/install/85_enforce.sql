@@ -69,7 +69,8 @@ COMMENT ON FUNCTION hpcacct_internal.refusal_message(text, text, text, text) IS
 --                 this quarter, one later), negative_balance;
 --   window_quota: quota_blocked;
 --   regulation:   no_allocation (no grant valid today on any machine), allocation_exhausted
---                 (every machine's allocation, after retractions, used up this year).
+--                 (on every machine with a grant or supplement valid, the year's consumption has
+--                 reached Alloc, after retractions; a machine where only a retraction is valid is used up).
 -- Policies are applied in that order; the first refusal is the reason. A submit filter calls
 -- it on one connection for every job: its statements (one account's lookups, whose best plan
 -- does not depend on the values) are planned once per session, not at each call.
@@ -140,8 +141,15 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
                 RETURN ROW(false, account, 'no_allocation',
                            hpcacct_internal.refusal_message('no_allocation', account, NULL, hpcacct_internal.iso_date(at)))::@extschema@.submit_decision;
             END IF;
-            -- allocation_status() on each machine, in one call
-            SELECT count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc) INTO open_machines
+            -- allocation_status() on each machine, in one call: open where a grant or supplement
+            -- is valid and the year's consumption is under Alloc (not TMC > 0: a retraction on
+            -- 15 December, spread over half a month, makes TMC negative)
+            SELECT count(*) FILTER (WHERE s.consumption < s.alloc
+                                      AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                  WHERE l.account = a.name AND l.pool = s.machine
+                                                    AND l.kind IN ('grant', 'supplement')
+                                                    AND l.valid_from <= at AND l.valid_until >= at))
+            INTO open_machines
             FROM hpcacct_internal.allocation_statuses(pg_catalog.array_fill(a.name::text, ARRAY[pg_catalog.cardinality(pools)]),
                                                       pools, at) s;
             IF open_machines = 0 THEN

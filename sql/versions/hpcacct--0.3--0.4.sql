@@ -12892,6 +12892,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== job_held also when a held job's reason changes (its hold_comment): a job held for a negative balance and still held the next quarter because the account expired kept the owner's message 'ask for a transfer or a deposit' ---
 -- notify_hold(): defined in the final definitions
 
+-- ==== account_verdict(): a machine is open while its year's consumption is under Alloc and a grant or supplement is valid there, not while TMC > 0 (a monthly retraction on 15 December, spread over half a month, makes TMC negative: an account under its Alloc was refused allocation_exhausted from 15 to 31 December) ---
+-- account_verdict(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13747,8 +13750,15 @@ CREATE OR REPLACE FUNCTION @extschema@.account_verdict(account text, at date DEF
                 RETURN ROW(false, account, 'no_allocation',
                            hpcacct_internal.refusal_message('no_allocation', account, NULL, hpcacct_internal.iso_date(at)))::@extschema@.submit_decision;
             END IF;
-            -- allocation_status() on each machine, in one call
-            SELECT count(*) FILTER (WHERE s.tmc > 0 AND s.consumption < s.alloc) INTO open_machines
+            -- allocation_status() on each machine, in one call: open where a grant or supplement
+            -- is valid and the year's consumption is under Alloc (not TMC > 0: a retraction on
+            -- 15 December, spread over half a month, makes TMC negative)
+            SELECT count(*) FILTER (WHERE s.consumption < s.alloc
+                                      AND EXISTS (SELECT 1 FROM @extschema@.ledger l
+                                                  WHERE l.account = a.name AND l.pool = s.machine
+                                                    AND l.kind IN ('grant', 'supplement')
+                                                    AND l.valid_from <= at AND l.valid_until >= at))
+            INTO open_machines
             FROM hpcacct_internal.allocation_statuses(pg_catalog.array_fill(a.name::text, ARRAY[pg_catalog.cardinality(pools)]),
                                                       pools, at) s;
             IF open_machines = 0 THEN
