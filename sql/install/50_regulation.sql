@@ -501,10 +501,22 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                 FROM hpcacct_internal.allocation_statuses(accounts, machines, as_of) st
                 JOIN @extschema@.regulation_machine s ON s.machine = st.machine
                 WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
+            ), april AS (
+                -- 1 June retracts from those "still" under the percentage: under it at the end
+                -- of April too (the 1 May run's figures). A project granted after April, never
+                -- warned, is not retracted two weeks into its grant.
+                SELECT ap.account, ap.machine,
+                       CASE WHEN ap.alloc > 0 THEN 100 * ap.consumption / ap.alloc::float8 END AS used
+                FROM hpcacct_internal.allocation_statuses(
+                         CASE WHEN kind_of_run = 'annual_retraction' THEN accounts ELSE '{}' END,
+                         CASE WHEN kind_of_run = 'annual_retraction' THEN machines ELSE '{}' END,
+                         pg_catalog.make_date(EXTRACT(year FROM d)::integer, 4, 30)) ap
             ), annual AS (
                 SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
-                                 THEN 100 * f.consumption / f.alloc::float8 END AS used
+                                 THEN 100 * f.consumption / f.alloc::float8 END AS used,
+                       ap.used AS used_april
                 FROM figures f
+                LEFT JOIN april ap ON ap.account = f.account AND ap.machine = f.machine
             ), outcome AS MATERIALIZED (
                 SELECT a.*, x.result,
                        CASE WHEN x.result <> 'retraction' THEN 0
@@ -516,7 +528,8 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                 CROSS JOIN LATERAL (
                     SELECT CASE
                         WHEN kind_of_run = 'monthly' THEN a.status
-                        WHEN a.used < a.annual_warning_percent THEN
+                        WHEN a.used < a.annual_warning_percent
+                             AND (kind_of_run = 'annual_warning' OR a.used_april < a.annual_warning_percent) THEN
                             CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
                                               WHERE x.account = a.account AND x.machine = a.machine
                                                 AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'

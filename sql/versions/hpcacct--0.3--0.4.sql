@@ -12895,6 +12895,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== account_verdict(): a machine is open while its year's consumption is under Alloc and a grant or supplement is valid there, not while TMC > 0 (a monthly retraction on 15 December, spread over half a month, makes TMC negative: an account under its Alloc was refused allocation_exhausted from 15 to 31 December) ---
 -- account_verdict(): defined in the final definitions
 
+-- ==== regulate(): the annual retraction of 1 June takes hours only from a project under the warning percentage at the end of April too ("still under 30 %"): a project granted from 16 May, never warned, lost 40 % of its grant two weeks after it began ---
+-- regulate(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15641,10 +15644,22 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                 FROM hpcacct_internal.allocation_statuses(accounts, machines, as_of) st
                 JOIN @extschema@.regulation_machine s ON s.machine = st.machine
                 WHERE (st.granted >= s.monthly_threshold) = (kind_of_run = 'monthly')
+            ), april AS (
+                -- 1 June retracts from those "still" under the percentage: under it at the end
+                -- of April too (the 1 May run's figures). A project granted after April, never
+                -- warned, is not retracted two weeks into its grant.
+                SELECT ap.account, ap.machine,
+                       CASE WHEN ap.alloc > 0 THEN 100 * ap.consumption / ap.alloc::float8 END AS used
+                FROM hpcacct_internal.allocation_statuses(
+                         CASE WHEN kind_of_run = 'annual_retraction' THEN accounts ELSE '{}' END,
+                         CASE WHEN kind_of_run = 'annual_retraction' THEN machines ELSE '{}' END,
+                         pg_catalog.make_date(EXTRACT(year FROM d)::integer, 4, 30)) ap
             ), annual AS (
                 SELECT f.*, CASE WHEN kind_of_run <> 'monthly' AND f.alloc > 0
-                                 THEN 100 * f.consumption / f.alloc::float8 END AS used
+                                 THEN 100 * f.consumption / f.alloc::float8 END AS used,
+                       ap.used AS used_april
                 FROM figures f
+                LEFT JOIN april ap ON ap.account = f.account AND ap.machine = f.machine
             ), outcome AS MATERIALIZED (
                 SELECT a.*, x.result,
                        CASE WHEN x.result <> 'retraction' THEN 0
@@ -15656,7 +15671,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                 CROSS JOIN LATERAL (
                     SELECT CASE
                         WHEN kind_of_run = 'monthly' THEN a.status
-                        WHEN a.used < a.annual_warning_percent THEN
+                        WHEN a.used < a.annual_warning_percent
+                             AND (kind_of_run = 'annual_warning' OR a.used_april < a.annual_warning_percent) THEN
                             CASE WHEN EXISTS (SELECT 1 FROM @extschema@.exoneration x
                                               WHERE x.account = a.account AND x.machine = a.machine
                                                 AND x.year = EXTRACT(year FROM d)) THEN 'exonerated'
