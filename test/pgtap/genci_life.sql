@@ -11,7 +11,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(27);
+SELECT plan(29);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('jz', 1000000);
@@ -246,7 +246,13 @@ CREATE FUNCTION pg_temp.run_mismatches(d date) RETURNS text[] LANGUAGE sql AS $$
                OR NOT pg_temp.near((o.figures ->> 'tc')::float8, g.tc::numeric)
                OR NOT pg_temp.near((o.figures ->> 'consumption')::float8, g.consumption::numeric)
                OR g.run = 'monthly'
-                  AND position(format('had consumed %s hours on jz', hpcacct_internal.notify_number(g.consumption::numeric)) IN o.body) = 0
+                  AND position(format('had consumed %s hours on jz, against a theoretical consumption TC of %s hours:',
+                                      hpcacct_internal.notify_number(g.consumption::numeric),
+                                      hpcacct_internal.notify_number(g.tc::numeric)) IN o.body) = 0
+               OR g.run = 'monthly'
+                  AND position(format('an under-consumption of %s hours', hpcacct_internal.notify_number(-g.delta::numeric)) IN o.body) = 0
+               OR g.run = 'monthly'
+                  AND position(format('(TMC = %s hours)', hpcacct_internal.notify_number(g.tmc::numeric)) IN o.body) = 0
                OR g.run <> 'monthly'
                   AND position(format('had used %s of its %s hours on jz', hpcacct_internal.notify_number(g.consumption::numeric),
                                       hpcacct_internal.notify_number(g.alloc)) IN o.body) = 0
@@ -362,6 +368,25 @@ INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, 
     ('small', 'grant', 400000, 'hours', 'jz', '2025-01-01', '2025-12-31', 'A2025');
 SELECT is(pg_temp.month('2025-01-01'), NULL, 'January 2025: as by hand (the year starts from 0)');
 SELECT is(pg_temp.month('2025-02-01'), NULL, 'February 2025: as by hand');
+
+-- ---- every day, with every job loaded: allocation_status() and the document's table -----
+SELECT is((SELECT array_agg(format('%s %s/%s', d::date, p.account, p.machine) ORDER BY d, p.account, p.machine)
+           FROM generate_series('2024-01-01'::timestamp, '2025-02-28', '1 day') d
+           CROSS JOIN LATERAL pg_temp.pairs(d::date) p
+           CROSS JOIN LATERAL allocation_status(p.account, p.machine, d::date) s
+           CROSS JOIN LATERAL pg_temp.hand(p.account, p.machine, d::date) h
+           WHERE s.alloc <> h.alloc OR NOT pg_temp.near(s.tmc, h.tmc) OR NOT pg_temp.near(s.tc, h.tc)
+              OR NOT pg_temp.near(s.consumption, h.consumption) OR s.status <> h.status),
+          NULL, 'allocation_status() as by hand on every day of 2024 and of January-February 2025, on both machines');
+SELECT is((SELECT array_agg(format('%s %s: %s..%s %s/%s/%s', p.account, p.machine, y.first_day, y.last_day, y.alloc, y.tmc, y.tc)
+                            ORDER BY p.account, p.machine, y.first_day)
+           FROM (SELECT DISTINCT account, pool AS machine FROM ledger WHERE kind = 'grant') p
+           CROSS JOIN LATERAL regulation_year(p.account, p.machine, 2024) y
+           CROSS JOIN LATERAL pg_temp.hand(p.account, p.machine, y.first_day) h0
+           CROSS JOIN LATERAL pg_temp.hand(p.account, p.machine, y.last_day) h1
+           WHERE y.alloc <> h0.alloc OR NOT pg_temp.near(y.tmc, h0.tmc) OR NOT pg_temp.near(y.tc, h1.tc)
+              OR NOT pg_temp.near(y.tmc, h1.tmc)),
+          NULL, 'regulation_year(2024): each interval''s Alloc and TMC as by hand on its first and last day, TC at its end');
 
 -- ---- regulation_report: every row by hand; on a run's day, the figures the run decided on --
 SELECT is((SELECT array_agg(format('%s %s %s: %s/%s/%s/%s/%s logged %s', r.account, r.machine, r.month, r.alloc, r.tmc,
