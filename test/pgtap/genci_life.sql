@@ -11,7 +11,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(29);
+SELECT plan(30);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('jz', 1000000);
@@ -153,6 +153,11 @@ SELECT pg_temp.jobs('early', 'jz', 200, '2024-09-01', '2024-10-01');
 SELECT pg_temp.jobs('may', 'jz', 200, '2024-06-16', '2025-01-01');
 SELECT pg_temp.jobs('small', 'jz', 50, '2024-01-01', '2024-04-01');
 SELECT pg_temp.jobs('small', 'jz', 60, '2025-01-01', '2025-03-01');
+-- a job across the end of 15 April, loaded only when the missed run is made (20 April), and
+-- one across the new year, counted pro rata in each year
+INSERT INTO plan (jobid, account, cluster, cores, t0, t1) VALUES
+    ('late-april', 'late', 'jz', 100, '2024-04-10 00:00 Europe/Paris', '2024-04-20 00:00 Europe/Paris'),
+    ('even-newyear', 'even', 'ir', 20, '2024-12-20 12:00 Europe/Paris', '2025-01-10 12:00 Europe/Paris');
 
 CREATE FUNCTION pg_temp.load(until timestamptz) RETURNS void LANGUAGE sql AS $$
     INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
@@ -316,6 +321,8 @@ SELECT is(pg_temp.month('2024-04-01', skip_15th => true), NULL, '1 April 2024: a
 SELECT pg_temp.run('2024-04-15', '2024-04-21 00:00 Europe/Paris');
 SELECT is(coalesce(pg_temp.run_mismatches('2024-04-15'), '{}') || coalesce(pg_temp.surfaces('2024-04-15'), '{}'), '{}',
           '15 April, run late on 20 April: as by hand, with the figures at the end of 15 April');
+SELECT is((SELECT consumption FROM regulation_log WHERE run_date = '2024-04-15' AND account = 'late'), 100 * 144::float8,
+          '15 April, run late: late''s job of 10-20 April, loaded on 20 April, counts its 6 days to the end of 15 April');
 
 -- May: the annual warning; two projects granted from 16 May (booked on 10 May).
 INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until, note) VALUES
