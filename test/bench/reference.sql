@@ -616,10 +616,11 @@ WHERE a.centre IN ('genci', 'rwth');
 ALTER TABLE bench.submit_sample_project ADD PRIMARY KEY (centre, i);
 
 -- GENCI's rule for a submit, job by job, for the whole GENCI sample at once (one pass over
--- the charges): an account is open while one of the machines it has an allocation on at that
--- day has TMC > 0 and a consumption this year, up to the end of the day (site time zone),
--- below its allocation. Each charge counts by its share inside the period, summed in numeric;
--- Alloc and TMC as allocation_status() reads them.
+-- the charges): an account is open while one of the machines it has a grant or supplement
+-- valid on at that day has a consumption this year, up to the end of the day (site time zone),
+-- below its allocation (not TMC > 0: a retraction on 15 December makes TMC negative). Each
+-- charge counts by its share inside the period, summed in numeric; Alloc as allocation_status()
+-- reads it.
 CREATE FUNCTION bench.check_submit_genci_all()
     RETURNS TABLE (i integer, ok boolean, account text, reason text)
     LANGUAGE sql STABLE
@@ -637,7 +638,8 @@ CREATE FUNCTION bench.check_submit_genci_all()
         ), allocations AS (
             SELECT m.i, m.machine, sum(l.amount) AS alloc,
                    coalesce(hpcacct.tmc(l.valid_from, l.valid_until, l.amount::float8, s.at,
-                                        coalesce(r.month_convention, 'half_month')), 0) AS tmc
+                                        coalesce(r.month_convention, 'half_month')), 0) AS tmc,
+                   bool_or(l.kind IN ('grant', 'supplement') AND l.valid_from <= s.at AND l.valid_until >= s.at) AS granted_now
             FROM machines m JOIN s USING (i)
             JOIN hpcacct.ledger l ON l.account = s.account AND l.pool = m.machine
             LEFT JOIN hpcacct.regulation_machine r ON r.machine = m.machine
@@ -652,9 +654,9 @@ CREATE FUNCTION bench.check_submit_genci_all()
             WHERE l.kind = 'charge'
             GROUP BY 1, 2
         )
-        SELECT s.i, count(a.machine) FILTER (WHERE a.tmc > 0 AND coalesce(u.consumption, 0) < a.alloc) > 0, s.account,
+        SELECT s.i, count(a.machine) FILTER (WHERE a.granted_now AND coalesce(u.consumption, 0) < a.alloc) > 0, s.account,
                CASE WHEN count(a.machine) = 0 THEN 'no_allocation'
-                    WHEN count(a.machine) FILTER (WHERE a.tmc > 0 AND coalesce(u.consumption, 0) < a.alloc) = 0
+                    WHEN count(a.machine) FILTER (WHERE a.granted_now AND coalesce(u.consumption, 0) < a.alloc) = 0
                         THEN 'allocation_exhausted'
                END
         FROM s
