@@ -23,14 +23,16 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_submit_role() FROM PUBLIC;
 COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
     'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
 
--- Creates the four roles if they do not exist yet and grants them their privileges. Run it
--- after create_job_table(), and again after adding tables of your own to the schema.
+-- Creates the five roles if they do not exist yet and grants them their privileges. Run it
+-- after create_job_table(), and again after adding tables of your own to the schema: portal
+-- users get those that filter rows by the session user (below) and no other.
 CREATE PROCEDURE @extschema@.setup_roles()
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
         r record;
+        rel record;
     BEGIN
         FOR r IN SELECT * FROM (VALUES
             ('hpcacct_admin', 'hpcacct: administers the site: every table, function and procedure of the extension'),
@@ -62,9 +64,38 @@ CREATE PROCEDURE @extschema@.setup_roles()
         GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
         GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
                                   @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
-        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
-        -- staged lines are every account's, and not behind row-level security (COPY refuses it)
-        REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
+        -- a portal user reads what filters rows by the session user: tables with row-level
+        -- security or without an account or user column (reference data), and views that run
+        -- as their caller. Nothing else in the schema, a site's own relations included: a view
+        -- that runs as its owner, a materialized view, or a table of accounts' or users' rows
+        -- without row-level security (the loader's staging tables: COPY refuses it) would show
+        -- every account's rows. Those are not granted, an earlier grant is revoked, and a
+        -- warning names them.
+        FOR rel IN
+            SELECT c.oid::regclass AS oid,
+                   CASE WHEN c.relkind = 'v' THEN coalesce('security_invoker=true' = ANY (c.reloptions), false)
+                        WHEN c.relkind IN ('r', 'p', 'f') THEN c.relrowsecurity OR NOT EXISTS (
+                            SELECT 1 FROM pg_catalog.pg_attribute a
+                            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                              AND a.attname IN ('account', 'username', 'user'))
+                        ELSE false END AS filtered
+            FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind IN ('r', 'p', 'f', 'v', 'm')
+            ORDER BY c.relname
+        LOOP
+            IF rel.filtered THEN
+                EXECUTE pg_catalog.format('GRANT SELECT ON %s TO hpcacct_portal', rel.oid);
+            ELSE
+                EXECUTE pg_catalog.format('REVOKE SELECT ON %s FROM hpcacct_portal', rel.oid);
+                IF rel.oid NOT IN ('@extschema@.sacct_staging'::regclass, '@extschema@.sacctmgr_staging'::regclass) THEN
+                    RAISE WARNING 'setup_roles: hpcacct_portal is not granted SELECT on %: it would show every account''s rows',
+                                  rel.oid
+                        USING HINT = 'Give a table row-level security (SELECT hpcacct_internal.protect_table(''table'')), '
+                                     'make a view security_invoker, or move the relation out of the schema; then CALL '
+                                     'hpcacct.setup_roles() again.';
+                END IF;
+            END IF;
+        END LOOP;
         -- project administrators manage their projects' members from a portal (the functions
         -- check that the session user administers the account)
         GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),

@@ -12898,6 +12898,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== regulate(): the annual retraction of 1 June takes hours only from a project under the warning percentage at the end of April too ("still under 30 %"): a project granted from 16 May, never warned, lost 40 % of its grant two weeks after it began ---
 -- regulate(): defined in the final definitions
 
+-- ==== setup_roles() grants portal users only the relations of the schema that filter rows by the session user (tables with row-level security or without an account or user column, security_invoker views): a site's own view there, run as its owner, or its table of accounts' rows without row-level security showed every account's rows to every portal user once setup_roles() ran again, as its comment asks after adding tables (pgTAP role_attack); an earlier grant of such a relation is revoked, with a warning ---
+-- setup_roles(): defined in the final definitions, and run by this update after them
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13593,6 +13596,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     AS $$
     DECLARE
         r record;
+        rel record;
     BEGIN
         FOR r IN SELECT * FROM (VALUES
             ('hpcacct_admin', 'hpcacct: administers the site: every table, function and procedure of the extension'),
@@ -13624,9 +13628,38 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         GRANT INSERT ON @extschema@.sacct_staging TO hpcacct_ingest;
         GRANT EXECUTE ON FUNCTION @extschema@.load_sacct(timestamptz, text[]),
                                   @extschema@.sacct_window_start(text, interval) TO hpcacct_ingest;
-        GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_portal;
-        -- staged lines are every account's, and not behind row-level security (COPY refuses it)
-        REVOKE SELECT ON @extschema@.sacct_staging, @extschema@.sacctmgr_staging FROM hpcacct_portal;
+        -- a portal user reads what filters rows by the session user: tables with row-level
+        -- security or without an account or user column (reference data), and views that run
+        -- as their caller. Nothing else in the schema, a site's own relations included: a view
+        -- that runs as its owner, a materialized view, or a table of accounts' or users' rows
+        -- without row-level security (the loader's staging tables: COPY refuses it) would show
+        -- every account's rows. Those are not granted, an earlier grant is revoked, and a
+        -- warning names them.
+        FOR rel IN
+            SELECT c.oid::regclass AS oid,
+                   CASE WHEN c.relkind = 'v' THEN coalesce('security_invoker=true' = ANY (c.reloptions), false)
+                        WHEN c.relkind IN ('r', 'p', 'f') THEN c.relrowsecurity OR NOT EXISTS (
+                            SELECT 1 FROM pg_catalog.pg_attribute a
+                            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                              AND a.attname IN ('account', 'username', 'user'))
+                        ELSE false END AS filtered
+            FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind IN ('r', 'p', 'f', 'v', 'm')
+            ORDER BY c.relname
+        LOOP
+            IF rel.filtered THEN
+                EXECUTE pg_catalog.format('GRANT SELECT ON %s TO hpcacct_portal', rel.oid);
+            ELSE
+                EXECUTE pg_catalog.format('REVOKE SELECT ON %s FROM hpcacct_portal', rel.oid);
+                IF rel.oid NOT IN ('@extschema@.sacct_staging'::regclass, '@extschema@.sacctmgr_staging'::regclass) THEN
+                    RAISE WARNING 'setup_roles: hpcacct_portal is not granted SELECT on %: it would show every account''s rows',
+                                  rel.oid
+                        USING HINT = 'Give a table row-level security (SELECT hpcacct_internal.protect_table(''table'')), '
+                                     'make a view security_invoker, or move the relation out of the schema; then CALL '
+                                     'hpcacct.setup_roles() again.';
+                END IF;
+            END IF;
+        END LOOP;
         -- project administrators manage their projects' members from a portal (the functions
         -- check that the session user administers the account)
         GRANT EXECUTE ON FUNCTION @extschema@.add_member(text, text, text, text),
@@ -13641,6 +13674,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
             ON @extschema@.contact TO hpcacct_portal;
     END
     $$;
+REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
     'their privileges';

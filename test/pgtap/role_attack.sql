@@ -325,12 +325,13 @@ RESET SESSION AUTHORIZATION;
 -- ---- a site's own relations in the schema, after setup_roles() ----
 -- 99_roles.sql says to run setup_roles() again after adding tables of one's own to the schema.
 -- A site view owned by the superuser runs as its owner, and a table without row-level
--- security shows every row: neither may reach a portal user.
+-- security shows every row: neither may reach a portal user, even one granted it before.
 CREATE VIEW hpcacct.site_totals AS SELECT account, sum(amount) AS amount FROM hpcacct.ledger GROUP BY account;
 CREATE TABLE hpcacct.site_notes (account text, note text);
 INSERT INTO hpcacct.site_notes VALUES ('ra_b', 'note about ra_b');
 CREATE VIEW hpcacct.site_invoker WITH (security_invoker = true) AS
     SELECT account, sum(amount) AS amount FROM hpcacct.ledger GROUP BY account;
+GRANT SELECT ON hpcacct.site_totals, hpcacct.site_notes TO hpcacct_portal;  -- what setup_roles() granted before 0.4
 CALL setup_roles();
 SET SESSION AUTHORIZATION ra_member;
 SELECT throws_ok($$SELECT * FROM hpcacct.site_totals$$, '42501', NULL,
