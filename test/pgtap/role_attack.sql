@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = hpcacct, public;
 SET client_min_messages = warning;
-SELECT plan(122);
+SELECT plan(125);
 
 CALL setup_roles();
 CREATE ROLE ra_member LOGIN IN ROLE hpcacct_portal;   -- a plain member of ra_a
@@ -344,6 +344,69 @@ RESET SESSION AUTHORIZATION;
 SELECT ok(has_table_privilege('ra_audit', 'hpcacct.site_notes', 'SELECT'), 'the auditor still reads every table');
 DROP VIEW hpcacct.site_totals, hpcacct.site_invoker;
 DROP TABLE hpcacct.site_notes;
+
+-- ---- row locks a portal user holds across the quarter start (dblink, a scratch database) ----
+-- open_quarter() resets default projects that point to an expired account. A portal user
+-- administers their personal account and may add any user to it: the membership's foreign key
+-- takes FOR KEY SHARE on that user's hpc_user row until the portal user's transaction ends.
+-- The quarter's run must not wait for it (lock_timeout: 55P03 if it does). A login of the
+-- scratch database's own, granted add_member() and remove_member() as hpcacct_portal is
+-- (the roles of this file are not committed, so other sessions cannot see them).
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
+              current_setting('port')) AS srv \gset
+SELECT dblink_connect('ra_adm', :'srv' || ' dbname=postgres');
+SELECT dblink_exec('ra_adm', 'DROP DATABASE IF EXISTS hpcacct_role_attack');
+SELECT dblink_exec('ra_adm', 'DROP ROLE IF EXISTS ra_lock_pa');
+SELECT dblink_exec('ra_adm', 'CREATE ROLE ra_lock_pa LOGIN');
+SELECT dblink_exec('ra_adm', 'CREATE DATABASE hpcacct_role_attack');
+SELECT dblink_connect('ra_setup', :'srv' || ' dbname=hpcacct_role_attack');
+SELECT dblink_exec('ra_setup', $s$
+    SET client_min_messages = warning;
+    CREATE EXTENSION hpcacct CASCADE;
+    SET search_path = public, hpcacct;
+    GRANT USAGE ON SCHEMA hpcacct, hpcacct_internal TO ra_lock_pa;
+    GRANT EXECUTE ON FUNCTION add_member(text, text, text, text), remove_member(text, text, text) TO ra_lock_pa;
+    INSERT INTO setting VALUES ('timezone', 'UTC');
+    -- lk_old's allocation ends with March: from 1 April it is expired, and the defaults naming it stale
+    INSERT INTO account (name) VALUES ('lk_old');
+    SELECT deposit('lk_old', '2024-01-01', 10);
+    SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['ra_lock_pa', 'lk_u1', 'lk_u2']) AS u;
+    SELECT add_member('lk_old', 'ra_lock_pa', 'admin'), add_member('lk_old', 'lk_u1'), add_member('lk_old', 'lk_u2');
+    UPDATE hpc_user SET default_account = 'lk_old' WHERE username IN ('lk_u1', 'lk_u2');
+    CREATE FUNCTION public.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $f$
+        BEGIN
+            EXECUTE statement;
+            RETURN 'ok';
+        EXCEPTION WHEN OTHERS THEN
+            RETURN SQLSTATE;
+        END $f$;
+$s$);
+SELECT dblink_connect('ra_pa', :'srv' || ' dbname=hpcacct_role_attack user=ra_lock_pa');
+SELECT dblink_connect('ra_run', :'srv' || ' dbname=hpcacct_role_attack');
+SELECT dblink_exec('ra_run', 'SET lock_timeout = ''2s''');
+SELECT dblink_exec('ra_run', 'SET client_min_messages = warning');
+-- the project's administrator removes a member whose default is the project (remove_member()
+-- resets it, as the run would), and keeps the transaction open
+SELECT dblink_exec('ra_pa', 'BEGIN');
+SELECT * FROM dblink('ra_pa', $$SELECT hpcacct.remove_member('lk_old', 'lk_u1')::text$$) AS t(removed text);
+SELECT todo('remove_member() holds the removed member''s hpc_user row (FOR NO KEY UPDATE) until its transaction ends', 1);
+SELECT is((SELECT o FROM dblink('ra_run', $$SELECT public.outcome('CALL hpcacct.open_quarter(''2024-04-01'')')$$) AS t(o text)),
+          'ok', 'open_quarter() does not wait for a project administrator''s open remove_member()');
+SELECT dblink_exec('ra_pa', 'ROLLBACK');
+-- any portal user adds a user whose default is stale to their own personal account
+SELECT dblink_exec('ra_pa', 'BEGIN');
+SELECT * FROM dblink('ra_pa', $$SELECT hpcacct.add_member('ra_lock_pa', 'lk_u2')::text$$) AS t(added text);
+SELECT is((SELECT o FROM dblink('ra_run', $$SELECT public.outcome('CALL hpcacct.open_quarter(''2024-04-01'')')$$) AS t(o text)),
+          'ok', 'open_quarter() does not wait for a portal user who added a member and keeps the transaction open');
+SELECT dblink_exec('ra_pa', 'ROLLBACK');
+SELECT is((SELECT d FROM dblink('ra_run', $$SELECT string_agg(username || ':' || coalesce(default_account, '-'), ',' ORDER BY username)
+                                            FROM hpcacct.hpc_user WHERE username LIKE 'lk_u%'$$) AS t(d text)),
+          'lk_u1:-,lk_u2:-', 'and resets both stale defaults');
+SELECT dblink_disconnect('ra_pa'), dblink_disconnect('ra_run'), dblink_disconnect('ra_setup');
+SELECT dblink_exec('ra_adm', 'DROP DATABASE hpcacct_role_attack');
+SELECT dblink_exec('ra_adm', 'DROP ROLE ra_lock_pa');
+SELECT dblink_disconnect('ra_adm');
 
 SELECT is(pg_temp.fingerprint(), (SELECT fingerprint FROM ra_before), 'no attack wrote anything');
 
