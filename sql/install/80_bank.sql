@@ -834,7 +834,9 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
 
         -- default projects that point to deleted accounts, or to expired ones the bank binds, fall
         -- back to the personal one (bank_state() calls a GENCI or RWTH project without deposits
-        -- expired: it does not expire)
+        -- expired: it does not expire). NO KEY UPDATE, as the update itself: FOR UPDATE would wait
+        -- for every transaction whose foreign key holds the user's row, e.g. a portal user's open
+        -- add_member() of that user
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
@@ -842,7 +844,7 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
             WHERE u.default_account IS NOT NULL
               AND (b.state = 'deleted'
                    OR (b.state = 'expired' AND 'bank' = ANY (@extschema@.account_policies(u.default_account))))
-            FOR UPDATE OF u
+            FOR NO KEY UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
             FROM stale s

@@ -12901,6 +12901,9 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== setup_roles() grants portal users only the relations of the schema that filter rows by the session user (tables with row-level security or without an account or user column, security_invoker views): a site's own view there, run as its owner, or its table of accounts' rows without row-level security showed every account's rows to every portal user once setup_roles() ran again, as its comment asks after adding tables (pgTAP role_attack); an earlier grant of such a relation is revoked, with a warning ---
 -- setup_roles(): defined in the final definitions, and run by this update after them
 
+-- ==== open_quarter() locks the users whose default project it resets FOR NO KEY UPDATE, as its update does, not FOR UPDATE: that waited for every transaction whose foreign key held the user's row, and any portal user holds one by leaving a transaction open after add_member() of that user to their personal account (the quarter's run waited; pgTAP role_attack) ---
+-- open_quarter(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13286,7 +13289,9 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
 
         -- default projects that point to deleted accounts, or to expired ones the bank binds, fall
         -- back to the personal one (bank_state() calls a GENCI or RWTH project without deposits
-        -- expired: it does not expire)
+        -- expired: it does not expire). NO KEY UPDATE, as the update itself: FOR UPDATE would wait
+        -- for every transaction whose foreign key holds the user's row, e.g. a portal user's open
+        -- add_member() of that user
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
@@ -13294,7 +13299,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
             WHERE u.default_account IS NOT NULL
               AND (b.state = 'deleted'
                    OR (b.state = 'expired' AND 'bank' = ANY (@extschema@.account_policies(u.default_account))))
-            FOR UPDATE OF u
+            FOR NO KEY UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
             FROM stale s
