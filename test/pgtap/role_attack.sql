@@ -7,8 +7,11 @@
 -- a SECURITY DEFINER function with crafted arguments or a temporary table shadowing a name), to
 -- manage another project's members, to become owner or superuser, and to make one call do
 -- unbounded work. Every refusal is an error with a named SQLSTATE, and nothing is written (a
--- fingerprint of the tables, compared at the end). privileges, privacy, delegation and security
--- cover the per-relation reads and the charging trigger; this file does not repeat them.
+-- fingerprint of the tables, compared at the end). Then what a site's own relations in the
+-- schema show portal users after setup_roles(), and whether a portal user's open transaction
+-- holds the scheduled runs up (two sessions through dblink, in a scratch database).
+-- privileges, privacy, delegation and security cover the per-relation reads and the charging
+-- trigger; this file does not repeat them.
 BEGIN;
 SET search_path = hpcacct, public;
 SET client_min_messages = warning;
