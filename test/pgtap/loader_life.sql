@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(32);
+SELECT plan(55);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SET TimeZone = 'America/New_York';  -- the session's zone must not matter
@@ -179,6 +179,13 @@ INSERT INTO sdb (cluster, jobid, jobidraw, account, "user", partition, submit, s
     -- 20 October: a job that ends in the window whose load fails
     ('alpha', '1016', '1016', 'chem', 'u1', 'cpu', '2024-10-20 10:00+02', '2024-10-20 10:00+02', '2024-10-20 11:50+02',
      'cpu=3', 'COMPLETED', '-infinity', 'infinity'),
+    -- 22 October: seen running at 10:00; slurmdbd is down from 10:30 to 13:00 (sacct fails, the
+    -- runs load nothing) and the job ends at 11:00; slurmctld sends the end when its backlog
+    -- reaches it, at 13:10, after the 13:00 run saw the job running again
+    ('alpha', '1017', '1017', 'chem', 'u1', 'cpu', '2024-10-22 08:00+02', '2024-10-22 08:00+02', NULL,
+     'cpu=2', 'RUNNING', '-infinity', '2024-10-22 13:10+02'),
+    ('alpha', '1017', '1017', 'chem', 'u1', 'cpu', '2024-10-22 08:00+02', '2024-10-22 08:00+02', '2024-10-22 11:00+02',
+     'cpu=2', 'COMPLETED', '2024-10-22 13:10+02', 'infinity'),
     -- 27 October, the night the clocks go back (03:00 CEST is 02:00 CET): 01:30 CEST to
     -- 03:30 CET is 3 hours; one ending in the repeated hour, 02:10 CEST to 02:50 CET, 1 h 40 min
     ('alpha', '1011', '1011', 'chem', 'u1', 'cpu', '2024-10-27 01:00+02', '2024-10-27 01:30+02', '2024-10-27 03:30+01',
@@ -208,6 +215,7 @@ INSERT INTO hand VALUES
     ('alpha', '1009', '2024-10-08 10:00+02', 4 * 2 * 2),               -- max(4/1, 16G/8G) = 4 eq, 2 h, rate 2 (the row added later)
     ('alpha', '1010', '2024-10-15 08:00+02', 6 * 1.5),                 -- as corrected
     ('alpha', '1016', '2024-10-20 10:00+02', 3 * (110 / 60.0)),
+    ('alpha', '1017', '2024-10-22 08:00+02', 2 * 3),
     ('alpha', '1011', '2024-10-27 01:00+02', 2 * 3),
     ('alpha', '1012', '2024-10-27 02:00+02', 3 * (100 / 60.0)),
     ('beta', '2001', '2024-10-27 00:00+02', 4 * 7 * 0.5),              -- max(2/1, 8G/2G) = 4 eq, 7 h
@@ -301,6 +309,97 @@ SELECT is(pg_temp.rows('alpha', '1010'), ARRAY[8.000000, -8.000000, 9.000000],
           'as 4 cores x 2 h, reversed, and 6 cores x 1.5 h');
 SELECT is((SELECT (alloctres::text, "end") FROM job WHERE jobid = '1010'), ('cpu=6'::text, '2024-10-15 09:30+02'::timestamptz),
           'the job holds the corrected record');
+
+-- ==== 20 October: a run that fails half way (sacct's lines staged, then the load refused:
+-- the loader host's clock is two hours ahead). Nothing is loaded, the watermark stays, and
+-- the next run's window (from the old watermark) charges the job that ended meanwhile.
+SELECT pg_temp.live('2024-10-20 09:30+02', '2024-10-20 12:00+02', '30 minutes', ARRAY['alpha']);
+CREATE FUNCTION pg_temp.failing_run(c text, e timestamptz) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO hpcacct.sacct_staging (lineno, line, cluster, jobid, jobidraw, account, "user", partition, submit,
+                                           start, "end", elapsedraw, alloctres, reqtres, state, qos, nodelist)
+        SELECT x.n, array_to_string(x.f, '|'), x.f[1], x.f[2], x.f[3], x.f[4], x.f[5], x.f[6], x.f[7], x.f[8],
+               x.f[9], x.f[10], x.f[11], x.f[12], x.f[13], x.f[14], x.f[15]
+        FROM pg_temp.sacct(c, hpcacct.sacct_window_start(c, '3600 seconds'), e) x;
+        PERFORM hpcacct.load_sacct(statement_timestamp() + interval '2 hours', ARRAY[c]);
+    END
+$$;
+SELECT throws_ok($$SELECT pg_temp.failing_run('alpha', '2024-10-20 12:00+02')$$, '22023', NULL,
+                 'the run at 12:00 fails (22023: its watermark is ahead of the server''s clock)');
+SELECT is((SELECT loaded_through FROM sacct_watermark WHERE cluster = 'alpha'), '2024-10-20 11:30+02'::timestamptz,
+          'the watermark has not moved');
+SELECT is((SELECT count(*) FROM sacct_staging) + (SELECT count(*) FROM job WHERE jobid = '1016')
+          + (SELECT count(*) FROM sacct_quarantine WHERE jobid = '1016'), 0::bigint,
+          'nothing staged, charged or quarantined is left of it');
+SELECT pg_temp.live('2024-10-20 12:30+02', '2024-10-20 13:00+02', '30 minutes', ARRAY['alpha']);
+SELECT is((SELECT window_start FROM outcome WHERE at = '2024-10-20 12:30+02'), '2024-10-20 10:30+02'::timestamptz,
+          'the next run''s window starts an hour before the old watermark');
+SELECT is(pg_temp.rows('alpha', '1016'), ARRAY[5.500000], 'and charges the job once: 3 cores x 1 h 50 min');
+
+-- ==== 22 October: slurmdbd down from 10:30 to 13:00; the job's end (11:00) reaches it at 13:10
+SELECT pg_temp.live('2024-10-22 07:30+02', '2024-10-22 10:30+02', '30 minutes', ARRAY['alpha']);
+SELECT pg_temp.live('2024-10-22 13:00+02', '2024-10-22 15:00+02', '30 minutes', ARRAY['alpha']);
+SELECT is((SELECT unfinished FROM outcome WHERE cluster = 'alpha' AND at = '2024-10-22 13:00+02'), 1::bigint,
+          'the run at 13:00 still sees 1017 running');
+SELECT todo_start('a run seen running whose end is recorded later than the overlap leaves every later window');
+SELECT is(pg_temp.rows('alpha', '1017'), ARRAY[6.000000],
+          'a job seen running whose end slurmdbd records more than the overlap late is charged: 2 cores x 3 h');
+SELECT todo_end();
+
+-- ==== 26 to 27 October: the night the clocks go back, windows every 20 minutes
+SELECT pg_temp.live('2024-10-26 23:00+02', '2024-10-27 08:00+01', '20 minutes');
+SELECT is((SELECT count(*) FROM outcome WHERE at > '2024-10-26 22:00+02' AND at < '2024-10-27 09:00+01'),
+          (10 * 3 * 2)::bigint, '10 hours of real time (9 on the clock): 30 windows per cluster');
+SELECT is(pg_temp.rows('alpha', '1011'), ARRAY[6.000000], '01:30 CEST to 03:30 CET: 2 cores x 3 h');
+SELECT is(pg_temp.rows('alpha', '1012'), ARRAY[5.000000], '02:10 CEST to 02:50 CET: 3 cores x 1 h 40 min');
+SELECT is(pg_temp.rows('beta', '2001'), ARRAY[14.000000], 'beta: 00:00 CEST to 06:00 CET: 4 eq x 7 h x 0.5');
+
+-- ==== 31 October to 1 November: a job across the month's end, one still running
+SELECT pg_temp.live('2024-10-31 19:00+01', '2024-11-01 03:00+01');
+SELECT is(pg_temp.rows('alpha', '1013'), ARRAY[4.000000], '22:00 to 02:00: 1 core x 4 h');
+SELECT is((SELECT array_agg(month || '=' || amount ORDER BY month) FROM (
+               SELECT month, sum(amount)::numeric(20, 6) AS amount FROM hpcacct_internal.charge_rollup_exact
+               WHERE account = 'phys' AND resource_id = (SELECT resource_id FROM resource WHERE cluster = 'alpha' AND partition = 'cpu')
+               GROUP BY month) m),
+          ARRAY['2024-10-01=40.000000', '2024-11-01=2.000000'],
+          'the rollup counts half of it in each month (phys on alpha: 8 + 16 + 9 + 5 + 2 in October)');
+SELECT is(pg_temp.net('alpha', '1014'), NULL, 'the job still running is not charged yet');
+
+-- ==== The month's end: the ledger against the hand, the rollups against the ledger
+SELECT is((SELECT array_agg(DISTINCT what) FROM breach), NULL,
+          'after every load of the month: watermark, staging, every run charged once, rollup = ledger');
+SELECT todo_start('a run seen running whose end is recorded later than the overlap leaves every later window');
+SELECT set_eq($$SELECT cluster, jobid, job_submit, sum(amount) FROM ledger WHERE kind = 'charge'
+                GROUP BY cluster, jobid, job_submit HAVING sum(amount) <> 0$$,
+              $$SELECT cluster, jobid, submit, amount FROM hand$$,
+              'every run nets to its charge by hand, and nothing else is charged');
+SELECT todo_end();
+SELECT is((SELECT array_agg(jobid ORDER BY jobid) FROM (
+               SELECT jobid FROM ledger WHERE kind = 'charge' AND amount > 0 GROUP BY cluster, jobid, job_submit
+               HAVING count(*) > 1) r),
+          ARRAY['1010'], 'only the corrected job was charged twice (with its reversal between)');
+SELECT todo_start('a run seen running whose end is recorded later than the overlap leaves every later window');
+-- every finished run slurmdbd has is charged, or has a row saying why it is not
+SELECT is((SELECT array_agg(d.cluster || ' ' || d.jobid ORDER BY d.cluster, d.jobid) FROM sdb d
+           WHERE d.known_until = 'infinity' AND d.start IS NOT NULL AND d."end" IS NOT NULL
+             AND d.jobid !~ '[.\[]' AND d.account <> 'root'
+             AND NOT EXISTS (SELECT 1 FROM job j WHERE j.cluster = d.cluster AND j.jobid = d.jobid AND j.submit = d.submit)
+             AND NOT EXISTS (SELECT 1 FROM sacct_quarantine q WHERE q.cluster = d.cluster AND q.jobid = d.jobid
+                             AND q.resolved_at IS NULL)),
+          NULL, 'no finished run is lost: each is a job or an open quarantine row');
+SELECT todo_end();
+SELECT is((SELECT array_agg(jobid || ' ' || resolution ORDER BY jobid) FROM sacct_quarantine),
+          ARRAY['1008 inserted', '1009 inserted'], 'the quarantine: two rows, both resolved by the load that charged them');
+SELECT set_eq($$SELECT account, month, sum(amount) FROM hpcacct_internal.charge_rollup_exact GROUP BY account, month$$,
+              $$SELECT account, month, sum(amount) FROM charge_by_month GROUP BY account, month$$,
+              'the rollup per account and month equals the ledger split by month');
+SELECT lives_ok('SELECT rebuild_rollup()', 'the rollup rebuilt from the ledger');
+SELECT set_eq($$SELECT account, month, sum(amount) FROM hpcacct_internal.charge_rollup_exact GROUP BY account, month$$,
+              $$SELECT account, month, sum(amount) FROM charge_by_month GROUP BY account, month$$,
+              'has the same sums');
+SELECT is((SELECT array_agg(cluster || ' ' || loaded_through ORDER BY cluster) FROM sacct_watermark),
+          (SELECT array_agg(c || ' ' || '2024-11-01 02:30+01'::timestamptz ORDER BY c) FROM unnest(ARRAY['alpha', 'beta']) c),
+          'each cluster''s watermark is its last window''s end');
 
 SELECT * FROM finish();
 ROLLBACK;
