@@ -93,6 +93,34 @@ CREATE TABLE @extschema@.sacct_watermark (
 COMMENT ON TABLE @extschema@.sacct_watermark IS
     'Per cluster, the end of the last sacct window loaded; advanced by load_sacct() in the load''s transaction';
 
+-- The runs a window showed running or pending, until a line shows them ended. sacct's window
+-- shows a run that had not ended before its start: a run seen running whose end slurmdbd
+-- records more than the overlap late (slurmdbd down while it ended, slurmctld's backlog sent
+-- after the next run) is in no later window. A load whose window does not show such a run
+-- marks it missing; sacct_window_start() then starts the next window at its start (its
+-- submit if it was pending), and a load whose window does not show it either marks it lost.
+CREATE TABLE @extschema@.sacct_running (
+    job_key       text PRIMARY KEY,
+    cluster       text NOT NULL,
+    jobid         text NOT NULL,
+    account       text,
+    submit        timestamptz NOT NULL,
+    start         timestamptz,
+    first_seen    timestamptz NOT NULL,
+    missing_since timestamptz,
+    lost_at       timestamptz,
+    CONSTRAINT sacct_running_lost_after_missing CHECK (lost_at IS NULL OR missing_since IS NOT NULL)
+);
+COMMENT ON TABLE @extschema@.sacct_running IS
+    'Runs a sacct window showed running or pending (cluster, jobid, submit), until a line shows them ended: one that '
+    'a later window no longer shows starts the next window at its start';
+COMMENT ON COLUMN @extschema@.sacct_running.start IS 'Its start when last seen; NULL: pending';
+COMMENT ON COLUMN @extschema@.sacct_running.first_seen IS 'The end of the first window that showed it unfinished';
+COMMENT ON COLUMN @extschema@.sacct_running.missing_since IS
+    'The end of the first window that did not show it: its end was recorded late; the next window starts at its start';
+COMMENT ON COLUMN @extschema@.sacct_running.lost_at IS
+    'The end of a later window, from its start, that did not show it either: slurmdbd has no such run any more';
+
 -- sacctmgr's associations (sacctmgr show assoc -P format=Cluster,Account,User), for
 -- sync_slurm_accounts().
 CREATE TABLE @extschema@.sacctmgr_staging (
@@ -126,7 +154,8 @@ COMMENT ON FUNCTION @extschema@.sacct_tres(text) IS
     'The text as a tres, or NULL where its input would raise (tres_problem() says why): one parse per sacct line';
 
 -- Where hpcacct-sacct run starts a cluster's next window: the watermark minus the overlap
--- (sacct's -S and -E include both ends, and slurmdbd may record a job after it ended).
+-- (sacct's -S and -E include both ends, and slurmdbd may record a job after it ended), or
+-- earlier, at the start of a run the last window no longer showed (sacct_running).
 -- NULL when the cluster was never loaded. The overlap is checked first, loaded or not: a
 -- negative one would start the window after the watermark, skipping the jobs in between, and
 -- so would one with a negative part ('1 mon -30 days' is 0 by comparison, but its months and
@@ -148,13 +177,17 @@ CREATE FUNCTION @extschema@.sacct_window_start(cluster text, overlap interval) R
                       DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
                                                  'negative (%s).', overlap);
         END IF;
-        RETURN (SELECT hpcacct_internal.shift_utc(w.loaded_through, -overlap) FROM @extschema@.sacct_watermark w
+        -- (or the earliest start of a run the last window no longer showed: see sacct_running)
+        RETURN (SELECT LEAST(hpcacct_internal.shift_utc(w.loaded_through, -overlap),
+                             (SELECT pg_catalog.min(coalesce(r.start, r.submit)) FROM @extschema@.sacct_running r
+                              WHERE r.cluster = w.cluster AND r.missing_since IS NOT NULL AND r.lost_at IS NULL))
+                FROM @extschema@.sacct_watermark w
                 WHERE w.cluster = sacct_window_start.cluster);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
-    'Start of a cluster''s next sacct window: its watermark minus the overlap (days of 24 hours, months of UTC); '
-    'NULL if never loaded; '
+    'Start of a cluster''s next sacct window: its watermark minus the overlap (days of 24 hours, months of UTC), or the '
+    'start of a run the last window no longer showed (sacct_running) if earlier; NULL if never loaded; '
     'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 
 -- The load: every staged line (and every open quarantine row) is sorted, in one statement,
@@ -502,6 +535,35 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
                     reqtres = excluded.reqtres, qos = excluded.qos, nodelist = excluded.nodelist;
         END IF;
 
+        -- The runs seen unfinished (sacct_running): those a line shows ended (charged, skipped or
+        -- quarantined) are forgotten; a window of the clusters (`through`) adds the runs it shows
+        -- unfinished, and marks those of its clusters it does not show missing, or lost when an
+        -- earlier window missed them already (this one started at their start).
+        DELETE FROM @extschema@.sacct_running r
+        USING pg_temp.hpcacct_sacct_batch b
+        WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict <> 'unfinished';
+        IF through IS NOT NULL THEN
+            -- (runs already known are written only when their start or their missing mark
+            -- changes: an upsert would lock every one of them, each pending job, at every load)
+            UPDATE @extschema@.sacct_running r
+            SET start = b.t_start, missing_since = NULL, lost_at = NULL
+            FROM pg_temp.hpcacct_sacct_batch b
+            WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict = 'unfinished'
+              AND (r.start IS DISTINCT FROM b.t_start OR r.missing_since IS NOT NULL);
+            INSERT INTO @extschema@.sacct_running (job_key, cluster, jobid, account, submit, start, first_seen)
+            SELECT b.job_key, b.cluster, b.jobid, b.charged_account, b.t_submit, b.t_start, through
+            FROM pg_temp.hpcacct_sacct_batch b
+            WHERE b.rank = 1 AND b.origin = 0 AND b.verdict = 'unfinished' AND b.t_submit IS NOT NULL
+              AND b.cluster = ANY (clusters)
+              AND pg_catalog.strpos(b.jobid, '[') = 0  -- a line of pending array tasks is no run
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.sacct_running r WHERE r.job_key = b.job_key);
+            UPDATE @extschema@.sacct_running r
+            SET missing_since = coalesce(r.missing_since, through),
+                lost_at = CASE WHEN r.missing_since IS NOT NULL THEN through END
+            WHERE r.cluster = ANY (clusters) AND r.lost_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM pg_temp.hpcacct_sacct_batch b WHERE b.job_key = r.job_key);
+        END IF;
+
         IF through IS NOT NULL THEN
             INSERT INTO @extschema@.sacct_watermark AS wm (cluster, loaded_through)
             SELECT DISTINCT c, through FROM pg_catalog.unnest(clusters) AS c
@@ -572,6 +634,7 @@ COMMENT ON FUNCTION @extschema@.sync_slurm_accounts() IS
 -- Portal users see the quarantined lines and the mappings of their own accounts only.
 SELECT hpcacct_internal.protect_table('@extschema@.sacct_quarantine');
 SELECT hpcacct_internal.protect_table('@extschema@.slurm_account_map');
+SELECT hpcacct_internal.protect_table('@extschema@.sacct_running');
 
 REVOKE EXECUTE ON FUNCTION
     @extschema@.load_sacct(timestamptz, text[]),
@@ -583,3 +646,4 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_quarantine', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_quarantine_quarantine_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.slurm_account_map', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_watermark', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_running', '');

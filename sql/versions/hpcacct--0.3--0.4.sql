@@ -12904,6 +12904,46 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== open_quarter() locks the users whose default project it resets FOR NO KEY UPDATE, as its update does, not FOR UPDATE: that waited for every transaction whose foreign key held the user's row, and any portal user holds one by leaving a transaction open after add_member() of that user to their personal account (the quarter's run waited; pgTAP role_attack) ---
 -- open_quarter(): defined in the final definitions
 
+-- ==== the sacct loader remembers the runs a window showed unfinished (sacct_running): a job seen running whose end slurmdbd recorded more than the overlap late (slurmdbd down when it ended) was in no later window, never charged and left no row; the next window now starts at such a run's start ---
+CREATE TABLE @extschema@.sacct_running (
+    job_key       text PRIMARY KEY,
+    cluster       text NOT NULL,
+    jobid         text NOT NULL,
+    account       text,
+    submit        timestamptz NOT NULL,
+    start         timestamptz,
+    first_seen    timestamptz NOT NULL,
+    missing_since timestamptz,
+    lost_at       timestamptz,
+    CONSTRAINT sacct_running_lost_after_missing CHECK (lost_at IS NULL OR missing_since IS NOT NULL)
+);
+COMMENT ON TABLE @extschema@.sacct_running IS
+    'Runs a sacct window showed running or pending (cluster, jobid, submit), until a line shows them ended: one that '
+    'a later window no longer shows starts the next window at its start';
+COMMENT ON COLUMN @extschema@.sacct_running.start IS 'Its start when last seen; NULL: pending';
+COMMENT ON COLUMN @extschema@.sacct_running.first_seen IS 'The end of the first window that showed it unfinished';
+COMMENT ON COLUMN @extschema@.sacct_running.missing_since IS
+    'The end of the first window that did not show it: its end was recorded late; the next window starts at its start';
+COMMENT ON COLUMN @extschema@.sacct_running.lost_at IS
+    'The end of a later window, from its start, that did not show it either: slurmdbd has no such run any more';
+SELECT hpcacct_internal.protect_table('@extschema@.sacct_running');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.sacct_running', '');
+-- what setup_roles() grants, on the table above
+DO $do$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_admin') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.sacct_running TO hpcacct_admin;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_portal') THEN
+        GRANT SELECT ON @extschema@.sacct_running TO hpcacct_portal;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'hpcacct_auditor') THEN
+        GRANT SELECT ON @extschema@.sacct_running TO hpcacct_auditor;
+    END IF;
+END
+$do$;
+-- load_sacct(), sacct_window_start(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15116,13 +15156,17 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap 
                       DETAIL = pg_catalog.format('Its months, days and time are subtracted one by one: none may be '
                                                  'negative (%s).', overlap);
         END IF;
-        RETURN (SELECT hpcacct_internal.shift_utc(w.loaded_through, -overlap) FROM @extschema@.sacct_watermark w
+        -- (or the earliest start of a run the last window no longer showed: see sacct_running)
+        RETURN (SELECT LEAST(hpcacct_internal.shift_utc(w.loaded_through, -overlap),
+                             (SELECT pg_catalog.min(coalesce(r.start, r.submit)) FROM @extschema@.sacct_running r
+                              WHERE r.cluster = w.cluster AND r.missing_since IS NOT NULL AND r.lost_at IS NULL))
+                FROM @extschema@.sacct_watermark w
                 WHERE w.cluster = sacct_window_start.cluster);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.sacct_window_start(text, interval) IS
-    'Start of a cluster''s next sacct window: its watermark minus the overlap (days of 24 hours, months of UTC); '
-    'NULL if never loaded; '
+    'Start of a cluster''s next sacct window: its watermark minus the overlap (days of 24 hours, months of UTC), or the '
+    'start of a run the last window no longer showed (sacct_running) if earlier; NULL if never loaded; '
     'a NULL overlap is an error (22004), a negative one or one with a negative part (months, days, time) 22023';
 CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, clusters text[] DEFAULT NULL,
     OUT lines bigint, OUT inserted bigint, OUT rerated bigint, OUT updated bigint, OUT unchanged bigint,
@@ -15457,6 +15501,35 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                     submit = excluded.submit, start = excluded.start, "end" = excluded."end",
                     alloctres = excluded.alloctres, state = excluded.state, elapsedraw = excluded.elapsedraw,
                     reqtres = excluded.reqtres, qos = excluded.qos, nodelist = excluded.nodelist;
+        END IF;
+
+        -- The runs seen unfinished (sacct_running): those a line shows ended (charged, skipped or
+        -- quarantined) are forgotten; a window of the clusters (`through`) adds the runs it shows
+        -- unfinished, and marks those of its clusters it does not show missing, or lost when an
+        -- earlier window missed them already (this one started at their start).
+        DELETE FROM @extschema@.sacct_running r
+        USING pg_temp.hpcacct_sacct_batch b
+        WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict <> 'unfinished';
+        IF through IS NOT NULL THEN
+            -- (runs already known are written only when their start or their missing mark
+            -- changes: an upsert would lock every one of them, each pending job, at every load)
+            UPDATE @extschema@.sacct_running r
+            SET start = b.t_start, missing_since = NULL, lost_at = NULL
+            FROM pg_temp.hpcacct_sacct_batch b
+            WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict = 'unfinished'
+              AND (r.start IS DISTINCT FROM b.t_start OR r.missing_since IS NOT NULL);
+            INSERT INTO @extschema@.sacct_running (job_key, cluster, jobid, account, submit, start, first_seen)
+            SELECT b.job_key, b.cluster, b.jobid, b.charged_account, b.t_submit, b.t_start, through
+            FROM pg_temp.hpcacct_sacct_batch b
+            WHERE b.rank = 1 AND b.origin = 0 AND b.verdict = 'unfinished' AND b.t_submit IS NOT NULL
+              AND b.cluster = ANY (clusters)
+              AND pg_catalog.strpos(b.jobid, '[') = 0  -- a line of pending array tasks is no run
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.sacct_running r WHERE r.job_key = b.job_key);
+            UPDATE @extschema@.sacct_running r
+            SET missing_since = coalesce(r.missing_since, through),
+                lost_at = CASE WHEN r.missing_since IS NOT NULL THEN through END
+            WHERE r.cluster = ANY (clusters) AND r.lost_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM pg_temp.hpcacct_sacct_batch b WHERE b.job_key = r.job_key);
         END IF;
 
         IF through IS NOT NULL THEN
