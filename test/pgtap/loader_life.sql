@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(59);
+SELECT plan(61);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SET TimeZone = 'America/New_York';  -- the session's zone must not matter
@@ -25,6 +25,9 @@ INSERT INTO resource (cluster, partition, node, bundle, rate, unit, valid) VALUE
     ('alpha', 'big', 'cpu=96,mem=1T', 'cpu=1,mem=8G', 2, 'core-hours', '[2024-10-10 00:00+02,infinity)'),
     ('beta', 'cpu', 'cpu=32,mem=64G', 'cpu=1,mem=2G', 0.5, 'core-hours', '[-infinity,infinity)');
 INSERT INTO slurm_account_map (slurm_account, account, note) VALUES ('root', NULL, 'not charged');
+-- a quarterly bank in core-hours (HLRN's rules): the balance is the deposits less the charges
+INSERT INTO setting VALUES ('bank_unit', 'core-hours') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+DO $$ BEGIN PERFORM hpcacct.deposit('chem', '2024-10-01', 1000), hpcacct.deposit('phys', '2024-10-01', 500); END $$;
 
 -- slurmdbd: one row per job run (or step, or pending array line) as sacct prints it once it
 -- has ended; start NULL: never started (None), "end" NULL: still running at the month's end.
@@ -282,6 +285,7 @@ SELECT is((SELECT count(*) FROM job WHERE jobid = '1008'), 0::bigint, 'nothing o
 -- load, whatever cluster it is for, charges the job from its quarantined line.
 INSERT INTO account (name) VALUES ('bio');
 INSERT INTO membership (account, username) VALUES ('bio', 'u3');
+DO $$ BEGIN PERFORM hpcacct.deposit('bio', '2024-10-01', 100); END $$;
 SELECT pg_temp.live('2024-10-06 09:00+02', '2024-10-06 10:00+02', '30 minutes', ARRAY['beta', 'alpha']);
 SELECT is((SELECT (cluster, retried, resolved, inserted)::text FROM outcome WHERE at = '2024-10-06 09:00+02' AND cluster = 'beta'),
           '(beta,1,1,1)', 'the first load after it, beta''s, retried the row, charged the alpha job and resolved the row');
@@ -409,6 +413,12 @@ SELECT lives_ok('SELECT rebuild_rollup()', 'the rollup rebuilt from the ledger')
 SELECT set_eq($$SELECT account, month, sum(amount) FROM hpcacct_internal.charge_rollup_exact GROUP BY account, month$$,
               $$SELECT account, month, sum(amount) FROM charge_by_month GROUP BY account, month$$,
               'has the same sums');
+SELECT is((SELECT array_agg(account || ' ' || charges || ' ' || balance ORDER BY account) FROM quarter_balances
+           WHERE quarter = '2024-10-01'),
+          ARRAY['bio 4.000000 96.000000', 'chem 73.500000 926.500000', 'phys 56.000000 444.000000'],
+          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 24 + 9 + 5 + 14 + 4, bio 4');
+SELECT is((SELECT array_agg(balance(a, '2024-11-15') ORDER BY a) FROM unnest(ARRAY['bio', 'chem', 'phys']) a),
+          ARRAY[96.000000, 926.500000, 444.000000], 'and balance() says the same');
 SELECT is((SELECT array_agg(jobid || ' ' || (lost_at IS NOT NULL) ORDER BY jobid) FROM sacct_running),
           ARRAY['1014 false', '1018 true'], 'sacct_running: the job still running, and the run slurmdbd lost');
 SELECT is((SELECT array_agg(cluster || ' ' || loaded_through ORDER BY cluster) FROM sacct_watermark),
