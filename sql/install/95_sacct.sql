@@ -539,9 +539,11 @@ CREATE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NULL, cluster
         -- quarantined) are forgotten; a window of the clusters (`through`) adds the runs it shows
         -- unfinished, and marks those of its clusters it does not show missing, or lost when an
         -- earlier window missed them already (this one started at their start).
-        DELETE FROM @extschema@.sacct_running r
-        USING pg_temp.hpcacct_sacct_batch b
-        WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict <> 'unfinished';
+        IF EXISTS (SELECT 1 FROM @extschema@.sacct_running) THEN  -- (else no scan of the batch)
+            DELETE FROM @extschema@.sacct_running r
+            USING pg_temp.hpcacct_sacct_batch b
+            WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict <> 'unfinished';
+        END IF;
         IF through IS NOT NULL THEN
             -- (runs already known are written only when their start or their missing mark
             -- changes: an upsert would lock every one of them, each pending job, at every load)
