@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(61);
+SELECT plan(63);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SET TimeZone = 'America/New_York';  -- the session's zone must not matter
@@ -189,6 +189,12 @@ INSERT INTO sdb (cluster, jobid, jobidraw, account, "user", partition, submit, s
      'cpu=2', 'RUNNING', '-infinity', '2024-10-22 13:10+02'),
     ('alpha', '1017', '1017', 'chem', 'u1', 'cpu', '2024-10-22 08:00+02', '2024-10-22 08:00+02', '2024-10-22 11:00+02',
      'cpu=2', 'COMPLETED', '2024-10-22 13:10+02', 'infinity'),
+    -- on beta (the same slurmdbd), pending when it goes down, run from 11:00 to 11:50; its
+    -- start and end reach slurmdbd at 13:10 too: 4 cores x 50 min x 0.5
+    ('beta', '2002', '2002', 'phys', 'u2', 'cpu', '2024-10-22 09:50+02', NULL, NULL,
+     'cpu=4', 'PENDING', '-infinity', '2024-10-22 13:10+02'),
+    ('beta', '2002', '2002', 'phys', 'u2', 'cpu', '2024-10-22 09:50+02', '2024-10-22 11:00+02', '2024-10-22 11:50+02',
+     'cpu=4', 'COMPLETED', '2024-10-22 13:10+02', 'infinity'),
     -- and a record slurmdbd loses (restored from a backup taken before the job): seen running, then never again
     ('alpha', '1018', '1018', 'phys', 'u2', 'cpu', '2024-10-22 14:00+02', '2024-10-22 14:00+02', NULL,
      'cpu=1', 'RUNNING', '-infinity', '2024-10-22 14:40+02'),
@@ -222,6 +228,7 @@ INSERT INTO hand VALUES
     ('alpha', '1010', '2024-10-15 08:00+02', 6 * 1.5),                 -- as corrected
     ('alpha', '1016', '2024-10-20 10:00+02', 3 * (110 / 60.0)),
     ('alpha', '1017', '2024-10-22 08:00+02', 2 * 3),
+    ('beta', '2002', '2024-10-22 09:50+02', 4 * (50 / 60.0) * 0.5),
     ('alpha', '1011', '2024-10-27 01:00+02', 2 * 3),
     ('alpha', '1012', '2024-10-27 02:00+02', 3 * (100 / 60.0)),
     ('beta', '2001', '2024-10-27 00:00+02', 4 * 7 * 0.5),              -- max(2/1, 8G/2G) = 4 eq, 7 h
@@ -344,24 +351,33 @@ SELECT is((SELECT window_start FROM outcome WHERE at = '2024-10-20 12:30+02'), '
 SELECT is(pg_temp.rows('alpha', '1016'), ARRAY[5.500000], 'and charges the job once: 3 cores x 1 h 50 min');
 
 -- ==== 22 October: slurmdbd down from 10:30 to 13:00; the job's end (11:00) reaches it at 13:10
-SELECT pg_temp.live('2024-10-22 07:30+02', '2024-10-22 10:30+02', '30 minutes', ARRAY['alpha']);
-SELECT pg_temp.live('2024-10-22 13:00+02', '2024-10-22 13:40+02', '30 minutes', ARRAY['alpha']);
-SELECT is((SELECT unfinished FROM outcome WHERE cluster = 'alpha' AND at = '2024-10-22 13:00+02'), 1::bigint,
-          'the run at 13:00 still sees 1017 running');
-SELECT is((SELECT (start, first_seen, missing_since, lost_at)::text FROM sacct_running WHERE jobid = '1017'),
-          ('2024-10-22 08:00+02'::timestamptz, '2024-10-22 08:00+02'::timestamptz, '2024-10-22 13:30+02'::timestamptz,
-           NULL::timestamptz)::text,
-          'the 13:30 window (from 12:00) does not show it: sacct_running marks it missing');
-SELECT pg_temp.live('2024-10-22 14:00+02', '2024-10-22 16:30+02', '30 minutes', ARRAY['alpha']);
+SELECT pg_temp.live('2024-10-22 07:30+02', '2024-10-22 10:30+02');
+SELECT pg_temp.live('2024-10-22 13:00+02', '2024-10-22 13:40+02');
+SELECT is((SELECT array_agg(cluster || ' ' || unfinished ORDER BY cluster) FROM outcome WHERE at = '2024-10-22 13:00+02'),
+          ARRAY['alpha 1', 'beta 1'], 'the runs at 13:00 still see 1017 running and 2002 pending');
+SELECT is((SELECT array_agg((jobid, start, first_seen, missing_since, lost_at)::text ORDER BY jobid) FROM sacct_running
+           WHERE jobid IN ('1017', '2002')),
+          ARRAY[('1017', '2024-10-22 08:00+02'::timestamptz, '2024-10-22 08:00+02'::timestamptz,
+                 '2024-10-22 13:30+02'::timestamptz, NULL::timestamptz)::text,
+                ('2002', NULL::timestamptz, '2024-10-22 10:00+02'::timestamptz,
+                 '2024-10-22 13:30+02'::timestamptz, NULL::timestamptz)::text],
+          'the 13:30 window (from 12:00) shows neither: sacct_running marks them missing');
+SELECT pg_temp.live('2024-10-22 14:00+02', '2024-10-22 16:30+02');
 SELECT is((SELECT array_agg(window_start ORDER BY at) FROM outcome WHERE cluster = 'alpha' AND at > '2024-10-22 13:00+02'
              AND at < '2024-10-23'),
           ARRAY['2024-10-22 12:00+02', '2024-10-22 08:00+02', '2024-10-22 13:00+02', '2024-10-22 13:30+02',
                 '2024-10-22 14:00+02', '2024-10-22 14:30+02']::timestamptz[],
-          'so the 14:00 window starts at its start, 08:00; the next from the watermark again; 1018''s start, 14:00, at 15:30');
+          'so alpha''s 14:00 window starts at 1017''s start, 08:00; the next from the watermark again; 1018''s start, '
+          '14:00, at 15:30');
+SELECT is((SELECT array_agg(window_start ORDER BY at) FROM outcome WHERE cluster = 'beta' AND at > '2024-10-22 13:00+02'
+             AND at < '2024-10-22 15:00+02'),
+          ARRAY['2024-10-22 12:00+02', '2024-10-22 09:50+02', '2024-10-22 13:00+02']::timestamptz[],
+          'beta''s at 2002''s submit, 09:50, as it was pending when last seen');
+SELECT is(pg_temp.rows('beta', '2002'), ARRAY[1.666667], 'which charges it: 4 eq x 50 min x 0.5');
 SELECT is((SELECT array_agg(jobid || ' ' || coalesce(missing_since::text, '-') || ' ' || coalesce(lost_at::text, '-'))
-           FROM sacct_running WHERE cluster = 'alpha' AND submit::date = '2024-10-22'),
+           FROM sacct_running WHERE submit::date = '2024-10-22'),
           ARRAY['1018 ' || '2024-10-22 15:00+02'::timestamptz || ' ' || '2024-10-22 15:30+02'::timestamptz],
-          '1017 is forgotten once charged; 1018, missing from the 15:00 window and from the 15:30 one, from its start, '
+          '1017 and 2002 are forgotten once charged; 1018, missing from the 15:00 window and from the 15:30 one, from its start, '
           'is kept as lost, and moves no later window');
 SELECT is(pg_temp.rows('alpha', '1017'), ARRAY[6.000000],
           'a job seen running whose end slurmdbd records more than the overlap late is charged: 2 cores x 3 h');
@@ -415,10 +431,11 @@ SELECT set_eq($$SELECT account, month, sum(amount) FROM hpcacct_internal.charge_
               'has the same sums');
 SELECT is((SELECT array_agg(account || ' ' || charges || ' ' || balance ORDER BY account) FROM quarter_balances
            WHERE quarter = '2024-10-01'),
-          ARRAY['bio 4.000000 96.000000', 'chem 73.500000 926.500000', 'phys 56.000000 444.000000'],
-          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 24 + 9 + 5 + 14 + 4, bio 4');
+          ARRAY['bio 4.000000 96.000000', 'chem 73.500000 926.500000', 'phys 57.666667 442.333333'],
+          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 24 + 9 + 1.666667 + 5 + 14 + 4, '
+          'bio 4');
 SELECT is((SELECT array_agg(balance(a, '2024-11-15') ORDER BY a) FROM unnest(ARRAY['bio', 'chem', 'phys']) a),
-          ARRAY[96.000000, 926.500000, 444.000000], 'and balance() says the same');
+          ARRAY[96.000000, 926.500000, 442.333333], 'and balance() says the same');
 SELECT is((SELECT array_agg(jobid || ' ' || (lost_at IS NOT NULL) ORDER BY jobid) FROM sacct_running),
           ARRAY['1014 false', '1018 true'], 'sacct_running: the job still running, and the run slurmdbd lost');
 SELECT is((SELECT array_agg(cluster || ' ' || loaded_through ORDER BY cluster) FROM sacct_watermark),
