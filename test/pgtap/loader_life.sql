@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(63);
+SELECT plan(66);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SET TimeZone = 'America/New_York';  -- the session's zone must not matter
@@ -131,6 +131,9 @@ CREATE FUNCTION pg_temp.rows(c text, id text) RETURNS numeric[] LANGUAGE sql AS
 -- ==== The month's slurmdbd (times local to Berlin: +02 until 27 October 03:00, +01 after)
 INSERT INTO sdb (cluster, jobid, jobidraw, account, "user", partition, submit, start, "end", alloctres, state,
                  known_from, known_until) VALUES
+    -- 30 September 22:00 to 1 October 02:00: in the first window (--since 1 October), half in each quarter
+    ('alpha', '1000', '1000', 'phys', 'u2', 'cpu', '2024-09-30 21:00+02', '2024-09-30 22:00+02', '2024-10-01 02:00+02',
+     'cpu=1', 'COMPLETED', '-infinity', 'infinity'),
     -- 1 October: a job with its steps (in a file without --allocations); 4 cores, 8G: 4 eq x 2 h
     ('alpha', '1001', '1001', 'chem', 'u1', 'cpu', '2024-10-01 08:00+02', '2024-10-01 08:05+02', '2024-10-01 10:05+02',
      'billing=4,cpu=4,mem=8G,node=1', 'COMPLETED', '-infinity', 'infinity'),
@@ -168,8 +171,11 @@ INSERT INTO sdb (cluster, jobid, jobidraw, account, "user", partition, submit, s
     ('alpha', '1015', '1015', 'root', 'root', 'cpu', '2024-10-04 07:00+02', '2024-10-04 07:00+02', '2024-10-04 08:00+02',
      'cpu=1', 'COMPLETED', '-infinity', 'infinity'),
     -- 5 October: an account sacctmgr has and hpcacct not yet (created on the 6th at 09:00)
+    -- corrected in slurmdbd at 14:20 (it ended at 13:30) while it waits in the quarantine
     ('alpha', '1008', '1008', 'bio', 'u3', 'cpu', '2024-10-05 12:00+02', '2024-10-05 12:00+02', '2024-10-05 14:00+02',
-     'cpu=2', 'COMPLETED', '-infinity', 'infinity'),
+     'cpu=2', 'COMPLETED', '-infinity', '2024-10-05 14:20+02'),
+    ('alpha', '1008', '1008', 'bio', 'u3', 'cpu', '2024-10-05 12:00+02', '2024-10-05 12:00+02', '2024-10-05 13:30+02',
+     'cpu=2', 'COMPLETED', '2024-10-05 14:20+02', 'infinity'),
     -- 8 October: on the partition that has no rate before the 10th
     ('alpha', '1009', '1009', 'chem', 'u1', 'big', '2024-10-08 10:00+02', '2024-10-08 10:00+02', '2024-10-08 12:00+02',
      'cpu=4,mem=16G', 'COMPLETED', '-infinity', 'infinity'),
@@ -215,6 +221,7 @@ INSERT INTO sdb (cluster, jobid, jobidraw, account, "user", partition, submit, s
 -- By hand, per run (cluster, jobid, submit): the README's equivalents x hours x rate.
 CREATE TEMP TABLE hand (cluster text, jobid text, submit timestamptz, amount numeric);
 INSERT INTO hand VALUES
+    ('alpha', '1000', '2024-09-30 21:00+02', 1 * 4),
     ('alpha', '1001', '2024-10-01 08:00+02', 4 * 2 * 1),               -- max(4/1, 8G/4G) = 4 eq, 2 h
     ('beta', '1001', '2024-10-01 09:00+02', 4 * 3 * 0.5),              -- max(4/1, 8G/2G) = 4 eq, 3 h, 0.5
     ('alpha', '1002_1', '2024-10-02 08:40+02', 2 * 0.5),
@@ -223,7 +230,7 @@ INSERT INTO hand VALUES
     ('alpha', '1005', '2024-10-03 10:00+02', 8 * 1),                   -- the requeued run
     ('alpha', '1005', '2024-10-03 11:00+02', 8 * 2),
     ('alpha', '1006', '2024-10-04 06:00+02', 1 * 16),
-    ('alpha', '1008', '2024-10-05 12:00+02', 2 * 2),
+    ('alpha', '1008', '2024-10-05 12:00+02', 2 * 1.5),              -- as corrected
     ('alpha', '1009', '2024-10-08 10:00+02', 4 * 2 * 2),               -- max(4/1, 16G/8G) = 4 eq, 2 h, rate 2 (the row added later)
     ('alpha', '1010', '2024-10-15 08:00+02', 6 * 1.5),                 -- as corrected
     ('alpha', '1016', '2024-10-20 10:00+02', 3 * (110 / 60.0)),
@@ -245,6 +252,7 @@ SELECT is((SELECT array_agg(DISTINCT what) FROM breach), NULL,
           'after every load: the watermark is the window''s end, staging is empty, every run charged once, '
           'rollup = ledger');
 SELECT is(pg_temp.rows('alpha', '1001'), ARRAY[8.000000], 'alpha 1001: one charge, 4 eq x 2 h, in however many windows');
+SELECT is(pg_temp.rows('alpha', '1000'), ARRAY[4.000000], '1000, which ended in the first window (from --since): 1 core x 4 h');
 SELECT is(pg_temp.rows('beta', '1001'), ARRAY[6.000000], 'beta 1001, the same id on the other cluster: its own charge');
 SELECT is((SELECT sum(steps)::bigint FROM outcome WHERE cluster = 'alpha' AND at < '2024-10-02'),
           (SELECT count(*) FROM outcome o, sdb d WHERE o.cluster = 'alpha' AND d.jobid LIKE '1001.%' AND o.at < '2024-10-02'
@@ -283,6 +291,9 @@ SELECT is((SELECT count(*) FROM sacct_quarantine WHERE jobid IN ('1007', '1015')
           'neither the cancelled job nor root''s is quarantined');
 SELECT is((SELECT sqlstate || ' ' || reason || ' ' || (resolved_at IS NULL) FROM sacct_quarantine WHERE jobid = '1008'),
           '42704 unknown account "bio" true', 'bio''s job is quarantined with its reason, open');
+SELECT is((SELECT "end" FROM sacct_quarantine WHERE jobid = '1008'),
+          extract(epoch FROM '2024-10-05 13:30+02'::timestamptz)::bigint::text,
+          'the row holds the corrected line, seen by the 14:30 window');
 SELECT is((SELECT attempts FROM sacct_quarantine WHERE jobid = '1008'),
           (SELECT count(*)::integer FROM outcome WHERE at >= '2024-10-05 14:00+02'),
           'and retried by every load since, either cluster''s');
@@ -296,7 +307,7 @@ DO $$ BEGIN PERFORM hpcacct.deposit('bio', '2024-10-01', 100); END $$;
 SELECT pg_temp.live('2024-10-06 09:00+02', '2024-10-06 10:00+02', '30 minutes', ARRAY['beta', 'alpha']);
 SELECT is((SELECT (cluster, retried, resolved, inserted)::text FROM outcome WHERE at = '2024-10-06 09:00+02' AND cluster = 'beta'),
           '(beta,1,1,1)', 'the first load after it, beta''s, retried the row, charged the alpha job and resolved the row');
-SELECT is(pg_temp.rows('alpha', '1008'), ARRAY[4.000000], 'charged once: 2 cores x 2 h');
+SELECT is(pg_temp.rows('alpha', '1008'), ARRAY[3.000000], 'charged once, as corrected: 2 cores x 1.5 h');
 SELECT is((SELECT resolution FROM sacct_quarantine WHERE jobid = '1008'), 'inserted', 'resolution: inserted');
 SELECT is((SELECT sum(retried)::bigint FROM outcome WHERE at > '2024-10-06 09:00+02' OR cluster = 'alpha' AND at = '2024-10-06 09:00+02'),
           0::bigint, 'no later load retries it');
@@ -397,8 +408,9 @@ SELECT is((SELECT array_agg(month || '=' || amount ORDER BY month) FROM (
                SELECT month, sum(amount)::numeric(20, 6) AS amount FROM hpcacct_internal.charge_rollup_exact
                WHERE account = 'phys' AND resource_id = (SELECT resource_id FROM resource WHERE cluster = 'alpha' AND partition = 'cpu')
                GROUP BY month) m),
-          ARRAY['2024-10-01=40.000000', '2024-11-01=2.000000'],
-          'the rollup counts half of it in each month (phys on alpha: 8 + 16 + 9 + 5 + 2 in October)');
+          ARRAY['2024-09-01=2.000000', '2024-10-01=42.000000', '2024-11-01=2.000000'],
+          'the rollup counts half of it in each month (phys on alpha: 2 + 8 + 16 + 9 + 5 + 2 in October; '
+          'half of 1000 in September)');
 SELECT is(pg_temp.net('alpha', '1014'), NULL, 'the job still running is not charged yet');
 
 -- ==== The month's end: the ledger against the hand, the rollups against the ledger
@@ -431,11 +443,14 @@ SELECT set_eq($$SELECT account, month, sum(amount) FROM hpcacct_internal.charge_
               'has the same sums');
 SELECT is((SELECT array_agg(account || ' ' || charges || ' ' || balance ORDER BY account) FROM quarter_balances
            WHERE quarter = '2024-10-01'),
-          ARRAY['bio 4.000000 96.000000', 'chem 73.500000 926.500000', 'phys 57.666667 442.333333'],
-          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 24 + 9 + 1.666667 + 5 + 14 + 4, '
-          'bio 4');
+          ARRAY['bio 3.000000 97.000000', 'chem 73.500000 926.500000', 'phys 59.666667 440.333333'],
+          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 2 (half of 1000) + 24 + 9 + 1.666667 + 5 + 14 + 4, '
+          'bio 3');
+SELECT is((SELECT array_agg(account || ' ' || charges || ' ' || balance ORDER BY account) FROM quarter_balances
+           WHERE quarter = '2024-07-01'),
+          ARRAY['phys 2.000000 -2.000000'], 'the other half of 1000 in the third quarter, which has no deposit');
 SELECT is((SELECT array_agg(balance(a, '2024-11-15') ORDER BY a) FROM unnest(ARRAY['bio', 'chem', 'phys']) a),
-          ARRAY[96.000000, 926.500000, 442.333333], 'and balance() says the same');
+          ARRAY[97.000000, 926.500000, 440.333333], 'and balance() says the same');
 SELECT is((SELECT array_agg(jobid || ' ' || (lost_at IS NOT NULL) ORDER BY jobid) FROM sacct_running),
           ARRAY['1014 false', '1018 true'], 'sacct_running: the job still running, and the run slurmdbd lost');
 SELECT is((SELECT array_agg(cluster || ' ' || loaded_through ORDER BY cluster) FROM sacct_watermark),
