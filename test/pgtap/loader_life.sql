@@ -1,14 +1,18 @@
 -- The sacct loader through a month (October 2024, Europe/Berlin) as a site lives it: a small
 -- slurmdbd (pg_temp.sdb) answers each window as sacct would, and pg_temp.run() stages its
 -- answer as `hpcacct-sacct run` does (every field, times as epoch seconds, the line with '|')
--- and loads it with the cluster's watermark. Windows every 30 minutes overlap by the default
--- hour; two clusters (alpha, beta) share one database. Along the month: steps, a job array
--- whose tasks end in several windows, a requeued job, a job running for hours (End Unknown),
--- a job cancelled while pending (Start None), a job of an account created the next day, a job
--- of a partition with no rate at its start, a job corrected in slurmdbd, the change from
--- daylight time (27 October), a job across the month's end, a loader run that fails half way.
--- Every charge is checked against the README's rule computed here by hand:
--- equivalents (max over the bundle of alloc/bundle) x wall-clock hours x rate.
+-- and loads it with the cluster's watermark. Windows every 10 to 30 minutes overlap by the
+-- default hour; two clusters (alpha, beta) share one database. Along the month: a job across
+-- the first window's start, steps, a job array whose tasks end in several windows, a requeued
+-- job, a job running for hours (End Unknown), a job cancelled while pending (Start None),
+-- root's job, a job of an account created the next day (corrected while it waits), a job of a
+-- partition with no rate at its start, a job corrected in slurmdbd, a loader run that fails
+-- half way, slurmdbd down while a running and a pending job end (their ends recorded after the
+-- next run: sacct_running), a record slurmdbd loses, the change from daylight time (27
+-- October), a job across the month's end. Every charge is checked against the README's rule
+-- computed here by hand, equivalents (max over the bundle of alloc/bundle) x wall-clock hours
+-- x rate; after every load the watermark, the staging table, each run charged once and the
+-- rollup against the ledger; at the end the rollup's months and the quarter's balances.
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
@@ -230,7 +234,7 @@ INSERT INTO hand VALUES
     ('alpha', '1005', '2024-10-03 10:00+02', 8 * 1),                   -- the requeued run
     ('alpha', '1005', '2024-10-03 11:00+02', 8 * 2),
     ('alpha', '1006', '2024-10-04 06:00+02', 1 * 16),
-    ('alpha', '1008', '2024-10-05 12:00+02', 2 * 1.5),              -- as corrected
+    ('alpha', '1008', '2024-10-05 12:00+02', 2 * 1.5),                 -- as corrected
     ('alpha', '1009', '2024-10-08 10:00+02', 4 * 2 * 2),               -- max(4/1, 16G/8G) = 4 eq, 2 h, rate 2 (the row added later)
     ('alpha', '1010', '2024-10-15 08:00+02', 6 * 1.5),                 -- as corrected
     ('alpha', '1016', '2024-10-20 10:00+02', 3 * (110 / 60.0)),
