@@ -16,7 +16,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(66);
+SELECT plan(68);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SET TimeZone = 'America/New_York';  -- the session's zone must not matter
@@ -457,6 +457,17 @@ SELECT is((SELECT array_agg(balance(a, '2024-11-15') ORDER BY a) FROM unnest(ARR
           ARRAY[97.000000, 926.500000, 440.333333], 'and balance() says the same');
 SELECT is((SELECT array_agg(jobid || ' ' || (lost_at IS NOT NULL) ORDER BY jobid) FROM sacct_running),
           ARRAY['1014 false', '1018 true'], 'sacct_running: the job still running, and the run slurmdbd lost');
+-- a portal user (u2, of phys) sees phys's runs only, and the loader's role none
+CALL setup_roles();
+CREATE ROLE u2 LOGIN IN ROLE hpcacct_portal;
+CREATE ROLE life_ingest LOGIN IN ROLE hpcacct_ingest;
+SET SESSION AUTHORIZATION u2;
+SELECT is((SELECT array_agg(jobid ORDER BY jobid) FROM hpcacct.sacct_running), ARRAY['1018'],
+          'a portal user sees the runs of their accounts in sacct_running');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION life_ingest;
+SELECT throws_ok('SELECT * FROM hpcacct.sacct_running', '42501', NULL, 'the loader''s role cannot read it');
+RESET SESSION AUTHORIZATION;
 SELECT is((SELECT array_agg(cluster || ' ' || loaded_through ORDER BY cluster) FROM sacct_watermark),
           (SELECT array_agg(c || ' ' || '2024-11-01 02:30+01'::timestamptz ORDER BY c) FROM unnest(ARRAY['alpha', 'beta']) c),
           'each cluster''s watermark is its last window''s end');
