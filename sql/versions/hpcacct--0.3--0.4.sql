@@ -12904,23 +12904,23 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_year(integer, text) IS
 -- ==== open_quarter() locks the users whose default project it resets FOR NO KEY UPDATE, as its update does, not FOR UPDATE: that waited for every transaction whose foreign key held the user's row, and any portal user holds one by leaving a transaction open after add_member() of that user to their personal account (the quarter's run waited; pgTAP role_attack) ---
 -- open_quarter(): defined in the final definitions
 
--- ==== the sacct loader remembers the runs a window showed unfinished (sacct_running): a job seen running whose end slurmdbd recorded more than the overlap late (slurmdbd down when it ended) was in no later window, never charged and left no row; the next window now starts at such a run's start ---
+-- ==== the sacct loader remembers the runs a window showed running (sacct_running): a job seen running whose end slurmdbd recorded more than the overlap late (slurmdbd down when it ended) was in no later window, never charged and left no row; the next window now starts at such a run's start ---
 CREATE TABLE @extschema@.sacct_running (
     job_key       text PRIMARY KEY,
     cluster       text NOT NULL,
     jobid         text NOT NULL,
     account       text,
     submit        timestamptz NOT NULL,
-    start         timestamptz,
+    start         timestamptz NOT NULL,
     first_seen    timestamptz NOT NULL,
     missing_since timestamptz,
     lost_at       timestamptz,
     CONSTRAINT sacct_running_lost_after_missing CHECK (lost_at IS NULL OR missing_since IS NOT NULL)
 );
 COMMENT ON TABLE @extschema@.sacct_running IS
-    'Runs a sacct window showed running or pending (cluster, jobid, submit), until a line shows them ended: one that '
-    'a later window no longer shows starts the next window at its start';
-COMMENT ON COLUMN @extschema@.sacct_running.start IS 'Its start when last seen; NULL: pending';
+    'Runs a sacct window showed running (cluster, jobid, submit), until a line shows them ended: one that a later '
+    'window no longer shows starts the next window at its start';
+COMMENT ON COLUMN @extschema@.sacct_running.start IS 'Its start when last seen';
 COMMENT ON COLUMN @extschema@.sacct_running.first_seen IS 'The end of the first window that showed it unfinished';
 COMMENT ON COLUMN @extschema@.sacct_running.missing_since IS
     'The end of the first window that did not show it: its end was recorded late; the next window starts at its start';
@@ -15158,7 +15158,7 @@ CREATE OR REPLACE FUNCTION @extschema@.sacct_window_start(cluster text, overlap 
         END IF;
         -- (or the earliest start of a run the last window no longer showed: see sacct_running)
         RETURN (SELECT LEAST(hpcacct_internal.shift_utc(w.loaded_through, -overlap),
-                             (SELECT pg_catalog.min(coalesce(r.start, r.submit)) FROM @extschema@.sacct_running r
+                             (SELECT pg_catalog.min(r.start) FROM @extschema@.sacct_running r
                               WHERE r.cluster = w.cluster AND r.missing_since IS NOT NULL AND r.lost_at IS NULL))
                 FROM @extschema@.sacct_watermark w
                 WHERE w.cluster = sacct_window_start.cluster);
@@ -15503,9 +15503,9 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
                     reqtres = excluded.reqtres, qos = excluded.qos, nodelist = excluded.nodelist;
         END IF;
 
-        -- The runs seen unfinished (sacct_running): those a line shows ended (charged, skipped or
+        -- The runs seen running (sacct_running): those a line shows ended (charged, skipped or
         -- quarantined) are forgotten; a window of the clusters (`through`) adds the runs it shows
-        -- unfinished, and marks those of its clusters it does not show missing, or lost when an
+        -- running, and marks those of its clusters it does not show missing, or lost when an
         -- earlier window missed them already (this one started at their start).
         IF EXISTS (SELECT 1 FROM @extschema@.sacct_running) THEN  -- (else no scan of the batch)
             DELETE FROM @extschema@.sacct_running r
@@ -15514,18 +15514,18 @@ CREATE OR REPLACE FUNCTION @extschema@.load_sacct(through timestamptz DEFAULT NU
         END IF;
         IF through IS NOT NULL THEN
             -- (runs already known are written only when their start or their missing mark
-            -- changes: an upsert would lock every one of them, each pending job, at every load)
+            -- changes: an upsert would lock every one of them at every load)
             UPDATE @extschema@.sacct_running r
             SET start = b.t_start, missing_since = NULL, lost_at = NULL
             FROM pg_temp.hpcacct_sacct_batch b
-            WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict = 'unfinished'
-              AND (r.start IS DISTINCT FROM b.t_start OR r.missing_since IS NOT NULL);
+            WHERE b.job_key = r.job_key AND b.rank = 1 AND b.verdict = 'unfinished' AND b.t_start IS NOT NULL
+              AND (r.start <> b.t_start OR r.missing_since IS NOT NULL);
             INSERT INTO @extschema@.sacct_running (job_key, cluster, jobid, account, submit, start, first_seen)
             SELECT b.job_key, b.cluster, b.jobid, b.charged_account, b.t_submit, b.t_start, through
             FROM pg_temp.hpcacct_sacct_batch b
             WHERE b.rank = 1 AND b.origin = 0 AND b.verdict = 'unfinished' AND b.t_submit IS NOT NULL
+              AND b.t_start IS NOT NULL  -- running: a pending run leaves the windows when held
               AND b.cluster = ANY (clusters)
-              AND pg_catalog.strpos(b.jobid, '[') = 0  -- a line of pending array tasks is no run
               AND NOT EXISTS (SELECT 1 FROM @extschema@.sacct_running r WHERE r.job_key = b.job_key);
             UPDATE @extschema@.sacct_running r
             SET missing_since = coalesce(r.missing_since, through),

@@ -7,8 +7,9 @@
 -- job, a job running for hours (End Unknown), a job cancelled while pending (Start None),
 -- root's job, a job of an account created the next day (corrected while it waits), a job of a
 -- partition with no rate at its start, a job corrected in slurmdbd, a loader run that fails
--- half way, slurmdbd down while a running and a pending job end (their ends recorded after the
--- next run: sacct_running), a record slurmdbd loses, the change from daylight time (27
+-- half way, slurmdbd down while a running job ends (its end recorded after the next run:
+-- sacct_running) and while a pending job runs (the outage loaded again), a job held while
+-- pending, a record slurmdbd loses, the change from daylight time (27
 -- October), a job across the month's end. Every charge is checked against the README's rule
 -- computed here by hand, equivalents (max over the bundle of alloc/bundle) x wall-clock hours
 -- x rate; after every load the watermark, the staging table, each run charged once and the
@@ -16,7 +17,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(68);
+SELECT plan(72);
 
 INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 SET TimeZone = 'America/New_York';  -- the session's zone must not matter
@@ -205,6 +206,13 @@ INSERT INTO sdb (cluster, jobid, jobidraw, account, "user", partition, submit, s
      'cpu=4', 'PENDING', '-infinity', '2024-10-22 13:10+02'),
     ('beta', '2002', '2002', 'phys', 'u2', 'cpu', '2024-10-22 09:50+02', '2024-10-22 11:00+02', '2024-10-22 11:50+02',
      'cpu=4', 'COMPLETED', '2024-10-22 13:10+02', 'infinity'),
+    -- on beta, a job pending from 12:40 on 22 October, held at 14:10 by hpcacct-slurm-sync (a
+    -- held job's Eligible is Unknown: sacct's windows no longer show it), released on
+    -- 23 October and run 09:00-10:00: 2 cores x 1 h x 0.5
+    ('beta', '2003', '2003', 'phys', 'u2', 'cpu', '2024-10-22 12:40+02', NULL, NULL,
+     'cpu=2', 'PENDING', '-infinity', '2024-10-22 14:10+02'),
+    ('beta', '2003', '2003', 'phys', 'u2', 'cpu', '2024-10-22 12:40+02', '2024-10-23 09:00+02', '2024-10-23 10:00+02',
+     'cpu=2', 'COMPLETED', '2024-10-23 08:00+02', 'infinity'),
     -- and a record slurmdbd loses (restored from a backup taken before the job): seen running, then never again
     ('alpha', '1018', '1018', 'phys', 'u2', 'cpu', '2024-10-22 14:00+02', '2024-10-22 14:00+02', NULL,
      'cpu=1', 'RUNNING', '-infinity', '2024-10-22 14:40+02'),
@@ -240,6 +248,7 @@ INSERT INTO hand VALUES
     ('alpha', '1016', '2024-10-20 10:00+02', 3 * (110 / 60.0)),
     ('alpha', '1017', '2024-10-22 08:00+02', 2 * 3),
     ('beta', '2002', '2024-10-22 09:50+02', 4 * (50 / 60.0) * 0.5),
+    ('beta', '2003', '2024-10-22 12:40+02', 2 * 1 * 0.5),
     ('alpha', '1011', '2024-10-27 01:00+02', 2 * 3),
     ('alpha', '1012', '2024-10-27 02:00+02', 3 * (100 / 60.0)),
     ('beta', '2001', '2024-10-27 00:00+02', 4 * 7 * 0.5),              -- max(2/1, 8G/2G) = 4 eq, 7 h
@@ -369,14 +378,13 @@ SELECT is(pg_temp.rows('alpha', '1016'), ARRAY[5.500000], 'and charges the job o
 SELECT pg_temp.live('2024-10-22 07:30+02', '2024-10-22 10:30+02');
 SELECT pg_temp.live('2024-10-22 13:00+02', '2024-10-22 13:40+02');
 SELECT is((SELECT array_agg(cluster || ' ' || unfinished ORDER BY cluster) FROM outcome WHERE at = '2024-10-22 13:00+02'),
-          ARRAY['alpha 1', 'beta 1'], 'the runs at 13:00 still see 1017 running and 2002 pending');
+          ARRAY['alpha 1', 'beta 2'], 'the runs at 13:00 still see 1017 running, 2002 and 2003 pending');
 SELECT is((SELECT array_agg((jobid, start, first_seen, missing_since, lost_at)::text ORDER BY jobid) FROM sacct_running
            WHERE jobid IN ('1017', '2002')),
           ARRAY[('1017', '2024-10-22 08:00+02'::timestamptz, '2024-10-22 08:00+02'::timestamptz,
-                 '2024-10-22 13:30+02'::timestamptz, NULL::timestamptz)::text,
-                ('2002', NULL::timestamptz, '2024-10-22 10:00+02'::timestamptz,
                  '2024-10-22 13:30+02'::timestamptz, NULL::timestamptz)::text],
-          'the 13:30 window (from 12:00) shows neither: sacct_running marks them missing');
+          'the 13:30 window (from 12:00) shows neither: sacct_running marks 1017 missing; 2002, pending when last '
+          'seen, is not kept (a held job leaves the windows too)');
 SELECT pg_temp.live('2024-10-22 14:00+02', '2024-10-22 16:30+02');
 SELECT is((SELECT array_agg(window_start ORDER BY at) FROM outcome WHERE cluster = 'alpha' AND at > '2024-10-22 13:00+02'
              AND at < '2024-10-23'),
@@ -385,10 +393,22 @@ SELECT is((SELECT array_agg(window_start ORDER BY at) FROM outcome WHERE cluster
           'so alpha''s 14:00 window starts at 1017''s start, 08:00; the next from the watermark again; 1018''s start, '
           '14:00, at 15:30');
 SELECT is((SELECT array_agg(window_start ORDER BY at) FROM outcome WHERE cluster = 'beta' AND at > '2024-10-22 13:00+02'
-             AND at < '2024-10-22 15:00+02'),
-          ARRAY['2024-10-22 12:00+02', '2024-10-22 09:50+02', '2024-10-22 13:00+02']::timestamptz[],
-          'beta''s at 2002''s submit, 09:50, as it was pending when last seen');
-SELECT is(pg_temp.rows('beta', '2002'), ARRAY[1.666667], 'which charges it: 4 eq x 50 min x 0.5');
+             AND at < '2024-10-22 16:30+02'),
+          ARRAY['2024-10-22 12:00+02', '2024-10-22 12:30+02', '2024-10-22 13:00+02', '2024-10-22 13:30+02',
+                '2024-10-22 14:00+02', '2024-10-22 14:30+02']::timestamptz[],
+          'beta''s windows start from the watermark: neither 2002 nor 2003, held at 14:10, moves one back to its submit');
+SELECT is(pg_temp.rows('beta', '2002'), NULL, '2002, run during the outage, is in none of the runs'' windows');
+-- the README's step after slurmdbd was down: its outage loaded again (hpcacct-sacct load of
+-- sacct -S <outage start>, no watermark) once slurmctld's backlog has reached it
+INSERT INTO sacct_staging (lineno, line, cluster, jobid, jobidraw, account, "user", partition, submit,
+                           start, "end", elapsedraw, alloctres, reqtres, state, qos, nodelist)
+SELECT x.n, array_to_string(x.f, '|'), x.f[1], x.f[2], x.f[3], x.f[4], x.f[5], x.f[6], x.f[7], x.f[8],
+       x.f[9], x.f[10], x.f[11], x.f[12], x.f[13], x.f[14], x.f[15]
+FROM pg_temp.sacct('beta', '2024-10-22 10:30+02', '2024-10-22 16:30+02') x;
+SELECT is((SELECT array[inserted, unchanged, unfinished] FROM load_sacct()), ARRAY[1, 0, 0]::bigint[],
+          'which charges 2002 (1 inserted; 2003, held, is not shown)');
+SELECT pg_temp.check('2024-10-22 16:00+02', ARRAY['beta']);
+SELECT is(pg_temp.rows('beta', '2002'), ARRAY[1.666667], 'once: 4 eq x 50 min x 0.5');
 SELECT is((SELECT array_agg(jobid || ' ' || coalesce(missing_since::text, '-') || ' ' || coalesce(lost_at::text, '-'))
            FROM sacct_running WHERE submit::date = '2024-10-22'),
           ARRAY['1018 ' || '2024-10-22 15:00+02'::timestamptz || ' ' || '2024-10-22 15:30+02'::timestamptz],
@@ -396,6 +416,12 @@ SELECT is((SELECT array_agg(jobid || ' ' || coalesce(missing_since::text, '-') |
           'is kept as lost, and moves no later window');
 SELECT is(pg_temp.rows('alpha', '1017'), ARRAY[6.000000],
           'a job seen running whose end slurmdbd records more than the overlap late is charged: 2 cores x 3 h');
+
+-- ==== 23 October: 2003, released, runs 09:00-10:00; beta's windows charge it as any job
+SELECT pg_temp.live('2024-10-23 08:30+02', '2024-10-23 11:00+02', '30 minutes', ARRAY['beta']);
+SELECT is(pg_temp.rows('beta', '2003'), ARRAY[1.000000], '2003, released and run: 2 cores x 1 h x 0.5, once');
+SELECT is((SELECT count(*) FROM sacct_running WHERE jobid IN ('2002', '2003')), 0::bigint,
+          'and nothing of 2002 or 2003 is left in sacct_running');
 
 -- ==== 26 to 27 October: the night the clocks go back, windows every 20 minutes
 SELECT pg_temp.live('2024-10-26 23:00+02', '2024-10-27 08:00+01', '20 minutes');
@@ -447,14 +473,14 @@ SELECT set_eq($$SELECT account, month, sum(amount) FROM hpcacct_internal.charge_
               'has the same sums');
 SELECT is((SELECT array_agg(account || ' ' || charges || ' ' || balance ORDER BY account) FROM quarter_balances
            WHERE quarter = '2024-10-01'),
-          ARRAY['bio 3.000000 97.000000', 'chem 73.500000 926.500000', 'phys 59.666667 440.333333'],
-          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 2 (half of 1000) + 24 + 9 + 1.666667 + 5 + 14 + 4, '
+          ARRAY['bio 3.000000 97.000000', 'chem 73.500000 926.500000', 'phys 60.666667 439.333333'],
+          'the quarter''s balances: chem 8 + 6 + 1 + 3 + 6 + 16 + 16 + 5.5 + 6 + 6, phys 2 (half of 1000) + 24 + 9 + 1.666667 + 1 + 5 + 14 + 4, '
           'bio 3');
 SELECT is((SELECT array_agg(account || ' ' || charges || ' ' || balance ORDER BY account) FROM quarter_balances
            WHERE quarter = '2024-07-01'),
           ARRAY['phys 2.000000 -2.000000'], 'the other half of 1000 in the third quarter, which has no deposit');
 SELECT is((SELECT array_agg(balance(a, '2024-11-15') ORDER BY a) FROM unnest(ARRAY['bio', 'chem', 'phys']) a),
-          ARRAY[97.000000, 926.500000, 440.333333], 'and balance() says the same');
+          ARRAY[97.000000, 926.500000, 439.333333], 'and balance() says the same');
 SELECT is((SELECT array_agg(jobid || ' ' || (lost_at IS NOT NULL) ORDER BY jobid) FROM sacct_running),
           ARRAY['1014 false', '1018 true'], 'sacct_running: the job still running, and the run slurmdbd lost');
 -- a portal user (u2, of phys) sees phys's runs only, and the loader's role none
