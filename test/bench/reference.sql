@@ -497,7 +497,7 @@ ALTER TABLE bench.submit_sample ADD PRIMARY KEY (i);
 -- The same decision in one statement (inlined into the caller's plan): the account is
 -- resolved once (a materialized CTE), then state, membership and balance are subqueries that
 -- run only as far as the CASE needs them.
-CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at date)
+CREATE FUNCTION bench.submit_decision_hand(user_name text, account_name text, at date)
     RETURNS TABLE (ok boolean, account text, reason text, message text)
     LANGUAGE sql STABLE
     AS $$
@@ -598,6 +598,30 @@ CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at da
                         FROM hpcacct.window_quota_usage(y.chosen, $3) u)
                END
         FROM y
+    $$;
+
+-- With no account named, a default project that has expired (under the bank) or been deleted
+-- is the personal account from that day on: the decision again for the personal account, and
+-- without one, no_default_project.
+CREATE FUNCTION bench.check_submit_hand(user_name text, account_name text, at date)
+    RETURNS TABLE (ok boolean, account text, reason text, message text)
+    LANGUAGE sql STABLE
+    AS $$
+        SELECT r.*
+        FROM bench.submit_decision_hand($1, $2, $3) d
+        CROSS JOIN LATERAL (SELECT coalesce($2 IS NULL AND d.reason IN ('account_expired', 'account_deleted')
+                                            AND d.account <> $1, false) AS personal) f
+        CROSS JOIN LATERAL (
+            SELECT d.ok, d.account, d.reason, d.message WHERE NOT f.personal
+            UNION ALL
+            SELECT p.ok, p.account,
+                   CASE WHEN p.reason = 'unknown_account' THEN 'no_default_project' ELSE p.reason END,
+                   CASE WHEN p.reason = 'unknown_account'
+                        THEN format('user %s has no default project and no personal account: submit with an '
+                                    'account (sbatch -A)', $1)
+                        ELSE p.message END
+            FROM bench.submit_decision_hand($1, $1, $3) p WHERE f.personal
+        ) r
     $$;
 
 -- GENCI and RWTH projects: each project's principal investigator (a member, site.sql)
