@@ -12944,6 +12944,9 @@ END
 $do$;
 -- load_sacct(), sacct_window_start(): defined in the final definitions
 
+-- ==== rollup_pending is analyzed empty: never analyzed (autovacuum leaves a table nothing is written to), the planner took it for 10 pages and costed the rollups' pending branch in every bank read at millions, which default jit compiled at each balance() and check_submit() call (0.8 s each at 80 000 ledger rows) ---
+ANALYZE @extschema@.rollup_pending;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
