@@ -2,7 +2,7 @@
 -- jobs, the association state for Slurm, and the submit role.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(73);
+SELECT plan(75);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit)
@@ -113,6 +113,16 @@ VALUES ('e_genci', 'retraction', -300, 'hours', 'enfg', '2024-03-15', '2024-12-3
 SELECT is((check_submit('eu', 'e_genci', '2024-05-10')).reason, 'allocation_exhausted',
           'a retraction of 300 leaves 900 < 960 used: refused');
 SELECT is((check_submit('eu', 'e_genci', '2025-02-01')).reason, 'no_allocation', 'no grant valid next year: refused');
+-- a machine where only a retraction is still valid (its grant ended in June) is used up,
+-- though the year's consumption (none) is under Alloc (900)
+INSERT INTO account (name) VALUES ('e_ret');
+INSERT INTO membership (account, username) VALUES ('e_ret', 'eu');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until) VALUES
+    ('e_ret', 'grant', 1000, 'hours', 'enfg', '2024-01-01', '2024-06-30'),
+    ('e_ret', 'retraction', -100, 'hours', 'enfg', '2024-06-15', '2024-12-31');
+SELECT is((check_submit('eu', 'e_ret', '2024-05-10')).ok, true, 'with its grant valid: accepted');
+SELECT is((check_submit('eu', 'e_ret', '2024-09-01')).reason, 'allocation_exhausted',
+          'with only a retraction valid: allocation_exhausted');
 
 -- A project whose only allocation is later triggers no personal top-up at the quarter start.
 SELECT add_user('fu', '2023-01-05');                        -- allotment Q1-Q3 2023 only
