@@ -86,6 +86,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         bank record;
         wq record;
         pools text[];
+        granted_pools text[];
         open_machines integer;
         reason text;
         message text;
@@ -134,9 +135,13 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
         END IF;
 
         IF 'regulation' = ANY (pol) THEN
-            pools := ARRAY(SELECT DISTINCT l.pool FROM @extschema@.ledger l
-                           WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
-                             AND l.valid_from <= at AND l.valid_until >= at);
+            -- the machines with an event valid at the day, and those with a grant or supplement
+            SELECT coalesce(pg_catalog.array_agg(DISTINCT l.pool), '{}'),
+                   coalesce(pg_catalog.array_agg(DISTINCT l.pool) FILTER (WHERE l.kind <> 'retraction'), '{}')
+            INTO pools, granted_pools
+            FROM @extschema@.ledger l
+            WHERE l.account = a.name AND l.kind IN ('grant', 'supplement', 'retraction')
+              AND l.valid_from <= at AND l.valid_until >= at;
             IF pg_catalog.cardinality(pools) = 0 THEN
                 RETURN ROW(false, account, 'no_allocation',
                            hpcacct_internal.refusal_message('no_allocation', account, NULL, hpcacct_internal.iso_date(at)))::@extschema@.submit_decision;
@@ -144,11 +149,7 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
             -- allocation_status() on each machine, in one call: open where a grant or supplement
             -- is valid and the year's consumption is under Alloc (not TMC > 0: a retraction on
             -- 15 December, spread over half a month, makes TMC negative)
-            SELECT count(*) FILTER (WHERE s.consumption < s.alloc
-                                      AND EXISTS (SELECT 1 FROM @extschema@.ledger l
-                                                  WHERE l.account = a.name AND l.pool = s.machine
-                                                    AND l.kind IN ('grant', 'supplement')
-                                                    AND l.valid_from <= at AND l.valid_until >= at))
+            SELECT count(*) FILTER (WHERE s.consumption < s.alloc AND s.machine = ANY (granted_pools))
             INTO open_machines
             FROM hpcacct_internal.allocation_statuses(pg_catalog.array_fill(a.name::text, ARRAY[pg_catalog.cardinality(pools)]),
                                                       pools, at) s;
