@@ -72,6 +72,10 @@ check "every function the README's SQL reference names exists ($(wc -l <"$work/n
 # path; and no crontab line holds a bare % (cron ends the command there).
 bare=$(grep -E '^`?(\* |[0-9*/,]+ ){5}|^ExecStart=' README.md | grep -E '(^|[ =])hpcacct-(sacct|report|notify|slurm-sync)( |$)')
 check "the README's cron lines and systemd units name the commands by their path${bare:+: $bare}" "$([ -z "$bare" ] && echo t)"
+# The same for the cron lines the commands' own help texts give.
+bare=$(grep -HE '([0-9*/,]+ ){5}' src/slurm/hpcacct-slurm-sync src/bin/*.cpp \
+    | grep -E '(^|[ =])hpcacct-(sacct|report|notify|slurm-sync)( |$)')
+check "the commands' help texts name the commands by their path in cron lines${bare:+: $bare}" "$([ -z "$bare" ] && echo t)"
 pct=$(grep -E '^`?(\* |[0-9*/,]+ ){5}' README.md | grep -E '(^|[^\\])%')
 check "no README cron line holds a bare %${pct:+: $pct}" "$([ -z "$pct" ] && echo t)"
 
