@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(16);
+SELECT plan(22);
 
 -- As the README sets it up: timezone UTC, a GPU pool whose year starts on 1 July.
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
@@ -86,6 +86,40 @@ SELECT results_eq($$SELECT month, amount FROM charge_by_month WHERE account = 'n
                   'half in June, half in July (Europe/Berlin)');
 SELECT is((SELECT sum(amount) FROM ledger WHERE kind = 'charge' AND account = 'nip00001'), 10.000000,
           'the Quick Start''s last query: the charges per account');
+RESET SESSION AUTHORIZATION;
+SET search_path = public, hpcacct;
+
+-- "Slurm sites": the loader's login finds where its next window starts through
+-- sacct_window_start(), which reads the watermark for it; the watermark table itself, like the
+-- staged lines, is not the loader's to read.
+SET SESSION AUTHORIZATION acct_loader;
+SELECT lives_ok($$SELECT hpcacct.sacct_window_start('hlrn', '1 hour')$$,
+                'the loader''s login may call sacct_window_start()');
+SELECT throws_ok($$SELECT * FROM hpcacct.sacct_watermark$$, '42501', NULL,
+                 'the loader''s login cannot read the watermark table (42501)');
+RESET SESSION AUTHORIZATION;
+
+-- Regulation: a machine is regulated once it has a regulation_machine row, as the README
+-- adds it; the annual percentages are that row's columns (30 and 40 by default), not rows
+-- of the setting table.
+SET SESSION AUTHORIZATION acct_admin;
+SET search_path = hpcacct, public;
+SELECT throws_ok($$INSERT INTO hpcacct.setting VALUES ('annual_warning_percent', '25')$$, '42704', NULL,
+                 'annual_warning_percent is no setting of the setting table (42704)');
+INSERT INTO account (name) VALUES ('gen-p');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('ada', 'cpu', 'cpu=40', 'cpu=1', 1, 'core-hours');
+INSERT INTO ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('gen-p', 'grant', 1200000, 'core-hours', 'ada', '2025-01-01', '2025-12-31');
+CALL hpcacct.regulate('2025-03-15');
+SELECT is((SELECT count(*) FROM regulation_log WHERE account = 'gen-p'), 0::bigint,
+          'a machine without a regulation_machine row is not regulated');
+INSERT INTO hpcacct.regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000);
+SELECT results_eq($$SELECT annual_warning_percent, annual_retraction_percent FROM regulation_machine WHERE machine = 'ada'$$,
+                  $$VALUES (30::numeric, 40::numeric)$$,
+                  'the annual percentages are regulation_machine''s columns, 30 and 40 by default');
+CALL hpcacct.regulate('2025-04-15');
+SELECT is((SELECT outcome FROM regulation_log WHERE account = 'gen-p' AND run_date = '2025-04-15'), 'retraction',
+          'with the row, the machine is regulated: 15 April of an unused 1 200 000 retracts');
 RESET SESSION AUTHORIZATION;
 SET search_path = public, hpcacct;
 
