@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 \ir ../notify/sample_site.sql
 \o
 SET search_path = public, hpcacct;
-SELECT plan(5);
+SELECT plan(7);
 
 CALL setup_roles();
 CREATE ROLE bob LOGIN IN ROLE hpcacct_portal;
@@ -53,6 +53,18 @@ SELECT is((SELECT jsonb_set(d, '{bank,days}', (SELECT jsonb_agg(e.day ORDER BY e
  "bank": {"quarter": "2025-04-01", "unit": "NPL", "allocation": 30000.000000, "balance": 22800.000000, "state": "active",
           "days": [["2025-04-01", 30000.00], ["2025-04-02", 30000.00]]}}
 $$::jsonb, 'nip00042''s account_month() for May 2025, as the README prints it');
+RESET SESSION AUTHORIZATION;
+
+-- A portal user is a login named as the user: row-level security reads the session user, so a
+-- portal that connects as one shared login and switches with SET ROLE sees no account.
+CREATE ROLE portal_app LOGIN IN ROLE hpcacct_portal;
+GRANT carol TO portal_app;
+SET SESSION AUTHORIZATION portal_app;
+SET ROLE carol;
+SELECT is(hpcacct.my_accounts('2025-05-20') -> 'accounts', '[]'::jsonb,
+          'a shared login after SET ROLE carol: my_accounts() shows no account');
+SELECT is((SELECT count(*) FROM hpcacct.ledger), 0::bigint, 'and it reads no ledger row');
+RESET ROLE;
 RESET SESSION AUTHORIZATION;
 
 -- def-smith in October 2025: Cedar's 121 200 core-equivalent-hours are 13.836 core-equivalent
