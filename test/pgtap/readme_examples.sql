@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(22);
+SELECT plan(25);
 
 -- As the README sets it up: timezone UTC, a GPU pool whose year starts on 1 July.
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
@@ -122,6 +122,18 @@ SELECT is((SELECT outcome FROM regulation_log WHERE account = 'gen-p' AND run_da
           'with the row, the machine is regulated: 15 April of an unused 1 200 000 retracts');
 RESET SESSION AUTHORIZATION;
 SET search_path = public, hpcacct;
+
+-- Rules §4: a project account is active with an allocation for the current quarter; one
+-- booked for a later quarter only is inactive (its jobs refused), not active; none, expired.
+INSERT INTO account (name) VALUES ('now-p'), ('ahead-p'), ('none-p');
+SELECT hpcacct.deposit('now-p', site_today(), 1000);
+SELECT hpcacct.deposit('ahead-p', (quarter_start(site_today()) + interval '3 months')::date, 1000);
+SELECT results_eq($$SELECT a, account_state(a) FROM unnest(ARRAY['now-p', 'ahead-p', 'none-p']) a$$,
+                  $$VALUES ('now-p', 'active'), ('ahead-p', 'inactive'), ('none-p', 'expired')$$,
+                  'rules §4: active this quarter, inactive with a later quarter''s allocation only, else expired');
+SELECT is((SELECT reason FROM account_verdict('ahead-p')), 'account_inactive',
+          'an account allocated for a later quarter only is refused as account_inactive');
+SELECT is((SELECT ok FROM account_verdict('now-p')), true, 'one allocated for this quarter is not');
 
 -- Rules §1, Compute Canada: with the bundle 1 core + 4 GB, 2 cores with 2 GB each are 2 core
 -- equivalents, 2 cores with 5 GB each 2.5; 2 cores and 5 GB in all are 2 (the memory is not the
