@@ -1,7 +1,7 @@
 -- ---------------------------------------------------------------------------------------
 -- Privileges and row-level security.
 --
--- Four roles, created by CALL hpcacct.setup_roles() (or by the site, with these names):
+-- Six roles, created by CALL hpcacct.setup_roles() (or by the site, with these names):
 --   hpcacct_admin   runs the centre: every table, every function and procedure;
 --   hpcacct_ingest  loads jobs: INSERT into hpcacct.job; INSERT into hpcacct.sacct_staging and
 --                   load_sacct() (the sacct loader); nothing else (the charging trigger and
@@ -12,7 +12,10 @@
 --                   (add_member, remove_member);
 --   hpcacct_auditor reads every table and view with every account's rows, changes nothing;
 --   hpcacct_submit  the scheduler's submit check: EXECUTE on check_submit and SELECT on what
---                   it reads, for every account.
+--                   it reads, for every account;
+--   hpcacct_notify  the mail sender (hpcacct-notify): EXECUTE on outbox_claim, outbox_sending,
+--                   outbox_result and outbox_next_due, SELECT on what they read, UPDATE of a
+--                   delivery's state; no account's figures.
 -- Administrative functions and procedures are not executable by PUBLIC.
 -- ---------------------------------------------------------------------------------------
 

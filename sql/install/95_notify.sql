@@ -9,8 +9,9 @@
 -- nothing new. Two states no procedure records -- the sliding-window quota state and a
 -- quarter balance below a site threshold -- are compared with what was last notified by
 -- notify_scan(). The sender (hpcacct-notify) delivers the outbox over SMTP.
--- Nothing here runs with the owner's rights: the procedures that decide, notify_scan() and
--- the sender are the administrators' (hpcacct_admin), who may write the outbox.
+-- Nothing here runs with the owner's rights: the procedures that decide and notify_scan() are
+-- the administrators' (hpcacct_admin), who may write the outbox; the sender's functions are
+-- also the mail sender's (hpcacct_notify), who may only lease deliveries and record them.
 -- ---------------------------------------------------------------------------------------
 
 -- ---- contacts --------------------------------------------------------------------------
@@ -902,3 +903,24 @@ CREATE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
 COMMENT ON FUNCTION hpcacct_internal.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
 CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_touch();
+
+-- ---- the sender's role ---------------------------------------------------------------------
+-- hpcacct-notify connects as a member of hpcacct_notify (99_roles.sql), which reads the
+-- deliveries and writes their state, nothing else: it sees every delivery, the messages'
+-- subjects and bodies and the display names, which its claim reads, through the policies
+-- below (not sees_all_accounts(), which would show it every account's rows where it is granted).
+CREATE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = 'hpcacct_notify'
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'));
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.sends_mail() IS
+    'True for members of hpcacct_notify (the mail sender), who read every delivery and its message';
+CREATE POLICY sender_rows ON @extschema@.outbox FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
+CREATE POLICY sender_rows ON @extschema@.outbox_recipient FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
+CREATE POLICY sender_rows ON @extschema@.contact FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));

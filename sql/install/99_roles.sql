@@ -23,7 +23,33 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_submit_role() FROM PUBLIC;
 COMMENT ON FUNCTION hpcacct_internal.grant_submit_role() IS
     'Grants hpcacct_submit what check_submit reads (called by setup_roles)';
 
--- Creates the five roles if they do not exist yet and grants them their privileges. Run it
+-- hpcacct_notify: the mail sender (hpcacct-notify) and nothing else. It leases due deliveries
+-- and records their outcome (the four sender functions, which run with its rights); it reads
+-- the delivery rows, the messages' subjects and bodies and the users' display names, which
+-- outbox_claim returns, and the settings; it writes only a delivery's state, lease, attempts
+-- and error. Row-level security lets it see every delivery (the policies sender_rows).
+CREATE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_notify;
+        GRANT SELECT ON @extschema@.outbox_recipient, @extschema@.setting, @extschema@.settings TO hpcacct_notify;
+        GRANT SELECT (message_id, subject, body, created_at) ON @extschema@.outbox TO hpcacct_notify;
+        GRANT SELECT (username, display_name) ON @extschema@.contact TO hpcacct_notify;
+        GRANT UPDATE (state, attempts, next_attempt, lease_owner, lease_until, last_error, delivered_at)
+            ON @extschema@.outbox_recipient TO hpcacct_notify;
+        GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
+                                  @extschema@.outbox_sending(text, bigint),
+                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval)
+            TO hpcacct_notify;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_notify_role() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.grant_notify_role() IS
+    'Grants hpcacct_notify what hpcacct-notify''s queries need (called by setup_roles)';
+
+-- Creates the six roles if they do not exist yet and grants them their privileges. Run it
 -- after create_job_table(), and again after adding tables of your own to the schema: portal
 -- users get those that filter rows by the session user (below) and no other.
 CREATE PROCEDURE @extschema@.setup_roles()
@@ -40,7 +66,8 @@ CREATE PROCEDURE @extschema@.setup_roles()
             ('hpcacct_portal', 'hpcacct: a portal user: reads their own accounts'' rows; a project administrator '
                                'also manages the members of their projects'),
             ('hpcacct_auditor', 'hpcacct: reads every account''s rows and figures and changes nothing'),
-            ('hpcacct_submit', 'hpcacct: the Slurm submit check: runs check_submit() for any user and account')
+            ('hpcacct_submit', 'hpcacct: the Slurm submit check: runs check_submit() for any user and account'),
+            ('hpcacct_notify', 'hpcacct: the mail sender: leases the outbox''s deliveries and records their outcome')
         ) AS v(name, description) LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.rolname = r.name) THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.name);
@@ -105,6 +132,7 @@ CREATE PROCEDURE @extschema@.setup_roles()
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
         PERFORM hpcacct_internal.grant_submit_role();
+        PERFORM hpcacct_internal.grant_notify_role();
         -- a portal user keeps their own contact row (its policy admits no other)
         GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
             ON @extschema@.contact TO hpcacct_portal;
@@ -112,5 +140,5 @@ CREATE PROCEDURE @extschema@.setup_roles()
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
-    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
-    'their privileges';
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor, hpcacct_submit and hpcacct_notify if '
+    'missing and grants their privileges';

@@ -12947,6 +12947,45 @@ $do$;
 -- ==== rollup_pending is analyzed empty: never analyzed (autovacuum leaves a table nothing is written to), the planner took it for 10 pages and costed the rollups' pending branch in every bank read at millions, which default jit compiled at each balance() and check_submit() call (0.8 s each at 80 000 ledger rows) ---
 ANALYZE @extschema@.rollup_pending;
 
+-- ==== a mail role: hpcacct-notify logged in as a member of hpcacct_admin, as the README said, which may also deposit, retract, regulate, open quarters and edit accounts, settings and rates, write messages of its own and redirect deliveries (pgTAP mail_role); hpcacct_notify, which setup_roles() creates, leases deliveries and records their outcome, reads the deliveries, their messages' subjects and bodies and the display names, and writes nothing else ---
+CREATE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = 'hpcacct_notify'
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'));
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.sends_mail() IS
+    'True for members of hpcacct_notify (the mail sender), who read every delivery and its message';
+CREATE POLICY sender_rows ON @extschema@.outbox FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
+CREATE POLICY sender_rows ON @extschema@.outbox_recipient FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
+CREATE POLICY sender_rows ON @extschema@.contact FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
+CREATE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_notify;
+        GRANT SELECT ON @extschema@.outbox_recipient, @extschema@.setting, @extschema@.settings TO hpcacct_notify;
+        GRANT SELECT (message_id, subject, body, created_at) ON @extschema@.outbox TO hpcacct_notify;
+        GRANT SELECT (username, display_name) ON @extschema@.contact TO hpcacct_notify;
+        GRANT UPDATE (state, attempts, next_attempt, lease_owner, lease_until, last_error, delivered_at)
+            ON @extschema@.outbox_recipient TO hpcacct_notify;
+        GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
+                                  @extschema@.outbox_sending(text, bigint),
+                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval)
+            TO hpcacct_notify;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_notify_role() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.grant_notify_role() IS
+    'Grants hpcacct_notify what hpcacct-notify''s queries need (called by setup_roles)';
+-- setup_roles(): defined in the final definitions, and run by this update after them: it creates hpcacct_notify
+-- where the site's roles exist (hpcacct_admin), as it created hpcacct_submit
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13652,7 +13691,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
             ('hpcacct_portal', 'hpcacct: a portal user: reads their own accounts'' rows; a project administrator '
                                'also manages the members of their projects'),
             ('hpcacct_auditor', 'hpcacct: reads every account''s rows and figures and changes nothing'),
-            ('hpcacct_submit', 'hpcacct: the Slurm submit check: runs check_submit() for any user and account')
+            ('hpcacct_submit', 'hpcacct: the Slurm submit check: runs check_submit() for any user and account'),
+            ('hpcacct_notify', 'hpcacct: the mail sender: leases the outbox''s deliveries and records their outcome')
         ) AS v(name, description) LOOP
             IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.rolname = r.name) THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.name);
@@ -13717,6 +13757,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
         GRANT SELECT ON ALL TABLES IN SCHEMA @extschema@ TO hpcacct_auditor;
         GRANT EXECUTE ON FUNCTION @extschema@.fairshare_all(timestamptz) TO hpcacct_auditor;
         PERFORM hpcacct_internal.grant_submit_role();
+        PERFORM hpcacct_internal.grant_notify_role();
         -- a portal user keeps their own contact row (its policy admits no other)
         GRANT INSERT (username, email, display_name, notify), UPDATE (email, display_name, notify)
             ON @extschema@.contact TO hpcacct_portal;
@@ -13724,8 +13765,8 @@ CREATE OR REPLACE PROCEDURE @extschema@.setup_roles()
     $$;
 REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
-    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor and hpcacct_submit if missing and grants '
-    'their privileges';
+    'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal, hpcacct_auditor, hpcacct_submit and hpcacct_notify if '
+    'missing and grants their privileges';
 CREATE OR REPLACE FUNCTION @extschema@.account_policies(account text) RETURNS text[]
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -18387,4 +18428,36 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
     'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_notify;
+        GRANT SELECT ON @extschema@.outbox_recipient, @extschema@.setting, @extschema@.settings TO hpcacct_notify;
+        GRANT SELECT (message_id, subject, body, created_at) ON @extschema@.outbox TO hpcacct_notify;
+        GRANT SELECT (username, display_name) ON @extschema@.contact TO hpcacct_notify;
+        GRANT UPDATE (state, attempts, next_attempt, lease_owner, lease_until, last_error, delivered_at)
+            ON @extschema@.outbox_recipient TO hpcacct_notify;
+        GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
+                                  @extschema@.outbox_sending(text, bigint),
+                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval)
+            TO hpcacct_notify;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_notify_role() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.grant_notify_role() IS
+    'Grants hpcacct_notify what hpcacct-notify''s queries need (called by setup_roles)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname = 'hpcacct_notify'
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'));
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.sends_mail() IS
+    'True for members of hpcacct_notify (the mail sender), who read every delivery and its message';
 -- ==== end of final definitions

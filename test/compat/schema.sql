@@ -50,3 +50,11 @@ SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, 'default
 FROM pg_proc p WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) ORDER BY 1;
 SELECT 'schema ' || n.nspname || ' ' || coalesce(n.nspacl::text, 'default')
 FROM pg_namespace n WHERE n.nspname IN ('hpcacct', 'hpcacct_internal') ORDER BY 1;
+-- table and column privileges, each list in one order (an update grants in another)
+SELECT 'relacl ' || c.oid::regclass || ' ' || coalesce((SELECT string_agg(x::text, ',' ORDER BY x::text)
+                                                        FROM unnest(c.relacl) x), 'default')
+FROM pg_class c WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1;
+SELECT 'attacl ' || c.oid::regclass || '.' || a.attname || ' '
+       || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(a.attacl) x)
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relnamespace = 'hpcacct'::regnamespace AND a.attacl IS NOT NULL ORDER BY 1;

@@ -8,10 +8,10 @@
 BEGIN;
 SET search_path = hpcacct, public;
 SET client_min_messages = warning;
-SELECT plan(45);
+SELECT plan(46);
 
 CALL setup_roles();
-CREATE ROLE ml_mailer LOGIN IN ROLE hpcacct_admin;    -- hpcacct-notify's login, as the README says
+CREATE ROLE ml_mailer LOGIN IN ROLE hpcacct_notify;   -- hpcacct-notify's login
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('mlc', 'cpu', 'cpu=16', 'cpu=1', 1, 'NPL');
@@ -125,6 +125,9 @@ RESET SESSION AUTHORIZATION;
 SELECT is(pg_temp.fingerprint(), (SELECT fingerprint FROM ml_before), 'nothing written, as the owner sees it');
 
 -- ---- its privileges, in the catalog ----
+SELECT ok((SELECT NOT rolcanlogin AND NOT rolsuper AND NOT rolcreaterole AND NOT rolcreatedb AND NOT rolbypassrls
+                  AND NOT rolreplication FROM pg_roles WHERE rolname = 'hpcacct_notify'),
+          'setup_roles() makes hpcacct_notify a NOLOGIN group role without attributes');
 -- beyond what PUBLIC may execute: the sender's four functions
 SELECT set_eq($$SELECT p.oid::regprocedure::text FROM pg_proc p
                 WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)

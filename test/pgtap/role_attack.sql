@@ -1,7 +1,7 @@
 -- The roles a site hands out, attacked as a hostile user of the site would, with real login
 -- roles (session_user): a plain member and a project administrator through the portal role,
--- the loader (ingest), the submit check, the auditor, the mail sender (hpcacct_admin, as
--- hpcacct-notify connects), a federation's replication role (as the README creates it) and a
+-- the loader (ingest), the submit check, the auditor, the mail sender (hpcacct_notify, as
+-- hpcacct-notify connects; pgTAP mail_role has its writes), a federation's replication role (as the README creates it) and a
 -- login with no role. Each tries to read another project's rows through functions (set-returning
 -- ones and error messages too), to write what it should not (directly, through a view, through
 -- a SECURITY DEFINER function with crafted arguments or a temporary table shadowing a name), to
@@ -15,7 +15,7 @@
 BEGIN;
 SET search_path = hpcacct, public;
 SET client_min_messages = warning;
-SELECT plan(127);
+SELECT plan(128);
 
 CALL setup_roles();
 CREATE ROLE ra_member LOGIN IN ROLE hpcacct_portal;   -- a plain member of ra_a
@@ -24,7 +24,7 @@ CREATE ROLE ra_bob LOGIN IN ROLE hpcacct_portal;      -- administers ra_b, the p
 CREATE ROLE ra_ingest LOGIN IN ROLE hpcacct_ingest;
 CREATE ROLE ra_submit LOGIN IN ROLE hpcacct_submit;
 CREATE ROLE ra_audit LOGIN IN ROLE hpcacct_auditor;
-CREATE ROLE ra_mailer LOGIN IN ROLE hpcacct_admin;    -- hpcacct-notify's login
+CREATE ROLE ra_mailer LOGIN IN ROLE hpcacct_notify;   -- hpcacct-notify's login
 CREATE ROLE ra_repl LOGIN REPLICATION;                -- "A replication role narrower than postgres"
 GRANT USAGE ON SCHEMA hpcacct TO ra_repl;
 GRANT SELECT ON ALL TABLES IN SCHEMA hpcacct TO ra_repl;
@@ -87,6 +87,11 @@ SELECT set_eq($$SELECT p.pronamespace::regnamespace || '.' || p.proname FROM pg_
                        OR has_function_privilege('hpcacct_auditor', p.oid, 'EXECUTE'))$$,
               ARRAY['hpcacct_internal.visible_accounts', 'hpcacct.fairshare'],
               'the submit check and the auditor reach only visible_accounts and fairshare');
+SELECT set_eq($$SELECT p.pronamespace::regnamespace || '.' || p.proname FROM pg_proc p
+                WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef
+                  AND has_function_privilege('hpcacct_notify', p.oid, 'EXECUTE')$$,
+              ARRAY['hpcacct_internal.visible_accounts', 'hpcacct.fairshare'],
+              'the mail sender reaches only visible_accounts and fairshare (its four functions run with its rights)');
 
 -- ---- a plain member of ra_a, through the portal role ----
 SET SESSION AUTHORIZATION ra_member;
@@ -293,11 +298,11 @@ SELECT throws_ok($$SELECT hpcacct.load_sacct()$$, '42501', NULL, 'nor load');
 SELECT throws_ok($$SET session_replication_role = replica$$, '42501', NULL, 'nor turn triggers off');
 RESET SESSION AUTHORIZATION;
 
--- ---- the mail sender (hpcacct_admin): no owner's rights ----
+-- ---- the mail sender (hpcacct_notify): no owner's rights ----
 SET SESSION AUTHORIZATION ra_mailer;
-SELECT throws_ok($$UPDATE hpcacct.ledger SET amount = 0 WHERE account = 'ra_b'$$, 'HA001', NULL,
+SELECT throws_ok($$UPDATE hpcacct.ledger SET amount = 0 WHERE account = 'ra_b'$$, '42501', NULL,
                  'the sender''s login cannot re-rate charges');
-SELECT throws_ok($$DELETE FROM hpcacct.ledger WHERE account = 'ra_b'$$, 'HA001', NULL, 'nor delete them');
+SELECT throws_ok($$DELETE FROM hpcacct.ledger WHERE account = 'ra_b'$$, '42501', NULL, 'nor delete them');
 SELECT throws_ok($$TRUNCATE hpcacct.ledger$$, '42501', NULL, 'nor truncate the ledger');
 SELECT throws_ok($$ALTER TABLE hpcacct.ledger DISABLE TRIGGER USER$$, '42501', NULL, 'nor disable its triggers');
 SELECT throws_ok($$ALTER TABLE hpcacct.ledger OWNER TO ra_mailer$$, '42501', NULL, 'nor take it over');
