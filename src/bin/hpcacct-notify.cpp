@@ -20,6 +20,8 @@
 // Usage: hpcacct-notify [--config FILE] [--once]
 //   --once: deliver what is due now and exit (cron); otherwise run, woken by NOTIFY
 //   hpcacct_outbox and by the next retry, until SIGTERM or SIGINT.
+// The database login: a member of hpcacct_notify (setup_roles()), which may run the four
+// functions above and read what they return, and nothing else; not hpcacct_admin.
 
 #include "core/idna.hpp"
 #include "core/mail.hpp"
@@ -472,7 +474,9 @@ int run(int argc, char **argv) {
         if (a == "--once") once = true;
         else if (a == "--config" && i + 1 < argc) cfg.read_file(argv[++i]);
         else if (a == "--help" || a == "-h") {
-            std::printf("usage: hpcacct-notify [--config FILE] [--once]\n");
+            std::printf("usage: hpcacct-notify [--config FILE] [--once]\n"
+                        "Delivers hpcacct's outbox over SMTP. Connect (conninfo) as a login in role hpcacct_notify,\n"
+                        "created by CALL hpcacct.setup_roles(): it leases deliveries and records them, nothing else.\n");
             return 0;
         } else throw ConfigError("unknown argument \"" + a + "\" (usage: hpcacct-notify [--config FILE] [--once])");
     }

@@ -33,7 +33,7 @@ WITH objects AS (
     UNION ALL
     SELECT 8, 'role', r.rolname::text, shobj_description(r.oid, 'pg_authid')
     FROM pg_roles r WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor',
-                                        'hpcacct_submit')
+                                        'hpcacct_submit', 'hpcacct_notify')
     UNION ALL
     SELECT 9, 'setting', s.name, s.description || coalesce(' (default ' || s.default_value || ')', '')
     FROM hpcacct.setting_catalog() s

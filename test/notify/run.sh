@@ -68,10 +68,12 @@ stop_sink() {
     sink_pid=
 }
 
-# the sender's configuration: a file, with the environment on top
+# the sender's configuration: a file, with the environment on top. It logs in as a member of
+# hpcacct_notify, as the README says, not as a superuser or an administrator.
+mailer=hpcacct_mail_test
 cat >"$work/notify.conf" <<CONF
 # hpcacct-notify test configuration
-conninfo = dbname=$db
+conninfo = dbname=$db user=$mailer
 smtp_host = 127.0.0.1
 smtp_port = $port
 smtp_tls = none
@@ -126,9 +128,15 @@ CALL regulate('2024-02-15');
 SQL
 is "$(sql -c 'SELECT count(*) FROM hpcacct.outbox_recipient')" 24 \
    "setup: 12 warnings to 2 managers each are 24 deliveries"
+sql -c 'CALL hpcacct.setup_roles()' -c "CREATE ROLE $mailer LOGIN IN ROLE hpcacct_notify" >/dev/null
+is "$(sql -c "SELECT r.rolsuper, pg_has_role('$mailer', 'hpcacct_admin', 'MEMBER'), pg_has_role('$mailer', 'hpcacct_notify', 'MEMBER')
+              FROM pg_roles r WHERE r.rolname = '$mailer'")" "f|f|t" \
+   "setup: the sender's login is a member of hpcacct_notify, neither superuser nor administrator"
 
 # ---- the command ----
 [ -x "$sender" ]; ok $? "hpcacct-notify is installed in PostgreSQL's bindir"
+out=$("$sender" --help 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q 'role hpcacct_notify' <<<"$out"; ok $? "--help names the role its login needs (exit $rc)" "$out"
 out=$(HPCACCT_NOTIFY_FROM='' "$sender" --config "$work/notify.conf" --once 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'from must be' <<<"$out"; ok $? "a configuration without a sender address is refused (exit 1)" "$out"
 out=$("$sender" --config "$work/notify.conf" --once --colour 2>&1); rc=$?
@@ -175,7 +183,7 @@ f=$(grep -l 'X-Envelope-To: u1@' "$mail"/*.eml | head -1)
 grep -q '^To: =?UTF-8?B?Wm/DqyDDnG5hbA==?= <u1@lab1.example>' "$f"; ok $? "a non-ASCII display name is encoded (RFC 2047)"
 "$sender" --config "$work/notify.conf" --once 2>/dev/null
 is "$(arrivals | wc -l)" 24 "a second run sends nothing again"
-printf 'from = hpc-accounting@centre.example\nconninfo = dbname=%s\nsmtp_port = %s\n' "$db" "$port" >"$work/minimal.conf"
+printf 'from = hpc-accounting@centre.example\nconninfo = dbname=%s user=%s\nsmtp_port = %s\n' "$db" "$mailer" "$port" >"$work/minimal.conf"
 out=$("$sender" --config "$work/minimal.conf" --once 2>&1); rc=$?
 is "$rc" 0 "a configuration with the defaults for everything but from, database and port is accepted ($out)"
 
@@ -391,6 +399,7 @@ ok $? "a body of short lines keeps its UTF-8 readable in the source (8bit)"
 sql_h() { psql -X -q -At -v ON_ERROR_STOP=1 -d hpcacct_hostile "$@"; }
 sql_h >"$work/hostile-mail.log" 2>&1 <<'SQL'
 SET search_path = hpcacct, public;
+CALL setup_roles();
 INSERT INTO hpc_user VALUES (E'bad\r\nuser\nname');
 INSERT INTO contact (username, email, display_name)
 SELECT username, 'hostile' || row_number() OVER (ORDER BY username) || '@lab.example', username
@@ -413,7 +422,7 @@ is "$(sql_h -c "SELECT bool_and(strpos(m.body, pg_catalog.regexp_replace(m.accou
                        AND bool_or(m.body LIKE E'Dear bad  user name,\n%')
                 FROM hpcacct.outbox m WHERE m.account LIKE '<script>%'")" t \
    "the names show with a space for each CR or LF"
-HPCACCT_NOTIFY_CONNINFO=dbname=hpcacct_hostile "$sender" --config "$work/notify.conf" --once 2>"$work/hostile-send.log"
+HPCACCT_NOTIFY_CONNINFO="dbname=hpcacct_hostile user=$mailer" "$sender" --config "$work/notify.conf" --once 2>"$work/hostile-send.log"
 is "$(sql_h -c "SELECT string_agg(DISTINCT state, ',') FROM hpcacct.outbox_status WHERE state <> 'no_recipient'")" delivered \
    "they are delivered" "$(tail -3 "$work/hostile-send.log")"
 check_mail hpcacct_hostile "hostile names" "true"
