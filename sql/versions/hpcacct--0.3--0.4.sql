@@ -17904,6 +17904,46 @@ BEGIN
                           hpcacct_internal.rollup_insert_sql(received), hpcacct_internal.consumption_rollup_insert_sql(received)));
 END
 $do$;
+-- generated from the rollup statements (local_time()): generate them again; the pending rows
+-- are functions' (planned only when something is pending), the views read them
+DO $do$
+DECLARE
+    pending constant text := '(SELECT l.* FROM @extschema@.ledger l JOIN @extschema@.rollup_pending p '
+                             'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
+    body constant text := $b$
+        #variable_conflict use_column
+        BEGIN
+            IF EXISTS (SELECT FROM @extschema@.rollup_pending) THEN
+                RETURN QUERY %s;
+            END IF;
+        END
+    $b$;
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.charge_rollup_pending_rows() '
+        'RETURNS TABLE (account text, resource_id bigint, unit text, submitter text, month date, end_month date, '
+        'amount numeric, job_amount numeric, decayed float8) '
+        'LANGUAGE plpgsql STABLE PARALLEL RESTRICTED ROWS 1 SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(body, hpcacct_internal.rollup_select_sql(pending)));
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION hpcacct_internal.consumption_rollup_pending_rows() '
+        'RETURNS TABLE (account text, resource_id bigint, boundary date, ended numeric, running numeric) '
+        'LANGUAGE plpgsql STABLE PARALLEL RESTRICTED ROWS 1 SET search_path = pg_catalog, pg_temp SET jit = off AS %L',
+        pg_catalog.format(body, hpcacct_internal.consumption_rollup_select_sql(pending)));
+END
+$do$;
+COMMENT ON FUNCTION hpcacct_internal.charge_rollup_pending_rows() IS
+    'The charge rollup rows of the pending charges (rollup_pending), computed when called; none when nothing is pending';
+COMMENT ON FUNCTION hpcacct_internal.consumption_rollup_pending_rows() IS
+    'The consumption rollup rows of the pending charges (rollup_pending), computed when called; none when nothing is '
+    'pending';
+CREATE OR REPLACE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS
+    SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, p.decayed,
+           false AS folded
+    FROM hpcacct_internal.charge_rollup_pending_rows() p;
+CREATE OR REPLACE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS
+    SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged
+    FROM hpcacct_internal.consumption_rollup_pending_rows() p;
 -- sites that use the roles get what setup_roles() grants on every object, old and new
 DO $do$
 BEGIN
@@ -18277,24 +18317,6 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.balance_at_end(account text, day dat
 COMMENT ON FUNCTION hpcacct_internal.balance_at_end(text, date) IS
     'Bank balance of an account at the end of a day: balance() without the quarter''s charges after that day';
 
--- generated from the rollup statements (local_time()): generate them again
-DO $do$
-DECLARE
-    pending constant text := '(SELECT l.* FROM @extschema@.ledger l JOIN @extschema@.rollup_pending p '
-                             'ON l.entry_id BETWEEN p.first_entry_id AND p.last_entry_id)';
-BEGIN
-    EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE VIEW hpcacct_internal.charge_rollup_pending WITH (security_invoker = true) AS '
-        'SELECT p.account, p.resource_id, p.unit, p.submitter, p.month, p.end_month, p.amount, p.job_amount, '
-        'p.decayed, false AS folded FROM (%s) p WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
-        hpcacct_internal.rollup_select_sql(pending));
-    EXECUTE pg_catalog.format(
-        'CREATE OR REPLACE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS '
-        'SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged FROM (%s) p '
-        'WHERE EXISTS (SELECT FROM @extschema@.rollup_pending)',
-        hpcacct_internal.consumption_rollup_select_sql(pending));
-END
-$do$;
 -- The rollups counted a charge begun or ended in the first pass of a midnight that came twice by
 -- its local date; local_time() counts it before PostgreSQL's instant of that midnight. Only a
 -- month's first midnight and a regulation boundary's (the 16th) matter to them: where the site's

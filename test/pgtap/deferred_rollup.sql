@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(37);
+SELECT plan(39);
 
 -- ---- objects and the setting ----
 SELECT has_table('hpcacct', 'rollup_pending', 'the pending ranges table exists');
@@ -235,6 +235,27 @@ UPDATE setting SET value = 'immediate' WHERE name = 'rollup';
 SELECT is((SELECT count(*) FROM rollup_pending), 0::bigint, 'switching rollup to immediate rolls up what was pending');
 SELECT is((SELECT sum(amount) FROM charge_rollup WHERE month = '2025-11-01'), 24.000000::numeric,
           'the rollups hold the jobs that were pending');
+
+-- ---- what the planner sees of the pending rows ----
+-- Reports read the exact views; with the pending rows' query in them, the planner costed that
+-- branch by the ledger's size whether or not anything was pending (its range join and month
+-- series: 1 million at 220 000 ledger rows), so that PostgreSQL's default jit compiled
+-- regulation_report for 2 s instead of running it in 0.26 s. The pending rows are now a
+-- function's, which plans its query only when something is pending.
+CREATE FUNCTION pg_temp.cost_of(query text) RETURNS float8 LANGUAGE plpgsql AS $$
+DECLARE
+    plan json;
+BEGIN
+    EXECUTE 'EXPLAIN (FORMAT JSON) ' || query INTO plan;
+    RETURN (plan -> 0 -> 'Plan' ->> 'Total Cost')::float8;
+END $$;
+INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+SELECT 'dfa0', 'grant', 1, 'core-hours', 'dfc', '2025-01-01', '2025-12-31' FROM generate_series(1, 20000);
+ANALYZE hpcacct.ledger;
+SELECT cmp_ok(pg_temp.cost_of('SELECT * FROM hpcacct_internal.charge_rollup_pending'), '<', 10::float8,
+              'the pending charge rollup rows are costed at almost nothing, whatever the ledger''s size');
+SELECT cmp_ok(pg_temp.cost_of('SELECT * FROM hpcacct_internal.consumption_rollup_pending'), '<', 10::float8,
+              'so are the pending consumption rollup rows');
 
 SELECT * FROM finish();
 ROLLBACK;
