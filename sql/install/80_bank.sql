@@ -725,6 +725,35 @@ COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     'regulation with a grant; bank with bank entries, for personal accounts, or when nothing else binds it); a NULL '
     '(22004) or unknown account (42704) is an error';
 
+-- The account of a job (README, "The account of a job without -A"), the one definition that
+-- check_submit(), recheck_queued(), the hold messages, fairshare_queue and open_quarter() use:
+-- the account the job names; naming none, the user's default project, or the personal
+-- account when the user has none or from the day it has been deleted or has expired under
+-- the bank (open_quarter() then records it, hours after the quarter's midnight). NULL when
+-- none is named and the user is unknown. A NULL (22004) or infinite (22008) day is an error.
+-- One row, a set so that it is inlined where a query calls it in FROM (check_submit's
+-- statement, planned once per session; a view's row).
+CREATE FUNCTION hpcacct_internal.job_account(username text, account text, at date)
+    RETURNS SETOF text
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
+BEGIN ATOMIC
+    SELECT coalesce(job_account.account,
+                    (SELECT CASE WHEN u.default_account IS NULL THEN u.username
+                                 WHEN EXISTS (SELECT 1 FROM @extschema@.bank_state(u.default_account, job_account.at) b
+                                              WHERE CASE WHEN b.state = 'deleted' THEN true
+                                                         WHEN b.state = 'expired'
+                                                             THEN 'bank' = ANY (@extschema@.account_policies(u.default_account))
+                                                         ELSE false END)
+                                     THEN u.username
+                                 ELSE u.default_account END
+                     FROM @extschema@.hpc_user u
+                     WHERE u.username = job_account.username))
+    WHERE pg_catalog.isfinite(job_account.at) OR hpcacct_internal.refuse_argument(job_account.at, 'job_account', 'at');
+END;
+COMMENT ON FUNCTION hpcacct_internal.job_account(text, text, date) IS
+    'The account of a job at a day: the one named; none named, the user''s default project, the personal account '
+    'when there is none or once it has been deleted or has expired under the bank; NULL for an unknown user';
+
 -- ---- the quarter-start run -----------------------------------------------------------
 
 -- At the start of quarter q (any day of it names it):
@@ -833,17 +862,16 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
         ON CONFLICT DO NOTHING;
 
         -- default projects that point to deleted accounts, or to expired ones the bank binds, fall
-        -- back to the personal one (bank_state() calls a GENCI or RWTH project without deposits
-        -- expired: it does not expire). NO KEY UPDATE, as the update itself: FOR UPDATE would wait
+        -- back to the personal one, as job_account() resolves jobs from the quarter's midnight
+        -- (bank_state() calls a GENCI or RWTH project without deposits expired: it does not
+        -- expire). NO KEY UPDATE, as the update itself: FOR UPDATE would wait
         -- for every transaction whose foreign key holds the user's row, e.g. a portal user's open
         -- add_member() of that user
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
-            CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
-            WHERE u.default_account IS NOT NULL
-              AND (b.state = 'deleted'
-                   OR (b.state = 'expired' AND 'bank' = ANY (@extschema@.account_policies(u.default_account))))
+            CROSS JOIN LATERAL hpcacct_internal.job_account(u.username, NULL, this_quarter) AS j(account)
+            WHERE u.default_account IS NOT NULL AND j.account IS DISTINCT FROM u.default_account
             FOR NO KEY UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL

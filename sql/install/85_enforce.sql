@@ -165,9 +165,8 @@ CREATE FUNCTION @extschema@.account_verdict(account text, at date DEFAULT @extsc
 COMMENT ON FUNCTION @extschema@.account_verdict(text, date) IS
     'What an account''s state allows at a day under the policies that bind it: ok, or one reason and a message';
 
--- Resolves the account a job is charged to and says whether it may be submitted (no account
--- named: the user's default project, the personal account once that has expired or been
--- deleted). Refusals:
+-- Resolves the account a job is charged to (job_account()) and says whether it may be
+-- submitted. Refusals:
 -- unknown_user (no account given, user unknown), no_default_project (no account given, the
 -- user has neither a default project nor a personal account), unknown_account,
 -- account_deleted, no_access (not a member), then the account's policies (account_verdict).
@@ -190,20 +189,14 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
             RAISE EXCEPTION 'check_submit: % is not a finite date', at USING ERRCODE = 'datetime_field_overflow';
         END IF;
         IF chosen IS NULL THEN
-            SELECT coalesce(u.default_account, u.username) INTO chosen
-            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
-            IF NOT FOUND THEN
+            -- the default project, or the personal account (job_account(): the one definition)
+            SELECT j.account INTO chosen FROM hpcacct_internal.job_account(username, NULL, at) AS j(account);
+            IF chosen IS NULL THEN
                 RETURN ROW(false, NULL::text, 'unknown_user',
                            hpcacct_internal.refusal_message('unknown_user', NULL, username, NULL))::@extschema@.submit_decision;
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
-        IF account IS NULL AND chosen <> username AND verdict.reason IN ('account_expired', 'account_deleted') THEN
-            -- a default project that has expired (under the bank) or was deleted is the personal
-            -- account from that day on (§4), as open_quarter() records it at the quarter start
-            chosen := username;
-            verdict := @extschema@.account_verdict(chosen, at);
-        END IF;
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
             RETURN ROW(false, chosen, 'no_default_project',
@@ -246,6 +239,8 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Check the queue at today''s date (the default).';
         END IF;
+        -- the hold messages (notify_hold) name the account this check resolved: its day
+        PERFORM pg_catalog.set_config('hpcacct.check_day', pg_catalog.to_char(at, 'YYYY-MM-DD'), true);
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,
@@ -269,6 +264,7 @@ CREATE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema@.site_toda
         FROM updated u
         WHERE u.was_held = u.ok   -- held and now valid, or not held and now invalid
         ORDER BY 1, 2;
+        PERFORM pg_catalog.set_config('hpcacct.check_day', '', true);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS

@@ -370,6 +370,9 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     AS $$
     DECLARE
         lifted constant boolean := coalesce(pg_catalog.current_setting('hpcacct.sync_lifted', true), '') = 'on';
+        -- the day of the check that holds the job (recheck_queued() sets it while it updates), else today
+        check_day constant date := coalesce(NULLIF(pg_catalog.current_setting('hpcacct.check_day', true), '')::date,
+                                            @extschema@.site_today());
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
             'topic', CASE WHEN e.held OR e.changed THEN 'job_held' ELSE 'job_released' END,
@@ -378,7 +381,7 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                                                  CASE WHEN e.held THEN 'held' WHEN e.changed THEN 'reason' ELSE 'released' END,
                                                  pg_catalog.to_char(coalesce(n.checked_at, pg_catalog.statement_timestamp())
                                                                     AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'),
-            -- the account as check_submit() resolves it (none named: the user's default project);
+            -- the account as check_submit() resolves it (job_account(), at the check's day);
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),
             'to_managers', false,
@@ -422,8 +425,7 @@ CREATE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
         CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held,
                                    n.held AND o.held AND o.hold_comment IS NOT NULL
                                    AND n.hold_comment IS DISTINCT FROM o.hold_comment AS changed) e
-        CROSS JOIN LATERAL (SELECT coalesce(n.account, (SELECT coalesce(u.default_account, u.username)
-                                                        FROM @extschema@.hpc_user u WHERE u.username = n.username)) AS name) resolved
+        CROSS JOIN LATERAL hpcacct_internal.job_account(n.username, n.account, check_day) AS resolved(name)
         CROSS JOIN LATERAL (SELECT resolved.name, CASE WHEN n.account IS NOT NULL THEN n.account
                                                 WHEN resolved.name IS NOT NULL THEN resolved.name || ', your default'
                                                 ELSE 'default' END AS shown) acct

@@ -6,9 +6,9 @@
 -- The pending jobs (pending_job: what hpcacct-slurm-sync --queue reads from squeue, or what a
 -- site records itself), each with its account's fair-share factor in the pool of the job's
 -- partition and its user's factor inside the account, highest account factor first. A job
--- without an account is the user's default project (hpc_user.default_account, else the
--- personal account), as check_submit() resolves it; of a job that may run in several
--- partitions ("a,b", as squeue prints them) the first names the pool. A job whose pool is
+-- without an account counts under the account job_account() resolves today, as
+-- check_submit() does; of a job that may run in several partitions ("a,b", as squeue prints
+-- them) the first names the pool. A job whose pool is
 -- unknown (no partition recorded, or no resource row for it now) or whose account has no
 -- factor in that pool has NULL factors and comes last. The factors are fairshare()'s, now
 -- (computed once per query): a portal user sees the jobs of their accounts and their own jobs
@@ -16,12 +16,16 @@
 CREATE VIEW @extschema@.fairshare_queue AS
     WITH f AS MATERIALIZED (
         SELECT s.pool, s.unit, s.account, s.submitter, s.factor FROM @extschema@.fairshare() s
-    ), q AS (
-        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at,
-               coalesce(p.account, u.default_account, p.username) AS account,
+    ), today AS MATERIALIZED (
+        SELECT @extschema@.site_today() AS day
+    ), q AS MATERIALIZED (
+        -- (the day a column, not a sub-select: job_account() is then inlined; materialized: its
+        -- account computed once per job, not again in each join below)
+        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at, j.account,
                coalesce(r.pool, r.cluster) AS pool, r.unit
         FROM @extschema@.pending_job p
-        LEFT JOIN @extschema@.hpc_user u ON u.username = p.username
+        CROSS JOIN today
+        CROSS JOIN LATERAL hpcacct_internal.job_account(p.username, p.account, today.day) AS j(account)
         LEFT JOIN @extschema@.resource r
           ON r.cluster = p.cluster AND r.partition = pg_catalog.split_part(p.partition, ',', 1)
          AND r.valid @> pg_catalog.now()

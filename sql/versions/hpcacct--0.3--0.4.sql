@@ -12986,6 +12986,57 @@ COMMENT ON FUNCTION hpcacct_internal.grant_notify_role() IS
 -- setup_roles(): defined in the final definitions, and run by this update after them: it creates hpcacct_notify
 -- where the site's roles exist (hpcacct_admin), as it created hpcacct_submit
 
+-- ==== one definition of the account of a job that names none, hpcacct_internal.job_account(): check_submit() charged the personal account from the day the default project had expired under the bank or been deleted, while the hold message to the job's owner and fairshare_queue named that project until open_quarter() reset it, hours later (the view for ever, once it expired after the last open_quarter()); open_quarter() resets the defaults it no longer resolves to (pgTAP job_account) ---
+CREATE FUNCTION hpcacct_internal.job_account(username text, account text, at date)
+    RETURNS SETOF text
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
+BEGIN ATOMIC
+    SELECT coalesce(job_account.account,
+                    (SELECT CASE WHEN u.default_account IS NULL THEN u.username
+                                 WHEN EXISTS (SELECT 1 FROM @extschema@.bank_state(u.default_account, job_account.at) b
+                                              WHERE CASE WHEN b.state = 'deleted' THEN true
+                                                         WHEN b.state = 'expired'
+                                                             THEN 'bank' = ANY (@extschema@.account_policies(u.default_account))
+                                                         ELSE false END)
+                                     THEN u.username
+                                 ELSE u.default_account END
+                     FROM @extschema@.hpc_user u
+                     WHERE u.username = job_account.username))
+    WHERE pg_catalog.isfinite(job_account.at) OR hpcacct_internal.refuse_argument(job_account.at, 'job_account', 'at');
+END;
+COMMENT ON FUNCTION hpcacct_internal.job_account(text, text, date) IS
+    'The account of a job at a day: the one named; none named, the user''s default project, the personal account '
+    'when there is none or once it has been deleted or has expired under the bank; NULL for an unknown user';
+-- the view's account is job_account()'s today (CREATE OR REPLACE VIEW resets its options: security_invoker again)
+CREATE OR REPLACE VIEW @extschema@.fairshare_queue AS
+    WITH f AS MATERIALIZED (
+        SELECT s.pool, s.unit, s.account, s.submitter, s.factor FROM @extschema@.fairshare() s
+    ), today AS MATERIALIZED (
+        SELECT @extschema@.site_today() AS day
+    ), q AS MATERIALIZED (
+        -- (the day a column, not a sub-select: job_account() is then inlined; materialized: its
+        -- account computed once per job, not again in each join below)
+        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at, j.account,
+               coalesce(r.pool, r.cluster) AS pool, r.unit
+        FROM @extschema@.pending_job p
+        CROSS JOIN today
+        CROSS JOIN LATERAL hpcacct_internal.job_account(p.username, p.account, today.day) AS j(account)
+        LEFT JOIN @extschema@.resource r
+          ON r.cluster = p.cluster AND r.partition = pg_catalog.split_part(p.partition, ',', 1)
+         AND r.valid @> pg_catalog.now()
+    )
+    SELECT pg_catalog.row_number() OVER (ORDER BY fa.factor DESC NULLS LAST, fu.factor DESC NULLS LAST,
+                                         q.submitted_at, q.cluster, q.jobid) AS position,
+           q.cluster, q.jobid, q.username, q.account, q.partition, q.pool, q.unit,
+           fa.factor AS account_factor, fu.factor AS user_factor, q.held, q.submitted_at
+    FROM q
+    LEFT JOIN f fa ON fa.pool = q.pool AND fa.unit = q.unit AND fa.account = q.account AND fa.submitter IS NULL
+    LEFT JOIN f fu ON fu.pool = q.pool AND fu.unit = q.unit AND fu.account = q.account AND fu.submitter = q.username
+    ORDER BY 1;
+ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
+-- check_submit(), recheck_queued() (the check's day for the hold messages), notify_hold(), open_quarter(): defined in
+-- the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13370,17 +13421,16 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
         ON CONFLICT DO NOTHING;
 
         -- default projects that point to deleted accounts, or to expired ones the bank binds, fall
-        -- back to the personal one (bank_state() calls a GENCI or RWTH project without deposits
-        -- expired: it does not expire). NO KEY UPDATE, as the update itself: FOR UPDATE would wait
+        -- back to the personal one, as job_account() resolves jobs from the quarter's midnight
+        -- (bank_state() calls a GENCI or RWTH project without deposits expired: it does not
+        -- expire). NO KEY UPDATE, as the update itself: FOR UPDATE would wait
         -- for every transaction whose foreign key holds the user's row, e.g. a portal user's open
         -- add_member() of that user
         WITH stale AS (
             SELECT u.username, u.default_account
             FROM @extschema@.hpc_user u
-            CROSS JOIN LATERAL @extschema@.bank_state(u.default_account, this_quarter) b
-            WHERE u.default_account IS NOT NULL
-              AND (b.state = 'deleted'
-                   OR (b.state = 'expired' AND 'bank' = ANY (@extschema@.account_policies(u.default_account))))
+            CROSS JOIN LATERAL hpcacct_internal.job_account(u.username, NULL, this_quarter) AS j(account)
+            WHERE u.default_account IS NOT NULL AND j.account IS DISTINCT FROM u.default_account
             FOR NO KEY UPDATE OF u
         ), reset AS (
             UPDATE @extschema@.hpc_user u SET default_account = NULL
@@ -13434,20 +13484,14 @@ CREATE OR REPLACE FUNCTION @extschema@.check_submit(username text, account text 
             RAISE EXCEPTION 'check_submit: % is not a finite date', at USING ERRCODE = 'datetime_field_overflow';
         END IF;
         IF chosen IS NULL THEN
-            SELECT coalesce(u.default_account, u.username) INTO chosen
-            FROM @extschema@.hpc_user u WHERE u.username = check_submit.username;
-            IF NOT FOUND THEN
+            -- the default project, or the personal account (job_account(): the one definition)
+            SELECT j.account INTO chosen FROM hpcacct_internal.job_account(username, NULL, at) AS j(account);
+            IF chosen IS NULL THEN
                 RETURN ROW(false, NULL::text, 'unknown_user',
                            hpcacct_internal.refusal_message('unknown_user', NULL, username, NULL))::@extschema@.submit_decision;
             END IF;
         END IF;
         verdict := @extschema@.account_verdict(chosen, at);
-        IF account IS NULL AND chosen <> username AND verdict.reason IN ('account_expired', 'account_deleted') THEN
-            -- a default project that has expired (under the bank) or was deleted is the personal
-            -- account from that day on (§4), as open_quarter() records it at the quarter start
-            chosen := username;
-            verdict := @extschema@.account_verdict(chosen, at);
-        END IF;
         IF verdict.reason = 'unknown_account' AND account IS NULL THEN
             -- a user with neither a default project nor a personal account (sync_slurm_accounts adds none)
             RETURN ROW(false, chosen, 'no_default_project',
@@ -13916,6 +13960,8 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Check the queue at today''s date (the default).';
         END IF;
+        -- the hold messages (notify_hold) name the account this check resolved: its day
+        PERFORM pg_catalog.set_config('hpcacct.check_day', pg_catalog.to_char(at, 'YYYY-MM-DD'), true);
         RETURN QUERY
         WITH checked AS (
             SELECT p.cluster, p.jobid, p.held AS was_held, c.ok, c.account, c.reason, c.message,
@@ -13939,6 +13985,7 @@ CREATE OR REPLACE FUNCTION @extschema@.recheck_queued(at date DEFAULT @extschema
         FROM updated u
         WHERE u.was_held = u.ok   -- held and now valid, or not held and now invalid
         ORDER BY 1, 2;
+        PERFORM pg_catalog.set_config('hpcacct.check_day', '', true);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.recheck_queued(date) IS
@@ -16688,6 +16735,9 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
     AS $$
     DECLARE
         lifted constant boolean := coalesce(pg_catalog.current_setting('hpcacct.sync_lifted', true), '') = 'on';
+        -- the day of the check that holds the job (recheck_queued() sets it while it updates), else today
+        check_day constant date := coalesce(NULLIF(pg_catalog.current_setting('hpcacct.check_day', true), '')::date,
+                                            @extschema@.site_today());
     BEGIN
         PERFORM @extschema@.outbox_add_all(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
             'topic', CASE WHEN e.held OR e.changed THEN 'job_held' ELSE 'job_released' END,
@@ -16696,7 +16746,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                                                  CASE WHEN e.held THEN 'held' WHEN e.changed THEN 'reason' ELSE 'released' END,
                                                  pg_catalog.to_char(coalesce(n.checked_at, pg_catalog.statement_timestamp())
                                                                     AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00'),
-            -- the account as check_submit() resolves it (none named: the user's default project);
+            -- the account as check_submit() resolves it (job_account(), at the check's day);
             -- NULL when it does not exist. The job's owner is told, not the account's managers.
             'account', (SELECT a.name FROM @extschema@.account a WHERE a.name = acct.name),
             'to_managers', false,
@@ -16740,8 +16790,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
         CROSS JOIN LATERAL (SELECT n.held AND NOT o.held AS held,
                                    n.held AND o.held AND o.hold_comment IS NOT NULL
                                    AND n.hold_comment IS DISTINCT FROM o.hold_comment AS changed) e
-        CROSS JOIN LATERAL (SELECT coalesce(n.account, (SELECT coalesce(u.default_account, u.username)
-                                                        FROM @extschema@.hpc_user u WHERE u.username = n.username)) AS name) resolved
+        CROSS JOIN LATERAL hpcacct_internal.job_account(n.username, n.account, check_day) AS resolved(name)
         CROSS JOIN LATERAL (SELECT resolved.name, CASE WHEN n.account IS NOT NULL THEN n.account
                                                 WHEN resolved.name IS NOT NULL THEN resolved.name || ', your default'
                                                 ELSE 'default' END AS shown) acct
@@ -18482,4 +18531,25 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
     $$;
 COMMENT ON FUNCTION hpcacct_internal.sends_mail() IS
     'True for members of hpcacct_notify (the mail sender), who read every delivery and its message';
+
+CREATE OR REPLACE FUNCTION hpcacct_internal.job_account(username text, account text, at date)
+    RETURNS SETOF text
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
+BEGIN ATOMIC
+    SELECT coalesce(job_account.account,
+                    (SELECT CASE WHEN u.default_account IS NULL THEN u.username
+                                 WHEN EXISTS (SELECT 1 FROM @extschema@.bank_state(u.default_account, job_account.at) b
+                                              WHERE CASE WHEN b.state = 'deleted' THEN true
+                                                         WHEN b.state = 'expired'
+                                                             THEN 'bank' = ANY (@extschema@.account_policies(u.default_account))
+                                                         ELSE false END)
+                                     THEN u.username
+                                 ELSE u.default_account END
+                     FROM @extschema@.hpc_user u
+                     WHERE u.username = job_account.username))
+    WHERE pg_catalog.isfinite(job_account.at) OR hpcacct_internal.refuse_argument(job_account.at, 'job_account', 'at');
+END;
+COMMENT ON FUNCTION hpcacct_internal.job_account(text, text, date) IS
+    'The account of a job at a day: the one named; none named, the user''s default project, the personal account '
+    'when there is none or once it has been deleted or has expired under the bank; NULL for an unknown user';
 -- ==== end of final definitions

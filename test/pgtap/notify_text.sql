@@ -32,6 +32,9 @@ SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['nt_mgr', 'nt_mem']) AS u;
 INSERT INTO contact (username, email) VALUES ('nt_mgr', 'mgr@example.org'), ('nt_mem', 'mem@example.org');
 INSERT INTO account (name) VALUES ('nt_proj');
 SELECT add_member('nt_proj', 'nt_mgr', 'admin'), add_member('nt_proj', 'nt_mem', 'member');
+-- an allocation this quarter: without one, nt_proj has expired under the bank and a job
+-- without an account is nt_mem's personal account's (job_account())
+SELECT deposit('nt_proj', quarter_start(site_today()), 100);
 UPDATE hpc_user SET default_account = 'nt_proj' WHERE username = 'nt_mem';
 INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('nt_c', 'h1', 'nt_mem', 'nt_proj'),
                                                                    ('nt_c', 'h2', 'nt_mem', NULL);
@@ -42,7 +45,8 @@ SELECT is((SELECT array_agg(r.address ORDER BY r.address) FROM outbox_recipient 
 SELECT is((SELECT array_agg(r.address ORDER BY r.address) FROM outbox_recipient r JOIN outbox m USING (message_id)
            WHERE m.topic = 'job_held' AND m.figures ->> 'jobid' = 'h2'), ARRAY['mem@example.org'],
           'one that named no account too');
-SELECT is((SELECT account FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h2'), 'nt_proj',
+SELECT is((SELECT account FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h2'),
+          (check_submit('nt_mem', NULL, site_today())).account,
           'a job that named no account is the default project''s, as check_submit() resolves it');
 SELECT ok((SELECT body FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'h2') ~ '\(account nt_proj, your default\)',
           'and its message names it');
