@@ -185,7 +185,9 @@ CREATE FUNCTION @extschema@.check_submit(username text, account text DEFAULT NUL
             RAISE EXCEPTION 'check_submit: username must not be NULL' USING ERRCODE = 'null_value_not_allowed';
         END IF;
         -- before any answer: an unknown user with an infinite day is an error too
-        IF NOT isfinite(at) THEN
+        IF at IS NULL THEN
+            at := @extschema@.site_today();  -- the documented default (job_account() refuses NULL)
+        ELSIF NOT isfinite(at) THEN
             RAISE EXCEPTION 'check_submit: % is not a finite date', at USING ERRCODE = 'datetime_field_overflow';
         END IF;
         IF chosen IS NULL THEN
