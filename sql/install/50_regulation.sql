@@ -114,7 +114,7 @@ COMMENT ON AGGREGATE @extschema@.tc(date, date, float8, date, text) IS
 CREATE FUNCTION hpcacct_internal.require_window_months(caller text, account text, kind text, machine text,
                                                        valid_from date, valid_until date, convention text)
     RETURNS void
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    LANGUAGE plpgsql STABLE  -- not PARALLEL SAFE: its EXCEPTION block starts a subtransaction
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN

@@ -13037,6 +13037,9 @@ ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
 -- check_submit(), recheck_queued() (the check's day for the hold messages), notify_hold(), open_quarter(): defined in
 -- the final definitions
 
+-- ==== require_window_months() is no longer PARALLEL SAFE: its EXCEPTION block starts a subtransaction, which a parallel plan cannot, so adding a regulation_machine row (or a grant) failed with 25000 when the planner checked the machine's grants in parallel (a large ledger; pgTAP catalog) ---
+-- require_window_months(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -18554,4 +18557,29 @@ END;
 COMMENT ON FUNCTION hpcacct_internal.job_account(text, text, date) IS
     'The account of a job at a day: the one named; none named, the user''s default project, the personal account '
     'when there is none or once it has been deleted or has expired under the bank; NULL for an unknown user';
+CREATE OR REPLACE FUNCTION hpcacct_internal.require_window_months(caller text, account text, kind text, machine text,
+                                                       valid_from date, valid_until date, convention text)
+    RETURNS void
+    LANGUAGE plpgsql STABLE  -- not PARALLEL SAFE: its EXCEPTION block starts a subtransaction
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        -- (a NULL, infinite or inverted window, or an unknown convention, is a CHECK's to refuse, 23514)
+        IF valid_from IS NULL OR valid_until IS NULL OR valid_until < valid_from
+           OR NOT pg_catalog.isfinite(valid_from) OR NOT pg_catalog.isfinite(valid_until)
+           OR convention IS NULL OR convention NOT IN ('half_month', 'day') THEN
+            RETURN;
+        END IF;
+        PERFORM @extschema@.tmc(valid_from, valid_until, 1, valid_from, convention);
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION '%: the % of account "%" on machine "%", valid % to %, spans no time under the % convention',
+            caller, kind, account, machine, hpcacct_internal.iso_date(valid_from), hpcacct_internal.iso_date(valid_until),
+            convention
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Both ends round to the same half-month boundary: the window has no TMC.',
+                  HINT = 'Give the window at least half a month, or set the machine''s month_convention to day.';
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_window_months(text, text, text, text, date, date, text) IS
+    'An allocation event''s window spans some time in a month convention; 22023 for one it makes empty';
 -- ==== end of final definitions

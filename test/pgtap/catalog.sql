@@ -1,7 +1,7 @@
 -- The extension's catalog: every object says what it is, and the version installed is the one
 -- the control file names.
 BEGIN;
-SELECT plan(10);
+SELECT plan(12);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'),
           (SELECT default_version FROM pg_available_extensions WHERE name = 'hpcacct'),
@@ -28,6 +28,27 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_language l O
                   WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND l.lanname = 'c'
                     AND p.proparallel <> 's'$$,
                 'every C function is PARALLEL SAFE');
+
+-- A PL/pgSQL block with an EXCEPTION clause starts a subtransaction, which a parallel plan
+-- cannot: such a function marked PARALLEL SAFE failed in any query the planner ran in parallel
+-- ("cannot start subtransactions during a parallel operation"), e.g. the check of a machine's
+-- grants when a regulation_machine row is added on a site with a large ledger.
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
+                  WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
+                    AND p.prosrc ~* 'exception\s+when' AND p.proparallel <> 'u'$$,
+                'no function with an EXCEPTION block is marked PARALLEL SAFE or RESTRICTED');
+SAVEPOINT parallel_check;
+SET LOCAL timezone = 'UTC';
+INSERT INTO hpcacct.account (name) VALUES ('cat-p');
+INSERT INTO hpcacct.resource (cluster, partition, node, bundle, rate, unit)
+VALUES ('cat-m', 'cpu', 'cpu=40', 'cpu=1', 1, 'core-hours');
+INSERT INTO hpcacct.ledger (account, kind, amount, unit, pool, valid_from, valid_until)
+VALUES ('cat-p', 'grant', 1000, 'core-hours', 'cat-m', '2025-01-01', '2025-12-31');
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'debug_parallel_query'
+                        ELSE 'force_parallel_mode' END, 'on', true) AS parallel \gset
+SELECT lives_ok($$INSERT INTO hpcacct.regulation_machine (machine, monthly_threshold) VALUES ('cat-m', 1000000)$$,
+                'a machine''s regulation_machine row is added while its grants are checked by a parallel plan');
+ROLLBACK TO SAVEPOINT parallel_check;
 
 -- \df hpcacct.* shows what a user calls: what implements a type, an operator, an operator
 -- class, an aggregate or a trigger lives in hpcacct_internal (but tres_get, the function of
