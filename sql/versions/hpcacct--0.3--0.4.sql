@@ -13040,6 +13040,38 @@ ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
 -- ==== require_window_months() is no longer PARALLEL SAFE: its EXCEPTION block starts a subtransaction, which a parallel plan cannot, so adding a regulation_machine row (or a grant) failed with 25000 when the planner checked the machine's grants in parallel (a large ledger; pgTAP catalog) ---
 -- require_window_months(): defined in the final definitions
 
+-- ==== fairshare_queue (and hpcacct-slurm-sync's queue query) resolve a job without an account once per user, not once per job: 10 000 such jobs of 200 users, 0.06 s instead of 0.29 s (the sync's query: 0.13-0.18 s instead of 35 s) ---
+CREATE OR REPLACE VIEW @extschema@.fairshare_queue AS
+    WITH f AS MATERIALIZED (
+        SELECT s.pool, s.unit, s.account, s.submitter, s.factor FROM @extschema@.fairshare() s
+    ), today AS MATERIALIZED (
+        SELECT @extschema@.site_today() AS day
+    ), unnamed AS MATERIALIZED (
+        -- the account of a job that names none, once per user (per job, 10 000 such jobs of 200
+        -- users took 0.29 s, 0.06 s now); the day a column, not a sub-select: job_account() inlined
+        SELECT u.username, j.account
+        FROM (SELECT DISTINCT p.username FROM @extschema@.pending_job p WHERE p.account IS NULL) u
+        CROSS JOIN today
+        CROSS JOIN LATERAL hpcacct_internal.job_account(u.username, NULL, today.day) AS j(account)
+    ), q AS (
+        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at,
+               coalesce(p.account, n.account) AS account, coalesce(r.pool, r.cluster) AS pool, r.unit
+        FROM @extschema@.pending_job p
+        LEFT JOIN unnamed n ON p.account IS NULL AND n.username = p.username
+        LEFT JOIN @extschema@.resource r
+          ON r.cluster = p.cluster AND r.partition = pg_catalog.split_part(p.partition, ',', 1)
+         AND r.valid @> pg_catalog.now()
+    )
+    SELECT pg_catalog.row_number() OVER (ORDER BY fa.factor DESC NULLS LAST, fu.factor DESC NULLS LAST,
+                                         q.submitted_at, q.cluster, q.jobid) AS position,
+           q.cluster, q.jobid, q.username, q.account, q.partition, q.pool, q.unit,
+           fa.factor AS account_factor, fu.factor AS user_factor, q.held, q.submitted_at
+    FROM q
+    LEFT JOIN f fa ON fa.pool = q.pool AND fa.unit = q.unit AND fa.account = q.account AND fa.submitter IS NULL
+    LEFT JOIN f fu ON fu.pool = q.pool AND fu.unit = q.unit AND fu.account = q.account AND fu.submitter = q.username
+    ORDER BY 1;
+ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the

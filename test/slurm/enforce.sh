@@ -295,7 +295,7 @@ echo "$sync3" | grep 'ran:' | sed 's/^/# /'
 check "QOS names set in upper case are Slurm's lower-case ones: nothing to change" \
     "$(grep -q 'associations: nothing to change' <<<"$sync3" && ! grep -q 'ran:' <<<"$sync3" && echo t)"
 check "--help prints the whole header, to its cron line" \
-    "$(hpcacct-slurm-sync --help | tail -n 1 | grep -q 'cron: \*/10' && echo t)"
+    "$(hpcacct-slurm-sync --help | tail -n 1 | grep -q '^\*/10 \* \* \* \* root /usr/lib/postgresql/15/bin/hpcacct-slurm-sync$' && echo t)"
 wrong=$(PGPASSFILE=$work/wrong.pgpass hpcacct-slurm-sync --assoc 2>&1)
 echo "# with a wrong password: $(head -1 <<<"$wrong")"
 check "the sync reaches the database over TCP with the password from PGPASSFILE, never on psql's command line" \
