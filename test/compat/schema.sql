@@ -14,24 +14,24 @@ SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttyp
        || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind IN ('r', 'v', 'c')
+WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND c.relkind IN ('r', 'v', 'c')
 ORDER BY c.relname, a.attnum;
 SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
 FROM pg_constraint WHERE connamespace = 'hpcacct'::regnamespace AND conrelid <> 0 ORDER BY 1;
 SELECT 'index ' || pg_get_indexdef(i.indexrelid)
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE c.relnamespace = 'hpcacct'::regnamespace ORDER BY 1;
+WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) ORDER BY 1;
 SELECT 'view ' || c.oid::regclass || ' ' || coalesce(array_to_string(c.reloptions, ','), '') || E'\n'
        || pg_get_viewdef(c.oid)
-FROM pg_class c WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'v' ORDER BY 1;
+FROM pg_class c WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND c.relkind = 'v' ORDER BY 1;
 SELECT 'trigger ' || pg_get_triggerdef(t.oid)
 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-WHERE c.relnamespace = 'hpcacct'::regnamespace AND NOT t.tgisinternal ORDER BY 1;
+WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND NOT t.tgisinternal ORDER BY 1;
 SELECT 'policy ' || schemaname || '.' || tablename || ' ' || policyname || ' ' || cmd || ' '
        || coalesce(qual, '') || ' ' || coalesce(with_check, '')
 FROM pg_policies WHERE schemaname = 'hpcacct' ORDER BY 1;
 SELECT 'rls ' || c.oid::regclass || ' ' || c.relrowsecurity
-FROM pg_class c WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind = 'r' ORDER BY 1;
+FROM pg_class c WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND c.relkind = 'r' ORDER BY 1;
 SELECT 'operator ' || o.oid::regoperator FROM pg_operator o WHERE o.oprnamespace = 'hpcacct'::regnamespace ORDER BY 1;
 SELECT 'opclass ' || opcname || ' ' || (SELECT amname FROM pg_am WHERE oid = opcmethod)
 FROM pg_opclass WHERE opcnamespace = 'hpcacct'::regnamespace ORDER BY 1;
@@ -53,8 +53,8 @@ FROM pg_namespace n WHERE n.nspname IN ('hpcacct', 'hpcacct_internal') ORDER BY 
 -- table and column privileges, each list in one order (an update grants in another)
 SELECT 'relacl ' || c.oid::regclass || ' ' || coalesce((SELECT string_agg(x::text, ',' ORDER BY x::text)
                                                         FROM unnest(c.relacl) x), 'default')
-FROM pg_class c WHERE c.relnamespace = 'hpcacct'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1;
+FROM pg_class c WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1;
 SELECT 'attacl ' || c.oid::regclass || '.' || a.attname || ' '
        || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(a.attacl) x)
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-WHERE c.relnamespace = 'hpcacct'::regnamespace AND a.attacl IS NOT NULL ORDER BY 1;
+WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND a.attacl IS NOT NULL ORDER BY 1;
