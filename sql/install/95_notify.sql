@@ -911,6 +911,10 @@ CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
 -- deliveries and writes their state, nothing else: it sees every delivery, the messages'
 -- subjects and bodies and the display names, which its claim reads, through the policies
 -- below (not sees_all_accounts(), which would show it every account's rows where it is granted).
+-- Only a role that holds hpcacct_notify's privileges and not a portal user's: a portal user's
+-- grants are every column, its rows its own, and with the sender's rows would read every
+-- account's messages and figures and every contact's address (a portal login in the mail role
+-- sends after SET ROLE hpcacct_notify).
 CREATE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -918,11 +922,15 @@ CREATE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
     BEGIN
         RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname = 'hpcacct_notify'
-                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'));
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE'))
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = 'hpcacct_portal'
+                             AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE'));
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.sends_mail() IS
-    'True for members of hpcacct_notify (the mail sender), who read every delivery and its message';
+    'True for roles with hpcacct_notify''s privileges (the mail sender) and not a portal user''s, who read every '
+    'delivery and its message';
 CREATE POLICY sender_rows ON @extschema@.outbox FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
 CREATE POLICY sender_rows ON @extschema@.outbox_recipient FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));
 CREATE POLICY sender_rows ON @extschema@.contact FOR SELECT USING ((SELECT hpcacct_internal.sends_mail()));

@@ -18563,11 +18563,15 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
     BEGIN
         RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname = 'hpcacct_notify'
-                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'));
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE'))
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = 'hpcacct_portal'
+                             AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE'));
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.sends_mail() IS
-    'True for members of hpcacct_notify (the mail sender), who read every delivery and its message';
+    'True for roles with hpcacct_notify''s privileges (the mail sender) and not a portal user''s, who read every '
+    'delivery and its message';
 
 CREATE OR REPLACE FUNCTION hpcacct_internal.job_account(username text, account text, at date)
     RETURNS SETOF text

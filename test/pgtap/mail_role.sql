@@ -8,7 +8,7 @@
 BEGIN;
 SET search_path = hpcacct, public;
 SET client_min_messages = warning;
-SELECT plan(46);
+SELECT plan(52);
 
 CALL setup_roles();
 CREATE ROLE ml_mailer LOGIN IN ROLE hpcacct_notify;   -- hpcacct-notify's login
@@ -123,6 +123,37 @@ SELECT throws_ok($$SELECT count(*) FROM hpcacct.outbox_status$$, '42501', NULL,
                  'nor the outbox''s topics, accounts and figures (outbox_status)');
 RESET SESSION AUTHORIZATION;
 SELECT is(pg_temp.fingerprint(), (SELECT fingerprint FROM ml_before), 'nothing written, as the owner sees it');
+
+-- ---- a portal user in the mail role reads no more than as a portal user ----
+-- The sender's policies show every delivery, message and contact; its grants only some
+-- columns. A portal user's grants are every column, its rows its own: a login in both, or in
+-- the mail role through a NOINHERIT group (no grant of it), read every account's messages with
+-- their figures and every contact's address. Sending takes SET ROLE hpcacct_notify.
+INSERT INTO account (name) VALUES ('ml_b');
+SELECT outbox_add('balance_low', 'ml_b/1', 'ml_b', 'Other', 'other body', '{"balance": -5}', false);
+CREATE ROLE ml_ben LOGIN IN ROLE hpcacct_portal, hpcacct_notify;
+CREATE ROLE ml_group NOLOGIN NOINHERIT IN ROLE hpcacct_notify;
+CREATE ROLE ml_ann LOGIN IN ROLE hpcacct_portal, ml_group;
+SET SESSION AUTHORIZATION ml_ben;
+SELECT is((SELECT count(*) FROM hpcacct.outbox WHERE account = 'ml_b'), 0::bigint,
+          'a portal user in hpcacct_notify reads no message of an account not its own (figures, topic)');
+SELECT is((SELECT array_agg(username ORDER BY username) FROM hpcacct.contact), ARRAY['ml_ben'],
+          'nor another user''s contact (address)');
+SET ROLE hpcacct_notify;
+SELECT is((SELECT count(*) FROM hpcacct.outbox WHERE subject = 'Other'), 1::bigint,
+          'as hpcacct_notify (SET ROLE) it reads every message''s subject, as the sender does');
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION ml_ann;
+SELECT is((SELECT count(*) FROM hpcacct.outbox WHERE account = 'ml_b'), 0::bigint,
+          'a portal user in hpcacct_notify through a NOINHERIT group reads no message of another account');
+SELECT is((SELECT count(*) FROM hpcacct.contact WHERE username <> 'ml_ann'), 0::bigint,
+          'nor another user''s contact');
+SET ROLE hpcacct_notify;
+SELECT is((SELECT count(*) FROM hpcacct.outbox WHERE subject = 'Other'), 1::bigint,
+          'and as hpcacct_notify (SET ROLE) every message''s subject');
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
 
 -- ---- its privileges, in the catalog ----
 SELECT ok((SELECT NOT rolcanlogin AND NOT rolsuper AND NOT rolcreaterole AND NOT rolcreatedb AND NOT rolbypassrls
