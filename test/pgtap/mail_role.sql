@@ -49,21 +49,7 @@ SELECT is((SELECT array_agg(username || ':' || state || ':' || attempts ORDER BY
           'the deliveries are in the states the sender recorded');
 
 -- Every table's rows, as the owner sees them: compared at the end, nothing may have changed.
-CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    r regclass;
-    all_rows text := '';
-    rows_of text;
-BEGIN
-    FOR r IN SELECT c.oid FROM pg_class c
-             WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND c.relkind = 'r'
-             ORDER BY c.oid::regclass::text LOOP
-        EXECUTE format('SELECT coalesce(string_agg(md5(t::text), '','' ORDER BY md5(t::text)), '''') FROM %s t', r)
-            INTO rows_of;
-        all_rows := all_rows || r::text || ':' || md5(rows_of) || ';';
-    END LOOP;
-    RETURN all_rows;
-END $$;
+\ir include/fingerprint.psql
 CREATE TEMP TABLE ml_before AS SELECT pg_temp.fingerprint() AS fingerprint;
 
 -- ---- what it must not do ----

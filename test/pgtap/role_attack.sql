@@ -48,21 +48,7 @@ SELECT add_quota_period('ra_a', '2024-01-01', '2024-06-30', 100, NULL, 'NPL'),
 INSERT INTO contact (username, email) VALUES ('ra_bob', 'bob@home.example'), ('ra_member', 'member@home.example');
 
 -- Every table's rows, as the owner sees them: compared at the end, nothing may have changed.
-CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    r regclass;
-    all_rows text := '';
-    rows_of text;
-BEGIN
-    FOR r IN SELECT c.oid FROM pg_class c
-             WHERE c.relnamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND c.relkind = 'r'
-             ORDER BY c.oid::regclass::text LOOP
-        EXECUTE format('SELECT coalesce(string_agg(md5(t::text), '','' ORDER BY md5(t::text)), '''') FROM %s t', r)
-            INTO rows_of;
-        all_rows := all_rows || r::text || ':' || md5(rows_of) || ';';
-    END LOOP;
-    RETURN all_rows;
-END $$;
+\ir include/fingerprint.psql
 CREATE TEMP TABLE ra_before AS SELECT pg_temp.fingerprint() AS fingerprint;
 -- what the owner sees of ra_b, so that "nothing" below is nothing hidden, not nothing there
 SELECT ok((SELECT sum(amount) FROM hpcacct_internal.charges_to_day_end('ra_b', NULL, NULL, '2024-02-01', '2024-02-03'))
