@@ -3,11 +3,32 @@
 -- LQCD) and r_wlm_usage without -p (RWTH), the caller's own accounts.
 -- ---------------------------------------------------------------------------------------
 
+-- The account of each pending job (README, "The account of a job without -A"): the one it names,
+-- or the one its user's jobs without an account go to today, resolved once per user (per job,
+-- 10 000 such jobs of 200 users took 0.29 s in fairshare_queue, 0.06 s so; hpcacct-slurm-sync's
+-- queue query 34-36 s, 0.13-0.18 s so). The day is a column, not a sub-select, so that
+-- job_account() is inlined. As its caller: row-level security on pending_job applies.
+CREATE VIEW hpcacct_internal.pending_job_account WITH (security_invoker = true) AS
+    WITH today AS MATERIALIZED (
+        SELECT @extschema@.site_today() AS day
+    ), unnamed AS MATERIALIZED (
+        SELECT u.username, j.account
+        FROM (SELECT DISTINCT p.username FROM @extschema@.pending_job p WHERE p.account IS NULL) u
+        CROSS JOIN today
+        CROSS JOIN LATERAL hpcacct_internal.job_account(u.username, NULL, today.day) AS j(account)
+    )
+    SELECT p.cluster, p.jobid, coalesce(p.account, n.account) AS account
+    FROM @extschema@.pending_job p
+    LEFT JOIN unnamed n ON p.account IS NULL AND n.username = p.username;
+COMMENT ON VIEW hpcacct_internal.pending_job_account IS
+    'The account of each pending job today: the one it names, or the one its user''s jobs without an account go to';
+GRANT SELECT ON hpcacct_internal.pending_job_account TO PUBLIC;
+
 -- The pending jobs (pending_job: what hpcacct-slurm-sync --queue reads from squeue, or what a
 -- site records itself), each with its account's fair-share factor in the pool of the job's
 -- partition and its user's factor inside the account, highest account factor first. A job
--- without an account counts under the account job_account() resolves today, as
--- check_submit() does; of a job that may run in several partitions ("a,b", as squeue prints
+-- without an account counts under the account job_account() resolves today
+-- (pending_job_account), as check_submit() does; of a job that may run in several partitions ("a,b", as squeue prints
 -- them) the first names the pool. A job whose pool is
 -- unknown (no partition recorded, or no resource row for it now) or whose account has no
 -- factor in that pool has NULL factors and comes last. The factors are fairshare()'s, now
@@ -16,20 +37,11 @@
 CREATE VIEW @extschema@.fairshare_queue AS
     WITH f AS MATERIALIZED (
         SELECT s.pool, s.unit, s.account, s.submitter, s.factor FROM @extschema@.fairshare() s
-    ), today AS MATERIALIZED (
-        SELECT @extschema@.site_today() AS day
-    ), unnamed AS MATERIALIZED (
-        -- the account of a job that names none, once per user (per job, 10 000 such jobs of 200
-        -- users took 0.29 s, 0.06 s now); the day a column, not a sub-select: job_account() inlined
-        SELECT u.username, j.account
-        FROM (SELECT DISTINCT p.username FROM @extschema@.pending_job p WHERE p.account IS NULL) u
-        CROSS JOIN today
-        CROSS JOIN LATERAL hpcacct_internal.job_account(u.username, NULL, today.day) AS j(account)
     ), q AS (
-        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at,
-               coalesce(p.account, n.account) AS account, coalesce(r.pool, r.cluster) AS pool, r.unit
+        SELECT p.cluster, p.jobid, p.username, p.partition, p.held, p.submitted_at, a.account,
+               coalesce(r.pool, r.cluster) AS pool, r.unit
         FROM @extschema@.pending_job p
-        LEFT JOIN unnamed n ON p.account IS NULL AND n.username = p.username
+        JOIN hpcacct_internal.pending_job_account a ON a.cluster = p.cluster AND a.jobid = p.jobid
         LEFT JOIN @extschema@.resource r
           ON r.cluster = p.cluster AND r.partition = pg_catalog.split_part(p.partition, ',', 1)
          AND r.valid @> pg_catalog.now()
