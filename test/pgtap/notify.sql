@@ -282,10 +282,13 @@ SELECT is((SELECT state FROM outbox_recipient
           'uncertain', 'it is uncertain');
 
 -- A lease or a retry of a day lasts 24 hours in any session's TimeZone (here one whose summer
--- time begins at tomorrow's midnight: in it, the next day lasts 23 hours). NULL or negative spans:
--- 22004, 22023 (the sender always passes both; a NULL one made the retry come at retry_max).
-SELECT set_config('TimeZone', format('AAA0BBB,%s/0,%s/0', extract(doy FROM now() + interval '1 day')::int - 1,
-                                     (extract(doy FROM now())::int + 180) % 365), true);
+-- time begins at the hour twelve hours from now: in it, the next day lasts 23 hours; at
+-- tomorrow's midnight, a run in the first hour of the day landed a day later in the skipped
+-- hour, and the day lasted 24). NULL or negative spans: 22004, 22023 (the sender always passes
+-- both; a NULL one made the retry come at retry_max).
+SELECT set_config('TimeZone', format('AAA0BBB,%s/%s,%s/0', extract(doy FROM t)::int - 1, extract(hour FROM t)::int,
+                                     (extract(doy FROM t)::int + 180) % 365), true)
+FROM (SELECT (now() + interval '12 hours') AT TIME ZONE 'UTC' AS t) x;
 SELECT ok((SELECT extract(epoch FROM now() + interval '1 day' - now()) = 82800),
           'the test''s session zone: its next day lasts 23 hours');
 SELECT add_user('n_lease', '2024-01-05');
