@@ -15,29 +15,33 @@ CREATE FUNCTION hpcacct_internal.visible_accounts() RETURNS text[]
 COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
     'Accounts the session user is a member of: what row-level security lets a portal role see';
 
--- Whether the current role sees every row: superusers and members of hpcacct_admin or of
--- hpcacct_auditor (who reads everything and may change nothing), hpcacct_submit (the
--- scheduler's submit check decides for every account, and holds SELECT only on what that needs),
--- and roles with REPLICATION, which may decode every change of the database anyway: a
--- federation's initial copy read through its role would otherwise copy no account's rows.
+-- Whether the current role sees every row of a table: superusers; roles with REPLICATION, which
+-- may decode every change of the database anyway (a federation's initial copy read through its
+-- role would otherwise copy no account's rows); and roles with the privileges of hpcacct_admin,
+-- hpcacct_auditor (who reads everything and may change nothing) or hpcacct_submit (the
+-- scheduler's submit check decides for every account) on a table that role may read. So a login
+-- that is both a portal user and the submit check reads every account's ledger, as the submit
+-- check does, but only its own jobs and address, as a portal user does; and a member who must
+-- SET ROLE (privileges, not mere membership) sees every row only once it has.
 -- PL/pgSQL, which keeps its plan for the session: every query on a protected table calls it
 -- once, and a SQL function would be parsed and planned again each time (for the submit
 -- role, five times per check_submit).
-CREATE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
+CREATE FUNCTION hpcacct_internal.sees_all_accounts(target regclass) RETURNS boolean
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
         RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
-                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE')
+                         AND pg_catalog.has_table_privilege(r.oid, target, 'SELECT'))
                OR coalesce((SELECT r.rolsuper OR r.rolreplication FROM pg_catalog.pg_roles r
                             WHERE r.rolname = pg_catalog.current_user()), false);
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
-    'True for superusers, roles with REPLICATION and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, '
-    'who see every account''s rows';
+COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts(regclass) IS
+    'True for superusers, roles with REPLICATION, and roles with the privileges of hpcacct_admin, hpcacct_auditor or '
+    'hpcacct_submit where that role may read the table: they see every account''s rows of it';
 
 -- Row-level security on a table that names an account (or a user): reading is restricted,
 -- writing is governed by the table privileges alone. The functions are called through
@@ -70,8 +74,8 @@ CREATE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
             RETURN false;
         END IF;
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
-        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()) OR %s)',
-                       target, visible);
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts(%L)) OR %s)',
+                       target, target::text, visible);
         EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
         EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
         EXECUTE format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', target);

@@ -155,7 +155,7 @@ COMMENT ON TABLE @extschema@.rerate_log IS
 -- Its jobs and amounts are every account's on the resource (one other project's usage, where
 -- only it ran there): staff and auditors read it, portal users no row.
 ALTER TABLE @extschema@.rerate_log ENABLE ROW LEVEL SECURITY;
-CREATE POLICY member_rows ON @extschema@.rerate_log FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()));
+CREATE POLICY member_rows ON @extschema@.rerate_log FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts('@extschema@.rerate_log')));
 CREATE POLICY insert_rows ON @extschema@.rerate_log FOR INSERT WITH CHECK (true);
 CREATE POLICY update_rows ON @extschema@.rerate_log FOR UPDATE USING (true) WITH CHECK (true);
 CREATE POLICY delete_rows ON @extschema@.rerate_log FOR DELETE USING (true);

@@ -46,7 +46,7 @@ WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind = 'r';
 -- quarter_log's rows about one user (default_reset: the default project they had) are that
 -- user's: hpc_user shows a default project to its user alone.
 ALTER POLICY member_rows ON @extschema@.quarter_log
-    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user()
+    USING ((SELECT hpcacct_internal.sees_all_accounts('@extschema@.quarter_log')) OR username = pg_catalog.session_user()
            OR (username IS NULL AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
 
 -- A share is an account's fraction of its pool, so computing one account's factor needs

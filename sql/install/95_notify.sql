@@ -41,8 +41,8 @@ COMMENT ON TABLE @extschema@.contact IS
 -- A portal user sees and changes only their own row; administrators see and change every row.
 ALTER TABLE @extschema@.contact ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_contact ON @extschema@.contact
-    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user())
-    WITH CHECK ((SELECT hpcacct_internal.sees_all_accounts()) OR username = pg_catalog.session_user());
+    USING ((SELECT hpcacct_internal.sees_all_accounts('@extschema@.contact')) OR username = pg_catalog.session_user())
+    WITH CHECK ((SELECT hpcacct_internal.sees_all_accounts('@extschema@.contact')) OR username = pg_catalog.session_user());
 
 -- Who hears about an account: its managers (membership role admin: HLRN's project
 -- administrators, GENCI's project manager, the PI; a personal account's owner) and its
@@ -887,7 +887,7 @@ FROM pg_catalog.unnest(ARRAY['@extschema@.outbox', '@extschema@.outbox_recipient
 -- A message about a person's job: that person reads it, and the account's members when the job
 -- named the account (pending_job shows it to them then); a job of no account is its owner's.
 ALTER POLICY member_rows ON @extschema@.outbox
-    USING ((SELECT hpcacct_internal.sees_all_accounts()) OR job_owner = pg_catalog.session_user()
+    USING ((SELECT hpcacct_internal.sees_all_accounts('@extschema@.outbox')) OR job_owner = pg_catalog.session_user()
            OR (NOT owner_only AND account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])));
 ALTER VIEW @extschema@.account_recipient SET (security_invoker = true);
 ALTER VIEW @extschema@.outbox_status SET (security_invoker = true);

@@ -79,7 +79,7 @@ CREATE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at date DEFAU
         RETURN QUERY
         SELECT u.*
         FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
-              WHERE (SELECT hpcacct_internal.sees_all_accounts())
+              WHERE (SELECT hpcacct_internal.sees_all_accounts('@extschema@.quota_period'))
                  OR p.account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])) a
         CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
         ORDER BY u.account;

@@ -13078,6 +13078,46 @@ CREATE OR REPLACE VIEW @extschema@.fairshare_queue AS
     ORDER BY 1;
 ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
 
+-- ==== every row of a table only to a role that may read that table -----------------------
+-- sees_all_accounts() held for a member of hpcacct_admin, hpcacct_auditor or hpcacct_submit
+-- on every table: a login both portal user and submit check read every account's jobs,
+-- addresses and messages through the portal's grants, which neither role gives alone, and a
+-- member who must SET ROLE saw every row before it had. It now takes the table and asks for
+-- the privileges (USAGE) of a role that may read it. Every policy that called the old function,
+-- the extension's and those protect_table() gave a site's own tables, is rewritten to name its
+-- table; then the old function goes.
+CREATE FUNCTION hpcacct_internal.sees_all_accounts(target regclass) RETURNS boolean
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ BEGIN RETURN false; END $$;  -- its body: final definitions
+DO $$
+DECLARE
+    pol record;
+    call_for_table text;
+BEGIN
+    FOR pol IN
+        SELECT p.polname, pg_catalog.format('%I.%I', n.nspname, c.relname) AS tbl,
+               pg_catalog.pg_get_expr(p.polqual, p.polrelid) AS using_expr,
+               pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) AS check_expr
+        FROM pg_catalog.pg_policy p
+        JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE pg_catalog.pg_get_expr(p.polqual, p.polrelid) LIKE '%hpcacct_internal.sees_all_accounts()%'
+           OR pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) LIKE '%hpcacct_internal.sees_all_accounts()%'
+    LOOP
+        call_for_table := pg_catalog.format('hpcacct_internal.sees_all_accounts(%L::regclass)', pol.tbl);
+        EXECUTE pg_catalog.format('ALTER POLICY %I ON %s', pol.polname, pol.tbl)
+             || CASE WHEN pol.using_expr IS NULL THEN ''
+                     ELSE ' USING (' || pg_catalog.replace(pol.using_expr, 'hpcacct_internal.sees_all_accounts()',
+                                                           call_for_table) || ')' END
+             || CASE WHEN pol.check_expr IS NULL THEN ''
+                     ELSE ' WITH CHECK (' || pg_catalog.replace(pol.check_expr, 'hpcacct_internal.sees_all_accounts()',
+                                                                call_for_table) || ')' END;
+    END LOOP;
+END
+$$;
+DROP FUNCTION hpcacct_internal.sees_all_accounts();
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15773,7 +15813,7 @@ CREATE OR REPLACE FUNCTION @extschema@.r_wlm_usage(project text DEFAULT NULL, at
         RETURN QUERY
         SELECT u.*
         FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
-              WHERE (SELECT hpcacct_internal.sees_all_accounts())
+              WHERE (SELECT hpcacct_internal.sees_all_accounts('@extschema@.quota_period'))
                  OR p.account = ANY ((SELECT hpcacct_internal.visible_accounts())::text[])) a
         CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
         ORDER BY u.account;
@@ -16524,21 +16564,22 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.visible_accounts() RETURNS text[]
     $$;
 COMMENT ON FUNCTION hpcacct_internal.visible_accounts() IS
     'Accounts the session user is a member of: what row-level security lets a portal role see';
-CREATE OR REPLACE FUNCTION hpcacct_internal.sees_all_accounts() RETURNS boolean
+CREATE OR REPLACE FUNCTION hpcacct_internal.sees_all_accounts(target regclass) RETURNS boolean
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
         RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                        WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_auditor', 'hpcacct_submit')
-                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'MEMBER'))
+                         AND pg_catalog.pg_has_role(pg_catalog.current_user(), r.oid, 'USAGE')
+                         AND pg_catalog.has_table_privilege(r.oid, target, 'SELECT'))
                OR coalesce((SELECT r.rolsuper OR r.rolreplication FROM pg_catalog.pg_roles r
                             WHERE r.rolname = pg_catalog.current_user()), false);
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts() IS
-    'True for superusers, roles with REPLICATION and members of hpcacct_admin, hpcacct_auditor or hpcacct_submit, '
-    'who see every account''s rows';
+COMMENT ON FUNCTION hpcacct_internal.sees_all_accounts(regclass) IS
+    'True for superusers, roles with REPLICATION, and roles with the privileges of hpcacct_admin, hpcacct_auditor or '
+    'hpcacct_submit where that role may read the table: they see every account''s rows of it';
 CREATE OR REPLACE FUNCTION hpcacct_internal.protect_table(target regclass) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -16566,8 +16607,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.protect_table(target regclass) RETUR
             RETURN false;
         END IF;
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
-        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts()) OR %s)',
-                       target, visible);
+        EXECUTE format('CREATE POLICY member_rows ON %s FOR SELECT USING ((SELECT hpcacct_internal.sees_all_accounts(%L)) OR %s)',
+                       target, target::text, visible);
         EXECUTE format('CREATE POLICY insert_rows ON %s FOR INSERT WITH CHECK (true)', target);
         EXECUTE format('CREATE POLICY update_rows ON %s FOR UPDATE USING (true) WITH CHECK (true)', target);
         EXECUTE format('CREATE POLICY delete_rows ON %s FOR DELETE USING (true)', target);

@@ -15,7 +15,7 @@
 BEGIN;
 SET search_path = hpcacct, public;
 SET client_min_messages = warning;
-SELECT plan(128);
+SELECT plan(135);
 
 CALL setup_roles();
 CREATE ROLE ra_member LOGIN IN ROLE hpcacct_portal;   -- a plain member of ra_a
@@ -23,6 +23,9 @@ CREATE ROLE ra_pa LOGIN IN ROLE hpcacct_portal;       -- administers ra_a
 CREATE ROLE ra_bob LOGIN IN ROLE hpcacct_portal;      -- administers ra_b, the project attacked
 CREATE ROLE ra_ingest LOGIN IN ROLE hpcacct_ingest;
 CREATE ROLE ra_submit LOGIN IN ROLE hpcacct_submit;
+CREATE ROLE ra_portal_submit LOGIN IN ROLE hpcacct_portal, hpcacct_submit;
+CREATE ROLE ra_submit_noinherit NOINHERIT IN ROLE hpcacct_submit;  -- a group whose members must SET ROLE
+CREATE ROLE ra_portal_setrole LOGIN IN ROLE hpcacct_portal, ra_submit_noinherit;
 CREATE ROLE ra_audit LOGIN IN ROLE hpcacct_auditor;
 CREATE ROLE ra_mailer LOGIN IN ROLE hpcacct_notify;   -- hpcacct-notify's login
 CREATE ROLE ra_repl LOGIN REPLICATION;                -- "A replication role narrower than postgres"
@@ -270,6 +273,28 @@ SELECT throws_ok($$SELECT * FROM hpcacct.recheck_queued('2024-02-15')$$, '42501'
 SELECT throws_ok($$SELECT * FROM hpcacct.fairshare_all(now())$$, '42501', NULL, 'nor read every fair share');
 SELECT throws_ok($$SELECT * FROM hpcacct.fairshare(now() - interval '1 day')$$, '42501', NULL,
                  'nor fair share at an instant of its choosing');
+RESET SESSION AUTHORIZATION;
+
+-- ---- a login that is both a portal user and the submit check, and one that may only SET ROLE
+-- to the submit check: each role's rows, never more than either role alone reads ----
+SET SESSION AUTHORIZATION ra_portal_submit;
+SELECT is((hpcacct.check_submit('ra_bob', 'ra_b', '2024-02-15')).ok, true,
+          'a portal user who is also the submit check still decides for any account');
+SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE account = 'ra_b') > 0, true,
+          'and reads the ledger of every account, as the submit check alone does');
+SELECT is((SELECT string_agg(username, ',') FROM hpcacct.contact), NULL,
+          'but no other person''s address (the submit check reads none, the portal only its own)');
+SELECT is((SELECT string_agg(jobid, ',') FROM hpcacct.job), NULL, 'nor another person''s jobs');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION ra_portal_setrole;
+SELECT is((SELECT string_agg(username, ',') FROM hpcacct.contact), NULL,
+          'a portal user who may only SET ROLE to the submit check reads no other person''s address');
+SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE account = 'ra_b'), 0::bigint,
+          'nor another account''s ledger');
+SET ROLE hpcacct_submit;
+SELECT is((SELECT count(*) FROM hpcacct.ledger WHERE account = 'ra_b') > 0, true,
+          'until it sets the role, and reads what the submit check reads');
+RESET ROLE;
 RESET SESSION AUTHORIZATION;
 
 -- ---- the auditor ----
