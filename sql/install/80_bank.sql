@@ -726,7 +726,8 @@ COMMENT ON FUNCTION @extschema@.account_policies(text) IS
     '(22004) or unknown account (42704) is an error';
 
 -- The account of a job (README, "The account of a job without -A"), the one definition that
--- check_submit(), recheck_queued(), the hold messages, fairshare_queue and open_quarter() use:
+-- check_submit(), recheck_queued(), the hold messages, open_quarter() and the view
+-- pending_job_account (fairshare_queue's and hpcacct-slurm-sync's queue) use:
 -- the account the job names; naming none, the user's default project, or the personal
 -- account when the user has none or from the day it has been deleted or has expired under
 -- the bank (open_quarter() then records it, hours after the quarter's midnight). NULL when
