@@ -566,7 +566,8 @@ CREATE FUNCTION hpcacct_internal.require_member_manager(account text, by_user te
         END IF;
         IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
             RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
-                USING ERRCODE = 'insufficient_privilege';
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A portal user acts as themselves: leave by_user out (NULL).';
         END IF;
         IF account IS NULL OR NOT hpcacct_internal.administers(pg_catalog.session_user(), account) THEN
             RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
@@ -598,10 +599,13 @@ CREATE FUNCTION @extschema@.add_member(account text, username text, role text DE
         ELSIF role IS NULL THEN
             RAISE EXCEPTION 'add_member: role must not be NULL (member or admin)' USING ERRCODE = 'null_value_not_allowed';
         ELSIF role NOT IN ('member', 'admin') THEN
-            RAISE EXCEPTION 'add_member: role must be member or admin, not "%"', role USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'add_member: role must be member or admin, not "%"', role
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass ''member'' or ''admin''.';
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
-            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+            RAISE EXCEPTION 'unknown user "%"', username
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Name the user by their login name; the centre''s staff add users who have none yet.';
         END IF;
         PERFORM hpcacct_internal.require_admin(account, by_user);
         -- one member change of an account at a time, so that two administrators demoting or
@@ -636,7 +640,8 @@ CREATE FUNCTION @extschema@.remove_member(account text, username text, by_user t
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
-                USING ERRCODE = 'undefined_object';
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'hpcacct.membership lists the account''s members; one removed already has nothing to remove.';
         END IF;
         PERFORM hpcacct_internal.refuse_last_admin(account, username);
         DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;

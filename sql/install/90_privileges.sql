@@ -70,6 +70,8 @@ CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
             WHERE (r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
                    AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
                OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
+        -- once: in the WHERE clause it ran for each of the table's rows (3.3 s at 15 000)
+        mine constant text[] := CASE WHEN NOT sees_all THEN hpcacct_internal.visible_accounts() END;
     BEGIN
         IF NOT pg_catalog.isfinite(instant) THEN
             RAISE EXCEPTION 'fairshare: at must be finite, not %', instant USING ERRCODE = 'datetime_field_overflow';
@@ -83,7 +85,7 @@ CREATE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catalog.now())
                    CASE WHEN sees_all THEN f.share END, f.usage,
                    CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
             FROM @extschema@.fairshare_all(instant) f
-            WHERE sees_all OR f.account = ANY (hpcacct_internal.visible_accounts());
+            WHERE sees_all OR f.account = ANY (mine);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS

@@ -13352,6 +13352,8 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catal
             WHERE (r.rolname IN ('hpcacct_admin', 'hpcacct_auditor')
                    AND pg_catalog.pg_has_role(pg_catalog.session_user(), r.oid, 'MEMBER'))
                OR (r.rolname = pg_catalog.session_user() AND r.rolsuper));
+        -- once: in the WHERE clause it ran for each of the table's rows (3.3 s at 15 000)
+        mine constant text[] := CASE WHEN NOT sees_all THEN hpcacct_internal.visible_accounts() END;
     BEGIN
         IF NOT pg_catalog.isfinite(instant) THEN
             RAISE EXCEPTION 'fairshare: at must be finite, not %', instant USING ERRCODE = 'datetime_field_overflow';
@@ -13365,7 +13367,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fairshare(at timestamptz DEFAULT pg_catal
                    CASE WHEN sees_all THEN f.share END, f.usage,
                    CASE WHEN sees_all THEN f.norm_usage END, f.year_usage, f.exhausted, f.factor
             FROM @extschema@.fairshare_all(instant) f
-            WHERE sees_all OR f.account = ANY (hpcacct_internal.visible_accounts());
+            WHERE sees_all OR f.account = ANY (mine);
     END
     $$;
 COMMENT ON FUNCTION @extschema@.fairshare(timestamptz) IS
@@ -13757,10 +13759,13 @@ CREATE OR REPLACE FUNCTION @extschema@.add_member(account text, username text, r
         ELSIF role IS NULL THEN
             RAISE EXCEPTION 'add_member: role must not be NULL (member or admin)' USING ERRCODE = 'null_value_not_allowed';
         ELSIF role NOT IN ('member', 'admin') THEN
-            RAISE EXCEPTION 'add_member: role must be member or admin, not "%"', role USING ERRCODE = 'invalid_parameter_value';
+            RAISE EXCEPTION 'add_member: role must be member or admin, not "%"', role
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass ''member'' or ''admin''.';
         END IF;
         IF NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = add_member.username) THEN
-            RAISE EXCEPTION 'unknown user "%"', username USING ERRCODE = 'undefined_object';
+            RAISE EXCEPTION 'unknown user "%"', username
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Name the user by their login name; the centre''s staff add users who have none yet.';
         END IF;
         PERFORM hpcacct_internal.require_admin(account, by_user);
         -- one member change of an account at a time, so that two administrators demoting or
@@ -13793,7 +13798,8 @@ CREATE OR REPLACE FUNCTION @extschema@.remove_member(account text, username text
         IF NOT EXISTS (SELECT 1 FROM @extschema@.membership m
                        WHERE m.account = remove_member.account AND m.username = remove_member.username) THEN
             RAISE EXCEPTION 'user "%" is not a member of account "%"', username, account
-                USING ERRCODE = 'undefined_object';
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'hpcacct.membership lists the account''s members; one removed already has nothing to remove.';
         END IF;
         PERFORM hpcacct_internal.refuse_last_admin(account, username);
         DELETE FROM @extschema@.membership m WHERE m.account = remove_member.account AND m.username = remove_member.username;
@@ -16544,7 +16550,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_member_manager(account text,
         END IF;
         IF by_user IS NOT NULL AND by_user <> pg_catalog.session_user() THEN
             RAISE EXCEPTION 'user "%" cannot act for user "%"', pg_catalog.session_user(), by_user
-                USING ERRCODE = 'insufficient_privilege';
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'A portal user acts as themselves: leave by_user out (NULL).';
         END IF;
         IF account IS NULL OR NOT hpcacct_internal.administers(pg_catalog.session_user(), account) THEN
             RAISE EXCEPTION 'user "%" is not an administrator of account "%"', pg_catalog.session_user(), account
