@@ -617,16 +617,26 @@ CREATE FUNCTION @extschema@.sync_slurm_accounts(OUT accounts_added bigint, OUT u
           AND NOT EXISTS (SELECT 1 FROM @extschema@.slurm_account_map m WHERE m.slurm_account = c.account);
         SELECT pg_catalog.count(*) INTO associations FROM pg_temp.hpcacct_assoc;
 
+        -- Only rows this snapshot lacks reach the INSERTs: ON CONFLICT waits for a transaction
+        -- that is deleting or updating a conflicting row (a project administrator's open
+        -- remove_member() of that membership, and of the user's default project), and a row
+        -- still visible here is not missing. Should that transaction commit, the next sync adds
+        -- the membership back, as if it had committed just after this one.
         INSERT INTO @extschema@.account (name, description)
         SELECT DISTINCT a.account, 'from Slurm (sacctmgr)' FROM pg_temp.hpcacct_assoc a
+        WHERE NOT EXISTS (SELECT 1 FROM @extschema@.account x WHERE x.name = a.account)
         ON CONFLICT (name) DO NOTHING;
         GET DIAGNOSTICS accounts_added = ROW_COUNT;
         INSERT INTO @extschema@.hpc_user (username)
-        SELECT DISTINCT a.username FROM pg_temp.hpcacct_assoc a WHERE a.username IS NOT NULL
+        SELECT DISTINCT a.username FROM pg_temp.hpcacct_assoc a
+        WHERE a.username IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.hpc_user u WHERE u.username = a.username)
         ON CONFLICT (username) DO NOTHING;
         GET DIAGNOSTICS users_added = ROW_COUNT;
         INSERT INTO @extschema@.membership (account, username)
-        SELECT DISTINCT a.account, a.username FROM pg_temp.hpcacct_assoc a WHERE a.username IS NOT NULL
+        SELECT DISTINCT a.account, a.username FROM pg_temp.hpcacct_assoc a
+        WHERE a.username IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.membership m WHERE m.account = a.account AND m.username = a.username)
         ON CONFLICT (account, username) DO NOTHING;
         GET DIAGNOSTICS memberships_added = ROW_COUNT;
         DROP TABLE pg_temp.hpcacct_assoc;
