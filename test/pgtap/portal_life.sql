@@ -10,7 +10,7 @@ SET client_min_messages = warning;
 \ir ../notify/sample_site.sql
 \o
 SET search_path = public, hpcacct;
-SELECT plan(27);
+SELECT plan(28);
 
 CALL setup_roles();
 CREATE ROLE carol LOGIN IN ROLE hpcacct_portal;
@@ -72,6 +72,12 @@ SELECT results_eq($$SELECT jobid FROM job
                     ORDER BY "end" DESC, jobid DESC LIMIT 5 OFFSET 5$$,
                   $$SELECT jobid FROM expected_jobs ORDER BY "end" DESC, jobid DESC LIMIT 5 OFFSET 5$$,
                   'jobs: and the second');
+SELECT results_eq($$SELECT jobid FROM job
+                    WHERE account = 'nip00042' AND "end" >= '2025-05-01' AND "end" < '2025-06-01'
+                      AND ("end", jobid) < (SELECT "end", jobid FROM expected_jobs ORDER BY "end" DESC, jobid DESC OFFSET 4 LIMIT 1)
+                    ORDER BY "end" DESC, jobid DESC LIMIT 5$$,
+                  $$SELECT jobid FROM expected_jobs ORDER BY "end" DESC, jobid DESC LIMIT 5 OFFSET 5$$,
+                  'jobs: the second page after the first''s last row (keyset) is the same');
 SELECT is((SELECT sum(amount) FROM charge_by_month WHERE account = 'nip00042' AND month = '2025-05-01'),
           (account_month('nip00042', '2025-05-01') #>> '{charges,total,NPL}')::numeric,
           'jobs: the month''s charges (charge_by_month) add up to the statement''s total');
