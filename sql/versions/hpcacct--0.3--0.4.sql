@@ -16892,8 +16892,11 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.notify_hold() RETURNS trigger
                                    n.held AND o.held AND o.hold_comment IS NOT NULL
                                    AND n.hold_comment IS DISTINCT FROM o.hold_comment AS changed) e
         CROSS JOIN LATERAL hpcacct_internal.job_account(n.username, n.account, check_day) AS resolved(name)
+        -- (a user with neither a default project nor a personal account, as the account sync
+        -- makes them, resolves to a personal account that does not exist: the message names none)
         CROSS JOIN LATERAL (SELECT resolved.name, CASE WHEN n.account IS NOT NULL THEN n.account
-                                                WHEN resolved.name IS NOT NULL THEN resolved.name || ', your default'
+                                                WHEN EXISTS (SELECT 1 FROM @extschema@.account a WHERE a.name = resolved.name)
+                                                    THEN resolved.name || ', your default'
                                                 ELSE 'default' END AS shown) acct
         WHERE e.held OR e.changed
            OR (lifted AND o.sync_hold IS NOT NULL AND n.sync_hold IS NULL);

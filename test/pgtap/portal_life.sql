@@ -10,7 +10,7 @@ SET client_min_messages = warning;
 \ir ../notify/sample_site.sql
 \o
 SET search_path = public, hpcacct;
-SELECT plan(28);
+SELECT plan(31);
 
 CALL setup_roles();
 CREATE ROLE carol LOGIN IN ROLE hpcacct_portal;
@@ -42,7 +42,9 @@ GRANT SELECT ON expected_accounts, expected_jobs, expected_fairshare TO PUBLIC;
 INSERT INTO pending_job (cluster, jobid, username, account) VALUES
     ('hlrn', 'q-carol', 'carol', 'nip00042'), ('hlrn', 'q-carol-default', 'carol', NULL),
     ('hlrn', 'q-alice', 'alice', 'nip00042'), ('hlrn', 'q-bob', 'bob', NULL);
-UPDATE pending_job SET held = true, hold_reason = 'balance' WHERE jobid IN ('q-carol', 'q-carol-default', 'q-bob');
+-- today's check holds them all: nip00042 has no allocation now, carol and bob (users as the
+-- sample site and the account sync make them) have neither a default project nor a personal account
+SELECT is((SELECT count(*) FROM recheck_queued()), 4::bigint, 'setup: the check holds the four jobs');
 
 -- ---- carol: "my accounts" ----
 SET SESSION AUTHORIZATION carol;
@@ -110,11 +112,16 @@ SELECT is(pl_error($$SELECT remove_member('nip00042', 'carol')$$), 'HA003 with a
           'members: removing its last administrator is HA003, with a hint');
 
 -- ---- why is my job held ----
-SELECT results_eq($$SELECT jobid, held, hold_reason FROM pending_job ORDER BY jobid$$,
-                  $$VALUES ('q-alice'::text, false, NULL::text), ('q-carol', true, 'balance'), ('q-carol-default', true, 'balance')$$,
+SELECT results_eq($$SELECT jobid, held, hold_reason LIKE 'account nip00042 has no allocation %' FROM pending_job ORDER BY jobid$$,
+                  $$VALUES ('q-alice'::text, true, true), ('q-carol', true, true), ('q-carol-default', true, false)$$,
                   'held: her own jobs (one without an account) and those queued on her project, not bob''s that named none');
+SELECT is((SELECT hold_reason FROM pending_job WHERE jobid = 'q-carol-default'),
+          'user carol has no default project and no personal account: submit with an account (sbatch -A)',
+          'held: the reason of her job that named no account');
 SELECT is((SELECT array_agg(figures ->> 'jobid' ORDER BY figures ->> 'jobid') FROM outbox WHERE topic = 'job_held'),
-          ARRAY['q-carol', 'q-carol-default'], 'held: the messages about her held jobs');
+          ARRAY['q-alice', 'q-carol', 'q-carol-default'], 'held: the messages about the jobs she sees');
+SELECT is((SELECT substring(body FROM '\(account [^)]*\)') FROM outbox WHERE topic = 'job_held' AND figures ->> 'jobid' = 'q-carol-default'),
+          '(account default)', 'held: its message names no account, as carol has none (not "account carol, your default")');
 RESET SESSION AUTHORIZATION;
 
 -- ---- bob and dave ----
