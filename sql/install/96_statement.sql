@@ -184,7 +184,8 @@ CREATE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
         m date;
     BEGIN
         IF month IS NULL THEN
-            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed';
+            RAISE EXCEPTION 'a month is needed' USING ERRCODE = 'null_value_not_allowed',
+                HINT = 'Name the month by any day of it, e.g. its first.';
         END IF;
         IF NOT isfinite(month) THEN
             RAISE EXCEPTION 'the month must be a finite date' USING ERRCODE = 'datetime_field_overflow';
@@ -192,7 +193,8 @@ CREATE FUNCTION hpcacct_internal.statement_month(month date) RETURNS date
         m := date_trunc('month', month)::date;
         IF m > @extschema@.site_today() THEN
             RAISE EXCEPTION 'month % has not begun', to_char(m, 'YYYY-MM')
-                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today()),
+                      HINT = 'Ask for this month or an earlier one.';
         END IF;
         RETURN m;
     END
@@ -430,7 +432,8 @@ CREATE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.site_today()
         result jsonb;
     BEGIN
         IF at IS NULL THEN
-            RAISE EXCEPTION 'a date is needed' USING ERRCODE = 'null_value_not_allowed';
+            RAISE EXCEPTION 'a date is needed' USING ERRCODE = 'null_value_not_allowed',
+                HINT = 'Leave the argument out for today.';
         END IF;
         IF NOT isfinite(at) THEN
             RAISE EXCEPTION 'the date must be finite' USING ERRCODE = 'datetime_field_overflow';

@@ -10,7 +10,7 @@ SET client_min_messages = warning;
 \ir ../notify/sample_site.sql
 \o
 SET search_path = public, hpcacct;
-SELECT plan(31);
+SELECT plan(33);
 
 CALL setup_roles();
 CREATE ROLE carol LOGIN IN ROLE hpcacct_portal;
@@ -90,8 +90,12 @@ SELECT is((SELECT array_agg(a ORDER BY a) FROM statement_accounts('2025-05-01') 
           ARRAY['def-smith', 'nip00042', 'rwth0042'], 'statements: statement_accounts() names her accounts');
 SELECT is(pl_error($$SELECT account_month('gen7001', '2025-05-01')$$), '42704 with a hint',
           'statements: another account is 42704, as if it did not exist, with a hint');
-SELECT is(pl_error($$SELECT statement_html('nip00042', '2999-01-01')$$), '22023 without a hint',
-          'statements: a month to come is 22023 (its DETAIL says today)');
+SELECT is(pl_error($$SELECT statement_html('nip00042', '2999-01-01')$$), '22023 with a hint',
+          'statements: a month to come is 22023, with a hint');
+SELECT is(pl_error($$SELECT account_month('nip00042', NULL)$$), '22004 with a hint',
+          'statements: no month (an empty form field) is 22004, with a hint');
+SELECT is(pl_error($$SELECT my_accounts(NULL)$$), '22004 with a hint',
+          'my accounts: no day is 22004, with a hint');
 
 -- ---- members of my project, with add and remove ----
 SELECT results_eq($$SELECT username, role FROM membership WHERE account = 'nip00042' ORDER BY username$$,
