@@ -56,5 +56,8 @@ test/slurm/loader.sh
 # hpcacct-sacct's watermark in sessions of other TimeZones and DateStyles (stand-in sacct).
 test/slurm/sacct_session.sh
 
+# The commands as cron runs them: a standard stream closed, PGCLIENTENCODING, one-line failures.
+test/commands/run.sh
+
 # Two clusters' hpcacct-slurm-sync queue runs on one database at once (stand-in squeue, scontrol).
 test/slurm/sync_concurrent.sh

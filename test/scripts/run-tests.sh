@@ -85,7 +85,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader sacct_session sync_concurrent notify bench slurm enforce jobmodify federation fedlost fedrole fedrestore; do
+for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader sacct_session commands sync_concurrent notify bench slurm enforce jobmodify federation fedlost fedrole fedrestore; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]

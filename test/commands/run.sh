@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# test/commands/run.sh: hpcacct-sacct, hpcacct-report and hpcacct-notify as cron runs them:
+# with a standard stream closed (the database connection must not take its descriptor), in a
+# client encoding other than UTF-8, and with one-line messages on stderr for failures.
+# No Slurm, no SMTP server. Runs inside with-cluster.sh (PGHOST... set). TAP lines; appends
+# "commands PASSED FAILED" to $HPCACCT_TALLY.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. test/scripts/checks.sh
+
+bindir=$("${PG_CONFIG:-pg_config}" --bindir)
+work=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-commands.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+db=hpcacct_commands
+createdb "$db"
+psql -q -X -v ON_ERROR_STOP=1 -d "$db" -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' \
+     -c "INSERT INTO hpcacct.account (name) VALUES ('proj_a'), ('proj_ü')" >/dev/null 2>&1
+log=${HPCACCT_SERVER_LOG:-/dev/null}
+protocol_errors() { grep -c 'invalid frontend message' "$log" 2>/dev/null || true; }
+tf() { [ "$1" -eq 0 ] && echo t || echo f; }
+notify() { env HPCACCT_NOTIFY_FROM=acct@example.org "$@"; }
+
+# --- a closed standard stream is not the database connection's descriptor ---
+before=$(protocol_errors)
+"$bindir/hpcacct-report" -d "$db" proj_a 2026-01 >&- 2>"$work/err"
+status=$?
+check "report with standard output closed: exit 1 ($status)" "$(tf $((status != 1)))"
+grep -q '^hpcacct-report: cannot write to standard output' "$work/err"
+got=$?
+check "report with standard output closed says it cannot write ($(head -1 "$work/err"))" "$(tf $got)"
+check "report with standard output closed wrote nothing into the connection" "$(tf $(($(protocol_errors) != before)))"
+
+"$bindir/hpcacct-sacct" -d "$db" load - <&- 2>"$work/err"
+status=$?
+check "sacct load - with standard input closed: exit 1 ($status)" "$(tf $((status != 1)))"
+grep -q 'standard input: no sacct header line' "$work/err"
+got=$?
+check "sacct load - with standard input closed reads nothing ($(head -1 "$work/err"))" "$(tf $got)"
+
+before=$(protocol_errors)
+env HPCACCT_NOTIFY_FROM=acct@example.org HPCACCT_NOTIFY_CONNINFO="dbname=$db" HPCACCT_NOTIFY_POLL=1 \
+    "$bindir/hpcacct-notify" 2>&- &
+pid=$!
+sleep 3
+kill -TERM $pid
+for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+kill -KILL $pid 2>/dev/null
+wait $pid
+status=$?
+check "notify with standard error closed: stopped by SIGTERM, exit 0 ($status)" "$(tf $status)"
+check "notify with standard error closed wrote nothing into the connection" "$(tf $(($(protocol_errors) != before)))"
+
+# --- a client encoding other than UTF-8 (PGCLIENTENCODING) changes nothing ---
+PGCLIENTENCODING=LATIN1 "$bindir/hpcacct-report" -d "$db" proj_a 2026-01 >"$work/latin1.html" 2>"$work/err"
+got=$?
+check "report under PGCLIENTENCODING=LATIN1 succeeds ($(head -1 "$work/err"))" "$(tf $got)"
+"$bindir/hpcacct-report" -d "$db" proj_a 2026-01 >"$work/utf8.html"
+cmp -s "$work/latin1.html" "$work/utf8.html"
+check "and writes the same UTF-8 bytes as a UTF-8 session" "$(tf $?)"
+PGCLIENTENCODING=LATIN1 "$bindir/hpcacct-report" -d "$db" --json 'proj_ü' 2026-01 >"$work/latin1.json" 2>"$work/err"
+got=$?
+check "report under PGCLIENTENCODING=LATIN1 finds the account proj_ü named in UTF-8 ($(head -1 "$work/err"))" "$(tf $got)"
+
+# --- a failure is one line on stderr, without libpq's hint or the statement's text ---
+one_line() {  # one_line NAME STATUS-WANTED COMMAND...
+    local name=$1 want=$2
+    shift 2
+    "$@" >/dev/null 2>"$work/err"
+    local status=$?
+    check "$name: exit $want ($status)" "$(tf $((status != want)))"
+    check "$name: one line on stderr ($(wc -l <"$work/err") lines: $(head -c 160 "$work/err" | tr '\n\t' '  '))" \
+        "$(tf $(($(wc -l <"$work/err") != 1)))"
+}
+one_line "sacct, no server" 1 env PGHOST="$work/none" "$bindir/hpcacct-sacct" load /dev/null
+one_line "report, no server" 1 env PGHOST="$work/none" "$bindir/hpcacct-report" proj_a 2026-01
+one_line "notify --once, no server" 2 notify PGHOST="$work/none" "$bindir/hpcacct-notify" --once
+one_line "notify --once, a database without hpcacct" 2 notify HPCACCT_NOTIFY_CONNINFO=dbname=postgres "$bindir/hpcacct-notify" --once
+grep -q 'SQLSTATE 3F000' "$work/err"
+got=$?
+check "which names the SQLSTATE ($(head -c 160 "$work/err" | tr '\n' ' '))" "$(tf $got)"
+
+dropdb "$db"
+report commands
