@@ -248,6 +248,7 @@ int run(int argc, char **argv) {
 }  // namespace
 
 int main(int argc, char **argv) {
+    hpcacct::pq::keep_standard_streams();
     try {
         return run(argc, argv);
     } catch (const UsageError &e) {

@@ -574,6 +574,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    hpcacct::pq::keep_standard_streams();
     std::signal(SIGPIPE, SIG_IGN);
     try {
         return run(argc, argv);

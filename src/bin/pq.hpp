@@ -1,10 +1,14 @@
 // What hpcacct's libpq clients share (hpcacct-notify, hpcacct-report, hpcacct-sacct): a result
 // that clears itself, a statement with text parameters, the server's error as psql prints it,
-// and the session's formatting settings.
+// the session's formatting settings, and standard streams the connection cannot take.
 #pragma once
 
 #include <libpq-fe.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +34,20 @@ inline std::string set_session_format(PGconn *conn) {
     PQclear(r);
     while (!error.empty() && error.back() == '\n') error.pop_back();
     return error;
+}
+
+// Reopens a closed standard stream (0, 1, 2) on /dev/null, read-only: else the connection's
+// socket takes its descriptor, and stdin is read from, or stdout and stderr written into, the
+// database connection. A write to it then fails (EBADF), as to a closed stream. Call first.
+inline void keep_standard_streams() {
+    for (int fd = 0; fd <= 2; ++fd) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        const int n = open("/dev/null", O_RDONLY);  // the lowest free descriptor: fd
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
 }
 
 inline bool succeeded(const PGresult *r) {
