@@ -170,21 +170,23 @@ struct Db {
     bool ok() const { return conn && PQstatus(conn) == CONNECTION_OK; }
     bool connect(const std::string &conninfo) {
         close();
-        conn = PQconnectdb(conninfo.c_str());
+        // conninfo: a connection string or URI, the rest from libpq's environment. UTF-8 whatever
+        // PGCLIENTENCODING says: mail is composed as UTF-8. An application_name given is kept.
+        const char *keys[] = {"dbname", "fallback_application_name", "client_encoding", nullptr};
+        const char *values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-notify", "UTF8", nullptr};
+        conn = PQconnectdbParams(keys, values, 1);
         if (PQstatus(conn) != CONNECTION_OK) {
             log_line(std::string("database: ") + PQerrorMessage(conn));
             close();
             return false;
         }
-        PGresult *r = PQexec(conn, "SET application_name = 'hpcacct-notify'");
-        PQclear(r);
         const std::string error = hpcacct::pq::set_session_format(conn);
         if (!error.empty()) {
             log_line("database: cannot set the session's formatting: " + error);
             close();
             return false;
         }
-        r = PQexec(conn, "LISTEN hpcacct_outbox");
+        PGresult *r = PQexec(conn, "LISTEN hpcacct_outbox");
         bool good = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
         if (!good) {

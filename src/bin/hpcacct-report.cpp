@@ -115,9 +115,10 @@ struct Db {
     PGconn *conn = nullptr;
     explicit Db(const std::string &conninfo) {
         // dbname may be a connection string or URI; whatever it leaves out comes from libpq's
-        // environment, as for psql
-        const char *keys[] = {"dbname", "fallback_application_name", nullptr};
-        const char *values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-report", nullptr};
+        // environment, as for psql. UTF-8 whatever PGCLIENTENCODING says: the statements are
+        // UTF-8 (<meta charset="utf-8">, JSON) and so is the account named on the command line.
+        const char *keys[] = {"dbname", "fallback_application_name", "client_encoding", nullptr};
+        const char *values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-report", "UTF8", nullptr};
         conn = PQconnectdbParams(keys, values, 1);
         if (PQstatus(conn) != CONNECTION_OK) {
             std::string msg = PQerrorMessage(conn);

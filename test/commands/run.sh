@@ -60,6 +60,18 @@ check "and writes the same UTF-8 bytes as a UTF-8 session" "$(tf $?)"
 PGCLIENTENCODING=LATIN1 "$bindir/hpcacct-report" -d "$db" --json 'proj_ü' 2026-01 >"$work/latin1.json" 2>"$work/err"
 got=$?
 check "report under PGCLIENTENCODING=LATIN1 finds the account proj_ü named in UTF-8 ($(head -1 "$work/err"))" "$(tf $got)"
+# a message in the outbox with a euro sign; SMTP to a port where nothing listens: the delivery
+# is tried (a retry), not stopped by the database
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+psql -q -X -v ON_ERROR_STOP=1 -d "$db" -c "INSERT INTO hpcacct.hpc_user VALUES ('enc')" \
+     -c "INSERT INTO hpcacct.contact (username, email) VALUES ('enc', 'enc@example.org')" \
+     -c "SELECT hpcacct.outbox_add('balance_low', 'enc/1', NULL, 'Guthaben 5 €', 'noch 5 €', '{}', false, ARRAY['enc'])" >/dev/null
+notify PGCLIENTENCODING=LATIN1 HPCACCT_NOTIFY_CONNINFO="dbname=$db" HPCACCT_NOTIFY_SMTP_HOST=127.0.0.1 \
+    HPCACCT_NOTIFY_SMTP_PORT="$port" HPCACCT_NOTIFY_SMTP_TLS=none HPCACCT_NOTIFY_TIMEOUT=2 "$bindir/hpcacct-notify" --once 2>"$work/err"
+status=$?
+check "notify --once under PGCLIENTENCODING=LATIN1 reads a message with a euro sign: exit 0 ($status: $(grep -v delivered "$work/err" | head -c 160))" "$(tf $status)"
+state=$(psql -X -At -d "$db" -c "SELECT state || ' ' || attempts FROM hpcacct.outbox_status WHERE subject = 'Guthaben 5 €'")
+check "and tried it, to be retried ($state)" "$([ "$state" = 'pending 1' ] && echo t || echo f)"
 
 # --- a failure is one line on stderr, without libpq's hint or the statement's text ---
 one_line() {  # one_line NAME STATUS-WANTED COMMAND...
