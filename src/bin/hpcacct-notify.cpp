@@ -176,7 +176,7 @@ struct Db {
         const char *values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-notify", "UTF8", nullptr};
         conn = PQconnectdbParams(keys, values, 1);
         if (PQstatus(conn) != CONNECTION_OK) {
-            log_line(std::string("database: ") + PQerrorMessage(conn));
+            log_line("database: " + hpcacct::pq::one_line(PQerrorMessage(conn)));
             close();
             return false;
         }
@@ -188,9 +188,10 @@ struct Db {
         }
         PGresult *r = PQexec(conn, "LISTEN hpcacct_outbox");
         bool good = PQresultStatus(r) == PGRES_COMMAND_OK;
+        const std::string listen_error = good ? "" : hpcacct::pq::describe(r);
         PQclear(r);
         if (!good) {
-            log_line(std::string("LISTEN: ") + PQerrorMessage(conn));
+            log_line("LISTEN: " + listen_error);
             close();
         }
         return good;
@@ -199,7 +200,7 @@ struct Db {
     hpcacct::pq::Result exec(const char *sql, const std::vector<std::string> &params) {
         hpcacct::pq::Result r = hpcacct::pq::exec(conn, sql, params);
         if (!hpcacct::pq::succeeded(r.get())) {
-            log_line(std::string("database: ") + PQresultErrorMessage(r.get()));
+            log_line("database: " + (r ? hpcacct::pq::describe(r.get()) : hpcacct::pq::one_line(PQerrorMessage(conn))));
             r.reset();
         }
         return r;

@@ -121,8 +121,7 @@ struct Db {
         const char *values[] = {conninfo.empty() ? nullptr : conninfo.c_str(), "hpcacct-report", "UTF8", nullptr};
         conn = PQconnectdbParams(keys, values, 1);
         if (PQstatus(conn) != CONNECTION_OK) {
-            std::string msg = PQerrorMessage(conn);
-            while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+            const std::string msg = hpcacct::pq::one_line(PQerrorMessage(conn));
             PQfinish(conn);
             conn = nullptr;
             throw Failure("cannot connect to the database: " + msg);

@@ -65,7 +65,7 @@ public:
             const std::string message = PQerrorMessage(conn_);
             PQfinish(conn_);
             conn_ = nullptr;
-            throw Failure("cannot connect: " + trimmed(message));
+            throw Failure("cannot connect: " + hpcacct::pq::one_line(message));
         }
         const std::string error = hpcacct::pq::set_session_format(conn_);
         if (!error.empty()) {
@@ -80,11 +80,6 @@ public:
     Connection(const Connection&) = delete;
     Connection& operator=(const Connection&) = delete;
 
-    static std::string trimmed(std::string s) {
-        while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-        return s;
-    }
-
     // Runs a statement; throws Failure with the server's message and SQLSTATE on error.
     Result exec(const std::string& sql, const std::vector<const char*>& params = {}) {
         Result r(PQexecParams(conn_, sql.c_str(), static_cast<int>(params.size()), nullptr,
@@ -96,10 +91,9 @@ public:
     void check(PGresult* r, const std::string& what) {
         const ExecStatusType status = PQresultStatus(r);
         if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_COPY_IN) return;
-        std::string message = r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(conn_);
-        const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-        throw Failure(trimmed(message) + (state != nullptr ? std::string(" (SQLSTATE ") + state + ")" : "") +
-                      "\n  while running: " + what.substr(0, what.find('\n')));
+        // one line: the message, SQLSTATE and detail, and the statement's first line
+        const std::string message = r != nullptr ? hpcacct::pq::describe(r) : hpcacct::pq::one_line(PQerrorMessage(conn_));
+        throw Failure(message + "; while running: " + what.substr(0, what.find('\n')));
     }
 
     void copy_in(const std::string& sql) {
@@ -109,11 +103,11 @@ public:
     void put(const std::string& data) {
         if (data.empty()) return;
         if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1) {
-            throw Failure("COPY failed: " + trimmed(PQerrorMessage(conn_)));
+            throw Failure("COPY failed: " + hpcacct::pq::one_line(PQerrorMessage(conn_)));
         }
     }
     void end_copy(const char* error = nullptr, const std::string& what = "COPY") {
-        if (PQputCopyEnd(conn_, error) != 1) throw Failure("COPY failed: " + trimmed(PQerrorMessage(conn_)));
+        if (PQputCopyEnd(conn_, error) != 1) throw Failure("COPY failed: " + hpcacct::pq::one_line(PQerrorMessage(conn_)));
         Result r(PQgetResult(conn_));
         while (Result more{PQgetResult(conn_)}) {
         }
@@ -300,7 +294,7 @@ long long stage_sacct_lines(Connection& db, FILE* in, const std::string& source,
                 header = sacct::Header::parse(line, used);
                 return header.width();
             } catch (const hpcacct::Error& e) {
-                throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : "\n  " + e.detail()));
+                throw Failure(source + ": " + e.what() + (e.detail().empty() ? "" : ". " + e.detail()));
             }
         },
         [&](std::string_view line, long long lineno, std::string& chunk) {
@@ -469,7 +463,7 @@ int command_sync(Connection& db, const std::string& path) {
                 header = sacct::AssocHeader::parse(line);
                 return header.width;
             } catch (const hpcacct::Error& e) {
-                throw Failure(std::string(e.what()) + "\n  " + e.detail());
+                throw Failure(std::string(e.what()) + (e.detail().empty() ? "" : ". " + e.detail()));
             }
         },
         [&](std::string_view line, long long lineno, std::string& chunk) {

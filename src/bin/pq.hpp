@@ -1,6 +1,6 @@
 // What hpcacct's libpq clients share (hpcacct-notify, hpcacct-report, hpcacct-sacct): a result
-// that clears itself, a statement with text parameters, the server's error as psql prints it,
-// the session's formatting settings, and standard streams the connection cannot take.
+// that clears itself, a statement with text parameters, the server's error on one line, the
+// session's formatting settings, and standard streams the connection cannot take.
 #pragma once
 
 #include <libpq-fe.h>
@@ -25,14 +25,30 @@ inline Result exec(PGconn *conn, const char *sql, const std::vector<std::string>
                   PQclear);
 }
 
+// libpq's message on one line (it puts a hint after "\n\t", a query's position on lines of
+// their own): its lines, trimmed, joined by a space. A cron job's operator reads one line.
+inline std::string one_line(const std::string &text) {
+    std::string out;
+    std::size_t from = 0;
+    while (from < text.size()) {
+        std::size_t end = text.find('\n', from);
+        if (end == std::string::npos) end = text.size();
+        std::size_t b = text.find_first_not_of(" \t\r", from);
+        std::size_t e = end;
+        while (e > from && (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\r')) --e;
+        if (b != std::string::npos && b < e) out += (out.empty() ? "" : " ") + text.substr(b, e - b);
+        from = end + 1;
+    }
+    return out;
+}
+
 // The formatting settings of a default session, whatever PGOPTIONS, PGDATESTYLE or ALTER ROLE
 // ... SET gave this one: what a command prints, sends or writes must not change with them.
 // The session's TimeZone is kept (the SQL does not depend on it). Returns the error, or "".
 inline std::string set_session_format(PGconn *conn) {
     PGresult *r = PQexec(conn, "SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1");
-    std::string error = PQresultStatus(r) == PGRES_COMMAND_OK ? "" : PQresultErrorMessage(r);
+    std::string error = PQresultStatus(r) == PGRES_COMMAND_OK ? "" : one_line(PQresultErrorMessage(r));
     PQclear(r);
-    while (!error.empty() && error.back() == '\n') error.pop_back();
     return error;
 }
 
@@ -55,14 +71,13 @@ inline bool succeeded(const PGresult *r) {
     return status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK;
 }
 
-// The server's message with its SQLSTATE and detail, on one line.
+// The server's message with its SQLSTATE and detail, on one line (no "LINE 1:" and caret).
 inline std::string describe(const PGresult *r) {
     std::string msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
                                                                       : PQresultErrorMessage(r);
     if (const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE)) msg += std::string(" (SQLSTATE ") + state + ")";
     if (const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL)) msg += std::string("; ") + detail;
-    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-    return msg;
+    return one_line(msg);
 }
 
 }  // namespace hpcacct::pq

@@ -84,6 +84,9 @@ one_line() {  # one_line NAME STATUS-WANTED COMMAND...
         "$(tf $(($(wc -l <"$work/err") != 1)))"
 }
 one_line "sacct, no server" 1 env PGHOST="$work/none" "$bindir/hpcacct-sacct" load /dev/null
+one_line "sacct load, a database without hpcacct" 1 "$bindir/hpcacct-sacct" -d postgres load test/slurm/samples/sacct-after-steps.txt
+printf 'Cluster|Jobid\nc|1\n' >"$work/bad-header.txt"
+one_line "sacct load, a header without the fields it needs" 1 "$bindir/hpcacct-sacct" -d "$db" load "$work/bad-header.txt"
 one_line "report, no server" 1 env PGHOST="$work/none" "$bindir/hpcacct-report" proj_a 2026-01
 one_line "notify --once, no server" 2 notify PGHOST="$work/none" "$bindir/hpcacct-notify" --once
 one_line "notify --once, a database without hpcacct" 2 notify HPCACCT_NOTIFY_CONNINFO=dbname=postgres "$bindir/hpcacct-notify" --once
