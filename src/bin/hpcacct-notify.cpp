@@ -382,10 +382,10 @@ Outcome send_one(CURL *curl, Trace &trace, Db &db, const Config &cfg, const Deli
         // Nothing reached the point of no return: the server has no message. Only a
         // permanent refusal of this recipient fails it; anything else (the server down, a
         // refused login or sender, TLS) is the server's or the configuration's and retried.
-        bool rcpt = rc == CURLE_SEND_ERROR && std::strncmp(errbuf, "RCPT failed", 11) == 0;
-        if (rcpt && code >= 500 && code < 600) return {"failed", what};
+        bool at_rcpt = rc == CURLE_SEND_ERROR && std::strncmp(errbuf, "RCPT failed", 11) == 0;
+        if (at_rcpt && code >= 500 && code < 600) return {"failed", what};
         // a mailbox full or greylisted: only this recipient waits
-        if (rcpt && code >= 400 && code < 500) return {"retry", what, true};
+        if (at_rcpt && code >= 400 && code < 500) return {"retry", what, true};
         return {"retry", what};
     }
     // After 'sending': only an explicit answer to the final "." says it was not taken. The
