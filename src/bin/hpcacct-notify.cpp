@@ -180,6 +180,7 @@ struct Db {
             close();
             return false;
         }
+        hpcacct::pq::prefix_notices(conn, "hpcacct-notify");
         const std::string error = hpcacct::pq::set_session_format(conn);
         if (!error.empty()) {
             log_line("database: cannot set the session's formatting: " + error);

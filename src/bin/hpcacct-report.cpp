@@ -126,6 +126,7 @@ struct Db {
             conn = nullptr;
             throw Failure("cannot connect to the database: " + msg);
         }
+        hpcacct::pq::prefix_notices(conn, "hpcacct-report");
         const std::string error = hpcacct::pq::set_session_format(conn);
         if (!error.empty()) {
             PQfinish(conn);

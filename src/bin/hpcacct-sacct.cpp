@@ -67,6 +67,7 @@ public:
             conn_ = nullptr;
             throw Failure("cannot connect: " + hpcacct::pq::one_line(message));
         }
+        hpcacct::pq::prefix_notices(conn_, "hpcacct-sacct");
         const std::string error = hpcacct::pq::set_session_format(conn_);
         if (!error.empty()) {
             PQfinish(conn_);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,21 @@ inline std::string describe(const PGresult *r) {
     if (const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE)) msg += std::string(" (SQLSTATE ") + state + ")";
     if (const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL)) msg += std::string("; ") + detail;
     return one_line(msg);
+}
+
+}  // namespace hpcacct::pq
+
+// libpq's notice processor, with C linkage: a notice, or a message the server sends outside a
+// query (FATAL: terminating connection ...), as "PROGRAM: message" on one line of stderr.
+extern "C" inline void hpcacct_pq_notice_line(void *program, const char *message) {
+    std::fprintf(stderr, "%s: %s\n", static_cast<const char *>(program), hpcacct::pq::one_line(message).c_str());
+}
+
+namespace hpcacct::pq {
+
+// Instead of libpq's default, which prints them raw: `program` must outlive the connection.
+inline void prefix_notices(PGconn *conn, const char *program) {
+    PQsetNoticeProcessor(conn, hpcacct_pq_notice_line, const_cast<char *>(program));
 }
 
 }  // namespace hpcacct::pq

@@ -50,6 +50,25 @@ status=$?
 check "notify with standard error closed: stopped by SIGTERM, exit 0 ($status)" "$(tf $status)"
 check "notify with standard error closed wrote nothing into the connection" "$(tf $(($(protocol_errors) != before)))"
 
+# --- hpcacct-notify's connection ended by the server (as by a restart): it reconnects, and what
+# libpq says of it is a line of hpcacct-notify's, not a bare "FATAL:" ---
+backend() { psql -X -At -d "$db" -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'hpcacct-notify'"; }
+env HPCACCT_NOTIFY_FROM=acct@example.org HPCACCT_NOTIFY_CONNINFO="dbname=$db" HPCACCT_NOTIFY_POLL=1 \
+    "$bindir/hpcacct-notify" 2>"$work/notify.err" &
+pid=$!
+for _ in $(seq 50); do first=$(backend); [ -n "$first" ] && break; sleep 0.2; done
+psql -X -q -d "$db" -c "SELECT pg_terminate_backend($first)" >/dev/null
+for _ in $(seq 50); do second=$(backend); [ -n "$second" ] && [ "$second" != "$first" ] && break; sleep 0.2; done
+kill -TERM $pid
+for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+kill -KILL $pid 2>/dev/null
+wait $pid
+status=$?
+check "notify, its connection terminated: reconnected (backend $first, then ${second:-none}) and stopped by SIGTERM ($status)" \
+    "$([ -n "$second" ] && [ "$second" != "$first" ] && [ $status -eq 0 ] && echo t || echo f)"
+stray=$(grep -v '^hpcacct-notify: ' "$work/notify.err")
+check "and every line it wrote is its own (${stray:-all prefixed})" "$([ -z "$stray" ] && echo t || echo f)"
+
 # --- a client encoding other than UTF-8 (PGCLIENTENCODING) changes nothing ---
 PGCLIENTENCODING=LATIN1 "$bindir/hpcacct-report" -d "$db" proj_a 2026-01 >"$work/latin1.html" 2>"$work/err"
 got=$?
