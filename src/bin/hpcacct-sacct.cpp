@@ -501,7 +501,8 @@ int run(int argc, char** argv) {
     std::string conninfo;
     std::size_t i = 0;
     while (i < args.size() && !args[i].empty() && args[i][0] == '-' && args[i] != "-") {
-        if (args[i] == "-d" && i + 1 < args.size()) {
+        if (args[i] == "-d") {
+            if (i + 1 >= args.size()) throw Usage("-d needs a value");
             conninfo = args[i + 1];
             i += 2;
         } else if (args[i] == "-h" || args[i] == "--help") {
@@ -524,6 +525,9 @@ int run(int argc, char** argv) {
         long overlap = 3600;
         long every = 0;
         for (; i < args.size(); ++i) {
+            const bool takes_value = args[i] == "-M" || args[i] == "--clusters" || args[i] == "--since" ||
+                                     args[i] == "--every" || args[i] == "--overlap";
+            if (takes_value && i + 1 >= args.size()) throw Usage(args[i] + " needs a value");
             if ((args[i] == "-M" || args[i] == "--clusters") && i + 1 < args.size()) {
                 clusters = split_list(args[++i]);
             } else if (args[i] == "--since" && i + 1 < args.size()) {

@@ -113,5 +113,15 @@ grep -q 'SQLSTATE 3F000' "$work/err"
 got=$?
 check "which names the SQLSTATE ($(head -c 160 "$work/err" | tr '\n' ' '))" "$(tf $got)"
 
+# --- a missing value is named as such, not as an unknown option ---
+"$bindir/hpcacct-sacct" -d 2>"$work/err"
+status=$?
+check "sacct -d without a value: exit 2, says so ($status: $(head -1 "$work/err"))" \
+    "$([ $status -eq 2 ] && grep -q '^hpcacct-sacct: -d needs a value' "$work/err" && echo t || echo f)"
+"$bindir/hpcacct-sacct" run -M c --since 2>"$work/err"
+status=$?
+check "sacct run --since without a value: exit 2, says so ($status: $(head -1 "$work/err"))" \
+    "$([ $status -eq 2 ] && grep -q '^hpcacct-sacct: --since needs a value' "$work/err" && echo t || echo f)"
+
 dropdb "$db"
 report commands
