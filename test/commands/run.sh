@@ -123,5 +123,25 @@ status=$?
 check "sacct run --since without a value: exit 2, says so ($status: $(head -1 "$work/err"))" \
     "$([ $status -eq 2 ] && grep -q '^hpcacct-sacct: --since needs a value' "$work/err" && echo t || echo f)"
 
+# --- hpcacct-slurm-sync (stand-in scontrol and sacctmgr): psql's failure on one line of its own,
+# its connections named hpcacct-slurm-sync ---
+mkdir -p "$work/fake"
+printf '#!/bin/sh\necho "ClusterName = c1"\necho "AccountingStorageEnforce = associations,limits"\n' >"$work/fake/scontrol"
+printf '#!/bin/sh\nexit 0\n' >"$work/fake/sacctmgr"
+chmod +x "$work/fake/scontrol" "$work/fake/sacctmgr"
+sync=$bindir/hpcacct-slurm-sync
+PATH="$work/fake:$PATH" PGHOST="$work/none" "$sync" --assoc >/dev/null 2>"$work/err"
+status=$?
+check "slurm-sync --assoc, no server: exit 1, one line on stderr ($status, $(wc -l <"$work/err") lines: $(head -c 200 "$work/err" | tr '\n\t' '  '))" \
+    "$([ $status -eq 1 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q '^hpcacct-slurm-sync: cannot read hpcacct.slurm_association: .*failed' "$work/err" && echo t || echo f)"
+psql -X -q -d "$db" -c "ALTER SYSTEM SET log_connections = on" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+PATH="$work/fake:$PATH" PGDATABASE="$db" "$sync" --assoc --dry-run >/dev/null 2>"$work/err"
+status=$?
+names=$(grep -o "database=$db application_name=[^ ]*" "$log" | sed 's/.*application_name=//' | sort -u | tr '\n' ' ')
+check "slurm-sync --assoc --dry-run: exit 0 ($status), its connection named hpcacct-slurm-sync (names logged: $names)" \
+    "$([ $status -eq 0 ] && grep -qw hpcacct-slurm-sync <<<"$names" && echo t || echo f)"
+psql -X -q -d "$db" -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()" >/dev/null
+
 dropdb "$db"
 report commands
