@@ -511,14 +511,18 @@ int run(int argc, char **argv) {
             backoff = std::min(backoff * 2, static_cast<double>(cfg.number("poll")));
             continue;
         }
-        backoff = 1;
         bool good = deliver_due(db, curl.get(), trace, cfg, sent);
         if (!good) {
             db.close();
             if (once) return 2;
+            // a statement that failed (a grant revoked, the extension gone) fails again: wait as
+            // after a failed connection, or it reconnects and fails as fast as it can
+            sleep(static_cast<unsigned>(backoff));
+            backoff = std::min(backoff * 2, static_cast<double>(cfg.number("poll")));
             continue;
         }
-        if (once) break;
+        backoff = 1;
+        if (once || stop_requested) break;  // a signal during the deliveries: no wait of poll seconds
         wait_for_work(db, seconds_to_next(db, cfg));
     }
     log_line(std::to_string(sent) + " delivered");

@@ -69,6 +69,20 @@ check "notify, its connection terminated: reconnected (backend $first, then ${se
 stray=$(grep -v '^hpcacct-notify: ' "$work/notify.err")
 check "and every line it wrote is its own (${stray:-all prefixed})" "$([ -z "$stray" ] && echo t || echo f)"
 
+# --- hpcacct-notify on a database whose statements fail (here: without hpcacct) backs off as
+# when it cannot connect (1, 2, 4 ... s), not reconnecting and failing as fast as it can ---
+env HPCACCT_NOTIFY_FROM=acct@example.org HPCACCT_NOTIFY_CONNINFO=dbname=postgres "$bindir/hpcacct-notify" 2>"$work/spin.err" &
+pid=$!
+sleep 3.5
+kill -TERM $pid
+for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+kill -KILL $pid 2>/dev/null
+wait $pid
+status=$?
+tries=$(grep -c 'SQLSTATE 3F000' "$work/spin.err")
+check "notify, every claim failing: at most 4 tries in 3.5 s ($tries), stopped by SIGTERM ($status)" \
+    "$([ "$tries" -ge 1 ] && [ "$tries" -le 4 ] && [ $status -eq 0 ] && echo t || echo f)"
+
 # --- a client encoding other than UTF-8 (PGCLIENTENCODING) changes nothing ---
 PGCLIENTENCODING=LATIN1 "$bindir/hpcacct-report" -d "$db" proj_a 2026-01 >"$work/latin1.html" 2>"$work/err"
 got=$?
