@@ -78,6 +78,8 @@ HPCACCT_TALLY=$tally PG_CONFIG=$PG_CONFIG test/federation/lost-slot.sh || true
 HPCACCT_TALLY=$tally PG_CONFIG=$PG_CONFIG test/federation/narrow-role.sh || true
 # a site, then the centre, restored from pg_dump into a fresh cluster and linked again
 HPCACCT_TALLY=$tally PG_CONFIG=$PG_CONFIG test/federation/restore.sh || true
+# an administrator's months: a site added later, a re-rating and a regulation with a link down, a site retired
+HPCACCT_TALLY=$tally PG_CONFIG=$PG_CONFIG test/federation/admin.sh || true
 
 passed=$(awk '{p += $2} END {print p + 0}' "$tally")
 failed=$(awk '{f += $3} END {print f + 0}' "$tally")
@@ -85,7 +87,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader sacct_session commands sync_concurrent notify bench slurm enforce jobmodify federation fedlost fedrole fedrestore; do
+for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader sacct_session commands sync_concurrent notify bench slurm enforce jobmodify federation fedlost fedrole fedrestore fedadmin; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]
