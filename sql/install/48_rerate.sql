@@ -258,6 +258,14 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
         INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
                                             jobs, amount_before, amount_after, note)
         VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);
+        -- a federation's centre (it publishes the reference data) re-rated the charges it holds:
+        -- the sites' still on their way are not
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = 'hpcacct_fed_reference') THEN
+            RAISE WARNING 'rerate: the sites'' charges of these jobs that reach this database later stay at the old rate'
+                USING DETAIL = 'Charges booked at a site while its link was down, or before the closed row reached it.',
+                      HINT = 'Once every site''s charges up to now are here (federation_status: every link connected, '
+                             'no rows pending at the sites), run SELECT hpcacct.rerate_catch_up().';
+        END IF;
         RETURN new_id;
     END
     $$;

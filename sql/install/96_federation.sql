@@ -1039,6 +1039,79 @@ COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
     'At the receiving end of a federation link whose slot was lost: a new slot at the sender, and the rows missing '
     'here copied from its snapshot (dblink); at the centre the site''s number, at a site 0';
 
+-- At the centre: what rerate() could not see. rerate() reverses and charges again the charges
+-- the centre holds; a site's charge of a job that started from effective_from on, on the
+-- closed row, that reached the centre afterwards (booked while the site's link was down or
+-- its rows on their way, or before the closed row reached the site) stays at the old rate.
+-- This re-rates those, per logged re-rating in order (a chain of them too), as rerate() would
+-- have: the same reversal and new charge per job, the same notes, added to rerate_log's figures.
+-- Returns the jobs re-rated (0 once none is left); idempotent. Refused at a site (HA013: its
+-- rows would reach the centre, which re-rates them itself).
+CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        r record;
+        label text;
+        reversals bigint[];
+        moved bigint;
+        before_sum numeric;
+        after_sum numeric;
+        total bigint := 0;
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
+            RAISE EXCEPTION 'rerate_catch_up: this database is a federation site'
+                USING ERRCODE = 'HA013',
+                      HINT = 'Run it at the centre, which holds every site''s charges; its entries reach the sites.';
+        END IF;
+        -- as rerate(): no charging meanwhile
+        LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
+        FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
+                 FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
+            label := 're-rated: resource ' || r.old_resource_id || ' from ' || hpcacct_internal.iso_instant(r.effective_from);
+            WITH moved AS (
+                SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                       sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge' AND l.resource_id = r.old_resource_id AND l.job_start >= r.effective_from
+                GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
+                HAVING sum(l.amount) <> 0
+            ), reversed AS (
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                                submitter, job_start, job_end, note, core_hours)
+                SELECT m.account, 'charge', -m.amount, m.unit, r.old_resource_id, m.cluster, m.jobid, m.job_submit,
+                       m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
+                FROM moved m
+                RETURNING entry_id
+            )
+            SELECT coalesce(pg_catalog.array_agg(v.entry_id), '{}') INTO reversals FROM reversed v;
+            CONTINUE WHEN pg_catalog.cardinality(reversals) = 0;
+            WITH charged AS (
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                                submitter, job_start, job_end, note, core_hours)
+                SELECT l.account, 'charge', round(-l.amount * (r.new_rate::numeric / r.old_rate::numeric), 6), l.unit,
+                       r.new_resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label,
+                       -l.core_hours
+                FROM @extschema@.ledger l
+                WHERE l.entry_id = ANY (reversals)
+                RETURNING amount
+            )
+            SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
+            SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+            UPDATE @extschema@.rerate_log g
+            SET jobs = g.jobs + moved, amount_before = g.amount_before + before_sum, amount_after = g.amount_after + after_sum
+            WHERE g.rerate_id = r.rerate_id;
+            total := total + moved;
+        END LOOP;
+        RETURN total;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rerate_catch_up() IS
+    'At the centre: re-rates the charges of jobs a logged rerate() covered that reached the ledger after it '
+    '(a site''s, booked while its link was down); returns the jobs re-rated; HA013 at a site';
+REVOKE EXECUTE ON FUNCTION @extschema@.rerate_catch_up() FROM PUBLIC;
+
 -- Per link of this database: the site at the other end (at a site: always the centre, 0),
 -- whether rows come in ('from', a subscription here) or go out ('to', a slot the other end
 -- reads), whether the link is connected, the last ledger row here that the other end booked

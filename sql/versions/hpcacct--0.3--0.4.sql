@@ -13117,6 +13117,81 @@ BEGIN
 END
 $$;
 DROP FUNCTION hpcacct_internal.sees_all_accounts();
+-- ==== rerate_catch_up(): a rerate() at a federation's centre re-rated only the charges the centre held; a site's charges of the same jobs that reached it later (booked while the site's link was down, or before the closed row reached the site) stayed at the old rate, and every database then differed from one database given the same events (test/federation/admin.sh); rerate() now warns at a centre, naming it ---
+-- At the centre: what rerate() could not see. rerate() reverses and charges again the charges
+-- the centre holds; a site's charge of a job that started from effective_from on, on the
+-- closed row, that reached the centre afterwards (booked while the site's link was down or
+-- its rows on their way, or before the closed row reached the site) stays at the old rate.
+-- This re-rates those, per logged re-rating in order (a chain of them too), as rerate() would
+-- have: the same reversal and new charge per job, the same notes, added to rerate_log's figures.
+-- Returns the jobs re-rated (0 once none is left); idempotent. Refused at a site (HA013: its
+-- rows would reach the centre, which re-rates them itself).
+CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        r record;
+        label text;
+        reversals bigint[];
+        moved bigint;
+        before_sum numeric;
+        after_sum numeric;
+        total bigint := 0;
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
+            RAISE EXCEPTION 'rerate_catch_up: this database is a federation site'
+                USING ERRCODE = 'HA013',
+                      HINT = 'Run it at the centre, which holds every site''s charges; its entries reach the sites.';
+        END IF;
+        -- as rerate(): no charging meanwhile
+        LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
+        FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
+                 FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
+            label := 're-rated: resource ' || r.old_resource_id || ' from ' || hpcacct_internal.iso_instant(r.effective_from);
+            WITH moved AS (
+                SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                       sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
+                FROM @extschema@.ledger l
+                WHERE l.kind = 'charge' AND l.resource_id = r.old_resource_id AND l.job_start >= r.effective_from
+                GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
+                HAVING sum(l.amount) <> 0
+            ), reversed AS (
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                                submitter, job_start, job_end, note, core_hours)
+                SELECT m.account, 'charge', -m.amount, m.unit, r.old_resource_id, m.cluster, m.jobid, m.job_submit,
+                       m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
+                FROM moved m
+                RETURNING entry_id
+            )
+            SELECT coalesce(pg_catalog.array_agg(v.entry_id), '{}') INTO reversals FROM reversed v;
+            CONTINUE WHEN pg_catalog.cardinality(reversals) = 0;
+            WITH charged AS (
+                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                                submitter, job_start, job_end, note, core_hours)
+                SELECT l.account, 'charge', round(-l.amount * (r.new_rate::numeric / r.old_rate::numeric), 6), l.unit,
+                       r.new_resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label,
+                       -l.core_hours
+                FROM @extschema@.ledger l
+                WHERE l.entry_id = ANY (reversals)
+                RETURNING amount
+            )
+            SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
+            SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+            UPDATE @extschema@.rerate_log g
+            SET jobs = g.jobs + moved, amount_before = g.amount_before + before_sum, amount_after = g.amount_after + after_sum
+            WHERE g.rerate_id = r.rerate_id;
+            total := total + moved;
+        END LOOP;
+        RETURN total;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rerate_catch_up() IS
+    'At the centre: re-rates the charges of jobs a logged rerate() covered that reached the ledger after it '
+    '(a site''s, booked while its link was down); returns the jobs re-rated; HA013 at a site';
+REVOKE EXECUTE ON FUNCTION @extschema@.rerate_catch_up() FROM PUBLIC;
+
+-- rerate(): defined in the final definitions
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -13735,6 +13810,14 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
         INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
                                             jobs, amount_before, amount_after, note)
         VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);
+        -- a federation's centre (it publishes the reference data) re-rated the charges it holds:
+        -- the sites' still on their way are not
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_publication p WHERE p.pubname = 'hpcacct_fed_reference') THEN
+            RAISE WARNING 'rerate: the sites'' charges of these jobs that reach this database later stay at the old rate'
+                USING DETAIL = 'Charges booked at a site while its link was down, or before the closed row reached it.',
+                      HINT = 'Once every site''s charges up to now are here (federation_status: every link connected, '
+                             'no rows pending at the sites), run SELECT hpcacct.rerate_catch_up().';
+        END IF;
         RETURN new_id;
     END
     $$;

@@ -5,7 +5,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(38);
+SELECT plan(45);
 
 -- The SQLSTATE and hint of a statement's error.
 CREATE FUNCTION pg_temp.hint_of(statement text) RETURNS text LANGUAGE plpgsql AS $$
@@ -118,6 +118,25 @@ DELETE FROM job WHERE jobid = 'a';
 SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = 'a'), 0.000000, 'deleting a re-rated job nets it to zero');
 SELECT throws_ok(format('SELECT hpcacct.rerate(%s, 3, ''2024-03-01 00:00+00'')', id), '22023', NULL,
                  'the closed row cannot be re-rated past its end') FROM r1;
+
+-- ---- rerate_catch_up(): a charge of the closed row that reached the ledger after rerate() ----
+-- (at a federation's centre: a site's charge of a job from 1 April on, booked at the old rate
+-- while its link was down; here inserted as replication would)
+SELECT is(rerate_catch_up(), 0::bigint, 'rerate_catch_up() with nothing late: 0');
+INSERT INTO ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit, submitter, job_start, job_end, core_hours)
+SELECT account, kind, 2.000000, unit, r0.id, cluster, 'late', job_submit, submitter,
+       '2024-05-20 00:00+00', '2024-05-20 01:00+00', core_hours
+FROM ledger, r0 WHERE jobid = 'n';
+SELECT is(rerate_catch_up(), 1::bigint, 'rerate_catch_up() re-rates the late charge');
+SELECT is((SELECT sum(amount) FROM ledger l JOIN r1 ON l.resource_id = r1.id WHERE jobid = 'late'), 3.000000,
+          'at the new rate, on the new row');
+SELECT is((SELECT sum(amount) FROM ledger WHERE jobid = 'late'), 3.000000, 'the job nets to its new charge');
+SELECT is((SELECT (jobs, amount_before, amount_after)::text FROM rerate_log), (3::bigint, 22.000000::numeric, 33.000000::numeric)::text,
+          'rerate_log adds it: 3 jobs, 22 → 33');
+SELECT is(rerate_catch_up(), 0::bigint, 'a second call re-rates nothing');
+INSERT INTO federation_node (site, role) VALUES (1, 'site');
+SELECT throws_ok('SELECT hpcacct.rerate_catch_up()', 'HA013', NULL, 'at a federation site it is refused (HA013)');
+DELETE FROM federation_node;
 
 SELECT * FROM finish();
 ROLLBACK;
