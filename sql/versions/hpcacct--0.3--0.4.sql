@@ -13193,6 +13193,9 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rerate_catch_up() FROM PUBLIC;
 
 -- rerate(): defined in the final definitions
 
+-- ==== regulate() at a federation's centre refuses to run while the link from a site is not connected (55000): it decided on the charges the centre held, without those the site booked meanwhile, and a run's outcome is logged for good (test/federation/admin.sh: the centre's log differed from one database's given the same events) ---
+-- regulate(): defined in the final definitions
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15952,6 +15955,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
         n_warning   integer := 0;
         n_retracted integer := 0;
         n_exonerated integer := 0;
+        cut_off     text;
     BEGIN
         IF d IS NULL THEN
             RAISE EXCEPTION 'regulation date must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -15972,6 +15976,21 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
             RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
                 USING HINT = 'Monthly regulation runs on the 15th, annual regulation on 1 May (warning) and 1 June (retraction).';
             RETURN;
+        END IF;
+
+        -- A federation's centre decides on every site's charges, and a run is logged for good:
+        -- with a site's link down, what the site charged meanwhile is not here.
+        SELECT pg_catalog.string_agg(substr(s.subname, 17), ', ' ORDER BY s.subname) INTO cut_off
+        FROM pg_catalog.pg_subscription s
+        WHERE s.subname ~ '^hpcacct_fed_s2c_[0-9]+$'
+          AND s.subdbid = (SELECT b.oid FROM pg_catalog.pg_database b WHERE b.datname = pg_catalog.current_database())
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_subscription st
+                          WHERE st.subid = s.oid AND st.relid IS NULL AND st.pid IS NOT NULL);
+        IF cut_off IS NOT NULL THEN
+            RAISE EXCEPTION 'regulate: the link from site % is not connected: its charges since are not here', cut_off
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Run it once the link is back and the site''s charges are in (federation_status at the site: '
+                             'rows_pending 0); a site gone for good: remove its subscription (README, "Removing a site").';
         END IF;
 
         -- Serializes regulation runs (readers are not blocked): a second run of the same
