@@ -83,6 +83,8 @@ caught_up gamma
 is "$(q gamma "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) IN (1, 2)")" \
    "$(q centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) IN (1, 2)")" \
    "gamma, added later, holds every past charge of alpha and beta"
+is "$(q gamma "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(tables_copying::text, '-')), ' ' ORDER BY direction) FROM federation_status")" \
+   "0/from/t/0 0/to/t/-" "federation_status at gamma: both links to the centre connected, no table still copying"
 agree "gamma added" gamma
 site_jobs gamma 1 100
 caught_up centre alpha beta gamma
@@ -138,6 +140,9 @@ caught_up centre alpha beta gamma
 is "$(q centre "SELECT md5(string_agg(format('%s', (account, machine, run, outcome, consumption, delta)), ' ' ORDER BY account, machine, run)) FROM regulation_log")" \
    "$(q centre "SELECT md5(string_agg(format('%s', (account, machine, run, outcome, consumption, delta)), ' ' ORDER BY account, machine, run)) FROM regulation_log" single)" \
    "regulate(): the centre's log = single's"
+ql_sql="SELECT string_agg(format('%s/%s/%s/%s', account, action, target_quarter, amount), ' ' ORDER BY account, action, target_quarter) FROM quarter_log"
+is "$(q centre "SELECT count(*) > 0 FROM quarter_log")" "t" "open_quarter() while alpha was down logged top-ups (the comparisons are not vacuous)"
+is "$(q centre "$ql_sql")" "$(q centre "$ql_sql" single)" "open_quarter(): the centre's log = single's"
 agree "regulated" centre alpha beta gamma
 
 # ---- 4. an account closed at the centre while the sites queue and run its jobs ----
