@@ -83,8 +83,9 @@ caught_up gamma
 is "$(q gamma "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) IN (1, 2)")" \
    "$(q centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) IN (1, 2)")" \
    "gamma, added later, holds every past charge of alpha and beta"
-is "$(q gamma "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(tables_copying::text, '-')), ' ' ORDER BY direction) FROM federation_status")" \
-   "0/from/t/0 0/to/t/-" "federation_status at gamma: both links to the centre connected, no table still copying"
+ms=$(wait_for gamma "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(tables_copying::text, '-')), ' ' ORDER BY direction) FROM federation_status" \
+     "0/from/t/0 0/to/t/-")
+waited "$ms" "federation_status at gamma: both links to the centre connected, no table still copying"
 agree "gamma added" gamma
 site_jobs gamma 1 100
 caught_up centre alpha beta gamma
@@ -113,7 +114,33 @@ caught_up centre alpha beta gamma
 is "$(q centre "SELECT format('%s/%s/%s', jobs, amount_before, amount_after) FROM rerate_log")" \
    "$(q centre "SELECT format('%s/%s/%s', jobs, amount_before, amount_after) FROM rerate_log" single)" "rerate_log: the centre's figures = single's"
 agree "re-rated" centre alpha beta gamma
-site_jobs beta $((JOBS + 41)) $((JOBS + 50))
+# the other way round: the link to beta cut, so beta charges at the rate row the centre closed
+# meanwhile (a second re-rating, of the row the first made: a chain)
+q beta "ALTER SUBSCRIPTION hpcacct_fed_c2s_2 DISABLE" >/dev/null
+beta_rid2=$(q centre "SELECT max(resource_id) FROM resource WHERE cluster = 'beta'")
+late_jobs="INSERT INTO job (cluster, jobid, account, \"user\", partition, submit, start, \"end\", alloctres, state)
+           SELECT 'beta', 'late-' || i, 'p' || i, 'u1', 'gpu', t, t + interval '1 minute', t + interval '3 hours',
+                  'cpu=8,gres/gpu=1', 'COMPLETED'
+           FROM generate_series(1, 5) i, LATERAL (SELECT timestamptz '2026-11-01 10:00+01' + i * interval '1 day' AS t) x"
+# (single: the same history as beta knew it, charged at the old row and then re-rated; charged
+# after the re-rating they would be fresh charges, which can differ in the 6th decimal)
+q centre "$late_jobs" single >/dev/null
+q centre "SELECT rerate($beta_rid2, 5.0, '2026-10-15 00:00+02')" >/dev/null 2>&1
+q centre "SELECT rerate($beta_rid2, 5.0, '2026-10-15 00:00+02')" single >/dev/null
+q beta "$late_jobs" >/dev/null
+q beta "ALTER SUBSCRIPTION hpcacct_fed_c2s_2 ENABLE" >/dev/null
+beta_rows=$(q beta "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2")
+ms=$(wait_for centre "SELECT count(*) FROM ledger WHERE federation_origin(entry_id) = 2" "$beta_rows")
+waited "$ms" "the centre holds beta's $beta_rows rows"
+is "$(q beta "SELECT count(DISTINCT jobid) FROM ledger WHERE resource_id = $beta_rid2 AND jobid LIKE 'late-%'")" "5" \
+   "beta, cut off, charged its 5 November jobs at the row the centre had closed"
+is "$(q centre "SELECT rerate_catch_up()")" "5" "rerate_catch_up(): those 5 jobs re-rated at the centre"
+caught_up centre alpha beta gamma
+is "$(q centre "SELECT string_agg(format('%s/%s/%s', jobs, amount_before, amount_after), ' ' ORDER BY rerate_id) FROM rerate_log")" \
+   "$(q centre "SELECT string_agg(format('%s/%s/%s', jobs, amount_before, amount_after), ' ' ORDER BY rerate_id) FROM rerate_log" single)" \
+   "rerate_log after two re-ratings: the centre's figures = single's"
+agree "re-rated twice" centre alpha beta gamma
+site_jobs beta $((JOBS + 46)) $((JOBS + 50))
 caught_up centre alpha beta gamma
 agree "beta charged at the new rate" centre beta
 
