@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(93);
+SELECT plan(96);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -338,6 +338,19 @@ SELECT is((SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
              AND p.prosrc ~ 'l\.pool = [a-z_$0-9.]+\s+AND l\.kind IN \(''grant'', ''supplement'', ''retraction''\)\s+AND l\.valid_from <= [a-z_$0-9.]+\s+AND l\.valid_until >='),
           NULL::text[], 'no function writes the events query out instead of calling allocation_events()');
+
+-- At a federation's centre a run waits for every site's link (its charges): a subscription
+-- to a site with no apply worker (here disabled, never connected) stops it, writing nothing.
+SET client_min_messages = error;
+CREATE SUBSCRIPTION hpcacct_fed_s2c_7 CONNECTION 'host=/nonexistent dbname=none' PUBLICATION none
+    WITH (connect = false, enabled = false, slot_name = NONE);
+CREATE TEMP TABLE log_before_link AS SELECT count(*) AS n FROM hpcacct.regulation_log;
+SELECT throws_ok($$CALL hpcacct.regulate('2025-07-15')$$, '55000', NULL,
+                 'regulate() while the link from a site is not connected is refused (55000)');
+SELECT is((SELECT count(*) FROM hpcacct.regulation_log), (SELECT n FROM log_before_link), 'and logs nothing');
+DROP SUBSCRIPTION hpcacct_fed_s2c_7;
+SET client_min_messages = warning;
+SELECT lives_ok($$CALL hpcacct.regulate('2025-07-15')$$, 'without it the run goes on');
 
 SELECT * FROM finish();
 ROLLBACK;
