@@ -4,7 +4,7 @@
 # added to the running federation, a re-rating at the centre while a site's charges are on
 # their way, the monthly regulation and the quarter opening while a site is down, an account
 # closed and a user removed at the centre while the sites queue and run their jobs, and a site
-# retired. After each step every database is compared with `single`, one database (in the
+# renamed and retired. After each step every database is compared with `single`, one database (in the
 # centre's cluster) given the same events: balances, charges, check_submit, the reports.
 # Prints TAP lines and appends "fedadmin PASSED FAILED" to $HPCACCT_TALLY when set.
 set -euo pipefail
@@ -62,7 +62,8 @@ agree() {
     done
     for node in "$@"; do is "$(q "$node" "$twice_sql")" "0" "$step: $node: no job charged twice"; done
 }
-links() { q "$1" "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(rows_pending::text, '-')), ' ' ORDER BY site, direction) FROM federation_status"; }
+links_sql="SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(rows_pending::text, '-')), ' ' ORDER BY site, direction) FROM federation_status"
+links() { q "$1" "$links_sql"; }
 
 site_jobs alpha 1 "$JOBS"
 site_jobs beta 1 "$JOBS"
@@ -90,7 +91,7 @@ agree "gamma added" gamma
 site_jobs gamma 1 100
 caught_up centre alpha beta gamma
 agree "gamma charged" centre alpha beta gamma
-ms=$(wait_for centre "$(sed 's/rows_pending/0/' <<<"SELECT count(*) FROM federation_status WHERE connected AND (direction = 'from' OR rows_pending = 0)")" 6)
+ms=$(wait_for centre "SELECT count(*) FROM federation_status WHERE connected AND (direction = 'from' OR rows_pending = 0)" 6)
 waited "$ms" "federation_status at the centre: three sites, both links connected, nothing pending"
 
 # ---- 2. a re-rating at the centre while beta's newest charges are on their way ----
@@ -212,8 +213,7 @@ is "$(sqlstate centre "CALL hpcacct.federation_publish(3, 'gamma')")" "23505" "a
 q gamma "DROP SUBSCRIPTION hpcacct_fed_c2s_3" >/dev/null
 q centre "DROP SUBSCRIPTION hpcacct_fed_s2c_3" >/dev/null
 q centre "DROP PUBLICATION hpcacct_fed_c2s_3" >/dev/null
-ms=$(wait_for centre "$(declare -f links >/dev/null; echo "SELECT string_agg(format('%s/%s/%s/%s', site, direction, connected, coalesce(rows_pending::text, '-')), ' ' ORDER BY site, direction) FROM federation_status")" \
-     "1/from/t/- 1/to/t/0 2/from/t/- 2/to/t/0")
+ms=$(wait_for centre "$links_sql" "1/from/t/- 1/to/t/0 2/from/t/- 2/to/t/0")
 waited "$ms" "federation_status at the centre after gamma left: alpha's and beta's links only, nothing pending"
 is "$(q centre "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE '%_3'")/$(q gamma "SELECT count(*) FROM pg_replication_slots")" "0/0" \
    "no slot left for gamma at the centre or at gamma"
