@@ -162,6 +162,71 @@ CREATE POLICY delete_rows ON @extschema@.rerate_log FOR DELETE USING (true);
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.rerate_log', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.rerate_log_rerate_id_seq', '');
 
+-- A re-rating books, per job, a reversal of its net charge at the old row and a new charge at
+-- the new one: the reversed amount x new rate / old rate, rounded to 6 decimals like every
+-- charge. Two steps, since rerate() closes the old row between them (a row may not be closed
+-- before the start of a job it still charges); rerate() and rerate_catch_up() share them.
+-- The notes name the re-rating: 'reversal: ' || label, and label.
+
+-- The reversals of the net charges resource row `resource_id` holds for jobs that started at
+-- or after effective_from; returns their entry ids.
+CREATE FUNCTION hpcacct_internal.rerate_reverse(resource_id bigint, effective_from timestamptz, label text)
+    RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        reversals bigint[];
+    BEGIN
+        WITH moved AS (
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
+            FROM @extschema@.ledger l
+            WHERE l.kind = 'charge' AND l.resource_id = rerate_reverse.resource_id AND l.job_start >= effective_from
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
+            HAVING sum(l.amount) <> 0
+        ), reversed AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note, core_hours)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate_reverse.resource_id, m.cluster, m.jobid, m.job_submit,
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
+            FROM moved m
+            RETURNING entry_id
+        )
+        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        RETURN reversals;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rerate_reverse(bigint, timestamptz, text) IS
+    'A re-rating''s first step: reverses the net charges a resource row holds for jobs started from an instant on; '
+    'returns the reversals'' entry ids';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.rerate_reverse(bigint, timestamptz, text) FROM PUBLIC;
+
+-- The new charges at resource row `resource_id`: each reversal's amount x ratio (new rate /
+-- old rate); returns the jobs and the amounts before (reversed) and after.
+CREATE FUNCTION hpcacct_internal.rerate_charge(reversals bigint[], resource_id bigint, ratio numeric, label text,
+                                               OUT jobs bigint, OUT amount_before numeric, OUT amount_after numeric)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        WITH charged AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note, core_hours)
+            SELECT l.account, 'charge', round(-l.amount * ratio, 6), l.unit, rerate_charge.resource_id,
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
+            FROM @extschema@.ledger l
+            WHERE l.entry_id = ANY (reversals)
+            RETURNING amount
+        )
+        SELECT count(*), coalesce(sum(c.amount), 0) INTO jobs, amount_after FROM charged c;
+        SELECT coalesce(-sum(l.amount), 0) INTO amount_before FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rerate_charge(bigint[], bigint, numeric, text) IS
+    'A re-rating''s second step: charges each reversal''s amount x ratio at a resource row; returns jobs and amounts';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.rerate_charge(bigint[], bigint, numeric, text) FROM PUBLIC;
+
 -- Re-rates the jobs that resource row `resource_id` charges and that started at or after
 -- `effective_from`: closes the row at effective_from, adds a row with the new rate from then
 -- to the old row's end (the same cluster, partition, node, bundle, unit, pool and flag), and
@@ -217,24 +282,8 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
 
-        -- Reversals first, per job that started from effective_from on, of its net charge here:
-        -- the row then charges nothing from effective_from on and may be closed.
-        WITH moved AS (
-            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
-            FROM @extschema@.ledger l
-            WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
-            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
-            HAVING sum(l.amount) <> 0
-        ), reversed AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note, core_hours)
-            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
-                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
-            FROM moved m
-            RETURNING entry_id
-        )
-        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        -- Reversals first: the row then charges nothing from effective_from on and may be closed.
+        reversals := hpcacct_internal.rerate_reverse(resource_id, effective_from, label);
         UPDATE @extschema@.resource r SET valid = pg_catalog.tstzrange(lower(was.valid), effective_from,
                                                                        CASE WHEN lower_inc(was.valid) THEN '[)' ELSE '()' END)
         WHERE r.resource_id = rerate.resource_id;
@@ -243,18 +292,8 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
                 pg_catalog.tstzrange(effective_from, upper(was.valid), CASE WHEN upper_inc(was.valid) THEN '[]' ELSE '[)' END),
                 was.description)
         RETURNING resource.resource_id INTO new_id;
-        -- The new charges: each reversed amount at the new rate.
-        WITH charged AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note, core_hours)
-            SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
-            FROM @extschema@.ledger l
-            WHERE l.entry_id = ANY (reversals)
-            RETURNING amount
-        )
-        SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
-        SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+        SELECT c.jobs, c.amount_before, c.amount_after INTO moved, before_sum, after_sum
+        FROM hpcacct_internal.rerate_charge(reversals, new_id, new_rate::numeric / was.rate::numeric, label) c;
         INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
                                             jobs, amount_before, amount_after, note)
         VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);

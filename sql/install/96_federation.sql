@@ -1070,35 +1070,11 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
                  FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
             label := 're-rated: resource ' || r.old_resource_id || ' from ' || hpcacct_internal.iso_instant(r.effective_from);
-            WITH moved AS (
-                SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                       sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
-                FROM @extschema@.ledger l
-                WHERE l.kind = 'charge' AND l.resource_id = r.old_resource_id AND l.job_start >= r.effective_from
-                GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
-                HAVING sum(l.amount) <> 0
-            ), reversed AS (
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                                submitter, job_start, job_end, note, core_hours)
-                SELECT m.account, 'charge', -m.amount, m.unit, r.old_resource_id, m.cluster, m.jobid, m.job_submit,
-                       m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
-                FROM moved m
-                RETURNING entry_id
-            )
-            SELECT coalesce(pg_catalog.array_agg(v.entry_id), '{}') INTO reversals FROM reversed v;
+            reversals := hpcacct_internal.rerate_reverse(r.old_resource_id, r.effective_from, label);
             CONTINUE WHEN pg_catalog.cardinality(reversals) = 0;
-            WITH charged AS (
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                                submitter, job_start, job_end, note, core_hours)
-                SELECT l.account, 'charge', round(-l.amount * (r.new_rate::numeric / r.old_rate::numeric), 6), l.unit,
-                       r.new_resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label,
-                       -l.core_hours
-                FROM @extschema@.ledger l
-                WHERE l.entry_id = ANY (reversals)
-                RETURNING amount
-            )
-            SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
-            SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+            SELECT c.jobs, c.amount_before, c.amount_after INTO moved, before_sum, after_sum
+            FROM hpcacct_internal.rerate_charge(reversals, r.new_resource_id,
+                                                r.new_rate::numeric / r.old_rate::numeric, label) c;
             UPDATE @extschema@.rerate_log g
             SET jobs = g.jobs + moved, amount_before = g.amount_before + before_sum, amount_after = g.amount_after + after_sum
             WHERE g.rerate_id = r.rerate_id;

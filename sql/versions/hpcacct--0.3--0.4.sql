@@ -13118,6 +13118,71 @@ END
 $$;
 DROP FUNCTION hpcacct_internal.sees_all_accounts();
 -- ==== rerate_catch_up(): a rerate() at a federation's centre re-rated only the charges the centre held; a site's charges of the same jobs that reached it later (booked while the site's link was down, or before the closed row reached the site) stayed at the old rate, and every database then differed from one database given the same events (test/federation/admin.sh); rerate() now warns at a centre, naming it ---
+-- A re-rating books, per job, a reversal of its net charge at the old row and a new charge at
+-- the new one: the reversed amount x new rate / old rate, rounded to 6 decimals like every
+-- charge. Two steps, since rerate() closes the old row between them (a row may not be closed
+-- before the start of a job it still charges); rerate() and rerate_catch_up() share them.
+-- The notes name the re-rating: 'reversal: ' || label, and label.
+
+-- The reversals of the net charges resource row `resource_id` holds for jobs that started at
+-- or after effective_from; returns their entry ids.
+CREATE FUNCTION hpcacct_internal.rerate_reverse(resource_id bigint, effective_from timestamptz, label text)
+    RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        reversals bigint[];
+    BEGIN
+        WITH moved AS (
+            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
+                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
+            FROM @extschema@.ledger l
+            WHERE l.kind = 'charge' AND l.resource_id = rerate_reverse.resource_id AND l.job_start >= effective_from
+            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
+            HAVING sum(l.amount) <> 0
+        ), reversed AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note, core_hours)
+            SELECT m.account, 'charge', -m.amount, m.unit, rerate_reverse.resource_id, m.cluster, m.jobid, m.job_submit,
+                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
+            FROM moved m
+            RETURNING entry_id
+        )
+        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        RETURN reversals;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rerate_reverse(bigint, timestamptz, text) IS
+    'A re-rating''s first step: reverses the net charges a resource row holds for jobs started from an instant on; '
+    'returns the reversals'' entry ids';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.rerate_reverse(bigint, timestamptz, text) FROM PUBLIC;
+
+-- The new charges at resource row `resource_id`: each reversal's amount x ratio (new rate /
+-- old rate); returns the jobs and the amounts before (reversed) and after.
+CREATE FUNCTION hpcacct_internal.rerate_charge(reversals bigint[], resource_id bigint, ratio numeric, label text,
+                                               OUT jobs bigint, OUT amount_before numeric, OUT amount_after numeric)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        WITH charged AS (
+            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
+                                            submitter, job_start, job_end, note, core_hours)
+            SELECT l.account, 'charge', round(-l.amount * ratio, 6), l.unit, rerate_charge.resource_id,
+                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
+            FROM @extschema@.ledger l
+            WHERE l.entry_id = ANY (reversals)
+            RETURNING amount
+        )
+        SELECT count(*), coalesce(sum(c.amount), 0) INTO jobs, amount_after FROM charged c;
+        SELECT coalesce(-sum(l.amount), 0) INTO amount_before FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.rerate_charge(bigint[], bigint, numeric, text) IS
+    'A re-rating''s second step: charges each reversal''s amount x ratio at a resource row; returns jobs and amounts';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.rerate_charge(bigint[], bigint, numeric, text) FROM PUBLIC;
+
 -- At the centre: what rerate() could not see. rerate() reverses and charges again the charges
 -- the centre holds; a site's charge of a job that started from effective_from on, on the
 -- closed row, that reached the centre afterwards (booked while the site's link was down or
@@ -13149,35 +13214,11 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
                  FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
             label := 're-rated: resource ' || r.old_resource_id || ' from ' || hpcacct_internal.iso_instant(r.effective_from);
-            WITH moved AS (
-                SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                       sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
-                FROM @extschema@.ledger l
-                WHERE l.kind = 'charge' AND l.resource_id = r.old_resource_id AND l.job_start >= r.effective_from
-                GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
-                HAVING sum(l.amount) <> 0
-            ), reversed AS (
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                                submitter, job_start, job_end, note, core_hours)
-                SELECT m.account, 'charge', -m.amount, m.unit, r.old_resource_id, m.cluster, m.jobid, m.job_submit,
-                       m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
-                FROM moved m
-                RETURNING entry_id
-            )
-            SELECT coalesce(pg_catalog.array_agg(v.entry_id), '{}') INTO reversals FROM reversed v;
+            reversals := hpcacct_internal.rerate_reverse(r.old_resource_id, r.effective_from, label);
             CONTINUE WHEN pg_catalog.cardinality(reversals) = 0;
-            WITH charged AS (
-                INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                                submitter, job_start, job_end, note, core_hours)
-                SELECT l.account, 'charge', round(-l.amount * (r.new_rate::numeric / r.old_rate::numeric), 6), l.unit,
-                       r.new_resource_id, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label,
-                       -l.core_hours
-                FROM @extschema@.ledger l
-                WHERE l.entry_id = ANY (reversals)
-                RETURNING amount
-            )
-            SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
-            SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+            SELECT c.jobs, c.amount_before, c.amount_after INTO moved, before_sum, after_sum
+            FROM hpcacct_internal.rerate_charge(reversals, r.new_resource_id,
+                                                r.new_rate::numeric / r.old_rate::numeric, label) c;
             UPDATE @extschema@.rerate_log g
             SET jobs = g.jobs + moved, amount_before = g.amount_before + before_sum, amount_after = g.amount_after + after_sum
             WHERE g.rerate_id = r.rerate_id;
@@ -13772,24 +13813,8 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
 
-        -- Reversals first, per job that started from effective_from on, of its net charge here:
-        -- the row then charges nothing from effective_from on and may be closed.
-        WITH moved AS (
-            SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
-                   sum(l.amount) AS amount, sum(l.core_hours) AS core_hours
-            FROM @extschema@.ledger l
-            WHERE l.kind = 'charge' AND l.resource_id = rerate.resource_id AND l.job_start >= effective_from
-            GROUP BY l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end
-            HAVING sum(l.amount) <> 0
-        ), reversed AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note, core_hours)
-            SELECT m.account, 'charge', -m.amount, m.unit, rerate.resource_id, m.cluster, m.jobid, m.job_submit,
-                   m.submitter, m.job_start, m.job_end, 'reversal: ' || label, -m.core_hours
-            FROM moved m
-            RETURNING entry_id
-        )
-        SELECT coalesce(pg_catalog.array_agg(r.entry_id), '{}') INTO reversals FROM reversed r;
+        -- Reversals first: the row then charges nothing from effective_from on and may be closed.
+        reversals := hpcacct_internal.rerate_reverse(resource_id, effective_from, label);
         UPDATE @extschema@.resource r SET valid = pg_catalog.tstzrange(lower(was.valid), effective_from,
                                                                        CASE WHEN lower_inc(was.valid) THEN '[)' ELSE '()' END)
         WHERE r.resource_id = rerate.resource_id;
@@ -13798,18 +13823,8 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
                 pg_catalog.tstzrange(effective_from, upper(was.valid), CASE WHEN upper_inc(was.valid) THEN '[]' ELSE '[)' END),
                 was.description)
         RETURNING resource.resource_id INTO new_id;
-        -- The new charges: each reversed amount at the new rate.
-        WITH charged AS (
-            INSERT INTO @extschema@.ledger (account, kind, amount, unit, resource_id, cluster, jobid, job_submit,
-                                            submitter, job_start, job_end, note, core_hours)
-            SELECT l.account, 'charge', round(-l.amount * (new_rate::numeric / was.rate::numeric), 6), l.unit, new_id,
-                   l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end, label, -l.core_hours
-            FROM @extschema@.ledger l
-            WHERE l.entry_id = ANY (reversals)
-            RETURNING amount
-        )
-        SELECT count(*), coalesce(sum(c.amount), 0) INTO moved, after_sum FROM charged c;
-        SELECT coalesce(-sum(l.amount), 0) INTO before_sum FROM @extschema@.ledger l WHERE l.entry_id = ANY (reversals);
+        SELECT c.jobs, c.amount_before, c.amount_after INTO moved, before_sum, after_sum
+        FROM hpcacct_internal.rerate_charge(reversals, new_id, new_rate::numeric / was.rate::numeric, label) c;
         INSERT INTO @extschema@.rerate_log (old_resource_id, new_resource_id, old_rate, new_rate, effective_from,
                                             jobs, amount_before, amount_after, note)
         VALUES (resource_id, new_id, was.rate, new_rate, effective_from, moved, before_sum, after_sum, note);
