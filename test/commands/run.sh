@@ -37,15 +37,20 @@ grep -q 'standard input: no sacct header line' "$work/err"
 got=$?
 check "sacct load - with standard input closed reads nothing ($(head -1 "$work/err"))" "$(tf $got)"
 
+# SIGTERM to a daemon started here, SIGKILL after 10 s; returns its exit status
+stop_daemon() {
+    kill -TERM "$1"
+    for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$1" 2>/dev/null
+    wait "$1"
+}
+
 before=$(protocol_errors)
 env HPCACCT_NOTIFY_FROM=acct@example.org HPCACCT_NOTIFY_CONNINFO="dbname=$db" HPCACCT_NOTIFY_POLL=1 \
     "$bindir/hpcacct-notify" 2>&- &
 pid=$!
 sleep 3
-kill -TERM $pid
-for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
-kill -KILL $pid 2>/dev/null
-wait $pid
+stop_daemon $pid
 status=$?
 check "notify with standard error closed: stopped by SIGTERM, exit 0 ($status)" "$(tf $status)"
 check "notify with standard error closed wrote nothing into the connection" "$(tf $(($(protocol_errors) != before)))"
@@ -59,10 +64,7 @@ pid=$!
 for _ in $(seq 50); do first=$(backend); [ -n "$first" ] && break; sleep 0.2; done
 psql -X -q -d "$db" -c "SELECT pg_terminate_backend($first)" >/dev/null
 for _ in $(seq 50); do second=$(backend); [ -n "$second" ] && [ "$second" != "$first" ] && break; sleep 0.2; done
-kill -TERM $pid
-for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
-kill -KILL $pid 2>/dev/null
-wait $pid
+stop_daemon $pid
 status=$?
 check "notify, its connection terminated: reconnected (backend $first, then ${second:-none}) and stopped by SIGTERM ($status)" \
     "$([ -n "$second" ] && [ "$second" != "$first" ] && [ $status -eq 0 ] && echo t || echo f)"
@@ -74,10 +76,7 @@ check "and every line it wrote is its own (${stray:-all prefixed})" "$([ -z "$st
 env HPCACCT_NOTIFY_FROM=acct@example.org HPCACCT_NOTIFY_CONNINFO=dbname=postgres "$bindir/hpcacct-notify" 2>"$work/spin.err" &
 pid=$!
 sleep 3.5
-kill -TERM $pid
-for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.2; done
-kill -KILL $pid 2>/dev/null
-wait $pid
+stop_daemon $pid
 status=$?
 tries=$(grep -c 'SQLSTATE 3F000' "$work/spin.err")
 check "notify, every claim failing: at most 4 tries in 3.5 s ($tries), stopped by SIGTERM ($status)" \
