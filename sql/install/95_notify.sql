@@ -97,15 +97,18 @@ COMMENT ON FUNCTION hpcacct_internal.mailbox_key(text) IS
 
 -- One row per message and recipient: the delivery record. States: pending (to send, from
 -- next_attempt on; a sender may hold a lease on it), sending (a sender committed to finish
--- the SMTP transaction: the server may have it), delivered, failed (refused for good), and
--- uncertain (a sender stopped while sending: it is never sent again automatically).
+-- the SMTP transaction: the server may have it), delivered, failed (refused for good),
+-- uncertain (a sender stopped while sending: it is never sent again automatically), and
+-- withdrawn (not to be sent: its user left the account, or silenced or deleted their contact,
+-- before it was sent; outbox_withdraw_member(), contact_follow()).
 CREATE TABLE @extschema@.outbox_recipient (
     recipient_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     message_id   bigint NOT NULL REFERENCES @extschema@.outbox,
     username     text NOT NULL,
     address      text NOT NULL,
     state        text NOT NULL DEFAULT 'pending'
-                 CHECK (state IN ('pending', 'sending', 'delivered', 'failed', 'uncertain')),
+                 CONSTRAINT outbox_recipient_state_check
+                 CHECK (state IN ('pending', 'sending', 'delivered', 'failed', 'uncertain', 'withdrawn')),
     attempts     integer NOT NULL DEFAULT 0,
     next_attempt timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
     lease_owner  text,
@@ -120,7 +123,7 @@ CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt)
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
 CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');
 COMMENT ON TABLE @extschema@.outbox_recipient IS
-    'Delivery record per message and recipient: pending, sending, delivered, failed or uncertain, with attempts and lease';
+    'Delivery record per message and recipient: pending, sending, delivered, failed, uncertain or withdrawn, with attempts and lease';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.contact', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox', '');
@@ -908,6 +911,81 @@ CREATE FUNCTION hpcacct_internal.contact_touch() RETURNS trigger
 COMMENT ON FUNCTION hpcacct_internal.contact_touch() IS 'Trigger: sets contact.updated_at on every change';
 CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_touch();
+
+-- ---- deliveries follow their users until they are sent -----------------------------------
+-- A delivery is written with its message; it may wait (the server down for a day, an older
+-- message to its mailbox). Until a sender commits to it ('sending'), it goes where the contact
+-- and the membership say: a user who leaves the account is not sent its messages (those about
+-- their own job excepted), a silenced or deleted contact none, a changed address the new one
+-- (once per mailbox: one that another recipient of the message has already is withdrawn). A
+-- lease on a changed delivery is dropped, so that its sender, which read the old address,
+-- cannot complete it (outbox_sending() is false) and the next claim reads the new one.
+
+CREATE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        UPDATE @extschema@.outbox_recipient r
+        SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+            last_error = pg_catalog.format('not sent: %s left account %s at %s', r.username, m.account,
+                                           hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
+        FROM old_rows d, @extschema@.outbox m
+        WHERE m.message_id = r.message_id AND m.account = d.account AND r.username = d.username
+          AND r.state = 'pending' AND m.job_owner IS DISTINCT FROM r.username
+          -- (removed and added again in one statement: still a member)
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.membership s WHERE s.account = d.account AND s.username = d.username);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.outbox_withdraw_member() IS
+    'Trigger: a user who leaves an account is not sent its pending messages (but those about their own job)';
+CREATE TRIGGER outbox_withdraw_member AFTER DELETE ON @extschema@.membership
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.outbox_withdraw_member();
+
+-- With the owner's rights: a portal user changes their own contact (own_contact) and may not
+-- write deliveries; this writes only that contact's pending ones.
+CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        why text;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            why := 'its contact was deleted';
+        ELSIF NOT NEW.notify THEN
+            why := 'its contact was silenced';
+        ELSIF NEW.username IS DISTINCT FROM OLD.username THEN
+            why := 'its contact was moved to another user';
+        END IF;
+        IF why IS NOT NULL THEN
+            UPDATE @extschema@.outbox_recipient r
+            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+                last_error = pg_catalog.format('not sent: %s at %s', why,
+                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
+            WHERE r.username = OLD.username AND r.state = 'pending';
+        ELSIF NEW.email IS DISTINCT FROM OLD.email THEN
+            UPDATE @extschema@.outbox_recipient r
+            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+                last_error = pg_catalog.format('not sent: the address changed at %s to %s, which receives the message already',
+                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()), NEW.email)
+            WHERE r.username = OLD.username AND r.state = 'pending'
+              AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                          WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
+                            AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+            UPDATE @extschema@.outbox_recipient r
+            SET address = NEW.email, lease_owner = NULL, lease_until = NULL
+            WHERE r.username = OLD.username AND r.state = 'pending';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.contact_follow() IS
+    'Trigger: a contact''s pending deliveries go to its new address, once per mailbox; silenced or deleted: withdrawn';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.contact_follow() FROM PUBLIC;
+CREATE TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
 
 -- ---- the sender's role ---------------------------------------------------------------------
 -- hpcacct-notify connects as a member of hpcacct_notify (99_roles.sql), which reads the

@@ -13078,6 +13078,77 @@ CREATE OR REPLACE VIEW @extschema@.fairshare_queue AS
     ORDER BY 1;
 ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
 
+-- ==== a delivery that waited (the mail server down, an older message to its mailbox) went where it was written to: to a member removed from the account meanwhile, to a contact silenced or deleted, to the old address of a user who had changed it (pgTAP mail_year). Until it is sending, it now follows the membership and the contact: withdrawn (a new state, with the reason in last_error), or readdressed, once per mailbox ---
+ALTER TABLE @extschema@.outbox_recipient DROP CONSTRAINT outbox_recipient_state_check;
+ALTER TABLE @extschema@.outbox_recipient ADD CONSTRAINT outbox_recipient_state_check
+    CHECK (state IN ('pending', 'sending', 'delivered', 'failed', 'uncertain', 'withdrawn'));
+COMMENT ON TABLE @extschema@.outbox_recipient IS
+    'Delivery record per message and recipient: pending, sending, delivered, failed, uncertain or withdrawn, with attempts and lease';
+CREATE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        UPDATE @extschema@.outbox_recipient r
+        SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+            last_error = pg_catalog.format('not sent: %s left account %s at %s', r.username, m.account,
+                                           hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
+        FROM old_rows d, @extschema@.outbox m
+        WHERE m.message_id = r.message_id AND m.account = d.account AND r.username = d.username
+          AND r.state = 'pending' AND m.job_owner IS DISTINCT FROM r.username
+          -- (removed and added again in one statement: still a member)
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.membership s WHERE s.account = d.account AND s.username = d.username);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.outbox_withdraw_member() IS
+    'Trigger: a user who leaves an account is not sent its pending messages (but those about their own job)';
+CREATE TRIGGER outbox_withdraw_member AFTER DELETE ON @extschema@.membership
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.outbox_withdraw_member();
+
+-- With the owner's rights: a portal user changes their own contact (own_contact) and may not
+-- write deliveries; this writes only that contact's pending ones.
+CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        why text;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            why := 'its contact was deleted';
+        ELSIF NOT NEW.notify THEN
+            why := 'its contact was silenced';
+        ELSIF NEW.username IS DISTINCT FROM OLD.username THEN
+            why := 'its contact was moved to another user';
+        END IF;
+        IF why IS NOT NULL THEN
+            UPDATE @extschema@.outbox_recipient r
+            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+                last_error = pg_catalog.format('not sent: %s at %s', why,
+                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
+            WHERE r.username = OLD.username AND r.state = 'pending';
+        ELSIF NEW.email IS DISTINCT FROM OLD.email THEN
+            UPDATE @extschema@.outbox_recipient r
+            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+                last_error = pg_catalog.format('not sent: the address changed at %s to %s, which receives the message already',
+                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()), NEW.email)
+            WHERE r.username = OLD.username AND r.state = 'pending'
+              AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                          WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
+                            AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+            UPDATE @extschema@.outbox_recipient r
+            SET address = NEW.email, lease_owner = NULL, lease_until = NULL
+            WHERE r.username = OLD.username AND r.state = 'pending';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.contact_follow() IS
+    'Trigger: a contact''s pending deliveries go to its new address, once per mailbox; silenced or deleted: withdrawn';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.contact_follow() FROM PUBLIC;
+CREATE TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
+    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
 -- ==== every row of a table only to a role that may read that table -----------------------
 -- sees_all_accounts() held for a member of hpcacct_admin, hpcacct_auditor or hpcacct_submit
 -- on every table: a login both portal user and submit check read every account's jobs,
@@ -18805,4 +18876,61 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_window_months(caller text, a
     $$;
 COMMENT ON FUNCTION hpcacct_internal.require_window_months(text, text, text, text, date, date, text) IS
     'An allocation event''s window spans some time in a month convention; 22023 for one it makes empty';
+CREATE OR REPLACE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        UPDATE @extschema@.outbox_recipient r
+        SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+            last_error = pg_catalog.format('not sent: %s left account %s at %s', r.username, m.account,
+                                           hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
+        FROM old_rows d, @extschema@.outbox m
+        WHERE m.message_id = r.message_id AND m.account = d.account AND r.username = d.username
+          AND r.state = 'pending' AND m.job_owner IS DISTINCT FROM r.username
+          -- (removed and added again in one statement: still a member)
+          AND NOT EXISTS (SELECT 1 FROM @extschema@.membership s WHERE s.account = d.account AND s.username = d.username);
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.outbox_withdraw_member() IS
+    'Trigger: a user who leaves an account is not sent its pending messages (but those about their own job)';
+CREATE OR REPLACE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        why text;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            why := 'its contact was deleted';
+        ELSIF NOT NEW.notify THEN
+            why := 'its contact was silenced';
+        ELSIF NEW.username IS DISTINCT FROM OLD.username THEN
+            why := 'its contact was moved to another user';
+        END IF;
+        IF why IS NOT NULL THEN
+            UPDATE @extschema@.outbox_recipient r
+            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+                last_error = pg_catalog.format('not sent: %s at %s', why,
+                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
+            WHERE r.username = OLD.username AND r.state = 'pending';
+        ELSIF NEW.email IS DISTINCT FROM OLD.email THEN
+            UPDATE @extschema@.outbox_recipient r
+            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
+                last_error = pg_catalog.format('not sent: the address changed at %s to %s, which receives the message already',
+                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()), NEW.email)
+            WHERE r.username = OLD.username AND r.state = 'pending'
+              AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                          WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
+                            AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+            UPDATE @extschema@.outbox_recipient r
+            SET address = NEW.email, lease_owner = NULL, lease_until = NULL
+            WHERE r.username = OLD.username AND r.state = 'pending';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.contact_follow() IS
+    'Trigger: a contact''s pending deliveries go to its new address, once per mailbox; silenced or deleted: withdrawn';
 -- ==== end of final definitions

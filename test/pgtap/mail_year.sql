@@ -1,0 +1,79 @@
+-- A year of mail as users receive it: deliveries still pending (the mail server down for a
+-- day) when their user leaves the account, changes their address or silences it, go where the
+-- contact and the membership say at the time they are sent, not where they said when written.
+BEGIN;
+SET search_path = public, hpcacct;
+SELECT plan(15);
+
+CALL setup_roles();
+CREATE ROLE my_bob LOGIN IN ROLE hpcacct_portal;
+INSERT INTO setting VALUES ('timezone', 'Europe/Berlin') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+SELECT add_user(u, '2025-01-02') FROM unnest(ARRAY['my_alice', 'my_bob', 'my_carol', 'my_dan', 'my_eve']) AS u;
+INSERT INTO contact (username, email) VALUES
+    ('my_alice', 'alice@example.org'), ('my_bob', 'bob@old.example.org'),
+    ('my_carol', 'carol@example.org'), ('my_dan', 'dan@example.org'), ('my_eve', 'eve@example.org');
+INSERT INTO account (name) VALUES ('my_p');
+SELECT add_member('my_p', 'my_alice', 'admin'), add_member('my_p', 'my_bob', 'member'),
+       add_member('my_p', 'my_carol', 'member'), add_member('my_p', 'my_dan', 'member'),
+       add_member('my_p', 'my_eve', 'member');
+
+-- the server is down: the day's messages to the members are written and wait
+SELECT outbox_add('account_expiry', 'my_p/one', 'my_p', 'one', E'about my_p\n', '{}', true) IS NOT NULL AS one \gset
+SELECT outbox_add_all(jsonb_build_array(jsonb_build_object(
+    'topic', 'job_held', 'decision_key', 'c/1/held', 'account', 'my_p', 'to_managers', false,
+    'job_owner', 'my_carol', 'also', jsonb_build_array('my_carol'), 'subject', 'job', 'body', E'your job\n')));
+SELECT is((SELECT count(*) FROM outbox_recipient WHERE state = 'pending'), 6::bigint, 'six deliveries wait');
+
+-- during the day: carol leaves the project, dan changes his address, eve silences hers, and
+-- bob (a portal user) moves to a new address himself
+SELECT remove_member('my_p', 'my_carol');
+UPDATE contact SET email = 'dan@new.example.org' WHERE username = 'my_dan';
+UPDATE contact SET notify = false WHERE username = 'my_eve';
+SET SESSION AUTHORIZATION my_bob;
+SELECT lives_ok($$UPDATE hpcacct.contact SET email = 'bob@new.example.org' WHERE username = 'my_bob'$$,
+                'bob changes his own address');
+RESET SESSION AUTHORIZATION;
+
+-- the server is back: what the sender is given
+CREATE TEMP TABLE sent AS SELECT * FROM outbox_claim('w', '1 minute', 100);
+SELECT is((SELECT array_agg(c.address ORDER BY c.address) FROM sent c JOIN outbox m USING (message_id)
+           WHERE m.decision_key = 'my_p/one'),
+          ARRAY['alice@example.org', 'bob@new.example.org', 'dan@new.example.org'],
+          'the account''s message goes to its members at their addresses now: not to carol, who left, nor eve, silenced');
+SELECT is((SELECT array_agg(c.address) FROM sent c JOIN outbox m USING (message_id) WHERE m.decision_key = 'c/1/held'),
+          ARRAY['carol@example.org'], 'carol still gets the message about her own job');
+SELECT is((SELECT state FROM outbox_status WHERE username = 'my_carol' AND subject = 'one'), 'withdrawn',
+          'carol''s delivery is withdrawn');
+SELECT ok((SELECT last_error FROM outbox_status WHERE username = 'my_carol' AND subject = 'one') ~ 'left account my_p',
+          'with the reason');
+SELECT is((SELECT state FROM outbox_status WHERE username = 'my_eve'), 'withdrawn', 'eve''s delivery is withdrawn');
+SELECT ok((SELECT last_error FROM outbox_status WHERE username = 'my_eve') ~ 'silenced', 'with the reason');
+SELECT is((SELECT address FROM outbox_recipient WHERE username = 'my_dan'), 'dan@new.example.org',
+          'the delivery record holds the new address');
+
+-- a delivery the sender is completing keeps the address it is being sent to
+SELECT ok(outbox_sending('w', (SELECT recipient_id FROM sent WHERE address = 'dan@new.example.org')), 'dan''s is sending');
+UPDATE contact SET email = 'dan@third.example.org' WHERE username = 'my_dan';
+SELECT is((SELECT address || ' ' || state FROM outbox_recipient WHERE username = 'my_dan'),
+          'dan@new.example.org sending', 'a delivery being sent is not changed');
+
+-- a new address that another recipient of the message already has: one copy
+SELECT outbox_add('account_expiry', 'my_p/two', 'my_p', 'two', E'about my_p\n', '{}', true) IS NOT NULL AS two \gset
+UPDATE contact SET email = 'alice@example.org' WHERE username = 'my_bob';
+SELECT is((SELECT array_agg(username || ' ' || state ORDER BY username) FROM outbox_status WHERE subject = 'two'),
+          ARRAY['my_alice pending', 'my_bob withdrawn', 'my_dan pending'],
+          'bob moving to alice''s mailbox: the message goes to it once');
+-- a contact deleted: its pending deliveries are withdrawn
+DELETE FROM contact WHERE username = 'my_dan';
+SELECT is((SELECT state FROM outbox_status WHERE username = 'my_dan' AND subject = 'two'), 'withdrawn',
+          'a deleted contact''s pending delivery is withdrawn');
+-- carol back in the project later gets the messages written after
+SELECT add_member('my_p', 'my_carol', 'member');
+SELECT outbox_add('account_expiry', 'my_p/three', 'my_p', 'three', E'about my_p\n', '{}', true) IS NOT NULL AS three \gset
+SELECT is((SELECT state FROM outbox_status WHERE username = 'my_carol' AND subject = 'three'), 'pending',
+          'back in the project, carol gets the next message');
+SELECT is((SELECT state FROM outbox_status WHERE username = 'my_carol' AND subject = 'one'), 'withdrawn',
+          'and not the one withdrawn while she was out');
+
+SELECT * FROM finish();
+ROLLBACK;
