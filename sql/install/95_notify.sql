@@ -464,7 +464,7 @@ COMMENT ON TABLE @extschema@.quota_state_notified IS
 
 -- Site thresholds: when an account's balance in a quarter falls below this percentage of the
 -- quarter's allocation (deposits, transfers and refunds), its managers are told, once per
--- account, quarter and threshold. 0 means a negative balance (jobs are refused).
+-- account, quarter, threshold and top-up. 0 means a negative balance (jobs are refused).
 CREATE TABLE @extschema@.balance_threshold (
     percent numeric PRIMARY KEY CHECK (percent >= 0 AND percent < 100),
     note    text
@@ -585,18 +585,20 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                 SET state = EXCLUDED.state, since = EXCLUDED.since, notified_at = pg_catalog.statement_timestamp();
         END LOOP;
 
-        -- balances below a threshold, once per account, quarter and threshold
+        -- balances below a threshold, once per account, quarter, threshold and top-up: an
+        -- account topped up (a second deposit or transfer in) that runs low again is told again
         q := @extschema@.quarter_start(at);
         bank_unit := @extschema@.setting_value('bank_unit');
         FOR r IN WITH alloc AS (
-                     SELECT l.account, sum(l.amount) AS amount
+                     SELECT l.account, sum(l.amount) AS amount,
+                            count(*) FILTER (WHERE l.kind IN ('deposit', 'transfer') AND l.amount > 0) AS credits
                      FROM @extschema@.ledger l
                      WHERE l.kind IN ('deposit', 'transfer', 'refund') AND l.unit = bank_unit
                        AND l.valid_from >= q AND l.valid_from < q + interval '3 months'
                      GROUP BY l.account
                      HAVING sum(l.amount) > 0
                  )
-                 SELECT a.account, a.amount AS alloc, b.balance, t.percent
+                 SELECT a.account, a.amount AS alloc, a.credits, b.balance, t.percent
                  FROM alloc a
                  CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
                  JOIN @extschema@.balance_threshold t
@@ -606,7 +608,9 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
                  -- thresholds in the order they are crossed: the last message is the state now
                  ORDER BY a.account, t.percent DESC LOOP
             id := @extschema@.outbox_add(
-                'balance_low', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(q), r.percent), r.account,
+                -- account/quarter/threshold, and /N after the Nth credit of the quarter (a top-up)
+                'balance_low', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(q), r.percent,
+                                                    CASE WHEN r.credits > 1 THEN r.credits END), r.account,
                 pg_catalog.format('[hpcacct] %s: %s', r.account,
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
                                        ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
@@ -686,7 +690,7 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
     $$;
 COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
     'Writes messages for sliding-window quota state changes since the last notified one, for quarter balances '
-    'below a site threshold (once per account, quarter and threshold) and for bank accounts whose allocation runs '
+    'below a site threshold (once per account, quarter, threshold and top-up) and for bank accounts whose allocation runs '
     'out within expiry_warning_days (once per account and expiry), each for the accounts its policy binds '
     '(account_policies); returns how many';
 

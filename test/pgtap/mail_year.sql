@@ -3,7 +3,7 @@
 -- contact and the membership say at the time they are sent, not where they said when written.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(15);
+SELECT plan(18);
 
 CALL setup_roles();
 CREATE ROLE my_bob LOGIN IN ROLE hpcacct_portal;
@@ -74,6 +74,27 @@ SELECT is((SELECT state FROM outbox_status WHERE username = 'my_carol' AND subje
           'back in the project, carol gets the next message');
 SELECT is((SELECT state FROM outbox_status WHERE username = 'my_carol' AND subject = 'one'), 'withdrawn',
           'and not the one withdrawn while she was out');
+
+-- ---- HLRN: a balance running low, topped up, and running low again in the quarter ----------
+INSERT INTO balance_threshold VALUES (20), (0) ON CONFLICT DO NOTHING;
+INSERT INTO account (name) VALUES ('my_hp');
+SELECT add_member('my_hp', 'my_alice', 'admin');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('my_hlrn', 'mpp', 'cpu=24', 'cpu=1', 1.0 / 12, 'NPL');
+SELECT deposit('my_hp', '2025-04-01', 1000);
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('my_hlrn', 'b1', 'my_hp', 'my_alice', 'mpp', '2025-04-10 00:00+02', '2025-04-30 00:00+02', 'cpu=42', 'COMPLETED');
+SELECT notify_scan('2025-05-01');
+SELECT deposit('my_hp', '2025-05-05', 2000, 'top-up');
+SELECT notify_scan('2025-05-06');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+VALUES ('my_hlrn', 'b2', 'my_hp', 'my_alice', 'mpp', '2025-05-10 00:00+02', '2025-05-30 00:00+02', 'cpu=42', 'COMPLETED');
+SELECT cmp_ok(balance('my_hp', '2025-06-01'), '<', 0::numeric, 'setup: negative again after the top-up');
+SELECT notify_scan('2025-06-01');
+SELECT is((SELECT array_agg((figures ->> 'threshold_percent') || ' ' || (figures ->> 'allocation') ORDER BY message_id)
+           FROM outbox WHERE topic = 'balance_low' AND account = 'my_hp'),
+          ARRAY['20 1000.000000', '0 1000.000000', '20 3000.000000', '0 3000.000000'],
+          'low and negative before the top-up, and again after it: the second time jobs are refused is told too');
+SELECT is(notify_scan('2025-06-01'), 0, 'a re-run of the scan writes nothing');
 
 SELECT * FROM finish();
 ROLLBACK;
