@@ -877,7 +877,63 @@ CREATE VIEW @extschema@.outbox_status AS
 COMMENT ON VIEW @extschema@.outbox_status IS
     'Messages with their deliveries; state no_recipient for a message nobody with an address was to receive';
 
+-- What keeps the outbox in check: a message and its deliveries are kept while any delivery
+-- is to be made or uncertain, and for keep after it was written. Deleted: the messages of
+-- the hold trigger and of notify_scan, whose decisions do not recur (a job's hold at an
+-- instant; a scan's day or quarter, before the quarter of the last scan, which a scan cannot
+-- come back to: keep is at least a quarter). Kept: those of regulation_log and quarter_log, one per log row, which a restore of the log
+-- would write again (and send) without them.
+-- The last day a scheduled run ran for (run_day is the owner's).
+CREATE FUNCTION hpcacct_internal.last_run_day(run text) RETURNS date
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT r.last_day FROM hpcacct_internal.run_day r WHERE r.run = last_run_day.run $$;
+COMMENT ON FUNCTION hpcacct_internal.last_run_day(text) IS
+    'The latest day a scheduled run that goes in date order ran for; NULL: never';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.last_run_day(text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 year') RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ids bigint[];
+        last_scan constant date := hpcacct_internal.last_run_day('notify_scan');
+        scan_floor timestamptz;
+    BEGIN
+        IF keep IS NULL THEN
+            RAISE EXCEPTION 'outbox_prune needs how long to keep messages' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- (a month counts 30 days, a day 24 hours, whatever the session's TimeZone)
+        IF keep < interval '92 days' THEN
+            RAISE EXCEPTION 'outbox_prune keeps messages at least 92 days (a quarter), not %', keep
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'notify_scan tells a balance once per quarter by the message it finds.';
+        END IF;
+        -- a scan's messages once scans have left their quarter (the scan of the last day, run
+        -- again, finds its quarter's messages)
+        scan_floor := CASE WHEN last_scan IS NULL THEN '-infinity'
+                           ELSE @extschema@.quarter_start(last_scan)::timestamp AT TIME ZONE @extschema@.site_timezone() END;
+        ids := ARRAY(SELECT m.message_id FROM @extschema@.outbox m
+                     WHERE m.created_at < hpcacct_internal.shift_utc(pg_catalog.now(), -keep)
+                       AND (m.topic IN ('job_held', 'job_released')
+                            OR (m.topic IN ('quota_state', 'balance_low', 'account_expiry') AND m.created_at < scan_floor))
+                       AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient r
+                                       WHERE r.message_id = m.message_id AND r.state IN ('pending', 'sending', 'uncertain'))
+                     ORDER BY m.message_id
+                     FOR UPDATE OF m);
+        DELETE FROM @extschema@.outbox_recipient r WHERE r.message_id = ANY (ids);
+        DELETE FROM @extschema@.outbox m WHERE m.message_id = ANY (ids);
+        RETURN pg_catalog.cardinality(ids);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
+    'Deletes hold messages, and scan messages before the last scan''s quarter, written more than keep ago (at least '
+    '92 days; default 1 year) with their deliveries, when none is pending, sending or uncertain; keeps regulation and '
+    'quarter messages; returns how many; 22004, 22023';
+
 REVOKE EXECUTE ON FUNCTION
+    @extschema@.outbox_prune(interval),
     @extschema@.outbox_add_all(jsonb),
     @extschema@.outbox_add(text, text, text, text, text, jsonb, boolean, text[]),
     @extschema@.notify_scan(date),

@@ -13308,6 +13308,63 @@ REVOKE EXECUTE ON FUNCTION @extschema@.rerate_catch_up() FROM PUBLIC;
 -- ==== regulate() at a federation's centre refuses to run while the link from a site is not connected (55000): it decided on the charges the centre held, without those the site booked meanwhile, and a run's outcome is logged for good (test/federation/admin.sh: the centre's log differed from one database's given the same events) ---
 -- regulate(): defined in the final definitions
 
+-- ==== nothing kept the outbox in check: every message and delivery stayed for good, about 1.5 kB a message with its deliveries (22 000 messages, 28 000 deliveries: 31 MB), a job's hold and release each one (pgTAP mail_year). outbox_prune(keep) deletes the hold trigger's and notify_scan's messages written more than keep (at least 92 days) ago whose deliveries are over, a scan's only before the last scan's quarter; regulation and quarter messages stay, as their log rows would write them again on a restore ---
+-- What keeps the outbox in check: a message and its deliveries are kept while any delivery
+-- is to be made or uncertain, and for keep after it was written. Deleted: the messages of
+-- the hold trigger and of notify_scan, whose decisions do not recur (a job's hold at an
+-- instant; a scan's day or quarter, before the quarter of the last scan, which a scan cannot
+-- come back to: keep is at least a quarter). Kept: those of regulation_log and quarter_log, one per log row, which a restore of the log
+-- would write again (and send) without them.
+-- The last day a scheduled run ran for (run_day is the owner's).
+CREATE FUNCTION hpcacct_internal.last_run_day(run text) RETURNS date
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT r.last_day FROM hpcacct_internal.run_day r WHERE r.run = last_run_day.run $$;
+COMMENT ON FUNCTION hpcacct_internal.last_run_day(text) IS
+    'The latest day a scheduled run that goes in date order ran for; NULL: never';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.last_run_day(text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 year') RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ids bigint[];
+        last_scan constant date := hpcacct_internal.last_run_day('notify_scan');
+        scan_floor timestamptz;
+    BEGIN
+        IF keep IS NULL THEN
+            RAISE EXCEPTION 'outbox_prune needs how long to keep messages' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- (a month counts 30 days, a day 24 hours, whatever the session's TimeZone)
+        IF keep < interval '92 days' THEN
+            RAISE EXCEPTION 'outbox_prune keeps messages at least 92 days (a quarter), not %', keep
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'notify_scan tells a balance once per quarter by the message it finds.';
+        END IF;
+        -- a scan's messages once scans have left their quarter (the scan of the last day, run
+        -- again, finds its quarter's messages)
+        scan_floor := CASE WHEN last_scan IS NULL THEN '-infinity'
+                           ELSE @extschema@.quarter_start(last_scan)::timestamp AT TIME ZONE @extschema@.site_timezone() END;
+        ids := ARRAY(SELECT m.message_id FROM @extschema@.outbox m
+                     WHERE m.created_at < hpcacct_internal.shift_utc(pg_catalog.now(), -keep)
+                       AND (m.topic IN ('job_held', 'job_released')
+                            OR (m.topic IN ('quota_state', 'balance_low', 'account_expiry') AND m.created_at < scan_floor))
+                       AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient r
+                                       WHERE r.message_id = m.message_id AND r.state IN ('pending', 'sending', 'uncertain'))
+                     ORDER BY m.message_id
+                     FOR UPDATE OF m);
+        DELETE FROM @extschema@.outbox_recipient r WHERE r.message_id = ANY (ids);
+        DELETE FROM @extschema@.outbox m WHERE m.message_id = ANY (ids);
+        RETURN pg_catalog.cardinality(ids);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
+    'Deletes hold messages, and scan messages before the last scan''s quarter, written more than keep ago (at least '
+    '92 days; default 1 year) with their deliveries, when none is pending, sending or uncertain; keeps regulation and '
+    'quarter messages; returns how many; 22004, 22023';
+REVOKE EXECUTE ON FUNCTION @extschema@.outbox_prune(interval) FROM PUBLIC;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -18937,4 +18994,49 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
     $$;
 COMMENT ON FUNCTION hpcacct_internal.contact_follow() IS
     'Trigger: a contact''s pending deliveries go to its new address, once per mailbox; silenced or deleted: withdrawn';
+CREATE OR REPLACE FUNCTION hpcacct_internal.last_run_day(run text) RETURNS date
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT r.last_day FROM hpcacct_internal.run_day r WHERE r.run = last_run_day.run $$;
+COMMENT ON FUNCTION hpcacct_internal.last_run_day(text) IS
+    'The latest day a scheduled run that goes in date order ran for; NULL: never';
+CREATE OR REPLACE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 year') RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        ids bigint[];
+        last_scan constant date := hpcacct_internal.last_run_day('notify_scan');
+        scan_floor timestamptz;
+    BEGIN
+        IF keep IS NULL THEN
+            RAISE EXCEPTION 'outbox_prune needs how long to keep messages' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- (a month counts 30 days, a day 24 hours, whatever the session's TimeZone)
+        IF keep < interval '92 days' THEN
+            RAISE EXCEPTION 'outbox_prune keeps messages at least 92 days (a quarter), not %', keep
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'notify_scan tells a balance once per quarter by the message it finds.';
+        END IF;
+        -- a scan's messages once scans have left their quarter (the scan of the last day, run
+        -- again, finds its quarter's messages)
+        scan_floor := CASE WHEN last_scan IS NULL THEN '-infinity'
+                           ELSE @extschema@.quarter_start(last_scan)::timestamp AT TIME ZONE @extschema@.site_timezone() END;
+        ids := ARRAY(SELECT m.message_id FROM @extschema@.outbox m
+                     WHERE m.created_at < hpcacct_internal.shift_utc(pg_catalog.now(), -keep)
+                       AND (m.topic IN ('job_held', 'job_released')
+                            OR (m.topic IN ('quota_state', 'balance_low', 'account_expiry') AND m.created_at < scan_floor))
+                       AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient r
+                                       WHERE r.message_id = m.message_id AND r.state IN ('pending', 'sending', 'uncertain'))
+                     ORDER BY m.message_id
+                     FOR UPDATE OF m);
+        DELETE FROM @extschema@.outbox_recipient r WHERE r.message_id = ANY (ids);
+        DELETE FROM @extschema@.outbox m WHERE m.message_id = ANY (ids);
+        RETURN pg_catalog.cardinality(ids);
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
+    'Deletes hold messages, and scan messages before the last scan''s quarter, written more than keep ago (at least '
+    '92 days; default 1 year) with their deliveries, when none is pending, sending or uncertain; keeps regulation and '
+    'quarter messages; returns how many; 22004, 22023';
 -- ==== end of final definitions

@@ -3,7 +3,7 @@
 -- contact and the membership say at the time they are sent, not where they said when written.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(18);
+SELECT plan(29);
 
 CALL setup_roles();
 CREATE ROLE my_bob LOGIN IN ROLE hpcacct_portal;
@@ -95,6 +95,37 @@ SELECT is((SELECT array_agg((figures ->> 'threshold_percent') || ' ' || (figures
           ARRAY['20 1000.000000', '0 1000.000000', '20 3000.000000', '0 3000.000000'],
           'low and negative before the top-up, and again after it: the second time jobs are refused is told too');
 SELECT is(notify_scan('2025-06-01'), 0, 'a re-run of the scan writes nothing');
+
+-- ---- a year on: what keeps the outbox in check --------------------------------------------
+-- every message so far is 400 days old; its deliveries as a year of sending left them
+UPDATE outbox SET created_at = created_at - interval '400 days';
+UPDATE outbox_recipient SET state = 'delivered' WHERE state IN ('pending', 'sending');
+UPDATE outbox_recipient SET state = 'uncertain'
+WHERE message_id = (SELECT message_id FROM outbox WHERE decision_key = 'my_p/three') AND username = 'my_alice';
+SELECT outbox_add('regulation_warning', 'my_p/old-run', 'my_p', 'old run', E'w\n', '{}') IS NOT NULL AS r \gset
+UPDATE outbox SET created_at = created_at - interval '400 days' WHERE decision_key = 'my_p/old-run';
+SELECT outbox_add('account_expiry', 'my_p/new', 'my_p', 'new', E'about my_p\n', '{}', true) IS NOT NULL AS n \gset
+SELECT throws_ok($$SELECT hpcacct.outbox_prune('30 days')$$, '22023', NULL, 'a retention shorter than a quarter is refused');
+SELECT throws_ok($$SELECT hpcacct.outbox_prune(NULL)$$, '22004', NULL, 'and none');
+-- the last scan was of 1 June 2025: its quarter's messages stay, whatever their age
+SELECT is(outbox_prune('1 year'), 1::bigint, 'outbox_prune deletes the hold message over a year old, its delivery over');
+SELECT is((SELECT array_agg(decision_key ORDER BY message_id) FROM outbox),
+          ARRAY['my_p/one', 'my_p/two', 'my_p/three', 'my_hp/2025-04-01/20', 'my_hp/2025-04-01/0', 'my_hp/2025-04-01/20/2', 'my_hp/2025-04-01/0/2',
+                'my_p/old-run', 'my_p/new'],
+          'it keeps one with a delivery uncertain, the regulation''s (its log row would write it again), a recent one, '
+          'and the scan''s of the last scan''s quarter');
+SELECT is(notify_scan('2025-06-01'), 0, 'which the scan of that day, run again, finds: it writes nothing');
+-- a scan in a later quarter: the scan's older messages go too
+SELECT lives_ok($$SELECT hpcacct.notify_scan()$$, 'today''s scan');
+SELECT is(outbox_prune('1 year'), 6::bigint, 'then the scan''s messages of 2025 go (4 balance, 2 expiry)');
+SELECT is((SELECT count(*) FROM outbox_recipient r WHERE NOT EXISTS (SELECT 1 FROM outbox m WHERE m.message_id = r.message_id)),
+          0::bigint, 'no delivery is left without its message');
+SELECT is(outbox_prune('1 year'), 0::bigint, 'a re-run deletes nothing');
+SET ROLE my_bob;
+SELECT throws_ok($$SELECT hpcacct.outbox_prune('1 year')$$, '42501', NULL, 'not for PUBLIC');
+RESET ROLE;
+SELECT is((SELECT array_agg(decision_key ORDER BY message_id) FROM outbox), ARRAY['my_p/three', 'my_p/old-run', 'my_p/new'],
+          'what is kept');
 
 SELECT * FROM finish();
 ROLLBACK;
