@@ -540,3 +540,31 @@ is "$first / $(order_state | cut -d, -f4-)" \
    "after notify_order_wait (2 s) the newer one goes while the older is still refused" "$(tail -4 "$work/order.log")"
 sql -c "DELETE FROM hpcacct.setting WHERE name = 'notify_order_wait'" \
     -c "UPDATE hpcacct.outbox_recipient SET state = 'failed' WHERE state = 'pending'" >/dev/null
+
+# ---- the server down while a member leaves and another moves: where the message goes ----
+# A delivery waiting for the server follows the membership and the contact until it is sent
+# (pgTAP mail_year): nothing to the member removed meanwhile, the moved one at the new address.
+stop_sink
+sql >/dev/null <<'SQL'
+SET search_path = hpcacct, public;
+INSERT INTO hpc_user VALUES ('yr1'), ('yr2'), ('yr3');
+INSERT INTO contact (username, email) VALUES ('yr1', 'yr1@lab0.example'), ('yr2', 'yr2@lab0.example'),
+    ('yr3', 'yr3@old.example');
+INSERT INTO account (name) VALUES ('y01');
+INSERT INTO membership VALUES ('y01', 'yr1', 'admin'), ('y01', 'yr2', 'member'), ('y01', 'yr3', 'member');
+SELECT outbox_add('account_expiry', 'year/1', 'y01', 'year test', E'to the members of y01\n', '{}', true);
+SQL
+"$sender" --config "$work/notify.conf" --once 2>"$work/year.log"
+is "$(sql -c "SELECT string_agg(username || ' ' || state || ' ' || attempts, ',' ORDER BY username) FROM hpcacct.outbox_status WHERE subject = 'year test'")" \
+   "yr1 pending 1,yr2 pending 1,yr3 pending 1" "setup: with the server down, the three deliveries wait" "$(cat "$work/year.log")"
+sql -c "SELECT hpcacct.remove_member('y01', 'yr2')" -c "UPDATE hpcacct.contact SET email = 'yr3@new.example' WHERE username = 'yr3'" >/dev/null
+start_sink 0 || exit 1
+sleep 2.1   # the back-off (retry_max 2 s)
+before=$(arrivals | grep -a -c ' yr')
+"$sender" --config "$work/notify.conf" --once 2>>"$work/year.log"
+is "$(sql -c "SELECT string_agg(username || ' ' || state || ' ' || address, ',' ORDER BY username) FROM hpcacct.outbox_status WHERE subject = 'year test'")" \
+   "yr1 delivered yr1@lab0.example,yr2 withdrawn yr2@lab0.example,yr3 delivered yr3@new.example" \
+   "once the server is back: the removed member's delivery is withdrawn, the moved one's sent to the new address" \
+   "$(cat "$work/year.log")"
+is "$(arrivals | grep -a ' yr' | awk '{print $2}' | sort | tr '\n' ' ')" "yr1@lab0.example yr3@new.example " \
+   "the server got the message for yr1 and yr3's new address, none for yr2 or yr3's old one (before: $before)"
