@@ -13332,6 +13332,7 @@ CREATE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 year') RETURNS
         ids bigint[];
         last_scan constant date := hpcacct_internal.last_run_day('notify_scan');
         scan_floor timestamptz;
+        cutoff timestamptz;
     BEGIN
         IF keep IS NULL THEN
             RAISE EXCEPTION 'outbox_prune needs how long to keep messages' USING ERRCODE = 'null_value_not_allowed';
@@ -13342,12 +13343,17 @@ CREATE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 year') RETURNS
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'notify_scan tells a balance once per quarter by the message it finds.';
         END IF;
+        BEGIN
+            cutoff := hpcacct_internal.shift_utc(pg_catalog.now(), -keep);
+        EXCEPTION WHEN datetime_field_overflow THEN
+            RETURN 0;  -- a keep that reaches before the earliest instant: nothing is that old
+        END;
         -- a scan's messages once scans have left their quarter (the scan of the last day, run
         -- again, finds its quarter's messages)
         scan_floor := CASE WHEN last_scan IS NULL THEN '-infinity'
                            ELSE @extschema@.quarter_start(last_scan)::timestamp AT TIME ZONE @extschema@.site_timezone() END;
         ids := ARRAY(SELECT m.message_id FROM @extschema@.outbox m
-                     WHERE m.created_at < hpcacct_internal.shift_utc(pg_catalog.now(), -keep)
+                     WHERE m.created_at < cutoff
                        AND (m.topic IN ('job_held', 'job_released')
                             OR (m.topic IN ('quota_state', 'balance_low', 'account_expiry') AND m.created_at < scan_floor))
                        AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient r
@@ -14884,10 +14890,14 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                 -- account/quarter/threshold, and /N after the Nth credit of the quarter (a top-up)
                 'balance_low', pg_catalog.concat_ws('/', r.account, hpcacct_internal.iso_date(q), r.percent,
                                                     CASE WHEN r.credits > 1 THEN r.credits END), r.account,
-                pg_catalog.format('[hpcacct] %s: %s', r.account,
+                -- (the day it is about: a message can arrive days later, the server down)
+                pg_catalog.format('[hpcacct] %s: %s (%s)', r.account,
                                   CASE WHEN r.percent = 0 THEN 'balance negative, jobs are refused'
-                                       ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END),
-                pg_catalog.format(E'Dear project administrator,\n\naccount %s holds %s %s of the %s %s of the quarter starting %s (%s %%).\n%s\n',
+                                       ELSE pg_catalog.format('less than %s %% of the quarter''s credits left', r.percent) END,
+                                  hpcacct_internal.iso_date(at)),
+                pg_catalog.format(E'Dear project administrator,\n\nat the end of %s, account %s held %s %s of the %s %s\n'
+                                  'of the quarter starting %s (%s %%).\n%s\n',
+                                  hpcacct_internal.iso_date(at),
                                   hpcacct_internal.notify_name(r.account), hpcacct_internal.ledger_figure(r.balance),
                                   hpcacct_internal.notify_name(bank_unit),
                                   hpcacct_internal.ledger_figure(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(q),
@@ -14895,7 +14905,7 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                   CASE WHEN r.percent = 0
                                        THEN 'The balance is negative: new jobs and queued jobs of the account are refused.'
                                        ELSE pg_catalog.format('That is below the threshold of %s %%.', r.percent) END),
-                pg_catalog.jsonb_build_object('quarter', q, 'balance', r.balance, 'allocation', r.alloc,
+                pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'balance', r.balance, 'allocation', r.alloc,
                                               'threshold_percent', r.percent, 'unit', bank_unit));
             written := written + (id IS NOT NULL)::integer;
         END LOOP;
@@ -19008,6 +19018,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 yea
         ids bigint[];
         last_scan constant date := hpcacct_internal.last_run_day('notify_scan');
         scan_floor timestamptz;
+        cutoff timestamptz;
     BEGIN
         IF keep IS NULL THEN
             RAISE EXCEPTION 'outbox_prune needs how long to keep messages' USING ERRCODE = 'null_value_not_allowed';
@@ -19018,12 +19029,17 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_prune(keep interval DEFAULT '1 yea
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'notify_scan tells a balance once per quarter by the message it finds.';
         END IF;
+        BEGIN
+            cutoff := hpcacct_internal.shift_utc(pg_catalog.now(), -keep);
+        EXCEPTION WHEN datetime_field_overflow THEN
+            RETURN 0;  -- a keep that reaches before the earliest instant: nothing is that old
+        END;
         -- a scan's messages once scans have left their quarter (the scan of the last day, run
         -- again, finds its quarter's messages)
         scan_floor := CASE WHEN last_scan IS NULL THEN '-infinity'
                            ELSE @extschema@.quarter_start(last_scan)::timestamp AT TIME ZONE @extschema@.site_timezone() END;
         ids := ARRAY(SELECT m.message_id FROM @extschema@.outbox m
-                     WHERE m.created_at < hpcacct_internal.shift_utc(pg_catalog.now(), -keep)
+                     WHERE m.created_at < cutoff
                        AND (m.topic IN ('job_held', 'job_released')
                             OR (m.topic IN ('quota_state', 'balance_low', 'account_expiry') AND m.created_at < scan_floor))
                        AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient r

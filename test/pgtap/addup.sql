@@ -75,8 +75,8 @@ SELECT is(balance('au_a', '2024-05-31'), -0.015::numeric, 'setup: au_a''s balanc
 
 -- one balance, one way of printing it
 SELECT matches((SELECT body FROM outbox WHERE account = 'au_a' AND topic = 'balance_low'),
-               'holds -0\.015 NPL of the 1\.00 NPL',
-               'the mail of a negative balance prints it with its sign and digits, not "holds 0 NPL"');
+               'held -0\.015 NPL of the 1\.00 NPL',
+               'the mail of a negative balance prints it with its sign and digits, not "held 0 NPL"');
 SELECT matches((account_verdict('au_a', '2024-05-31')).message, '\(-0\.015 NPL\)',
                'the submit refusal prints the same digits');
 SELECT is(pg_temp.cells(statement_html('au_a', '2024-05-01'), 'bank'), ARRAY['1.00 NPL', '-0.015 NPL'],
@@ -86,7 +86,7 @@ SELECT is((my_accounts('2024-05-31') #>> '{accounts,0,bank,balance}')::numeric,
           'the portal''s JSON holds the balance the statement prints');
 
 -- a millionth below zero is below zero wherever it is printed
-SELECT matches((SELECT body FROM outbox WHERE account = 'au_z' AND topic = 'balance_low'), 'holds -0\.000001 NPL',
+SELECT matches((SELECT body FROM outbox WHERE account = 'au_z' AND topic = 'balance_low'), 'held -0\.000001 NPL',
                'a balance of -0.000001: the mail does not print 0 beside "the balance is negative"');
 SELECT is((pg_temp.cells(statement_html('au_z', '2024-05-01'), 'bank'))[2], '-0.000001 NPL',
           'nor the statement 0.00 (or -0.00)');

@@ -3,7 +3,7 @@
 -- contact and the membership say at the time they are sent, not where they said when written.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(29);
+SELECT plan(32);
 
 CALL setup_roles();
 CREATE ROLE my_bob LOGIN IN ROLE hpcacct_portal;
@@ -95,6 +95,10 @@ SELECT is((SELECT array_agg((figures ->> 'threshold_percent') || ' ' || (figures
           ARRAY['20 1000.000000', '0 1000.000000', '20 3000.000000', '0 3000.000000'],
           'low and negative before the top-up, and again after it: the second time jobs are refused is told too');
 SELECT is(notify_scan('2025-06-01'), 0, 'a re-run of the scan writes nothing');
+-- a balance message may arrive days late (the server down): it says which day it is about
+SELECT ok((SELECT body FROM outbox WHERE decision_key = 'my_hp/2025-04-01/0/2')
+          ~ 'at the end of 2025-06-01, account my_hp held -360\.00 NPL of the 3,000\.00 NPL', 'the balance message names its day');
+SELECT is((SELECT figures ->> 'at' FROM outbox WHERE decision_key = 'my_hp/2025-04-01/0/2'), '2025-06-01', 'and so do its figures');
 
 -- ---- a year on: what keeps the outbox in check --------------------------------------------
 -- every message so far is 400 days old; its deliveries as a year of sending left them
@@ -121,6 +125,7 @@ SELECT is(outbox_prune('1 year'), 6::bigint, 'then the scan''s messages of 2025 
 SELECT is((SELECT count(*) FROM outbox_recipient r WHERE NOT EXISTS (SELECT 1 FROM outbox m WHERE m.message_id = r.message_id)),
           0::bigint, 'no delivery is left without its message');
 SELECT is(outbox_prune('1 year'), 0::bigint, 'a re-run deletes nothing');
+SELECT is(outbox_prune('100000000 years'), 0::bigint, 'a keep before the earliest instant: nothing is that old');
 SET ROLE my_bob;
 SELECT throws_ok($$SELECT hpcacct.outbox_prune('1 year')$$, '42501', NULL, 'not for PUBLIC');
 RESET ROLE;

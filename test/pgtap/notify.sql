@@ -194,7 +194,7 @@ INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloc
 VALUES ('n_hlrn', 'h1', 'n_hp', 'n_bob', 'mpp', '2024-04-10 00:00+00', '2024-04-20 00:00+00', 'cpu=42', 'COMPLETED');
 SELECT is(balance('n_hp', '2024-05-01'), 160::numeric, 'setup: 840 of 1 000 NPL used');
 SELECT is(notify_scan('2024-05-01'), 1, 'below 20 %: one message');
-SELECT ok((SELECT body FROM outbox WHERE account = 'n_hp') ~ 'holds 160\.00 NPL of the 1,000\.00 NPL', 'with the balance');
+SELECT ok((SELECT body FROM outbox WHERE account = 'n_hp') ~ 'at the end of 2024-05-01, account n_hp held 160\.00 NPL of the 1,000\.00 NPL', 'with the balance');
 SELECT is(notify_scan('2024-05-02'), 0, 'once per quarter and threshold');
 -- an account whose name has a line break: the subject's check (no control characters) failed
 -- the deciding transaction, here the whole scan; the subject shows the break as a space
@@ -205,7 +205,7 @@ SELECT deposit(E'n_hp\r\nBcc: x', '2024-04-01', 1000);
 INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
 VALUES ('n_hlrn', 'h1x', E'n_hp\r\nBcc: x', 'n_bob', 'mpp', '2024-04-10 00:00+00', '2024-04-20 00:00+00', 'cpu=42', 'COMPLETED');
 SELECT lives_ok($$SELECT hpcacct.notify_scan('2024-05-03')$$, 'a line break in an account name does not stop the scan');
-SELECT is((SELECT subject FROM outbox WHERE account = E'n_hp\r\nBcc: x'), '[hpcacct] n_hp  Bcc: x: less than 20 % of the quarter''s credits left',
+SELECT is((SELECT subject FROM outbox WHERE account = E'n_hp\r\nBcc: x'), '[hpcacct] n_hp  Bcc: x: less than 20 % of the quarter''s credits left (2024-05-03)',
           'its message is written, the break a space in the subject');
 ROLLBACK TO SAVEPOINT control_name;
 
