@@ -115,10 +115,11 @@ CREATE TABLE @extschema@.outbox_recipient (
     lease_until  timestamptz,
     last_error   text,
     delivered_at timestamptz,
-    -- one delivery per message and mailbox, however its address is spelled
-    mailbox      text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED,
-    CONSTRAINT outbox_recipient_once UNIQUE (message_id, mailbox)
+    mailbox      text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED
 );
+-- one delivery per message and mailbox, however its address is spelled; a withdrawn one does
+-- not count (its user took another address, and another user may take theirs: contact_follow())
+CREATE UNIQUE INDEX outbox_recipient_once ON @extschema@.outbox_recipient (message_id, mailbox) WHERE state <> 'withdrawn';
 CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
 CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');
@@ -1043,7 +1044,7 @@ CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
             WHERE r.username = OLD.username AND r.state = 'pending'
               AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
                           WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
-                            AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+                            AND o.state <> 'withdrawn' AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
             UPDATE @extschema@.outbox_recipient r
             SET address = NEW.email, lease_owner = NULL, lease_until = NULL
             WHERE r.username = OLD.username AND r.state = 'pending';

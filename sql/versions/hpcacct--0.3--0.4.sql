@@ -13079,6 +13079,8 @@ CREATE OR REPLACE VIEW @extschema@.fairshare_queue AS
 ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
 
 -- ==== a delivery that waited (the mail server down, an older message to its mailbox) went where it was written to: to a member removed from the account meanwhile, to a contact silenced or deleted, to the old address of a user who had changed it (pgTAP mail_year). Until it is sending, it now follows the membership and the contact: withdrawn (a new state, with the reason in last_error), or readdressed, once per mailbox ---
+ALTER TABLE @extschema@.outbox_recipient DROP CONSTRAINT outbox_recipient_once;
+CREATE UNIQUE INDEX outbox_recipient_once ON @extschema@.outbox_recipient (message_id, mailbox) WHERE state <> 'withdrawn';
 ALTER TABLE @extschema@.outbox_recipient DROP CONSTRAINT outbox_recipient_state_check;
 ALTER TABLE @extschema@.outbox_recipient ADD CONSTRAINT outbox_recipient_state_check
     CHECK (state IN ('pending', 'sending', 'delivered', 'failed', 'uncertain', 'withdrawn'));
@@ -13136,7 +13138,7 @@ CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
             WHERE r.username = OLD.username AND r.state = 'pending'
               AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
                           WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
-                            AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+                            AND o.state <> 'withdrawn' AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
             UPDATE @extschema@.outbox_recipient r
             SET address = NEW.email, lease_owner = NULL, lease_until = NULL
             WHERE r.username = OLD.username AND r.state = 'pending';
@@ -18994,7 +18996,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
             WHERE r.username = OLD.username AND r.state = 'pending'
               AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
                           WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
-                            AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+                            AND o.state <> 'withdrawn' AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
             UPDATE @extschema@.outbox_recipient r
             SET address = NEW.email, lease_owner = NULL, lease_until = NULL
             WHERE r.username = OLD.username AND r.state = 'pending';

@@ -3,7 +3,7 @@
 -- contact and the membership say at the time they are sent, not where they said when written.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(32);
+SELECT plan(33);
 
 CALL setup_roles();
 CREATE ROLE my_bob LOGIN IN ROLE hpcacct_portal;
@@ -63,6 +63,16 @@ UPDATE contact SET email = 'alice@example.org' WHERE username = 'my_bob';
 SELECT is((SELECT array_agg(username || ' ' || state ORDER BY username) FROM outbox_status WHERE subject = 'two'),
           ARRAY['my_alice pending', 'my_bob withdrawn', 'my_dan pending'],
           'bob moving to alice''s mailbox: the message goes to it once');
+-- eve, silenced again after a message, leaves her address to alice, who takes it: the mailbox
+-- gets the message through alice
+UPDATE contact SET notify = true WHERE username = 'my_eve';
+SELECT outbox_add('account_expiry', 'my_p/four', 'my_p', 'four', E'about my_p\n', '{}', true) IS NOT NULL AS four \gset
+UPDATE contact SET notify = false WHERE username = 'my_eve';
+UPDATE contact SET email = 'eve@example.org' WHERE username = 'my_alice';
+SELECT is((SELECT array_agg(username || ' ' || state || ' ' || address ORDER BY username) FROM outbox_status
+           WHERE subject = 'four' AND username IN ('my_alice', 'my_eve')),
+          ARRAY['my_alice pending eve@example.org', 'my_eve withdrawn eve@example.org'],
+          'an address taken over from a silenced contact gets the message (her withdrawn delivery does not count)');
 -- a contact deleted: its pending deliveries are withdrawn
 DELETE FROM contact WHERE username = 'my_dan';
 SELECT is((SELECT state FROM outbox_status WHERE username = 'my_dan' AND subject = 'two'), 'withdrawn',
@@ -114,14 +124,14 @@ SELECT throws_ok($$SELECT hpcacct.outbox_prune(NULL)$$, '22004', NULL, 'and none
 -- the last scan was of 1 June 2025: its quarter's messages stay, whatever their age
 SELECT is(outbox_prune('1 year'), 1::bigint, 'outbox_prune deletes the hold message over a year old, its delivery over');
 SELECT is((SELECT array_agg(decision_key ORDER BY message_id) FROM outbox),
-          ARRAY['my_p/one', 'my_p/two', 'my_p/three', 'my_hp/2025-04-01/20', 'my_hp/2025-04-01/0', 'my_hp/2025-04-01/20/2', 'my_hp/2025-04-01/0/2',
+          ARRAY['my_p/one', 'my_p/two', 'my_p/four', 'my_p/three', 'my_hp/2025-04-01/20', 'my_hp/2025-04-01/0', 'my_hp/2025-04-01/20/2', 'my_hp/2025-04-01/0/2',
                 'my_p/old-run', 'my_p/new'],
           'it keeps one with a delivery uncertain, the regulation''s (its log row would write it again), a recent one, '
           'and the scan''s of the last scan''s quarter');
 SELECT is(notify_scan('2025-06-01'), 0, 'which the scan of that day, run again, finds: it writes nothing');
 -- a scan in a later quarter: the scan's older messages go too
 SELECT lives_ok($$SELECT hpcacct.notify_scan()$$, 'today''s scan');
-SELECT is(outbox_prune('1 year'), 6::bigint, 'then the scan''s messages of 2025 go (4 balance, 2 expiry)');
+SELECT is(outbox_prune('1 year'), 7::bigint, 'then the scan''s messages of 2025 go (4 balance, 3 expiry)');
 SELECT is((SELECT count(*) FROM outbox_recipient r WHERE NOT EXISTS (SELECT 1 FROM outbox m WHERE m.message_id = r.message_id)),
           0::bigint, 'no delivery is left without its message');
 SELECT is(outbox_prune('1 year'), 0::bigint, 'a re-run deletes nothing');
