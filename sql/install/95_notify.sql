@@ -120,6 +120,8 @@ CREATE TABLE @extschema@.outbox_recipient (
 -- one delivery per message and mailbox, however its address is spelled; a withdrawn one does
 -- not count (its user took another address, and another user may take theirs: contact_follow())
 CREATE UNIQUE INDEX outbox_recipient_once ON @extschema@.outbox_recipient (message_id, mailbox) WHERE state <> 'withdrawn';
+-- a message's deliveries (the foreign key's check when outbox_prune() deletes messages)
+CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id);
 CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
 CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');

@@ -13081,6 +13081,7 @@ ALTER VIEW @extschema@.fairshare_queue SET (security_invoker = true);
 -- ==== a delivery that waited (the mail server down, an older message to its mailbox) went where it was written to: to a member removed from the account meanwhile, to a contact silenced or deleted, to the old address of a user who had changed it (pgTAP mail_year). Until it is sending, it now follows the membership and the contact: withdrawn (a new state, with the reason in last_error), or readdressed, once per mailbox ---
 ALTER TABLE @extschema@.outbox_recipient DROP CONSTRAINT outbox_recipient_once;
 CREATE UNIQUE INDEX outbox_recipient_once ON @extschema@.outbox_recipient (message_id, mailbox) WHERE state <> 'withdrawn';
+CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id);
 ALTER TABLE @extschema@.outbox_recipient DROP CONSTRAINT outbox_recipient_state_check;
 ALTER TABLE @extschema@.outbox_recipient ADD CONSTRAINT outbox_recipient_state_check
     CHECK (state IN ('pending', 'sending', 'delivered', 'failed', 'uncertain', 'withdrawn'));
