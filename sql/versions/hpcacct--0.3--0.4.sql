@@ -13208,6 +13208,10 @@ CREATE FUNCTION hpcacct_internal.rerate_reverse(resource_id bigint, effective_fr
     DECLARE
         reversals bigint[];
     BEGIN
+        IF NOT pg_catalog.isfinite(effective_from) THEN  -- -infinity would reverse every charge of the row
+            RAISE EXCEPTION 'rerate_reverse: effective_from must be finite, not %', effective_from
+                USING ERRCODE = 'datetime_field_overflow';
+        END IF;
         WITH moved AS (
             SELECT l.account, l.unit, l.cluster, l.jobid, l.job_submit, l.submitter, l.job_start, l.job_end,
                    sum(l.amount) AS amount, sum(l.core_hours) AS core_hours

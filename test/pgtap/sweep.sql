@@ -83,7 +83,7 @@ INSERT INTO sweep_valid VALUES
  (NULL, 'numeric', '1'), (NULL, 'double precision', '1'), (NULL, 'integer', '1'), (NULL, 'bigint', '1'),
  (NULL, 'interval', $$'1 hour'$$), (NULL, 'boolean', 'false'), (NULL, 'jsonb', $$'{}'$$), (NULL, 'text[]', $$'{}'$$),
  (NULL, 'tres', $$'cpu=4'$$), (NULL, 'regclass', $$'hpcacct.job'$$), (NULL, 'int8range', $$'[1,2)'$$),
- (NULL, 'regclass[]', $$'{}'$$), (NULL, 'timestamp without time zone', 'localtimestamp'),
+ (NULL, 'regclass[]', $$'{}'$$), (NULL, 'bigint[]', $$'{}'$$), (NULL, 'timestamp without time zone', 'localtimestamp'),
  (NULL, 'anyelement', $$interval '1 hour'$$);  -- a polymorphic argument: a typed value, not cast
 
 -- The extreme values of each type.
