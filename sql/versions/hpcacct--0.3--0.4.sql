@@ -14886,7 +14886,8 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                  )
                  SELECT a.account, a.amount AS alloc, a.credits, b.balance, t.percent
                  FROM alloc a
-                 CROSS JOIN LATERAL (SELECT @extschema@.balance(a.account, at) AS balance) b
+                 -- (at the end of the day: a scan of a past day does not count the quarter's later jobs)
+                 JOIN hpcacct_internal.balances_at_end(ARRAY(SELECT alloc.account FROM alloc), at) b ON b.account = a.account
                  JOIN @extschema@.balance_threshold t
                    ON (t.percent = 0 AND b.balance < 0) OR (t.percent > 0 AND b.balance < a.amount * t.percent / 100)
                  -- (an account the bank does not bind: its jobs are not refused for its balance)
@@ -14963,7 +14964,7 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                                             'project or ask your consultant for an allocation.'
                                        ELSE E'On that day the account expires: its jobs are refused and queued jobs are held.\n'
                                             'Ask for an allocation for the next quarter, or move credits to it, before then.' END,
-                                  hpcacct_internal.ledger_figure(@extschema@.balance(r.account, at)),
+                                  hpcacct_internal.ledger_figure(hpcacct_internal.balance_at_end(r.account, at)),
                                   hpcacct_internal.notify_name(bank_unit),
                                   hpcacct_internal.ledger_figure(r.alloc), hpcacct_internal.notify_name(bank_unit), hpcacct_internal.iso_date(next_q - 1),
                                   CASE WHEN r.later_quarter IS NOT NULL
@@ -14971,7 +14972,7 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
                 pg_catalog.jsonb_build_object('at', at, 'quarter', q, 'allocation_ends', next_q - 1,
                                               'no_allocation_from', next_q, 'days_left', next_q - at,
                                               'next_allocation', r.later_quarter, 'allocation', r.alloc,
-                                              'balance', @extschema@.balance(r.account, at), 'unit', bank_unit),
+                                              'balance', hpcacct_internal.balance_at_end(r.account, at), 'unit', bank_unit),
                 true);
             written := written + (id IS NOT NULL)::integer;
         END LOOP;
