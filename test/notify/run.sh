@@ -568,3 +568,67 @@ is "$(sql -c "SELECT string_agg(username || ' ' || state || ' ' || address, ',' 
    "$(cat "$work/year.log")"
 is "$(arrivals | grep -a ' yr' | awk '{print $2}' | sort | tr '\n' ' ')" "yr1@lab0.example yr3@new.example " \
    "the server got the message for yr1 and yr3's new address, none for yr2 or yr3's old one (before: $before)"
+
+# ---- a site in New York: the commands' days and months are the site's, in any TimeZone ----
+# The jobs of pgTAP dst_year: 144 NPL in March 2026, 109 of them by the end of 8 March (a day
+# of 23 hours), 160 in November (1 November has 25). A scan of 8 March finds 891 NPL left
+# (above 88 %), one of 31 March 856: the message names that day and its balance. The sender
+# and hpcacct-report run with PGTZ=UTC and +14, a portal's or a laptop's zone.
+dst=${db}_dst
+createdb "$dst"
+psql -X -q -At -v ON_ERROR_STOP=1 -d "$dst" >"$work/dst.log" 2>&1 <<'SQL'
+CREATE EXTENSION hpcacct CASCADE;
+SELECT hpcacct.create_job_table();
+CALL hpcacct.setup_roles();
+SET search_path = hpcacct, public;
+INSERT INTO setting VALUES ('timezone', 'America/New_York'), ('bank_unit', 'NPL');
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES ('dy_ny', 'p', 'cpu=64', 'cpu=1', 1, 'NPL');
+INSERT INTO account (name) VALUES ('dy_ny');
+SELECT deposit('dy_ny', q, 1000) FROM unnest(ARRAY[date '2026-01-01', '2026-10-01']) q;
+INSERT INTO hpc_user (username) VALUES ('dyu');
+INSERT INTO contact (username, email) VALUES ('dyu', 'dyu@lab0.example');
+INSERT INTO membership (account, username, role) VALUES ('dy_ny', 'dyu', 'admin');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('dy_ny', 'm7a', 'dy_ny', 'dyu', 'p', '2026-03-07 23:40-05', '2026-03-07 23:55-05', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'm8x', 'dy_ny', 'dyu', 'p', '2026-03-07 23:50-05', '2026-03-08 00:10-05', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'dst', 'dy_ny', 'dyu', 'p', '2026-03-08 01:30-05', '2026-03-08 03:30-04', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'm8b', 'dy_ny', 'dyu', 'p', '2026-03-08 23:50-04', '2026-03-08 23:59-04', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'm9a', 'dy_ny', 'dyu', 'p', '2026-03-08 23:55-04', '2026-03-09 00:05-04', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'q1',  'dy_ny', 'dyu', 'p', '2026-03-31 23:30-04', '2026-04-01 00:30-04', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'q3',  'dy_ny', 'dyu', 'p', '2026-09-30 23:45-04', '2026-10-01 00:15-04', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'o31', 'dy_ny', 'dyu', 'p', '2026-10-31 23:50-04', '2026-11-01 00:10-04', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'fb',  'dy_ny', 'dyu', 'p', '2026-11-01 00:30-04', '2026-11-01 01:30-05', 'cpu=60', 'COMPLETED'),
+    ('dy_ny', 'n1e', 'dy_ny', 'dyu', 'p', '2026-11-01 23:50-05', '2026-11-02 00:20-05', 'cpu=60', 'COMPLETED');
+INSERT INTO balance_threshold VALUES (88);
+SELECT notify_scan('2026-03-08');
+SELECT notify_scan('2026-03-31');
+SQL
+ok $? "New York: the site loads and is scanned on 8 and 31 March" "$(tail -3 "$work/dst.log")"
+sed "s/^conninfo = .*/conninfo = dbname=$dst user=$mailer/" "$work/notify.conf" >"$work/dst.conf"
+PGTZ=Pacific/Kiritimati "$sender" --config "$work/dst.conf" --once 2>"$work/dst-send.log"
+got=$(grep -l -a 'X-Envelope-To: dyu@lab0.example' "$mail"/*.eml 2>/dev/null | while read -r f; do
+          $python -c 'import sys, email, email.policy
+m = email.message_from_binary_file(open(sys.argv[1], "rb"), policy=email.policy.default)
+body = m.get_body().get_content()
+print(m["Subject"], "|", [l for l in body.splitlines() if "at the end of" in l][0].strip())' "$f"; done)
+is "$got" "[hpcacct] dy_ny: less than 88 % of the quarter's credits left (2026-03-31) | at the end of 2026-03-31, account dy_ny held 856.00 NPL of the 1,000.00 NPL" \
+   "New York: one balance message arrives, of 31 March, with that day's balance (sender in +14)" "$(cat "$work/dst-send.log")"
+for z in America/New_York UTC Pacific/Kiritimati; do
+    for m in 2026-03 2026-11; do
+        PGTZ=$z "$report" -d "$dst" dy_ny $m >"$work/dst-$m-${z//\//_}.html" 2>>"$work/dst-report.log"
+        PGTZ=$z "$report" -d "$dst" --json dy_ny $m >"$work/dst-$m-${z//\//_}.json" 2>>"$work/dst-report.log"
+    done
+done
+cmp -s "$work/dst-2026-03-UTC.html" "$work/dst-2026-03-America_New_York.html" \
+    && cmp -s "$work/dst-2026-11-Pacific_Kiritimati.html" "$work/dst-2026-11-America_New_York.html" \
+    && cmp -s "$work/dst-2026-03-Pacific_Kiritimati.json" "$work/dst-2026-03-America_New_York.json"
+ok $? "New York: hpcacct-report writes the same statements with PGTZ=UTC and +14 as in the site's zone" "$(cat "$work/dst-report.log")"
+got=$(for m in 2026-03 2026-11; do
+          $python -c 'import sys, json
+d = json.load(open(sys.argv[1]))
+days = dict(d["bank"]["days"])
+print(d["month"], d["charges"]["total"]["NPL"], *[k[5:] + "=" + str(days[k]) for k in sys.argv[2:]],
+      *([d["figures_at"], len(days)] if d["month"] == "2026-03" else []))' \
+              "$work/dst-$m-UTC.json" $( [ $m = 2026-03 ] && echo 2026-03-07 2026-03-08 2026-03-09 || echo 2026-10-31 2026-11-01 2026-11-02 ); done | paste -sd' ')
+is "$got" "2026-03 144.0 03-07=975.0 03-08=891.0 03-09=886.0 2026-03-31 90 2026-11 160.0 10-31=975.0 11-01=835.0 11-02=815.0" \
+   "New York: March's and November's statements (PGTZ=UTC): the month's charges, a bank point for each day, 8 March (23 h) and 1 November (25 h) once each"
