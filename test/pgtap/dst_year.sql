@@ -5,7 +5,7 @@
 -- the sums worked out by hand below, in the site's session and in sessions in other zones.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(4);
+SELECT plan(5);
 
 INSERT INTO setting VALUES ('timezone', 'America/New_York') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('bank_unit', 'NPL') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -149,7 +149,17 @@ SELECT is(pg_temp.wrong('dy_ny'), '{}', 'New York: every month, quarter and day 
 -- a scan of a past day tells the balance at that day's end: a job that ended after it (the
 -- next day, just after midnight, or later in the quarter) is not yet charged then
 INSERT INTO balance_threshold VALUES (88);
+-- an account over a 10 NPL window only on 31 March (50 NPL)
+INSERT INTO account (name) VALUES ('dy_q');
+SELECT add_quota_period('dy_q', '2026-01-01', '2026-12-31', 10, NULL, 'NPL');
+INSERT INTO job (cluster, jobid, account, "user", partition, start, "end", alloctres, state) VALUES
+    ('dy_ny', 'wq', 'dy_q', 'u', 'p', '2026-03-31 23:00-04', '2026-03-31 23:50-04', 'cpu=60', 'COMPLETED');
 SELECT notify_scan('2026-03-08');
+-- Known gap: window_quota_usage() counts the whole month of its day (monthly rollups), so a scan
+-- of a past day tells a quota state that later jobs of that month brought about
+SELECT todo('notify_scan of a past day counts the month''s later jobs in the quota state', 1);
+SELECT is((SELECT array_agg(subject) FROM outbox WHERE topic = 'quota_state' AND account = 'dy_q'), NULL,
+          'New York: the scan of 8 March tells no quota state of an account whose only job ended on 31 March');
 SELECT is((SELECT count(*) FROM outbox WHERE topic = 'balance_low' AND account = 'dy_ny'), 0::bigint,
           'New York: at the end of 8 March (109 NPL charged, 891 left) the balance is not below 88 %');
 SELECT notify_scan('2026-03-31');
