@@ -177,6 +177,17 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'unknown account "%"', missing USING ERRCODE = 'undefined_object';
         END IF;
+        -- A change of a contact or membership (contact_follow(), outbox_withdraw_member()) cannot
+        -- see deliveries not yet committed: it waits for this transaction, and this statement's
+        -- reading of contacts waits for it (one lock for 1/128 of the users, shared by writers).
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('hpcacct.outbox_reach'), u.bucket)
+        FROM (SELECT DISTINCT pg_catalog.hashtext(x.username) & 127 AS bucket
+              FROM (SELECT a.username FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(also text[]),
+                                           pg_catalog.unnest(m.also) AS a(username)
+                    UNION
+                    SELECT ms.username FROM @extschema@.membership ms
+                    WHERE ms.account IN (SELECT m.account FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(account text))) x
+              ORDER BY 1) u;
         -- set-based and index-driven: each message's users are found by its account (membership's
         -- key) and carried in its row, so no step joins the new messages to the input
         WITH written AS (
@@ -1000,6 +1011,9 @@ CREATE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        -- waits for a message being written to them, and holds new ones back (outbox_add_all())
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.outbox_reach'), b.bucket)
+        FROM (SELECT DISTINCT pg_catalog.hashtext(d.username) & 127 AS bucket FROM old_rows d ORDER BY 1) b;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
             last_error = pg_catalog.format('not sent: %s left account %s at %s', r.username, m.account,
@@ -1033,6 +1047,8 @@ CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
         ELSIF NEW.username IS DISTINCT FROM OLD.username THEN
             why := 'its contact was moved to another user';
         END IF;
+        -- waits for a message being written to them, and holds new ones back (outbox_add_all())
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.outbox_reach'), pg_catalog.hashtext(OLD.username) & 127);
         IF why IS NOT NULL THEN
             UPDATE @extschema@.outbox_recipient r
             SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,

@@ -1,0 +1,75 @@
+-- Deliveries follow their users (contact_follow, outbox_withdraw_member) also when the message
+-- is written at the same time as the change: the writer's transaction open while a user changes
+-- their address, silences it, or leaves the account (two sessions through dblink, a scratch
+-- database). The change's trigger cannot see the writer's uncommitted deliveries, so it must
+-- wait for the writer, or the writer for it.
+BEGIN;
+SET search_path = public, hpcacct;
+SET client_min_messages = warning;
+SELECT plan(6);
+
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
+              current_setting('port')) AS srv \gset
+SELECT dblink_connect('mr_adm', :'srv' || ' dbname=postgres');
+SELECT dblink_exec('mr_adm', 'DROP DATABASE IF EXISTS hpcacct_mail_race');
+SELECT dblink_exec('mr_adm', 'CREATE DATABASE hpcacct_mail_race');
+SELECT dblink_connect('mr_setup', :'srv' || ' dbname=hpcacct_mail_race');
+SELECT dblink_exec('mr_setup', $s$
+    SET client_min_messages = warning;
+    CREATE EXTENSION hpcacct CASCADE;
+    SET search_path = public, hpcacct;
+    INSERT INTO setting VALUES ('timezone', 'UTC');
+    INSERT INTO account (name) VALUES ('mr_p');
+    SELECT add_user(u, '2025-01-02') FROM unnest(ARRAY['mr_a', 'mr_b', 'mr_c', 'mr_d']) AS u;
+    SELECT add_member('mr_p', 'mr_a', 'admin'), add_member('mr_p', 'mr_b'), add_member('mr_p', 'mr_c'),
+           add_member('mr_p', 'mr_d');
+    INSERT INTO contact (username, email) VALUES ('mr_a', 'a@example.org'), ('mr_b', 'b@old.example.org'),
+                                                 ('mr_c', 'c@example.org'), ('mr_d', 'd@example.org');
+$s$);
+SELECT dblink_connect('mr_w', :'srv' || ' dbname=hpcacct_mail_race');
+SELECT dblink_connect('mr_u', :'srv' || ' dbname=hpcacct_mail_race');
+SELECT dblink_exec('mr_u', 'SET lock_timeout = ''20s''');
+
+-- the writer's transaction has written a message to every member; before it commits, b moves
+-- to a new address, c silences theirs and d leaves the account (one transaction)
+SELECT dblink_exec('mr_w', 'BEGIN');
+SELECT * FROM dblink('mr_w', $$SELECT hpcacct.outbox_add('account_expiry', 'mr_p/race', 'mr_p', 's', E'b\n', '{}', true)::text$$) AS t(id text);
+SELECT dblink_send_query('mr_u', $q$DO $d$ BEGIN
+    UPDATE hpcacct.contact SET email = 'b@new.example.org' WHERE username = 'mr_b';
+    UPDATE hpcacct.contact SET notify = false WHERE username = 'mr_c';
+    PERFORM hpcacct.remove_member('mr_p', 'mr_d');
+    END $d$$q$);
+SELECT pg_sleep(0.5);
+SELECT dblink_exec('mr_w', 'COMMIT');
+SELECT is((SELECT r FROM dblink_get_result('mr_u') AS t(r text)), 'DO', 'the change commits');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('mr_u') AS t(r text)), 0, 'and nothing else is left');
+
+SELECT is((SELECT string_agg(username || ' ' || address || ' ' || state, ', ' ORDER BY username)
+           FROM dblink('mr_setup', $$SELECT username, address, state FROM hpcacct.outbox_recipient$$)
+                AS t(username text, address text, state text)),
+          'mr_a a@example.org pending, mr_b b@new.example.org pending, mr_c c@example.org withdrawn, '
+          'mr_d d@example.org withdrawn',
+          'a delivery written while its user changed goes where the contact and membership say after both');
+
+-- the other order: the change is open when the message is written
+SELECT dblink_exec('mr_u', $$BEGIN;
+    UPDATE hpcacct.contact SET email = 'a@new.example.org' WHERE username = 'mr_a'$$);
+SELECT dblink_send_query('mr_w', $$SELECT hpcacct.outbox_add('account_expiry', 'mr_p/race2', 'mr_p', 's', E'b\n', '{}', true)::text$$);
+SELECT pg_sleep(0.5);
+SELECT dblink_exec('mr_u', 'COMMIT');
+SELECT isnt((SELECT id FROM dblink_get_result('mr_w') AS t(id text)), NULL, 'the second message is written');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('mr_w') AS t(r text)), 0, 'once');
+SELECT is((SELECT string_agg(username || ' ' || address, ', ' ORDER BY username)
+           FROM dblink('mr_setup', $$SELECT r.username, r.address FROM hpcacct.outbox_recipient r
+                                      JOIN hpcacct.outbox m USING (message_id) WHERE m.decision_key = 'mr_p/race2'$$)
+                AS t(username text, address text)),
+          'mr_a a@new.example.org, mr_b b@new.example.org',
+          'a message written while a change is open reaches the new address');
+
+SELECT dblink_disconnect('mr_w'), dblink_disconnect('mr_u'), dblink_disconnect('mr_setup');
+SELECT dblink_exec('mr_adm', 'DROP DATABASE hpcacct_mail_race');
+SELECT dblink_disconnect('mr_adm');
+
+SELECT * FROM finish();
+ROLLBACK;
