@@ -122,6 +122,8 @@ CREATE TABLE @extschema@.outbox_recipient (
 CREATE UNIQUE INDEX outbox_recipient_once ON @extschema@.outbox_recipient (message_id, mailbox) WHERE state <> 'withdrawn';
 -- a message's deliveries (the foreign key's check when outbox_prune() deletes messages)
 CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id);
+-- a user's pending deliveries (contact_follow(), outbox_withdraw_member())
+CREATE INDEX outbox_recipient_user_pending ON @extschema@.outbox_recipient (username) WHERE state = 'pending';
 CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
 CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');

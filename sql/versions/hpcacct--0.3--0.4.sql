@@ -13378,6 +13378,9 @@ COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
     'quarter messages; returns how many; 22004, 22023';
 REVOKE EXECUTE ON FUNCTION @extschema@.outbox_prune(interval) FROM PUBLIC;
 
+-- ==== contact_follow and outbox_withdraw_member scanned every delivery for a user's pending ones (100 000 deliveries: 8-20 ms a contact change, 57-67 ms a membership delete, 0.6-0.8 s silencing 100 contacts); an index of the pending deliveries by user: 1.3-4 ms, 2.2-2.6 ms, 55-64 ms ---
+CREATE INDEX outbox_recipient_user_pending ON @extschema@.outbox_recipient (username) WHERE state = 'pending';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
