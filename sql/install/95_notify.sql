@@ -1008,30 +1008,32 @@ CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
 -- lease on a changed delivery is dropped, so that its sender, which read the old address,
 -- cannot complete it (outbox_sending() is false) and the next claim reads the new one.
 
+-- At commit (a deferred trigger): a membership deleted and added again in one transaction
+-- never ended for anyone else, and keeps its deliveries.
 CREATE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.membership s WHERE s.account = OLD.account AND s.username = OLD.username) THEN
+            RETURN NULL;
+        END IF;
         -- waits for a message being written to them, and holds new ones back (outbox_add_all())
-        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.outbox_reach'), b.bucket)
-        FROM (SELECT DISTINCT pg_catalog.hashtext(d.username) & 127 AS bucket FROM old_rows d ORDER BY 1) b;
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('hpcacct.outbox_reach'), pg_catalog.hashtext(OLD.username) & 127);
         UPDATE @extschema@.outbox_recipient r
         SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
             last_error = pg_catalog.format('not sent: %s left account %s at %s', r.username, m.account,
                                            hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
-        FROM old_rows d, @extschema@.outbox m
-        WHERE m.message_id = r.message_id AND m.account = d.account AND r.username = d.username
-          AND r.state = 'pending' AND m.job_owner IS DISTINCT FROM r.username
-          -- (removed and added again in one statement: still a member)
-          AND NOT EXISTS (SELECT 1 FROM @extschema@.membership s WHERE s.account = d.account AND s.username = d.username);
+        FROM @extschema@.outbox m
+        WHERE r.username = OLD.username AND r.state = 'pending'
+          AND m.message_id = r.message_id AND m.account = OLD.account AND m.job_owner IS DISTINCT FROM r.username;
         RETURN NULL;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.outbox_withdraw_member() IS
     'Trigger: a user who leaves an account is not sent its pending messages (but those about their own job)';
-CREATE TRIGGER outbox_withdraw_member AFTER DELETE ON @extschema@.membership
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.outbox_withdraw_member();
+CREATE CONSTRAINT TRIGGER outbox_withdraw_member AFTER DELETE ON @extschema@.membership
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.outbox_withdraw_member();
 
 -- With the owner's rights: a portal user changes their own contact (own_contact) and may not
 -- write deliveries; this writes only that contact's pending ones.

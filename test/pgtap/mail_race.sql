@@ -6,7 +6,27 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(6);
+SELECT plan(8);
+
+-- ---- in this transaction: a member removed and added again before it commits never left ----
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO account (name) VALUES ('mt_p');
+SELECT add_user(u, '2025-01-02') FROM unnest(ARRAY['mt_a', 'mt_b', 'mt_c']) AS u;
+SELECT add_member('mt_p', 'mt_a', 'admin'), add_member('mt_p', 'mt_b'), add_member('mt_p', 'mt_c');
+INSERT INTO contact (username, email) VALUES ('mt_a', 'a@mt.example.org'), ('mt_b', 'b@mt.example.org'),
+                                             ('mt_c', 'c@mt.example.org');
+SELECT outbox_add('account_expiry', 'mt_p/one', 'mt_p', 's', E'b\n', '{}', true) IS NOT NULL AS written;
+SELECT remove_member('mt_p', 'mt_b');
+SELECT add_member('mt_p', 'mt_b');
+SELECT remove_member('mt_p', 'mt_c');
+-- (the state at commit)
+SET CONSTRAINTS ALL IMMEDIATE;
+SELECT is((SELECT state FROM outbox_recipient WHERE username = 'mt_b'), 'pending',
+          'a member removed and added again in one transaction keeps their pending delivery');
+SELECT is((SELECT state FROM outbox_recipient WHERE username = 'mt_c'), 'withdrawn',
+          'a member removed for good does not');
+
+-- ---- two sessions ----
 
 CREATE EXTENSION IF NOT EXISTS dblink;
 SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
