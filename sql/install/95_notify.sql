@@ -179,9 +179,10 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'unknown account "%"', missing USING ERRCODE = 'undefined_object';
         END IF;
-        -- A change of a contact or membership (contact_follow(), outbox_withdraw_member()) cannot
-        -- see deliveries not yet committed: it waits for this transaction, and this statement's
-        -- reading of contacts waits for it (one lock for 1/128 of the users, shared by writers).
+        -- A change of a contact or membership (contact_follow(), outbox_withdraw_member(), at its
+        -- commit) cannot see deliveries not yet committed: it waits for this transaction, and
+        -- this statement's reading of contacts waits for that commit (one lock for 1/128 of the
+        -- users, shared by writers).
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('hpcacct.outbox_reach'), u.bucket)
         FROM (SELECT DISTINCT pg_catalog.hashtext(x.username) & 127 AS bucket
               FROM (SELECT a.username FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(also text[]),
@@ -1078,8 +1079,10 @@ CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
 COMMENT ON FUNCTION hpcacct_internal.contact_follow() IS
     'Trigger: a contact''s pending deliveries go to its new address, once per mailbox; silenced or deleted: withdrawn';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.contact_follow() FROM PUBLIC;
-CREATE TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
-    FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
+-- At commit (deferred): the lock that orders it with the writers of messages is held only
+-- while the change commits, not while a portal user's transaction stays open.
+CREATE CONSTRAINT TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
 
 -- ---- the sender's role ---------------------------------------------------------------------
 -- hpcacct-notify connects as a member of hpcacct_notify (99_roles.sql), which reads the

@@ -13386,6 +13386,11 @@ DROP TRIGGER outbox_withdraw_member ON @extschema@.membership;
 CREATE CONSTRAINT TRIGGER outbox_withdraw_member AFTER DELETE ON @extschema@.membership
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.outbox_withdraw_member();
 
+-- ==== contact_follow ran at each contact change and, ordered with the writers of messages by a lock, held back messages to a portal user's bucket of users for as long as that user kept their change open (pgTAP mail_race: 55P03 under a 2 s lock_timeout): it is a deferred row trigger, which takes the lock at commit ---
+DROP TRIGGER contact_follow ON @extschema@.contact;
+CREATE CONSTRAINT TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14708,9 +14713,10 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         IF missing IS NOT NULL THEN
             RAISE EXCEPTION 'unknown account "%"', missing USING ERRCODE = 'undefined_object';
         END IF;
-        -- A change of a contact or membership (contact_follow(), outbox_withdraw_member()) cannot
-        -- see deliveries not yet committed: it waits for this transaction, and this statement's
-        -- reading of contacts waits for it (one lock for 1/128 of the users, shared by writers).
+        -- A change of a contact or membership (contact_follow(), outbox_withdraw_member(), at its
+        -- commit) cannot see deliveries not yet committed: it waits for this transaction, and
+        -- this statement's reading of contacts waits for that commit (one lock for 1/128 of the
+        -- users, shared by writers).
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('hpcacct.outbox_reach'), u.bucket)
         FROM (SELECT DISTINCT pg_catalog.hashtext(x.username) & 127 AS bucket
               FROM (SELECT a.username FROM pg_catalog.jsonb_to_recordset(coalesce(messages, '[]')) AS m(also text[]),

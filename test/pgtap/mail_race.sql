@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(8);
+SELECT plan(7);
 
 -- ---- in this transaction: a member removed and added again before it commits never left ----
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -46,6 +46,13 @@ SELECT dblink_exec('mr_setup', $s$
            add_member('mr_p', 'mr_d');
     INSERT INTO contact (username, email) VALUES ('mr_a', 'a@example.org'), ('mr_b', 'b@old.example.org'),
                                                  ('mr_c', 'c@example.org'), ('mr_d', 'd@example.org');
+    CREATE FUNCTION public.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $f$
+        BEGIN
+            EXECUTE statement;
+            RETURN 'ok';
+        EXCEPTION WHEN OTHERS THEN
+            RETURN SQLSTATE;
+        END $f$;
 $s$);
 SELECT dblink_connect('mr_w', :'srv' || ' dbname=hpcacct_mail_race');
 SELECT dblink_connect('mr_u', :'srv' || ' dbname=hpcacct_mail_race');
@@ -72,14 +79,16 @@ SELECT is((SELECT string_agg(username || ' ' || address || ' ' || state, ', ' OR
           'mr_d d@example.org withdrawn',
           'a delivery written while its user changed goes where the contact and membership say after both');
 
--- the other order: the change is open when the message is written
+-- the other order: a portal user's change is open (left so) when the message is written; the
+-- writer does not wait for it (a scheduled run must not: lock_timeout), and the delivery follows
+-- once it commits
 SELECT dblink_exec('mr_u', $$BEGIN;
     UPDATE hpcacct.contact SET email = 'a@new.example.org' WHERE username = 'mr_a'$$);
-SELECT dblink_send_query('mr_w', $$SELECT hpcacct.outbox_add('account_expiry', 'mr_p/race2', 'mr_p', 's', E'b\n', '{}', true)::text$$);
-SELECT pg_sleep(0.5);
+SELECT dblink_exec('mr_w', 'SET lock_timeout = ''2s''');
+SELECT is((SELECT o FROM dblink('mr_w', $$SELECT public.outcome($o$SELECT hpcacct.outbox_add('account_expiry', 'mr_p/race2',
+                                          'mr_p', 's', E'b\n', '{}', true)$o$)$$) AS t(o text)),
+          'ok', 'a message is written while a contact change is open, without waiting for it');
 SELECT dblink_exec('mr_u', 'COMMIT');
-SELECT isnt((SELECT id FROM dblink_get_result('mr_w') AS t(id text)), NULL, 'the second message is written');
-SELECT is((SELECT count(*)::int FROM dblink_get_result('mr_w') AS t(r text)), 0, 'once');
 SELECT is((SELECT string_agg(username || ' ' || address, ', ' ORDER BY username)
            FROM dblink('mr_setup', $$SELECT r.username, r.address FROM hpcacct.outbox_recipient r
                                       JOIN hpcacct.outbox m USING (message_id) WHERE m.decision_key = 'mr_p/race2'$$)

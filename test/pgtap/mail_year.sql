@@ -27,8 +27,8 @@ SELECT is((SELECT count(*) FROM outbox_recipient WHERE state = 'pending'), 6::bi
 -- during the day: carol leaves the project, dan changes his address, eve silences hers, and
 -- bob (a portal user) moves to a new address himself
 SELECT remove_member('my_p', 'my_carol');
--- (the membership's check runs at commit, as a sender sees it: here, now)
-SET CONSTRAINTS hpcacct.outbox_withdraw_member IMMEDIATE;
+-- (the membership's and the contacts' checks run at commit, as a sender sees it: here, now)
+SET CONSTRAINTS hpcacct.outbox_withdraw_member, hpcacct.contact_follow IMMEDIATE;
 UPDATE contact SET email = 'dan@new.example.org' WHERE username = 'my_dan';
 UPDATE contact SET notify = false WHERE username = 'my_eve';
 SET SESSION AUTHORIZATION my_bob;

@@ -134,6 +134,8 @@ RESET SESSION AUTHORIZATION;
 -- A portal user sees their own deliveries only, so a message they read shows no_recipient when
 -- it has no delivery of theirs, whoever else received it.
 DELETE FROM contact WHERE username = 'pv_alice';          -- alice has no address now; bob has one
+-- (contact_follow runs at commit: here, now)
+SET CONSTRAINTS hpcacct.contact_follow IMMEDIATE;
 SELECT outbox_add('balance_low', 'pv-to-bob', 'pv_p1', 'pv: to bob', 'b', '{}', false, ARRAY['pv_bob']),
        outbox_add('balance_low', 'pv-to-alice', 'pv_p1', 'pv: to alice', 'b', '{}', false, '{}');
 INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('pvc', 'q-alice2', 'pv_alice', 'pv_p1');
