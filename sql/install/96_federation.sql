@@ -254,6 +254,32 @@ COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
     'Statement trigger of hpcacct.ledger at a federation site: refuses entries of the site''s own sessions but '
     'charging''s (HA013)';
 
+-- The logs of the scheduled runs (regulation_log, quarter_log) are the centre's, which runs
+-- regulate() and open_quarter() on every site's charges. At a site (pg_cron's lines copied
+-- there, which run as a superuser and pass the ledger's refusal) a run would decide on the
+-- site's charges alone and book retractions or top-ups that reach the centre, which books its
+-- own: a statement trigger on both logs refuses it (HA013), whoever runs it.
+CREATE FUNCTION hpcacct_internal.federation_centre_run() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
+            RAISE EXCEPTION '% is written by the federation''s centre, not at a site', TG_TABLE_NAME
+                USING ERRCODE = 'HA013',
+                      HINT = 'Run regulate() and open_quarter() in the central database, which holds every site''s '
+                             'charges; what they book reaches the sites.';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_centre_run() IS
+    'Statement trigger of regulation_log and quarter_log: refuses them at a federation site (HA013)';
+CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.regulation_log
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
+CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.quarter_log
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
+
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the
 -- triggers that must fire for replicated rows. Idempotent. Called by the procedures below.

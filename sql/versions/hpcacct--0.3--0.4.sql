@@ -13391,6 +13391,33 @@ DROP TRIGGER contact_follow ON @extschema@.contact;
 CREATE CONSTRAINT TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
 
+-- ==== regulate() and open_quarter() ran at a federation site (pg_cron's lines copied there run as a superuser, whom the ledger's refusal lets pass): they decided on the site's charges alone and booked retractions or top-ups that reach the centre (pgTAP regulation: 3 ledger rows at a site). A statement trigger on regulation_log and quarter_log refuses them at a site (HA013) ---
+-- The logs of the scheduled runs (regulation_log, quarter_log) are the centre's, which runs
+-- regulate() and open_quarter() on every site's charges. At a site (pg_cron's lines copied
+-- there, which run as a superuser and pass the ledger's refusal) a run would decide on the
+-- site's charges alone and book retractions or top-ups that reach the centre, which books its
+-- own: a statement trigger on both logs refuses it (HA013), whoever runs it.
+CREATE FUNCTION hpcacct_internal.federation_centre_run() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
+            RAISE EXCEPTION '% is written by the federation''s centre, not at a site', TG_TABLE_NAME
+                USING ERRCODE = 'HA013',
+                      HINT = 'Run regulate() and open_quarter() in the central database, which holds every site''s '
+                             'charges; what they book reaches the sites.';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_centre_run() IS
+    'Statement trigger of regulation_log and quarter_log: refuses them at a federation site (HA013)';
+CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.regulation_log
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
+CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.quarter_log
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -19093,4 +19120,20 @@ COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
     'Deletes hold messages, and scan messages before the last scan''s quarter, written more than keep ago (at least '
     '92 days; default 1 year) with their deliveries, when none is pending, sending or uncertain; keeps regulation and '
     'quarter messages; returns how many; 22004, 22023';
+CREATE OR REPLACE FUNCTION hpcacct_internal.federation_centre_run() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
+            RAISE EXCEPTION '% is written by the federation''s centre, not at a site', TG_TABLE_NAME
+                USING ERRCODE = 'HA013',
+                      HINT = 'Run regulate() and open_quarter() in the central database, which holds every site''s '
+                             'charges; what they book reaches the sites.';
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.federation_centre_run() IS
+    'Statement trigger of regulation_log and quarter_log: refuses them at a federation site (HA013)';
 -- ==== end of final definitions

@@ -3,7 +3,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(96);
+SELECT plan(99);
 
 INSERT INTO hpcacct.setting VALUES ('timezone', 'Europe/Paris') ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 INSERT INTO regulation_machine (machine, monthly_threshold) VALUES ('ada', 1000000), ('turing', 5000000);
@@ -351,6 +351,17 @@ SELECT is((SELECT count(*) FROM hpcacct.regulation_log), (SELECT n FROM log_befo
 DROP SUBSCRIPTION hpcacct_fed_s2c_7;
 SET client_min_messages = warning;
 SELECT lives_ok($$CALL hpcacct.regulate('2025-07-15')$$, 'without it the run goes on');
+
+-- At a federation's site a run is refused: it would decide on the site's charges alone, and its
+-- retractions, booked with the site's ids, reach the centre, which regulates every site itself.
+INSERT INTO hpcacct.federation_node (site, role) VALUES (3, 'site');
+CREATE TEMP TABLE ledger_at_site AS SELECT count(*) AS n FROM hpcacct.ledger;
+SELECT throws_ok($$CALL hpcacct.regulate('2025-08-15')$$, 'HA013', NULL, 'regulate() at a federation site is refused (HA013)');
+SELECT is((SELECT count(*) FROM hpcacct.ledger), (SELECT n FROM ledger_at_site), 'and books nothing');
+SELECT throws_ok($$INSERT INTO hpcacct.quarter_log (quarter, account, action, target_quarter)
+                   VALUES ('2025-07-01', 'X', 'expired', '2025-07-01')$$, 'HA013', NULL,
+                 'open_quarter()''s log is refused at a site too');
+DELETE FROM hpcacct.federation_node;
 
 SELECT * FROM finish();
 ROLLBACK;
