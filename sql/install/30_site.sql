@@ -259,3 +259,38 @@ COMMENT ON COLUMN @extschema@.account.policies IS
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.account', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource_resource_id_seq', '');
+
+-- This database's place in a federation: one row, written by federation_publish() (the
+-- centre, site 0) or federation_join() (a cluster site). Not replicated.
+-- (Here, not with the rest of the federation: the centre's runs refuse to run at a site.)
+CREATE TABLE @extschema@.federation_node (
+    only_row  boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    site      integer NOT NULL CHECK (site BETWEEN 0 AND 32767),
+    role      text NOT NULL CHECK (role IN ('centre', 'site')),
+    joined_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT federation_node_centre_is_0 CHECK ((role = 'centre') = (site = 0))
+);
+COMMENT ON TABLE @extschema@.federation_node IS
+    'This database''s place in a federation (one row): the centre (site 0) or a cluster site; not replicated';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_node', '');
+
+-- A run that is the federation centre's (regulate(), open_quarter(), rerate_catch_up()) at a
+-- cluster site: refused (HA013). The centre decides on every site's charges and what it books
+-- reaches the sites; a site would decide on its own charges alone, whoever runs it (pg_cron
+-- runs as a superuser, whom the site's ledger lets through).
+CREATE FUNCTION hpcacct_internal.refuse_at_site(caller text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
+            RAISE EXCEPTION '%: this database is a federation site', caller
+                USING ERRCODE = 'HA013',
+                      HINT = 'Run it in the central database, which holds every site''s charges; what it books '
+                             'reaches the sites.';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.refuse_at_site(text) IS
+    'Refuses (HA013) a run that is the federation centre''s in a database that is a cluster site';

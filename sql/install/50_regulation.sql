@@ -436,6 +436,7 @@ CREATE PROCEDURE @extschema@.regulate(d date)
                       HINT = 'Consumption up to the end of that day is not known yet.';
         END IF;
 
+        PERFORM hpcacct_internal.refuse_at_site('regulate');
         kind_of_run := @extschema@.regulation_run(d);
         IF kind_of_run IS NULL THEN
             RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d

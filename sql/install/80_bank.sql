@@ -832,6 +832,7 @@ CREATE PROCEDURE @extschema@.open_quarter(q date)
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
         END IF;
+        PERFORM hpcacct_internal.refuse_at_site('open_quarter');
         -- one run at a time
         PERFORM hpcacct_internal.run_alone('open_quarter');
         -- Quarters are opened in order: a run of an earlier quarter after a later one would

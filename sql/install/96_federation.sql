@@ -10,18 +10,6 @@
 -- flowing back to where it came from (PostgreSQL 15 has no `origin = none`).
 -- ---------------------------------------------------------------------------------------
 
--- This database's place in a federation: one row, written by federation_publish() (the
--- centre, site 0) or federation_join() (a cluster site). Not replicated.
-CREATE TABLE @extschema@.federation_node (
-    only_row  boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-    site      integer NOT NULL CHECK (site BETWEEN 0 AND 32767),
-    role      text NOT NULL CHECK (role IN ('centre', 'site')),
-    joined_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    CONSTRAINT federation_node_centre_is_0 CHECK ((role = 'centre') = (site = 0))
-);
-COMMENT ON TABLE @extschema@.federation_node IS
-    'This database''s place in a federation (one row): the centre (site 0) or a cluster site; not replicated';
-
 -- At the centre: the cluster sites it publishes to.
 CREATE TABLE @extschema@.federation_site (
     site     integer PRIMARY KEY CHECK (site BETWEEN 1 AND 32767),
@@ -51,7 +39,6 @@ COMMENT ON TABLE @extschema@.federation_received IS
     'Per federation database and origin site: the last ledger row that database received from that origin '
     '(written where received, replicated back to the sender)';
 
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_node', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.federation_site', '');
 
 -- The ledger ids a site books: [site * 2^48, (site + 1) * 2^48), the centre's from 1. Sites
@@ -253,32 +240,6 @@ CREATE FUNCTION hpcacct_internal.federation_refuse_local_entry() RETURNS trigger
 COMMENT ON FUNCTION hpcacct_internal.federation_refuse_local_entry() IS
     'Statement trigger of hpcacct.ledger at a federation site: refuses entries of the site''s own sessions but '
     'charging''s (HA013)';
-
--- The logs of the scheduled runs (regulation_log, quarter_log) are the centre's, which runs
--- regulate() and open_quarter() on every site's charges. At a site (pg_cron's lines copied
--- there, which run as a superuser and pass the ledger's refusal) a run would decide on the
--- site's charges alone and book retractions or top-ups that reach the centre, which books its
--- own: a statement trigger on both logs refuses it (HA013), whoever runs it.
-CREATE FUNCTION hpcacct_internal.federation_centre_run() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
-            RAISE EXCEPTION '% is written by the federation''s centre, not at a site', TG_TABLE_NAME
-                USING ERRCODE = 'HA013',
-                      HINT = 'Run regulate() and open_quarter() in the central database, which holds every site''s '
-                             'charges; what they book reaches the sites.';
-        END IF;
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_centre_run() IS
-    'Statement trigger of regulation_log and quarter_log: refuses them at a federation site (HA013)';
-CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.regulation_log
-    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
-CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.quarter_log
-    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
 
 -- Makes this database the centre (site 0) or site `site`: checks that it can be, records
 -- it, narrows the ledger's id sequence to the site's range, and enables for replication the
@@ -1086,11 +1047,7 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
         after_sum numeric;
         total bigint := 0;
     BEGIN
-        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
-            RAISE EXCEPTION 'rerate_catch_up: this database is a federation site'
-                USING ERRCODE = 'HA013',
-                      HINT = 'Run it at the centre, which holds every site''s charges; its entries reach the sites.';
-        END IF;
+        PERFORM hpcacct_internal.refuse_at_site('rerate_catch_up');
         -- as rerate(): no charging meanwhile
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from

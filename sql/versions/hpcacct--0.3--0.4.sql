@@ -13282,11 +13282,7 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
         after_sum numeric;
         total bigint := 0;
     BEGIN
-        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
-            RAISE EXCEPTION 'rerate_catch_up: this database is a federation site'
-                USING ERRCODE = 'HA013',
-                      HINT = 'Run it at the centre, which holds every site''s charges; its entries reach the sites.';
-        END IF;
+        PERFORM hpcacct_internal.refuse_at_site('rerate_catch_up');
         -- as rerate(): no charging meanwhile
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
@@ -13391,32 +13387,26 @@ DROP TRIGGER contact_follow ON @extschema@.contact;
 CREATE CONSTRAINT TRIGGER contact_follow AFTER UPDATE OF email, notify, username OR DELETE ON @extschema@.contact
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.contact_follow();
 
--- ==== regulate() and open_quarter() ran at a federation site (pg_cron's lines copied there run as a superuser, whom the ledger's refusal lets pass): they decided on the site's charges alone and booked retractions or top-ups that reach the centre (pgTAP regulation: 3 ledger rows at a site). A statement trigger on regulation_log and quarter_log refuses them at a site (HA013) ---
--- The logs of the scheduled runs (regulation_log, quarter_log) are the centre's, which runs
--- regulate() and open_quarter() on every site's charges. At a site (pg_cron's lines copied
--- there, which run as a superuser and pass the ledger's refusal) a run would decide on the
--- site's charges alone and book retractions or top-ups that reach the centre, which books its
--- own: a statement trigger on both logs refuses it (HA013), whoever runs it.
-CREATE FUNCTION hpcacct_internal.federation_centre_run() RETURNS trigger
-    LANGUAGE plpgsql
+-- ==== regulate() and open_quarter() ran at a federation site (pg_cron's lines copied there run as a superuser, whom the ledger's refusal lets pass): they decided on the site's charges alone and booked retractions or top-ups that reach the centre (pgTAP regulation: 3 ledger rows at a site). They, and rerate_catch_up(), now call refuse_at_site() (HA013); their final definitions below ---
+-- A run that is the federation centre's (regulate(), open_quarter(), rerate_catch_up()) at a
+-- cluster site: refused (HA013). The centre decides on every site's charges and what it books
+-- reaches the sites; a site would decide on its own charges alone, whoever runs it (pg_cron
+-- runs as a superuser, whom the site's ledger lets through).
+CREATE FUNCTION hpcacct_internal.refuse_at_site(caller text) RETURNS void
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
         IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
-            RAISE EXCEPTION '% is written by the federation''s centre, not at a site', TG_TABLE_NAME
+            RAISE EXCEPTION '%: this database is a federation site', caller
                 USING ERRCODE = 'HA013',
-                      HINT = 'Run regulate() and open_quarter() in the central database, which holds every site''s '
-                             'charges; what they book reaches the sites.';
+                      HINT = 'Run it in the central database, which holds every site''s charges; what it books '
+                             'reaches the sites.';
         END IF;
-        RETURN NULL;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_centre_run() IS
-    'Statement trigger of regulation_log and quarter_log: refuses them at a federation site (HA013)';
-CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.regulation_log
-    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
-CREATE TRIGGER federation_centre_run BEFORE INSERT ON @extschema@.quarter_log
-    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.federation_centre_run();
+COMMENT ON FUNCTION hpcacct_internal.refuse_at_site(text) IS
+    'Refuses (HA013) a run that is the federation centre''s in a database that is a cluster site';
 
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
@@ -13724,6 +13714,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.open_quarter(q date)
                 USING ERRCODE = 'invalid_parameter_value',
                       DETAIL = format('Today is %s in the site time zone.', @extschema@.site_today());
         END IF;
+        PERFORM hpcacct_internal.refuse_at_site('open_quarter');
         -- one run at a time
         PERFORM hpcacct_internal.run_alone('open_quarter');
         -- Quarters are opened in order: a run of an earlier quarter after a later one would
@@ -16188,6 +16179,7 @@ CREATE OR REPLACE PROCEDURE @extschema@.regulate(d date)
                       HINT = 'Consumption up to the end of that day is not known yet.';
         END IF;
 
+        PERFORM hpcacct_internal.refuse_at_site('regulate');
         kind_of_run := @extschema@.regulation_run(d);
         IF kind_of_run IS NULL THEN
             RAISE NOTICE 'hpcacct.regulate: % is not a regulation date, nothing to do', d
@@ -19120,20 +19112,4 @@ COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
     'Deletes hold messages, and scan messages before the last scan''s quarter, written more than keep ago (at least '
     '92 days; default 1 year) with their deliveries, when none is pending, sending or uncertain; keeps regulation and '
     'quarter messages; returns how many; 22004, 22023';
-CREATE OR REPLACE FUNCTION hpcacct_internal.federation_centre_run() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        IF EXISTS (SELECT 1 FROM @extschema@.federation_node n WHERE n.role = 'site') THEN
-            RAISE EXCEPTION '% is written by the federation''s centre, not at a site', TG_TABLE_NAME
-                USING ERRCODE = 'HA013',
-                      HINT = 'Run regulate() and open_quarter() in the central database, which holds every site''s '
-                             'charges; what they book reaches the sites.';
-        END IF;
-        RETURN NULL;
-    END
-    $$;
-COMMENT ON FUNCTION hpcacct_internal.federation_centre_run() IS
-    'Statement trigger of regulation_log and quarter_log: refuses them at a federation site (HA013)';
 -- ==== end of final definitions
