@@ -47,12 +47,9 @@ SELECT is((SELECT state FROM eve_sees), 'pending',
 
 -- ---- two sessions ----
 
-CREATE EXTENSION IF NOT EXISTS dblink;
-SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
-              current_setting('port')) AS srv \gset
-SELECT dblink_connect('mr_adm', :'srv' || ' dbname=postgres');
-SELECT dblink_exec('mr_adm', 'DROP DATABASE IF EXISTS hpcacct_mail_race');
-SELECT dblink_exec('mr_adm', 'CREATE DATABASE hpcacct_mail_race');
+\set scratch hpcacct_mail_race
+\set adm mr_adm
+\ir include/scratch_db.psql
 SELECT dblink_connect('mr_setup', :'srv' || ' dbname=hpcacct_mail_race');
 SELECT dblink_exec('mr_setup', $s$
     SET client_min_messages = warning;
@@ -65,13 +62,6 @@ SELECT dblink_exec('mr_setup', $s$
            add_member('mr_p', 'mr_d');
     INSERT INTO contact (username, email) VALUES ('mr_a', 'a@example.org'), ('mr_b', 'b@old.example.org'),
                                                  ('mr_c', 'c@example.org'), ('mr_d', 'd@example.org');
-    CREATE FUNCTION public.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $f$
-        BEGIN
-            EXECUTE statement;
-            RETURN 'ok';
-        EXCEPTION WHEN OTHERS THEN
-            RETURN SQLSTATE;
-        END $f$;
 $s$);
 SELECT dblink_connect('mr_w', :'srv' || ' dbname=hpcacct_mail_race');
 SELECT dblink_connect('mr_u', :'srv' || ' dbname=hpcacct_mail_race');

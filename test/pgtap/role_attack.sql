@@ -371,14 +371,11 @@ DROP TABLE hpcacct.site_notes;
 -- The quarter's run must not wait for it (lock_timeout: 55P03 if it does). A login of the
 -- scratch database's own, granted add_member() and remove_member() as hpcacct_portal is
 -- (the roles of this file are not committed, so other sessions cannot see them).
-CREATE EXTENSION IF NOT EXISTS dblink;
-SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
-              current_setting('port')) AS srv \gset
-SELECT dblink_connect('ra_adm', :'srv' || ' dbname=postgres');
-SELECT dblink_exec('ra_adm', 'DROP DATABASE IF EXISTS hpcacct_role_attack');
+\set scratch hpcacct_role_attack
+\set adm ra_adm
+\ir include/scratch_db.psql
 SELECT dblink_exec('ra_adm', 'DROP ROLE IF EXISTS ra_lock_pa');
 SELECT dblink_exec('ra_adm', 'CREATE ROLE ra_lock_pa LOGIN');
-SELECT dblink_exec('ra_adm', 'CREATE DATABASE hpcacct_role_attack');
 SELECT dblink_connect('ra_setup', :'srv' || ' dbname=hpcacct_role_attack');
 SELECT dblink_exec('ra_setup', $s$
     SET client_min_messages = warning;
@@ -394,13 +391,6 @@ SELECT dblink_exec('ra_setup', $s$
     SELECT add_member('lk_old', 'ra_lock_pa', 'admin'), add_member('lk_old', 'lk_u1'), add_member('lk_old', 'lk_u2');
     UPDATE hpc_user SET default_account = 'lk_old' WHERE username IN ('lk_u1', 'lk_u2');
     INSERT INTO hpc_user (username) VALUES ('lk_new');
-    CREATE FUNCTION public.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $f$
-        BEGIN
-            EXECUTE statement;
-            RETURN 'ok';
-        EXCEPTION WHEN OTHERS THEN
-            RETURN SQLSTATE;
-        END $f$;
 $s$);
 SELECT dblink_connect('ra_pa', :'srv' || ' dbname=hpcacct_role_attack user=ra_lock_pa');
 SELECT dblink_connect('ra_run', :'srv' || ' dbname=hpcacct_role_attack');

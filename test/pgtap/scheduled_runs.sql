@@ -214,12 +214,9 @@ SELECT is((SELECT array_agg(last_day ORDER BY run) FROM hpcacct_internal.run_day
 -- ---- overlapping runs: two sessions at once (dblink), in a scratch database ------------------
 -- Session a runs the procedure in an open transaction; session b starts the same run; the test
 -- sees b wait on a lock, commits a, and takes b's outcome ('ok' or its SQLSTATE).
-CREATE EXTENSION IF NOT EXISTS dblink;
-SELECT format('host=%s port=%s', split_part(current_setting('unix_socket_directories'), ',', 1),
-              current_setting('port')) AS srv \gset
-SELECT dblink_connect('adm', :'srv' || ' dbname=postgres');
-SELECT dblink_exec('adm', 'DROP DATABASE IF EXISTS hpcacct_sched_overlap');
-SELECT dblink_exec('adm', 'CREATE DATABASE hpcacct_sched_overlap');
+\set scratch hpcacct_sched_overlap
+\set adm adm
+\ir include/scratch_db.psql
 SELECT dblink_connect('setup', :'srv' || ' dbname=hpcacct_sched_overlap');
 SELECT dblink_exec('setup', $s$
     SET client_min_messages = warning;
@@ -240,13 +237,6 @@ SELECT dblink_exec('setup', $s$
     VALUES ('s_rwth', 'r1', 's_rw', 's_u', 'c18m', '2024-02-01 00:00+00', '2024-02-03 16:35+00', 'cpu=48', 'COMPLETED');
     INSERT INTO pending_job (cluster, jobid, username, account) VALUES ('s_c', 'q1', 's_u', 's_nowhere');
     -- runs a statement, returns 'ok' or its SQLSTATE
-    CREATE FUNCTION public.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $f$
-        BEGIN
-            EXECUTE statement;
-            RETURN 'ok';
-        EXCEPTION WHEN OTHERS THEN
-            RETURN SQLSTATE;
-        END $f$;
 $s$);
 SELECT dblink_connect('a', :'srv' || ' dbname=hpcacct_sched_overlap');
 SELECT dblink_connect('b', :'srv' || ' dbname=hpcacct_sched_overlap');
