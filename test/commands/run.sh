@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 
 bindir=$("${PG_CONFIG:-pg_config}" --bindir)
 work=$(mktemp -d "${TMPDIR:-/tmp}/hpcacct-commands.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT  # a daemon started below and not stopped yet: stopped too
 db=hpcacct_commands
 createdb "$db"
 psql -q -X -v ON_ERROR_STOP=1 -d "$db" -c 'CREATE EXTENSION hpcacct CASCADE' -c 'SELECT hpcacct.create_job_table()' \
