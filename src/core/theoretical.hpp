@@ -49,8 +49,10 @@ inline double tc_contribution(const Civil& from, const Civil& until, double amou
         return 0;
     if (!(at < until))
         return amount;  // the whole window has elapsed: exactly the amount
-    const double elapsed = calendar::months_spanned(from, at, convention);
-    const double result = amount * elapsed / window;
+    // The elapsed share first: it is at most 1, so |TC| never passes |amount|, even where
+    // amount * elapsed would round upward (a subnormal amount).
+    const double elapsed_share = calendar::months_spanned(from, at, convention) / window;
+    const double result = amount * elapsed_share;
     if (!std::isfinite(result)) detail::result_out_of_range();
     return result;
 }

@@ -24,8 +24,8 @@ CREATE FUNCTION bench.tc_row(f date, u date, amount float8, at date) RETURNS flo
     RETURN CASE
         WHEN at < f THEN 0
         WHEN NOT (at < u) THEN amount
-        ELSE amount * (bench.half_months(at, extract(day FROM at)::integer) - bench.half_months(f, extract(day FROM f)::integer - 1))
-             / (bench.half_months(u, extract(day FROM u)::integer) - bench.half_months(f, extract(day FROM f)::integer - 1))
+        ELSE amount * ((bench.half_months(at, extract(day FROM at)::integer) - bench.half_months(f, extract(day FROM f)::integer - 1))
+                       / (bench.half_months(u, extract(day FROM u)::integer) - bench.half_months(f, extract(day FROM f)::integer - 1)))
     END;
 CREATE FUNCTION bench.tmc_row(f date, u date, amount float8, at date) RETURNS float8
     LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -293,8 +293,6 @@ INSERT INTO sweep_allowed VALUES
   'the message names the watermark, which through sets ("load_sacct(through …)": "advanced by load_sacct()")'),
  ('charge', 'rate', 'huge', 'the message does not name the argument', false,
   'a result out of range: the message names the result (Errors 22003 "too large values")'),
- ('tc', 'amount', 'huge', 'the message does not name the argument', false,
-  'a result out of range: the message names the result (Errors 22003 "too large values")'),
  ('quarter_balance', 'amount', 'huge', 'the message does not name the argument', false,
   'a result out of range: the message names the result (Errors 22003 "too large values")'),
  ('bank_ledger', '%', '%infinity', 'an infinite date or instant accepted', false,

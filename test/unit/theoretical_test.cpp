@@ -154,6 +154,21 @@ TEST(Theoretical, RejectsNonFiniteAmountsEvenOutsideTheWindow) {
               ErrorKind::out_of_range);
 }
 
+// theoretical_fuzz: amount * elapsed / window rounded a subnormal amount upward (TC twice the
+// amount inside the window), and overflowed for an amount near the largest double.
+TEST(Theoretical, TcInsideTheWindowNeverPassesTheAmount) {
+    const double tiny = std::numeric_limits<double>::denorm_min();
+    const double huge = std::numeric_limits<double>::max();
+    for (int until = 2; until <= 31; ++until) {
+        for (int at = 1; at < until; ++at) {
+            EXPECT_LE(tc_contribution(day(1, 1), day(1, until), tiny, day(1, at), kDay), tiny) << until << " " << at;
+            EXPECT_GE(tc_contribution(day(1, 1), day(1, until), -tiny, day(1, at), kDay), -tiny) << until << " " << at;
+        }
+    }
+    EXPECT_LE(tc_contribution(day(1, 1), day(12, 31), huge, day(12, 30), kHalf), huge);
+    EXPECT_EQ(tc_contribution(day(1, 1), day(12, 31), huge, day(12, 31), kHalf), huge);
+}
+
 TEST(Theoretical, RejectsBadWindowsEvenWhenTheyContributeNothing) {
     // 28-31 December is empty under half_month; `at` is before it.
     EXPECT_EQ(kind_of([] { tmc_contribution(day(12, 28), day(12, 31), 1000, day(6, 1), kHalf); }),
