@@ -88,8 +88,8 @@ COMMENT ON TABLE @extschema@.outbox IS
     'Messages about decisions, written in the deciding transaction; one per topic and decision (decision_key)';
 
 -- The mailbox an address names, as hpcacct-notify sends to it: the local part as written, the
--- domain as its IDNA A-label (libidn2, as the sender) in lower case. One message gets one
--- delivery per mailbox: x@bücher.example, x@xn--bcher-kva.example and x@BÜCHER.example are one.
+-- domain as its IDNA A-label (libidn2, as the sender) in lower case. A mailbox gets one copy of
+-- a message: x@bücher.example, x@xn--bcher-kva.example and x@BÜCHER.example are one (outbox_claim).
 CREATE FUNCTION hpcacct_internal.mailbox_key(address text) RETURNS text
     AS 'MODULE_PATHNAME', 'hpcacct_mailbox_key' LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION hpcacct_internal.mailbox_key(text) IS
@@ -117,10 +117,8 @@ CREATE TABLE @extschema@.outbox_recipient (
     delivered_at timestamptz,
     mailbox      text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED
 );
--- one delivery per message and mailbox, however its address is spelled; a withdrawn one does
--- not count (its user took another address, and another user may take theirs: contact_follow())
-CREATE UNIQUE INDEX outbox_recipient_once ON @extschema@.outbox_recipient (message_id, mailbox) WHERE state <> 'withdrawn';
--- a message's deliveries (the foreign key's check when outbox_prune() deletes messages)
+-- a message's deliveries (the foreign key's check when outbox_prune() deletes messages; those
+-- of one mailbox, which get one copy: outbox_claim())
 CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id);
 -- a user's pending deliveries (contact_follow(), outbox_withdraw_member())
 CREATE INDEX outbox_recipient_user_pending ON @extschema@.outbox_recipient (username) WHERE state = 'pending';
@@ -217,12 +215,13 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
             RETURNING message_id, addressed_to
         ), recipients AS (
             INSERT INTO @extschema@.outbox_recipient (message_id, username, address)
-            -- one per mailbox (two users' addresses may name one): the first user's
-            SELECT DISTINCT ON (w.message_id, hpcacct_internal.mailbox_key(c.email)) w.message_id, c.username, c.email
+            -- one per user, whoever else has the address: the sender sends a mailbox one copy
+            -- (outbox_claim), and a user's deliveries do not show other users' addresses
+            SELECT w.message_id, c.username, c.email
             FROM written w
             CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
             JOIN @extschema@.contact c ON c.username = u.username AND c.notify
-            ORDER BY w.message_id, hpcacct_internal.mailbox_key(c.email), c.username
+            ORDER BY w.message_id, c.username
         )
         SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
         IF ids IS NOT NULL THEN
@@ -725,6 +724,12 @@ COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
 --    It fails (false) when the lease was lost to another sender.
 -- 3. outbox_result: delivered, retry (with back-off), failed or uncertain.
 --
+-- A mailbox gets one copy of a message, however many of its deliveries name it (users who share
+-- an address, or took another's): a claim leases them together and returns one, whose sending
+-- and result are recorded on all of them; one that names a mailbox which has the message
+-- already (delivered, or uncertain) is not sent, and ends as that copy did. Each user's delivery
+-- so ends as it would with her address alone: it shows nothing of other users' addresses.
+--
 -- Messages to a mailbox arrive in the order they were written (message_id, the order in which
 -- they were inserted): a delivery is not claimed while one of an older message to the same mailbox is
 -- pending or sending (a retry), unless the setting notify_order_wait (default 1 hour) has
@@ -776,37 +781,70 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
                                            r.lease_owner, hpcacct_internal.iso_instant(r.lease_until))
         WHERE r.state = 'sending' AND r.lease_until < pg_catalog.clock_timestamp();
+        -- a due delivery to a mailbox that has its message (delivered, or maybe: uncertain) is not
+        -- sent again: it ends as that copy did
+        UPDATE @extschema@.outbox_recipient r
+        SET state = c.has, lease_owner = NULL, lease_until = NULL, attempts = r.attempts + 1,
+            delivered_at = CASE WHEN c.has = 'delivered' THEN pg_catalog.clock_timestamp() END,
+            last_error = CASE WHEN c.has = 'uncertain' THEN 'not sent: its mailbox may have the message already (uncertain)' END
+        FROM (SELECT d.recipient_id,
+                     (SELECT min(o.state) FROM @extschema@.outbox_recipient o
+                      WHERE o.message_id = d.message_id AND o.mailbox = d.mailbox AND o.state IN ('delivered', 'uncertain')) AS has
+              FROM @extschema@.outbox_recipient d
+              WHERE d.state = 'pending' AND d.next_attempt <= pg_catalog.clock_timestamp()
+                AND (d.lease_until IS NULL OR d.lease_until < pg_catalog.clock_timestamp())
+                AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                            WHERE o.message_id = d.message_id AND o.mailbox = d.mailbox AND o.state IN ('delivered', 'uncertain'))
+              FOR UPDATE OF d SKIP LOCKED) c
+        WHERE r.recipient_id = c.recipient_id;
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
         WITH due AS (
-            SELECT r.recipient_id
+            -- of a message's deliveries to one mailbox, the first due (the others go with it);
+            -- none while one of them is leased or being sent
+            SELECT r.recipient_id, r.message_id, r.mailbox
             FROM @extschema@.outbox_recipient r
-            WHERE r.state = 'pending' AND r.next_attempt <= pg_catalog.clock_timestamp()
-              AND (r.lease_until IS NULL OR r.lease_until < pg_catalog.clock_timestamp())
+            WHERE r.state = 'pending' AND r.next_attempt <= now_
+              AND (r.lease_until IS NULL OR r.lease_until < now_)
               -- in the order written: not while an older message to the mailbox is to be delivered
               AND NOT EXISTS (SELECT 1 FROM hpcacct_internal.outbox_waiting(order_wait, now_) w
                               WHERE w.recipient_id = r.recipient_id)
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                              WHERE o.message_id = r.message_id AND o.mailbox = r.mailbox AND o.recipient_id <> r.recipient_id
+                                AND (o.state = 'sending'
+                                     OR (o.state = 'pending' AND o.lease_until >= now_)
+                                     OR (o.state = 'pending' AND o.recipient_id < r.recipient_id AND o.next_attempt <= now_
+                                         AND (o.lease_until IS NULL OR o.lease_until < now_))))
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
         ), claimed AS (
+            -- with the deliveries to its mailbox not leased
             UPDATE @extschema@.outbox_recipient r
             SET lease_owner = worker, lease_until = hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(), lease), attempts = r.attempts + 1
-            FROM due
-            WHERE r.recipient_id = due.recipient_id
-            RETURNING r.*
+            FROM due d
+            WHERE r.message_id = d.message_id AND r.mailbox = d.mailbox AND r.state = 'pending'
+              AND (r.lease_until IS NULL OR r.lease_until < now_)
+            RETURNING r.*, d.recipient_id AS first
         )
-        SELECT c.recipient_id, c.message_id, c.address, k.display_name, m.subject, m.body, m.created_at, c.attempts
+        -- (one copy: the display name its users share, else none)
+        SELECT c.recipient_id, c.message_id, c.address,
+               (SELECT CASE WHEN count(DISTINCT k.display_name) = 1 AND count(k.display_name) = count(*)
+                            THEN min(k.display_name) END
+                FROM claimed o LEFT JOIN @extschema@.contact k ON k.username = o.username
+                WHERE o.first = c.first),
+               m.subject, m.body, m.created_at, c.attempts
         FROM claimed c
         JOIN @extschema@.outbox m ON m.message_id = c.message_id
-        LEFT JOIN @extschema@.contact k ON k.username = c.username
+        WHERE c.recipient_id = c.first
         ORDER BY c.message_id, c.recipient_id;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
-    'Sender: leases up to batch due deliveries to worker, oldest message first, none while an older message to its '
-    'mailbox is to be delivered (up to notify_order_wait); marks deliveries left in sending past their lease uncertain; '
-    'the lease''s days are 24 hours';
+    'Sender: leases up to batch due deliveries to worker, oldest message first, one copy per message and mailbox (the '
+    'others to the mailbox leased with it), none while an older message to its mailbox is to be delivered (up to '
+    'notify_order_wait); ends a due delivery whose mailbox has the message as that copy did, and one left in sending '
+    'past its lease uncertain; the lease''s days are 24 hours';
 
 -- When the next delivery is due (a sender sleeps until then): the earliest next attempt or
 -- lease end of those to be made, a delivery that waits for an older message counted from
@@ -837,16 +875,21 @@ CREATE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURN
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
     AS $$
+        -- the delivery, locked first, and those to its mailbox that worker leased with it
         WITH s AS (
             UPDATE @extschema@.outbox_recipient r SET state = 'sending'
-            WHERE r.recipient_id = recipient AND r.state = 'pending' AND r.lease_owner = worker
-              AND r.lease_until > pg_catalog.clock_timestamp()
-            RETURNING 1
+            WHERE (r.message_id, r.mailbox) = (SELECT l.message_id, l.mailbox FROM @extschema@.outbox_recipient l
+                                               WHERE l.recipient_id = recipient AND l.state = 'pending' AND l.lease_owner = worker
+                                                 AND l.lease_until > pg_catalog.clock_timestamp()
+                                               FOR UPDATE)
+              AND r.state = 'pending' AND r.lease_owner = worker AND r.lease_until > pg_catalog.clock_timestamp()
+            RETURNING r.recipient_id
         )
-        SELECT EXISTS (SELECT 1 FROM s)
+        SELECT EXISTS (SELECT 1 FROM s WHERE s.recipient_id = recipient)
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_sending(text, bigint) IS
-    'Sender: records that the SMTP transaction is about to complete; false when worker no longer holds the lease';
+    'Sender: records that the SMTP transaction is about to complete (on the deliveries to the mailbox leased with it); '
+    'false when worker no longer holds the lease';
 
 CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome text, error text DEFAULT NULL,
                                           retry_base interval DEFAULT '1 minute',
@@ -870,22 +913,31 @@ CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome
             RAISE EXCEPTION 'outbox_result: retry_base and retry_max must not be negative'
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        UPDATE @extschema@.outbox_recipient r
-        SET state = CASE outcome WHEN 'retry' THEN 'pending' ELSE outcome END,
-            next_attempt = CASE WHEN outcome = 'retry'
-                                THEN hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(),
-                                         least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30))))
-                                ELSE r.next_attempt END,
-            delivered_at = CASE WHEN outcome = 'delivered' THEN pg_catalog.clock_timestamp() END,
-            last_error = error, lease_owner = NULL, lease_until = NULL
-        WHERE r.recipient_id = recipient AND r.lease_owner = worker AND r.state IN ('pending', 'sending')
-        RETURNING true INTO done;
-        RETURN coalesce(done, false);
+        -- the delivery, locked first, and those to its mailbox that worker leased with it
+        WITH u AS (
+            UPDATE @extschema@.outbox_recipient r
+            SET state = CASE outcome WHEN 'retry' THEN 'pending' ELSE outcome END,
+                next_attempt = CASE WHEN outcome = 'retry'
+                                    THEN hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(),
+                                             least(retry_max, retry_base * pg_catalog.power(2, least(greatest(r.attempts - 1, 0), 30))))
+                                    ELSE r.next_attempt END,
+                delivered_at = CASE WHEN outcome = 'delivered' THEN pg_catalog.clock_timestamp() END,
+                last_error = error, lease_owner = NULL, lease_until = NULL
+            WHERE (r.message_id, r.mailbox) = (SELECT l.message_id, l.mailbox FROM @extschema@.outbox_recipient l
+                                               WHERE l.recipient_id = recipient AND l.lease_owner = worker
+                                                 AND l.state IN ('pending', 'sending')
+                                               FOR UPDATE)
+              AND r.lease_owner = worker AND r.state IN ('pending', 'sending')
+            RETURNING r.recipient_id
+        )
+        SELECT EXISTS (SELECT 1 FROM u WHERE u.recipient_id = recipient) INTO done;
+        RETURN done;
     END
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_result(text, bigint, text, text, interval, interval) IS
-    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain); '
-    'spans in days of 24 hours, NULL 22004, negative 22023; false when worker does not hold the lease';
+    'Sender: records a delivery''s outcome (delivered, retry after base * 2^(attempts-1) up to max, failed, uncertain), '
+    'on the deliveries to its mailbox leased with it too; spans in days of 24 hours, NULL 22004, negative 22023; false '
+    'when worker does not hold the lease';
 
 -- What a site watches: every message with its deliveries.
 CREATE VIEW @extschema@.outbox_status AS
@@ -1005,8 +1057,7 @@ CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
 -- message to its mailbox). Until a sender commits to it ('sending'), it goes where the contact
 -- and the membership say: a user who leaves the account is not sent its messages (those about
 -- their own job excepted), a silenced or deleted contact none, a changed address the new one
--- (once per mailbox: one that another recipient of the message has already is withdrawn). A
--- lease on a changed delivery is dropped, so that its sender, which read the old address,
+-- (whoever else has it: the sender sends a mailbox one copy, outbox_claim). A lease on a changed delivery is dropped, so that its sender, which read the old address,
 -- cannot complete it (outbox_sending() is false) and the next claim reads the new one.
 
 -- At commit (a deferred trigger): a membership deleted and added again in one transaction
@@ -1061,14 +1112,7 @@ CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
                                                hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()))
             WHERE r.username = OLD.username AND r.state = 'pending';
         ELSIF NEW.email IS DISTINCT FROM OLD.email THEN
-            UPDATE @extschema@.outbox_recipient r
-            SET state = 'withdrawn', lease_owner = NULL, lease_until = NULL,
-                last_error = pg_catalog.format('not sent: the address changed at %s to %s, which receives the message already',
-                                               hpcacct_internal.iso_instant(pg_catalog.statement_timestamp()), NEW.email)
-            WHERE r.username = OLD.username AND r.state = 'pending'
-              AND EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
-                          WHERE o.message_id = r.message_id AND o.recipient_id <> r.recipient_id
-                            AND o.state <> 'withdrawn' AND o.mailbox = hpcacct_internal.mailbox_key(NEW.email));
+            -- (not withdrawn when another recipient has the address: that would tell its user so)
             UPDATE @extschema@.outbox_recipient r
             SET address = NEW.email, lease_owner = NULL, lease_until = NULL
             WHERE r.username = OLD.username AND r.state = 'pending';
@@ -1077,7 +1121,7 @@ CREATE FUNCTION hpcacct_internal.contact_follow() RETURNS trigger
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.contact_follow() IS
-    'Trigger: a contact''s pending deliveries go to its new address, once per mailbox; silenced or deleted: withdrawn';
+    'Trigger: a contact''s pending deliveries go to its new address; silenced or deleted: withdrawn';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.contact_follow() FROM PUBLIC;
 -- At commit (deferred): the lock that orders it with the writers of messages is held only
 -- while the change commits, not while a portal user's transaction stays open.

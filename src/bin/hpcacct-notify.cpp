@@ -1,8 +1,9 @@
 // hpcacct-notify: delivers the messages of hpcacct's outbox over SMTP.
 //
 // Protocol (functions in sql/install/95_notify.sql):
-//   1. hpcacct.outbox_claim(worker, lease, batch) leases due deliveries (one per message and
-//      recipient) to this process;
+//   1. hpcacct.outbox_claim(worker, lease, batch) leases due deliveries to this process, one
+//      per message and mailbox (users who share an address get one copy; steps 2 and 3 record
+//      it on each of their deliveries);
 //   2. one SMTP transaction per delivery (one RCPT). Once the server has accepted DATA, and
 //      before libcurl gets the last bytes of the body (after which it sends the final "." that
 //      completes the transaction), hpcacct.outbox_sending() commits the state 'sending';

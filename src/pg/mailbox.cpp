@@ -1,5 +1,5 @@
 // SQL area: notifications — the mailbox an outbox address names (issue 16), as hpcacct-notify
-// sends to it: one delivery per message and mailbox.
+// sends to it: one copy of a message per mailbox (outbox_claim).
 #include "pg/postgres.hpp"
 
 #include "pg/guard.hpp"
