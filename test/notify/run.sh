@@ -496,6 +496,29 @@ is "$(sql -c "SELECT string_agg(address || ' ' || state, ',' ORDER BY address) F
 is "$(arrivals | grep -a -c '@xn--bcher-kva\.example$')" 2 "the server got two messages for the domain"
 is "$(arrivals | grep -a -c ' x@xn--bcher-kva\.example$')" 1 "x@xn--bcher-kva.example got one copy"
 is "$(arrivals | grep -a -c ' X@xn--bcher-kva\.example$')" 1 "X@xn--bcher-kva.example got its own"
+# a user who moves to another recipient's address (her delivery follows her, whoever has the
+# address): a message already delivered to it is not sent again, one waiting for both goes once
+sql >/dev/null <<'SQL'
+SET search_path = hpcacct, public;
+INSERT INTO hpc_user VALUES ('mv1'), ('mv2');
+INSERT INTO contact (username, email) VALUES ('mv1', 'shared@mv.example'), ('mv2', 'own@mv.example');
+SELECT outbox_add('balance_low', 'move/1', NULL, 'move 1', E'one copy\n', '{}', false, ARRAY['mv1', 'mv2']);
+UPDATE outbox_recipient SET next_attempt = now() + interval '1 day' WHERE username = 'mv2';
+SQL
+"$sender" --config "$work/notify.conf" --once 2>"$work/move.log"
+sql >/dev/null <<'SQL'
+SET search_path = hpcacct, public;
+UPDATE contact SET email = 'shared@mv.example' WHERE username = 'mv2';
+UPDATE outbox_recipient SET next_attempt = now() WHERE username = 'mv2' AND state = 'pending';
+SELECT outbox_add('balance_low', 'move/2', NULL, 'move 2', E'one copy\n', '{}', false, ARRAY['mv1', 'mv2']);
+SQL
+"$sender" --config "$work/notify.conf" --once 2>>"$work/move.log"
+is "$(sql -c "SELECT string_agg(subject || ' ' || username || ' ' || address || ' ' || state, ',' ORDER BY subject, username)
+              FROM hpcacct.outbox_status WHERE subject LIKE 'move %'")" \
+   "move 1 mv1 shared@mv.example delivered,move 1 mv2 shared@mv.example delivered,move 2 mv1 shared@mv.example delivered,move 2 mv2 shared@mv.example delivered" \
+   "both users' deliveries of both messages are delivered" "$(cat "$work/move.log")"
+is "$(arrivals | grep -a -c ' shared@mv\.example$')" 2 "the mailbox got one copy of each message" "$(arrivals | grep -a mv.example)"
+is "$(arrivals | grep -a -c ' own@mv\.example$')" 0 "her old address none"
 
 # ---- messages to a mailbox arrive in the order written ----
 # The server refuses the final "." of one message for now (451): a newer message to the same
