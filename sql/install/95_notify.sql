@@ -537,11 +537,12 @@ CREATE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.site_today()
         END IF;
 
         -- quota states: entry into low_priority and blocked, and back, of the accounts the
-        -- window binds (check_submit() and slurm_associations() ignore it elsewhere)
+        -- window binds (check_submit() and slurm_associations() ignore it elsewhere), at the
+        -- end of the day: a scan of a past day does not count the month's later jobs
         FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state, n.since AS old_since
                  FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
                        WHERE 'window_quota' = ANY (@extschema@.account_policies(p.account))) a
-                 CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+                 CROSS JOIN LATERAL hpcacct_internal.window_quota_usage_rows(a.account, at, true) u
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
                  WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
                  ORDER BY u.account LOOP

@@ -13411,6 +13411,121 @@ COMMENT ON FUNCTION hpcacct_internal.refuse_at_site(text) IS
 -- ==== a portal user could learn whether an address is another recipient's: the once-per-mailbox rule withdrew her delivery when she set her own address to a fellow recipient's (contact_follow, owner's rights), and left her none when a message was written while she had it (outbox_add_all), so that her delivery's state confirmed a guess (pgTAP mail_race). Every user now has a delivery of their own, following their contact alone; the sender sends a mailbox one copy: outbox_claim() leases a message's deliveries to one mailbox together and returns one, outbox_sending() and outbox_result() record it on all of them, and one that names a mailbox which has the message already ends as that copy did; their final definitions below ---
 DROP INDEX @extschema@.outbox_recipient_once;
 
+-- ==== notify_scan() of a past day (a missed run caught up by hand) told the sliding-window quota state of the day's whole month, counting jobs that ended after the day: the scan of 8 March told low priority brought about by a job of 31 March (pgTAP dst_year, a TODO), though its balance figures are those of the day's end. window_quota_usage_rows() takes to_day_end, with which the month's charges after the day's end (site time zone; charges_after_day(), pro rata as balances_at_end()) are taken out; notify_scan() asks for it, window_quota_usage() does not (its figures unchanged). pgTAP notify_past_day ---
+-- An account's charges in a unit, on a cluster (NULL: every cluster), in the part of a day's
+-- month after that day's end (site time zone), pro rata (a job running across that midnight
+-- for its part after it): what a month's figures count that the end of the day did not see.
+-- A NULL account, unit or day is 22004.
+CREATE FUNCTION hpcacct_internal.charges_after_day(account text, unit text, cluster text, day date) RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        -- once, as parameters: the ledger's BRIN index on job_end reads only what ended after day_end
+        tz constant text := @extschema@.site_timezone();
+        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
+        month_end constant timestamptz := (pg_catalog.date_trunc('month', $4::timestamp) + interval '1 month') AT TIME ZONE tz;
+    BEGIN
+        PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day', x.arg)
+        FROM (VALUES ('account', $1), ('unit', $2), ('day', $4::text)) x(arg, value)
+        WHERE x.value IS NULL;
+        RETURN (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, month_end)), 0)
+                FROM @extschema@.ledger l
+                JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+                WHERE l.account = $1 AND l.kind = 'charge' AND l.unit = $2 AND ($3 IS NULL OR r.cluster = $3)
+                  AND l.job_end >= day_end AND l.job_start < month_end);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.charges_after_day(text, text, text, date) IS
+    'An account''s charges in a unit, on a cluster (NULL: every one), in the rest of a day''s month after the day''s end, pro rata';
+
+-- The sliding-window quota of one account in the month containing `at`, with r_wlm_usage's
+-- figures, as of that month: consumption of later months is not counted (for the current
+-- month there is none; for a past month, the state is the one the account had then). With
+-- to_day_end, as of the end of the day `at` (site time zone): the month's charges after it
+-- are not counted either, a job running across that midnight counts for its part before it
+-- (as balances_at_end()); notify_scan() tells a past day's state so. The
+-- period is the account's one containing `at`, else its latest one before, else its first
+-- one after (outside its period an account has no quota: low_priority, figures 0). No row
+-- when the account has no quota period. A NULL `at` is today in the site's time zone; a NULL
+-- account is 22004, one that does not exist or that the caller may not see 42704 (checked
+-- first, whatever the query then reads), a NULL to_day_end 22004. PL/pgSQL, so that a session
+-- keeps the query's plan (a submit filter asks at every submission; an SQL function with SET
+-- is planned at each call); window_quota_usage() below is its public name, inlined into its
+-- callers.
+CREATE FUNCTION hpcacct_internal.window_quota_usage_rows(quota_account text, at date, to_day_end boolean)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'window_quota_usage'),
+                hpcacct_internal.day_or_today($2, 'window_quota_usage');
+        IF $3 IS NULL THEN
+            PERFORM hpcacct_internal.refuse_argument($3, 'window_quota_usage', 'to_day_end');
+        END IF;
+        RETURN QUERY
+        WITH d AS MATERIALIZED (
+            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day,
+                   -- to_day_end: the month's charges after the day, to take out (a function call:
+                   -- the plan kept for window_quota_usage() reads no ledger)
+                   CASE WHEN $3 THEN hpcacct_internal.charges_after_day(p.account, p.unit, p.cluster, d.day) ELSE 0 END
+                       AS after_day
+            FROM @extschema@.quota_period p, d
+            WHERE p.account = $1
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
+            LIMIT 1
+        ), consumed AS (
+            SELECT c.month, sum(c.amount) AS amount
+            FROM period p
+            JOIN hpcacct_internal.charge_rollup_exact c
+              ON c.account = $1 AND c.unit = p.unit
+             AND c.month >= p.period_start AND c.month <= p.period_end
+             AND c.month <= p.day
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
+            GROUP BY c.month
+        )
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
+               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
+               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
+        FROM period p
+        CROSS JOIN LATERAL (
+            SELECT @extschema@.window_quota(
+                       m.month, coalesce(a.allowance, 0),
+                       (coalesce(c.amount, 0)
+                        - CASE WHEN m.month = pg_catalog.date_trunc('month', p.day::timestamp)::date THEN p.after_day ELSE 0 END)::float8,
+                       p.day) AS q
+            FROM (SELECT g.month::date AS month
+                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
+                                                  interval '1 month') AS g(month)) m
+            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
+            LEFT JOIN consumed c ON c.month = m.month
+        ) w;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.window_quota_usage_rows(text, date, boolean) IS
+    'The rows of hpcacct.window_quota_usage(); to_day_end: as of the end of the day at (notify_scan())';
+
+CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
+        account text,
+        at date DEFAULT @extschema@.site_today())
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
+    BEGIN ATOMIC
+        SELECT * FROM hpcacct_internal.window_quota_usage_rows(window_quota_usage.account, window_quota_usage.at, false);
+    END;
+DROP FUNCTION hpcacct_internal.window_quota_usage_rows(text, date);
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -13898,7 +14013,7 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
                    consumable_pct float8, consumable float8, cluster text, unit text)
     LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
     BEGIN ATOMIC
-        SELECT * FROM hpcacct_internal.window_quota_usage_rows(window_quota_usage.account, window_quota_usage.at);
+        SELECT * FROM hpcacct_internal.window_quota_usage_rows(window_quota_usage.account, window_quota_usage.at, false);
     END;
 COMMENT ON FUNCTION @extschema@.window_quota_usage(text, date) IS
     'r_wlm_usage -q of an account for the month containing at (default and NULL: today in the site time zone): '
@@ -14854,11 +14969,12 @@ CREATE OR REPLACE FUNCTION @extschema@.notify_scan(at date DEFAULT @extschema@.s
         END IF;
 
         -- quota states: entry into low_priority and blocked, and back, of the accounts the
-        -- window binds (check_submit() and slurm_associations() ignore it elsewhere)
+        -- window binds (check_submit() and slurm_associations() ignore it elsewhere), at the
+        -- end of the day: a scan of a past day does not count the month's later jobs
         FOR r IN SELECT u.*, coalesce(n.state, 'normal') AS old_state, n.since AS old_since
                  FROM (SELECT DISTINCT p.account FROM @extschema@.quota_period p
                        WHERE 'window_quota' = ANY (@extschema@.account_policies(p.account))) a
-                 CROSS JOIN LATERAL @extschema@.window_quota_usage(a.account, at) u
+                 CROSS JOIN LATERAL hpcacct_internal.window_quota_usage_rows(a.account, at, true) u
                  LEFT JOIN @extschema@.quota_state_notified n ON n.account = u.account
                  WHERE u.state IS DISTINCT FROM coalesce(n.state, 'normal')
                  ORDER BY u.account LOOP
@@ -19156,4 +19272,86 @@ COMMENT ON FUNCTION @extschema@.outbox_prune(interval) IS
     'Deletes hold messages, and scan messages before the last scan''s quarter, written more than keep ago (at least '
     '92 days; default 1 year) with their deliveries, when none is pending, sending or uncertain; keeps regulation and '
     'quarter messages; returns how many; 22004, 22023';
+CREATE OR REPLACE FUNCTION hpcacct_internal.window_quota_usage_rows(quota_account text, at date, to_day_end boolean)
+    RETURNS TABLE (account text, period_start date, period_end date, month date, state text,
+                   monthly float8, remaining_prev float8, consumed_current float8,
+                   consumable_pct float8, consumable float8, cluster text, unit text)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 1  -- one period's row, or none
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    BEGIN
+        PERFORM hpcacct_internal.require_account($1, 'window_quota_usage'),
+                hpcacct_internal.day_or_today($2, 'window_quota_usage');
+        IF $3 IS NULL THEN
+            PERFORM hpcacct_internal.refuse_argument($3, 'window_quota_usage', 'to_day_end');
+        END IF;
+        RETURN QUERY
+        WITH d AS MATERIALIZED (
+            SELECT hpcacct_internal.day_or_today($2, 'window_quota_usage') AS day
+        ), period AS (
+            SELECT p.account, p.period_start, p.period_end, p.cluster, p.unit, d.day,
+                   -- to_day_end: the month's charges after the day, to take out (a function call:
+                   -- the plan kept for window_quota_usage() reads no ledger)
+                   CASE WHEN $3 THEN hpcacct_internal.charges_after_day(p.account, p.unit, p.cluster, d.day) ELSE 0 END
+                       AS after_day
+            FROM @extschema@.quota_period p, d
+            WHERE p.account = $1
+            ORDER BY CASE WHEN d.day BETWEEN p.period_start AND p.period_end THEN 0
+                          WHEN p.period_end < d.day THEN 1 ELSE 2 END,
+                     CASE WHEN p.period_end < d.day THEN d.day - p.period_end ELSE p.period_start - d.day END
+            LIMIT 1
+        ), consumed AS (
+            SELECT c.month, sum(c.amount) AS amount
+            FROM period p
+            JOIN hpcacct_internal.charge_rollup_exact c
+              ON c.account = $1 AND c.unit = p.unit
+             AND c.month >= p.period_start AND c.month <= p.period_end
+             AND c.month <= p.day
+            JOIN @extschema@.resource r
+              ON r.resource_id = c.resource_id AND (p.cluster IS NULL OR r.cluster = p.cluster)
+            GROUP BY c.month
+        )
+        SELECT p.account, p.period_start, p.period_end, pg_catalog.date_trunc('month', p.day::timestamp)::date,
+               (w.q).state, (w.q).monthly, (w.q).remaining_prev, (w.q).consumed_current,
+               (w.q).consumable_pct, (w.q).consumable, p.cluster, p.unit
+        FROM period p
+        CROSS JOIN LATERAL (
+            SELECT @extschema@.window_quota(
+                       m.month, coalesce(a.allowance, 0),
+                       (coalesce(c.amount, 0)
+                        - CASE WHEN m.month = pg_catalog.date_trunc('month', p.day::timestamp)::date THEN p.after_day ELSE 0 END)::float8,
+                       p.day) AS q
+            FROM (SELECT g.month::date AS month
+                  FROM pg_catalog.generate_series(p.period_start::timestamp, p.period_end::timestamp,
+                                                  interval '1 month') AS g(month)) m
+            LEFT JOIN @extschema@.monthly_allowance a ON a.account = p.account AND a.month = m.month
+            LEFT JOIN consumed c ON c.month = m.month
+        ) w;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.window_quota_usage_rows(text, date, boolean) IS
+    'The rows of hpcacct.window_quota_usage(); to_day_end: as of the end of the day at (notify_scan())';
+CREATE OR REPLACE FUNCTION hpcacct_internal.charges_after_day(account text, unit text, cluster text, day date) RETURNS numeric
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        -- once, as parameters: the ledger's BRIN index on job_end reads only what ended after day_end
+        tz constant text := @extschema@.site_timezone();
+        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
+        month_end constant timestamptz := (pg_catalog.date_trunc('month', $4::timestamp) + interval '1 month') AT TIME ZONE tz;
+    BEGIN
+        PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day', x.arg)
+        FROM (VALUES ('account', $1), ('unit', $2), ('day', $4::text)) x(arg, value)
+        WHERE x.value IS NULL;
+        RETURN (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, month_end)), 0)
+                FROM @extschema@.ledger l
+                JOIN @extschema@.resource r ON r.resource_id = l.resource_id
+                WHERE l.account = $1 AND l.kind = 'charge' AND l.unit = $2 AND ($3 IS NULL OR r.cluster = $3)
+                  AND l.job_end >= day_end AND l.job_start < month_end);
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.charges_after_day(text, text, text, date) IS
+    'An account''s charges in a unit, on a cluster (NULL: every one), in the rest of a day''s month after the day''s end, pro rata';
 -- ==== end of final definitions
