@@ -15549,7 +15549,7 @@ CREATE OR REPLACE FUNCTION @extschema@.my_accounts(at date DEFAULT @extschema@.s
                                                              'consumable_pct', hpcacct_internal.float_figure(u.consumable_pct),
                                                              'consumable', hpcacct_internal.float_figure(u.consumable),
                                                              'unit', u.unit)
-                                   FROM @extschema@.window_quota_usage(a.name, at) u
+                                   FROM hpcacct_internal.window_quota_usage_rows(a.name, at, true) u
                                    WHERE EXISTS (SELECT 1 FROM @extschema@.quota_period p WHERE p.account = a.name)),
                          'regulation', r.entries,
                          'this_month', tm.amounts)) AS item

@@ -7,7 +7,7 @@
 -- (consumable A(m-1) + A(m) + A(m+1) - C(m-1) - C(m)) and blocked above 60.
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(14);
+SELECT plan(15);
 
 INSERT INTO setting VALUES ('timezone', 'America/New_York') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO resource (cluster, partition, node, bundle, rate, unit) VALUES
@@ -51,6 +51,10 @@ SELECT is((SELECT (u.consumed_current, u.state) FROM hpcacct_internal.window_quo
 SELECT is((SELECT (u.consumed_current, u.state) FROM window_quota_usage('pd_out', '2026-05-12') u),
           (30::float8, 'low_priority'::text),
           'window_quota_usage() of the same day counts the whole month, as documented');
+-- the portal's first page of a past day tells the same day's end (its balance is of that day's end too)
+SELECT is((SELECT (e -> 'quota' ->> 'consumed', e -> 'quota' ->> 'state') FROM jsonb_array_elements(my_accounts('2026-05-12') -> 'accounts') e
+           WHERE e ->> 'account' = 'pd_out'),
+          ('29'::text, 'normal'::text), 'my_accounts() of 12 May: pd_out''s quota at the end of that day');
 -- a re-run, after a job that ended later (15 May) was loaded: nothing more
 SELECT pg_temp.job('pd_in', 'i2', '2026-05-15 10:00-04', '2026-05-15 11:40-04');
 SELECT is(notify_scan('2026-05-12'), 0, '12 May again, a job of 15 May loaded meanwhile: nothing written');

@@ -51,8 +51,8 @@ CREATE FUNCTION pg_temp.hand(acc text, d date)
     END $$;
 
 -- Days from..to where window_quota_usage() differs from the hand figures, or where
--- window_quota_state(), my_accounts(), check_submit(), slurm_associations() or (on a month's
--- last day) the statement's RWTH table tell another state.
+-- window_quota_state(), check_submit(), slurm_associations() or (on a month's last day) the
+-- statement's RWTH table tell another state, or my_accounts() another than at the day's end.
 CREATE FUNCTION pg_temp.mismatches(acc text, from_day date, to_day date) RETURNS text[]
     LANGUAGE sql AS $$
     SELECT array_agg(d::date || ': ' || x ORDER BY d)
@@ -67,7 +67,9 @@ CREATE FUNCTION pg_temp.mismatches(acc text, from_day date, to_day date) RETURNS
             CASE WHEN (SELECT r FROM hpcacct.r_wlm_usage(NULL, d::date) r WHERE r.account = acc) IS DISTINCT FROM u
                  THEN 'r_wlm_usage' END,
             CASE WHEN (SELECT e -> 'quota' ->> 'state' FROM jsonb_array_elements(hpcacct.my_accounts(d::date) -> 'accounts') e
-                       WHERE e ->> 'account' = acc) IS DISTINCT FROM u.state THEN 'my_accounts' END,
+                       WHERE e ->> 'account' = acc)
+                      IS DISTINCT FROM (SELECT x.state FROM hpcacct_internal.window_quota_usage_rows(acc, d::date, true) x)
+                 THEN 'my_accounts' END,
             CASE WHEN (coalesce((hpcacct.check_submit('ql_u', acc, d::date)).reason, 'ok') = 'quota_blocked') <> (u.state = 'blocked')
                  THEN 'check_submit' END,
             CASE WHEN (SELECT s.state FROM hpcacct.slurm_associations(d::date) s WHERE s.account = acc) IS DISTINCT FROM u.state
