@@ -52,6 +52,10 @@ HPCACCT_TALLY=$tally test/compat/install_order.py || true
 # --- pg_regress and pgTAP in a throw-away cluster ---
 HPCACCT_TALLY=$tally test/scripts/with-cluster.sh test test/scripts/cluster-tests.sh
 
+# --- a populated site of the previous release, its logins and pg_cron jobs in use, updated
+# (test/compat/site_update.sh; a cluster of its own, whose pg_cron database is the site's) ---
+HPCACCT_TALLY=$tally HPCACCT_CRON_DATABASE=hpcacct_site test/scripts/with-cluster.sh siteupdate test/compat/site_update.sh || true
+
 # --- hpcacct-notify against a real SMTP server on 127.0.0.1 (delivery, the server down, kill -9) ---
 HPCACCT_TALLY=$tally test/scripts/with-cluster.sh notify test/notify/run.sh || true
 
@@ -87,7 +91,7 @@ echo
 awk '{printf "  %-8s %5d passed, %d failed\n", $1, $2, $3}' "$tally"
 echo "tests: $passed passed, $failed failed"
 # every stage must have reported: a stage that died silently is a failure
-for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade reference loader sacct_session commands sync_concurrent notify bench slurm enforce jobmodify federation fedlost fedrole fedrestore fedadmin; do
+for stage in unit unit-asan fuzz order regress cron pgtap stress compat upgrade siteupdate reference loader sacct_session commands sync_concurrent notify bench slurm enforce jobmodify federation fedlost fedrole fedrestore fedadmin; do
     grep -q "^$stage " "$tally" || { echo "hpcacct: stage $stage did not report" >&2; exit 1; }
 done
 [ "$failed" -eq 0 ]
