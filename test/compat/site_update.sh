@@ -76,6 +76,9 @@ CREATE TABLE hpcacct.project_note (account text NOT NULL REFERENCES hpcacct.acco
 INSERT INTO hpcacct.project_note VALUES ('nip00001', 'renewal due'), ('nip00002', 'carol''s secret'),
                                         ('gen001', 'DARI report sent');
 SELECT hpcacct.protect_table('hpcacct.project_note');
+-- and one left without row-level security, which 0.3's setup_roles() granted portal users whole
+CREATE TABLE hpcacct.site_cost (account text NOT NULL, cost numeric NOT NULL);
+INSERT INTO hpcacct.site_cost VALUES ('nip00001', 10), ('nip00002', 20), ('gen001', 30);
 CALL hpcacct.setup_roles();
 CREATE SCHEMA site;
 CREATE TABLE site.publication (account text NOT NULL, username text NOT NULL, title text NOT NULL);
@@ -149,6 +152,12 @@ decisions() {  # every user for every account and without one, at two days, as t
         FROM hpcacct.hpc_user u CROSS JOIN (SELECT name FROM hpcacct.account UNION ALL SELECT NULL) a
         CROSS JOIN (VALUES (date '2024-11-15'), (date '2025-01-20')) x(d) ORDER BY 1, 2, 3"
 }
+own_decisions() {  # $1: a portal login: its own submit decisions, for every account it names
+    as "$1" -c "SELECT coalesce(a.name, '(default)'), d, (hpcacct.check_submit('$1', a.name, d)).ok,
+                       (hpcacct.check_submit('$1', a.name, d)).account, (hpcacct.check_submit('$1', a.name, d)).reason
+        FROM (SELECT unnest(ARRAY['nip00001', 'nip00002', 'gen001', '$1', NULL]) name) a
+        CROSS JOIN (VALUES (date '2024-11-15'), (date '2025-01-20')) x(d) ORDER BY 1, 2"
+}
 balances() {  # $1: a login
     as "$1" -c "SELECT a.name, d, hpcacct.balance(a.name, d)::numeric(20, 6) FROM hpcacct.account a
         CROSS JOIN (VALUES (date '2024-10-20'), (date '2024-12-31'), (date '2025-02-01')) x(d) ORDER BY 1, 2"
@@ -162,6 +171,7 @@ record() {  # $1: before or after
         as $login -f "$work/probe.sql" | sed "s/^/$login /"
     done >"$work/seen.$1"
     decisions >"$work/decisions.$1"
+    for login in alice bob; do own_decisions $login | sed "s/^/$login /"; done >"$work/own_decisions.$1"
     for login in acct_admin alice bob; do balances $login | sed "s/^/$login /"; done >"$work/balances.$1"
     ledger_totals >"$work/ledger.$1"
     q -c "SELECT name || '=' || value FROM hpcacct.settings ORDER BY 1" >"$work/settings.$1"
@@ -200,15 +210,16 @@ grep -q '^acct_admin site.review: 0 -$' "$work/seen.after" && review_narrowed=t 
 sed -i '/^acct_admin site.review: /d' "$work/seen.before" "$work/seen.after"
 
 # ---- compare ----
-# settings: 0.4 keeps the fair-share settings in setting, and its settings view lists every
-# setting (compared by value below); every other relation is compared as it is
-settings_rel='hpcacct\.\(settings\|fairshare_setting\|fairshare_settings\):'
+# apart: the settings (0.4 keeps the fair-share settings in setting, and its settings view lists
+# every setting: compared by value below) and the site's table without row-level security
+# (below); every other relation is compared as it is
+apart_rel='hpcacct\.\(settings\|fairshare_setting\|fairshare_settings\|site_cost\):'
 # (reports are compared for what they show of whom below: 0.4 counts the bank's credit as an
 # allocation in every pool of its unit, and shows a portal user the fair share of now only)
 for login in acct_admin slurm_submit alice bob; do
-    changed=$(diff <(grep "^$login " "$work/seen.before" | grep -v " $settings_rel" | grep -v '(') \
-                   <(grep "^$login " "$work/seen.after" | grep -v " $settings_rel" | grep -v '(') | grep '^[<>]' | head -6)
-    check "$login reads the same rows of every relation after the update ($(grep "^$login " "$work/seen.before" | grep -v " $settings_rel" | grep -vc '(') compared)" \
+    changed=$(diff <(grep "^$login " "$work/seen.before" | grep -v " $apart_rel" | grep -v '(') \
+                   <(grep "^$login " "$work/seen.after" | grep -v " $apart_rel" | grep -v '(') | grep '^[<>]' | head -6)
+    check "$login reads the same rows of every relation after the update ($(grep "^$login " "$work/seen.before" | grep -v " $apart_rel" | grep -vc '(') compared)" \
         "$([ -z "$changed" ] && echo t)"
     [ -n "$changed" ] && echo "$changed" | sed 's/^/    /'
 done
@@ -230,8 +241,8 @@ widened() {  # $1: a login; prints what it reads now beyond what it read before
 }
 for login in acct_admin slurm_submit acct_loader alice bob; do
     more=$(widened $login | head -5)
-    narrowed=$(diff <(grep "^$login " "$work/seen.before" | grep -v " $settings_rel") \
-                    <(grep "^$login " "$work/seen.after" | grep -v " $settings_rel") | grep -c '^>')
+    narrowed=$(diff <(grep "^$login " "$work/seen.before" | grep -v " $apart_rel") \
+                    <(grep "^$login " "$work/seen.after" | grep -v " $apart_rel") | grep -c '^>')
     check "$login reads nothing it did not read before ($narrowed relations read differently)" "$([ -z "$more" ] && echo t)"
     [ -n "$more" ] && echo "$more" | sed 's/^/    /'
 done
@@ -240,8 +251,8 @@ check "every setting keeps its value ($(wc -l <"$work/settings.before") settings
     "$([ -s "$work/settings.before" ] && [ -z "$(comm -23 "$work/settings.before" "$work/settings.after")" ] && echo t)"
 comm -23 "$work/settings.before" "$work/settings.after" | head -5 | sed 's/^/    /'
 # the portal users read only their accounts' rows (and, of the site's publications, their own)
-foreign=$( { grep '^alice ' "$work/seen.before" | grep -v 'site.publication' | grep -E ': [0-9]+ .*(nip00002|carol|bob|dave)';
-             grep '^bob ' "$work/seen.before" | grep -E ': [0-9]+ .*(nip00002|gen001|carol|alice|dave)'; } | head -5)
+foreign=$( { grep '^alice ' "$work/seen.before" | grep -v 'site.publication\|hpcacct.site_cost' | grep -E ': [0-9]+ .*(nip00002|carol|bob|dave)';
+             grep '^bob ' "$work/seen.before" | grep -v 'hpcacct.site_cost' | grep -E ': [0-9]+ .*(nip00002|gen001|carol|alice|dave)'; } | head -5)
 check "the portal users read rows, and only of their accounts (alice: nip00001, gen001 and alice; bob: nip00001 and bob)" \
     "$(grep -q '^alice hpcacct.ledger: [1-9][0-9]* alice,gen001,nip00001$' "$work/seen.before" \
        && grep -q '^bob hpcacct.ledger: [1-9][0-9]* bob,nip00001$' "$work/seen.before" && [ -z "$foreign" ] && echo t)"
@@ -255,6 +266,18 @@ diff <(grep -v '|gen001|20' "$work/decisions.before") <(grep -v '|gen001|20' "$w
 check "the GENCI project's members: account_expired under $previous, open while the grant is valid under $current" \
     "$([ "$(grep '^\(alice\|dave\)|gen001|20' "$work/decisions.before" | cut -d'|' -f4,6 | sort -u)" = "f|account_expired" ] \
        && [ "$(grep '^\(alice\|dave\)|gen001|20' "$work/decisions.after" | cut -d'|' -f3,4,6 | sort -u | paste -sd' ')" = "2024-11-15|t| 2025-01-20|f|no_allocation" ] && echo t)"
+check "the portal users' own submit decisions are the same but the GENCI project's member's ($(grep -vc '^alice gen001|' "$work/own_decisions.before") decisions; another's account unknown_account)" \
+    "$(grep -q '|t|' "$work/own_decisions.before" && grep -q '^bob gen001|2024-11-15|f|gen001|unknown_account$' "$work/own_decisions.before" \
+       && cmp -s <(grep -v '^alice gen001|' "$work/own_decisions.before") <(grep -v '^alice gen001|' "$work/own_decisions.after") \
+       && [ "$(grep '^alice gen001|' "$work/own_decisions.after" | cut -d'|' -f2,3,5 | paste -sd' ')" = "2024-11-15|t| 2025-01-20|f|no_allocation" ] && echo t)"
+diff <(grep -v '^alice gen001|' "$work/own_decisions.before") <(grep -v '^alice gen001|' "$work/own_decisions.after") | head -6 | sed 's/^/    /'
+# the site's table without row-level security: 0.3's setup_roles() showed portal users every
+# account's rows of it; the update's setup_roles() revokes that, and warns
+check "hpcacct.site_cost: every account's rows to portal users under $previous, refused (42501) after the update, with a warning" \
+    "$(grep -q '^alice hpcacct.site_cost: 3 gen001,nip00001,nip00002$' "$work/seen.before" \
+       && grep -q '^alice hpcacct.site_cost: ERROR 42501$' "$work/seen.after" && grep -q '^bob hpcacct.site_cost: ERROR 42501$' "$work/seen.after" \
+       && grep -q '^acct_admin hpcacct.site_cost: 3 ' "$work/seen.after" \
+       && grep -q 'WARNING:  setup_roles: hpcacct_portal is not granted SELECT on hpcacct.site_cost' "$work/update.err" && echo t)"
 check "balance() gives staff and portal users the same figures ($(wc -l <"$work/balances.before") balances)" \
     "$(grep -q '^alice nip00001|2024-12-31|-' "$work/balances.before" && cmp -s "$work/balances.before" "$work/balances.after" && echo t)"
 diff "$work/balances.before" "$work/balances.after" | head -6 | sed 's/^/    /'
@@ -330,6 +353,36 @@ while [ $(( $(date +%s) - cron_from )) -lt 60 ] &&
       [ "$(q -c "SELECT count(*) FROM cron.job_run_details WHERE status NOT IN ('succeeded', 'failed')")" != 0 ]; do
     sleep 1
 done
+
+# ---- the site's objects on 0.3 objects the update drops ----
+# A portal's view over quarter_balances (which 0.4 replaces) and one, and a function with a
+# SQL-standard body, on 0.3's documented sees_all_accounts() (which 0.4 drops): the update stops
+# before it changes anything, naming each (not PostgreSQL's 2BP01 from its middle, whose hint,
+# DROP ... CASCADE, would drop the site's views). Dropped, the update runs.
+createdb hpcacct_site_views
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_site_views >/dev/null 2>"$work/views.err" <<SQL
+CREATE EXTENSION hpcacct VERSION '$previous' CASCADE;
+CREATE SCHEMA portal;
+CREATE VIEW portal.balance_page AS SELECT account, quarter, balance FROM hpcacct.quarter_balances;
+CREATE TABLE portal.note (account text, note text);
+CREATE VIEW portal.my_note AS SELECT * FROM portal.note
+    WHERE hpcacct.sees_all_accounts() OR account = ANY (hpcacct.visible_accounts());
+CREATE FUNCTION portal.is_staff() RETURNS boolean LANGUAGE sql STABLE BEGIN ATOMIC SELECT hpcacct.sees_all_accounts(); END;
+SQL
+grep -v '^NOTICE' "$work/views.err" | sed 's/^/    /' | head -5
+psql -X -q -v VERBOSITY=verbose -d hpcacct_site_views -c 'ALTER EXTENSION hpcacct UPDATE' >/dev/null 2>"$work/views.err"
+views_error=$(grep -v '^NOTICE' "$work/views.err" | tr '\n' ' ')
+views_version=$(psql -X -At -d hpcacct_site_views -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
+check "the site's views and function on objects $current drops stop the update with 2BP01 naming each, nothing changed ($views_version)" \
+    "$([ "$views_version" = "$previous" ] \
+       && [[ $views_error == *"ERROR:  2BP01: hpcacct $current drops or replaces objects of $previous that 3 objects of the site depend on: "*"function portal.is_staff() (on function hpcacct.sees_all_accounts())"*"view portal.balance_page (on view hpcacct.quarter_balances)"*"view portal.my_note (on function hpcacct.sees_all_accounts())"*"HINT:  Nothing was changed."* ]] && echo t)"
+[ "$views_version" = "$previous" ] && echo "    ${views_error:0:600}"
+psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_site_views -c 'DROP VIEW portal.balance_page, portal.my_note' -c 'DROP FUNCTION portal.is_staff()' \
+    -c 'ALTER EXTENSION hpcacct UPDATE' >/dev/null 2>"$work/views.err"
+check "dropped, they let the update run" \
+    "$([ "$(psql -X -At -d hpcacct_site_views -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")" = "$current" ] && echo t)"
+grep -v '^NOTICE' "$work/views.err" | sed 's/^/    /' | head -5
+dropdb hpcacct_site_views
 
 echo "# $(( $(date +%s) - started_at )) s"
 report siteupdate
