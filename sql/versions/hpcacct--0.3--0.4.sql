@@ -128,6 +128,82 @@ DO $$
     END
 $$;
 
+-- Objects of the site (views, functions with a SQL-standard body, defaults, constraints,
+-- policies) on 0.3 objects that the sections below drop or replace: the update would stop at the
+-- drop with PostgreSQL's 2BP01, whose hint (DROP ... CASCADE) drops the site's objects. Named
+-- here, before anything changes (test/compat/site_update.sh). 0.3's names; the policies on
+-- sees_all_accounts() are rewritten (below), not refused.
+DO $$
+    DECLARE
+        found text[];
+    BEGIN
+        WITH dropped(classid, objid) AS (
+            SELECT 'pg_catalog.pg_class'::regclass, o::oid
+            FROM pg_catalog.unnest(ARRAY[pg_catalog.to_regclass('@extschema@.quarter_balances'),
+                                         pg_catalog.to_regclass('@extschema@.fairshare_settings'),
+                                         pg_catalog.to_regclass('@extschema@.fairshare_setting')]) o
+            UNION ALL
+            SELECT 'pg_catalog.pg_proc'::regclass, o::oid
+            FROM pg_catalog.unnest(ARRAY[
+                pg_catalog.to_regprocedure('@extschema@.quarter_balance(text, date, float8, date)'),
+                pg_catalog.to_regprocedure('@extschema@.quarter_balance_transfn(internal, text, date, float8, date)'),
+                pg_catalog.to_regprocedure('@extschema@.fairshare_setting_value(text)'),
+                pg_catalog.to_regprocedure('@extschema@.fairshare_setting_catalog()'),
+                pg_catalog.to_regprocedure('@extschema@.check_fairshare_setting()'),
+                pg_catalog.to_regprocedure('@extschema@.year_charges(integer, timestamptz)'),
+                pg_catalog.to_regprocedure('@extschema@.require_bank_account(text)'),
+                pg_catalog.to_regprocedure('@extschema@.sees_all_accounts()')]) o
+            UNION ALL
+            SELECT 'pg_catalog.pg_type'::regclass, pg_catalog.to_regtype('@extschema@.bank_balance')::oid
+        ),
+        dependent AS (
+            -- a view's rule stands for the view
+            SELECT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::regclass THEN 'pg_catalog.pg_class'::regclass
+                        ELSE d.classid END AS classid,
+                   CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::regclass
+                        THEN (SELECT r.ev_class FROM pg_catalog.pg_rewrite r WHERE r.oid = d.objid)
+                        ELSE d.objid END AS objid,
+                   x.classid AS on_classid, x.objid AS on_objid, d.classid AS dep_classid
+            FROM dropped x
+            JOIN pg_catalog.pg_depend d ON d.refclassid = x.classid AND d.refobjid = x.objid AND d.deptype = 'n'
+            WHERE x.objid IS NOT NULL
+        )
+        SELECT pg_catalog.array_agg(DISTINCT pg_catalog.format('%s (on %s)',
+                                                               pg_catalog.pg_describe_object(t.classid, t.objid, 0),
+                                                               pg_catalog.pg_describe_object(t.on_classid, t.on_objid, 0)))
+        INTO found
+        FROM dependent t
+        WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend e
+                          WHERE e.deptype = 'e'
+                            AND (e.classid = t.classid AND e.objid = t.objid
+                                 -- a trigger, default or constraint of the extension's tables is its own
+                                 OR e.classid = 'pg_catalog.pg_class'::regclass AND e.objid = CASE t.classid
+                                     WHEN 'pg_catalog.pg_trigger'::regclass
+                                         THEN (SELECT g.tgrelid FROM pg_catalog.pg_trigger g WHERE g.oid = t.objid)
+                                     WHEN 'pg_catalog.pg_attrdef'::regclass
+                                         THEN (SELECT a.adrelid FROM pg_catalog.pg_attrdef a WHERE a.oid = t.objid)
+                                     WHEN 'pg_catalog.pg_constraint'::regclass
+                                         THEN (SELECT c.conrelid FROM pg_catalog.pg_constraint c WHERE c.oid = t.objid)
+                                     END))
+          AND NOT (t.dep_classid = 'pg_catalog.pg_policy'::regclass
+                   AND t.on_objid = pg_catalog.to_regprocedure('@extschema@.sees_all_accounts()'))
+          -- the extension's own: its types' array types and the like
+          AND NOT (t.classid = 'pg_catalog.pg_type'::regclass AND EXISTS (
+                   SELECT 1 FROM pg_catalog.pg_type y JOIN pg_catalog.pg_depend e
+                     ON e.classid = 'pg_catalog.pg_type'::regclass AND e.objid = y.typelem AND e.deptype = 'e'
+                   WHERE y.oid = t.objid));
+        IF found IS NOT NULL THEN
+            RAISE EXCEPTION 'hpcacct 0.4 drops or replaces objects of 0.3 that % objects of the site depend on: %',
+                pg_catalog.cardinality(found),
+                pg_catalog.array_to_string(found[1:20], '; ') || CASE WHEN pg_catalog.cardinality(found) > 20 THEN '; ...' ELSE '' END
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = 'Nothing was changed. Keep their definitions (pg_get_viewdef(), pg_get_functiondef()), drop '
+                             'them, run ALTER EXTENSION hpcacct UPDATE again, then create them again on 0.4''s objects; see '
+                             'the README, "updates".';
+        END IF;
+    END
+$$;
+
 -- security (issue 20) ------------------------------------------------------------------
 
 -- settings: max_job_length, require_membership

@@ -375,7 +375,7 @@ views_error=$(grep -v '^NOTICE' "$work/views.err" | tr '\n' ' ')
 views_version=$(psql -X -At -d hpcacct_site_views -c "SELECT extversion FROM pg_extension WHERE extname = 'hpcacct'")
 check "the site's views and function on objects $current drops stop the update with 2BP01 naming each, nothing changed ($views_version)" \
     "$([ "$views_version" = "$previous" ] \
-       && [[ $views_error == *"ERROR:  2BP01: hpcacct $current drops or replaces objects of $previous that 3 objects of the site depend on: "*"function portal.is_staff() (on function hpcacct.sees_all_accounts())"*"view portal.balance_page (on view hpcacct.quarter_balances)"*"view portal.my_note (on function hpcacct.sees_all_accounts())"*"HINT:  Nothing was changed."* ]] && echo t)"
+       && [[ $views_error == *"ERROR:  2BP01: hpcacct $current drops or replaces objects of $previous that 3 objects of the site depend on: "*"function portal.is_staff() (on function sees_all_accounts())"*"view portal.balance_page (on view quarter_balances)"*"view portal.my_note (on function sees_all_accounts())"*"HINT:  Nothing was changed."* ]] && echo t)"
 [ "$views_version" = "$previous" ] && echo "    ${views_error:0:600}"
 psql -X -q -v ON_ERROR_STOP=1 -d hpcacct_site_views -c 'DROP VIEW portal.balance_page, portal.my_note' -c 'DROP FUNCTION portal.is_staff()' \
     -c 'ALTER EXTENSION hpcacct UPDATE' >/dev/null 2>"$work/views.err"
