@@ -114,6 +114,12 @@ load_jobs() {  # $1: a job id prefix
 }
 loaded=$(load_jobs j)
 check "the loader's login loads jobs under $previous ($loaded)" "$([ "$loaded" = "" ] && echo t)"
+# the 0.3 README's \copy of sacct's lines into the job table, as the loader's login
+copy_job() {  # $1: a job id
+    printf 'hlrn|%s|nip00002|carol|mpp1|2024-11-02T09:00:00|2024-11-02T10:00:00|2024-11-02T12:00:00|cpu=24|COMPLETED\n' "$1" |
+        as acct_loader -c "\\copy hpcacct.job (cluster, jobid, account, \"user\", partition, submit, start, \"end\", alloctres, state) FROM pstdin (DELIMITER '|')"
+}
+copy_job c1 >"$work/copy.before"
 q -c "SELECT hpcacct.compact_rollup()" >/dev/null
 
 # ---- what each login sees and may do ----
@@ -293,6 +299,11 @@ check "the portal's staff login adds a member for a project administrator, and n
        && [ "$(q -c "SELECT string_agg(account, ',' ORDER BY account) FROM hpcacct.membership WHERE username = 'dave'")" = "dave,gen001,nip00001" ] && echo t)"
 diff "$work/add_member.before" "$work/add_member.after" | sed 's/^/    /'
 
+copy_job c2 >"$work/copy.after"
+check "the loader's \\copy into the job table does as before ($(head -1 "$work/copy.before"))" \
+    "$([ "$(sed 's/c1/cN/g' "$work/copy.before")" = "$(sed 's/c2/cN/g' "$work/copy.after")" ] \
+       && [ "$(q -c "SELECT count(*) FROM hpcacct.ledger WHERE jobid IN ('c1', 'c2')")" = "$(q -c "SELECT count(*) FROM hpcacct.job WHERE jobid IN ('c1', 'c2')")" ] && echo t)"
+diff "$work/copy.before" "$work/copy.after" | sed 's/^/    /'
 loaded=$(load_jobs k)
 check "the loader's login still loads jobs, each charged once ($loaded)" \
     "$([ -z "$loaded" ] && [ "$(q -c "SELECT count(*) FILTER (WHERE jobid LIKE 'k%') || ' ' || count(DISTINCT (cluster, jobid)) FILTER (WHERE jobid LIKE 'k%')
