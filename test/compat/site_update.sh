@@ -92,6 +92,11 @@ CREATE TABLE site.review (account text NOT NULL, verdict text NOT NULL);
 INSERT INTO site.review VALUES ('nip00001', 'good'), ('nip00002', 'fair'), ('gen001', 'late');
 SELECT hpcacct.protect_table('site.review');
 GRANT SELECT ON site.review TO acct_admin, hpcacct_portal;
+-- and one in the schema, added after setup_roles() last ran, granted to the staff's login alone
+CREATE TABLE hpcacct.staff_memo (account text NOT NULL, memo text NOT NULL);
+INSERT INTO hpcacct.staff_memo VALUES ('nip00001', 'ok'), ('nip00002', 'watch'), ('gen001', 'ok');
+SELECT hpcacct.protect_table('hpcacct.staff_memo');
+GRANT SELECT ON hpcacct.staff_memo TO acct_admin;
 -- the README's pg_cron lines (0.3), scheduled by the superuser
 SELECT cron.schedule('hpcacct-regulate', '0 3 15 * *', \$\$CALL hpcacct.regulate(current_date)\$\$);
 SELECT cron.schedule('hpcacct-regulate-annual', '0 3 1 5,6 *', \$\$CALL hpcacct.regulate(current_date)\$\$);
