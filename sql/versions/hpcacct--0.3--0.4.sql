@@ -1842,6 +1842,30 @@ REVOKE EXECUTE ON PROCEDURE @extschema@.setup_roles() FROM PUBLIC;
 COMMENT ON PROCEDURE @extschema@.setup_roles() IS
     'Creates hpcacct_admin, hpcacct_ingest, hpcacct_portal and hpcacct_auditor if missing and grants their privileges';
 
+-- The site's own relations in the schema keep the grants the site gave them: the update's calls
+-- of setup_roles() (below, and at the end) granted a table the site had granted to its staff's
+-- login alone to every member of hpcacct_admin, and its accounts' rows to portal users
+-- (test/compat/site_update.sh: hpcacct.staff_memo). Their grants to the roles setup_roles()
+-- grants are noted here; after the last call what the calls added is revoked. What they revoke
+-- (a portal grant of a relation that does not filter rows, with a warning) stays revoked. The
+-- job tables (their charging trigger) are the extension's to grant.
+WITH site_relation AS (
+    SELECT c.oid, c.relacl
+    FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = '@extschema@'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                      WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc f ON f.oid = t.tgfoid
+                      WHERE t.tgrelid = c.oid AND f.proname = 'charge_jobs')
+)
+SELECT pg_catalog.set_config('hpcacct.update_site_grants', pg_catalog.jsonb_build_object(
+    'relations', coalesce((SELECT pg_catalog.jsonb_agg(c.oid::bigint) FROM site_relation c), '[]'),
+    'grants', coalesce((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(c.oid::bigint, r.rolname, a.privilege_type))
+                        FROM site_relation c
+                        CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+                        JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+                        WHERE r.rolname IN ('hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor',
+                                            'hpcacct_submit', 'hpcacct_notify')), '[]'))::text, true);
 -- Sites that use setup_roles()' roles get what it grants now, on the new objects of this
 -- section, to portal users (members of their projects) and to the new hpcacct_auditor.
 DO $do$
@@ -13633,6 +13657,7 @@ BEGIN
     END LOOP;
 END
 $$;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -18693,6 +18718,63 @@ BEGIN
     END IF;
 END
 $do$;
+-- the site's own relations in the schema: what the calls of setup_roles() added to the grants
+-- noted before the first is revoked (see "The site's own relations in the schema keep ...")
+DO $do$
+DECLARE
+    noted constant jsonb := pg_catalog.current_setting('hpcacct.update_site_grants', true)::jsonb;
+    g record;
+BEGIN
+    FOR g IN
+        SELECT c.oid::regclass AS rel, r.rolname, a.privilege_type
+        FROM pg_catalog.pg_class c
+        CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+        JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+        WHERE noted -> 'relations' @> pg_catalog.to_jsonb(c.oid::bigint)
+          AND r.rolname IN ('hpcacct_admin', 'hpcacct_ingest', 'hpcacct_portal', 'hpcacct_auditor', 'hpcacct_submit',
+                            'hpcacct_notify')
+          AND NOT noted -> 'grants' @> pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_array(c.oid::bigint, r.rolname,
+                                                                                                  a.privilege_type))
+        ORDER BY 1, 2, 3
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %I', g.privilege_type, g.rel, g.rolname);
+    END LOOP;
+END
+$do$;
+-- A site's table protected under 0.3 (protect_table()) and granted to an administrator's login itself, not to hpcacct_admin: the login read every row (0.3's sees_all_accounts() asked for membership in hpcacct_admin) and reads only its accounts' rows after the update (0.4's asks that hpcacct_admin may read the table), without a word (test/compat/site_update.sh: acct_admin read 3 rows of site.review, then none). Granting the table to hpcacct_admin would show it to every administrator, which the site did not: the update warns, naming the table and the logins, and hints at the grant. After the
+-- grants above: setup_roles() no longer grants hpcacct_admin the site's tables of the schema.
+DO $$
+DECLARE
+    t record;
+BEGIN
+    FOR t IN
+        -- the table's name with its schema, whatever the update's search_path
+        SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS tbl,
+               pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname) AS logins
+        FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_catalog.pg_roles a ON a.rolname = 'hpcacct_admin'
+        JOIN pg_catalog.pg_roles m ON m.oid <> a.oid AND NOT m.rolsuper AND NOT m.rolreplication
+                                   AND pg_catalog.pg_has_role(m.oid, a.oid, 'USAGE')
+                                   AND pg_catalog.has_table_privilege(m.oid, c.oid, 'SELECT')
+        WHERE c.relkind IN ('r', 'p')
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+          AND EXISTS (SELECT 1 FROM pg_catalog.pg_policy p
+                      WHERE p.polrelid = c.oid
+                        AND pg_catalog.pg_get_expr(p.polqual, p.polrelid) LIKE '%hpcacct_internal.sees_all_accounts(%')
+          AND NOT pg_catalog.has_table_privilege(a.oid, c.oid, 'SELECT')
+        GROUP BY n.nspname, c.relname
+        ORDER BY 1
+    LOOP
+        RAISE WARNING 'hpcacct 0.4: % read every row of % as members of hpcacct_admin, and now read only their accounts'' rows',
+                      t.logins, t.tbl
+            USING DETAIL = 'Row-level security shows every row of a table to hpcacct_admin''s members only where hpcacct_admin '
+                           'may read the table itself; here only those logins may.',
+                  HINT = pg_catalog.format('If every administrator may read it: GRANT SELECT ON %s TO hpcacct_admin;', t.tbl);
+    END LOOP;
+END
+$$;
 CREATE OR REPLACE FUNCTION @extschema@.add_user(username text, at date DEFAULT @extschema@.site_today()) RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp

@@ -207,18 +207,20 @@ q -c 'ALTER EXTENSION hpcacct UPDATE' >/dev/null 2>"$work/update.err"
 check "ALTER EXTENSION hpcacct UPDATE from $previous to $current succeeds on the site" \
     "$([ "$(extversion)" = "$current" ] && echo t)"
 grep -v '^WARNING\|^HINT\|^DETAIL' "$work/update.err" | sed 's/^/    /' | head -10
-# the staff's login granted site.review itself read its every row as a member of hpcacct_admin;
-# 0.4 shows every row only where hpcacct_admin may read the table: the update says so (granting
-# it would show the table to every administrator, here the submit check's login too)
-check "the update warns that acct_admin now reads only its accounts' rows of site.review, with the grant as hint" \
+# the staff's login granted site.review and hpcacct.staff_memo itself read their every row as a
+# member of hpcacct_admin; 0.4 shows every row only where hpcacct_admin may read the table: the
+# update says so (granting it would show the table to every administrator, here the submit
+# check's login too, and the update's setup_roles() grants the schema's site tables no role)
+check "the update warns that acct_admin now reads only its accounts' rows of hpcacct.staff_memo and site.review, the grant as hint" \
     "$(grep -q '^WARNING:  hpcacct 0.4: acct_admin read every row of site.review as members of hpcacct_admin' "$work/update.err" \
+       && grep -q '^WARNING:  hpcacct 0.4: acct_admin read every row of hpcacct.staff_memo as members of hpcacct_admin' "$work/update.err" \
        && grep -q '^HINT:  If every administrator may read it: GRANT SELECT ON site.review TO hpcacct_admin;' "$work/update.err" \
-       && [ "$(grep -c '^WARNING:  hpcacct 0.4: .* read every row of' "$work/update.err")" = 1 ] && echo t)"
+       && [ "$(grep -c '^WARNING:  hpcacct 0.4: .* read every row of' "$work/update.err")" = 2 ] && echo t)"
 grep '^WARNING:  hpcacct 0.4' "$work/update.err" | sed 's/^/    /'
 record after
-# that row apart (checked after the comparison), every login reads what it read before
-grep -q '^acct_admin site.review: 0 -$' "$work/seen.after" && review_narrowed=t || review_narrowed=
-sed -i '/^acct_admin site.review: /d' "$work/seen.before" "$work/seen.after"
+# those rows apart (checked after the comparison), every login reads what it read before
+admin_narrowed=$(grep -c '^acct_admin \(site.review\|hpcacct.staff_memo\): 0 -$' "$work/seen.after")
+sed -i '/^acct_admin \(site.review\|hpcacct.staff_memo\): /d' "$work/seen.before" "$work/seen.after"
 
 # ---- compare ----
 # apart: the settings (0.4 keeps the fair-share settings in setting, and its settings view lists
@@ -314,9 +316,10 @@ check "the loader's login still loads jobs, each charged once ($loaded)" \
     "$([ -z "$loaded" ] && [ "$(q -c "SELECT count(*) FILTER (WHERE jobid LIKE 'k%') || ' ' || count(DISTINCT (cluster, jobid)) FILTER (WHERE jobid LIKE 'k%')
                                       FROM hpcacct.ledger WHERE kind = 'charge'")" = "60 60" ] && echo t)"
 
-check "acct_admin reads none of site.review's rows after the update, and all of them once the site grants it as the hint says" \
-    "$([ -n "$review_narrowed" ] && q -c "$(sed -n 's/^HINT:  If every administrator may read it: //p' "$work/update.err")" >/dev/null \
-       && [ "$(as acct_admin -c 'SELECT count(*) FROM site.review')" = 3 ] && echo t)"
+check "acct_admin reads none of site.review's and hpcacct.staff_memo's rows after the update, and all once the site grants them as the hints say" \
+    "$([ "$admin_narrowed" = 2 ] && sed -n 's/^HINT:  If every administrator may read it: //p' "$work/update.err" | q -f - >/dev/null \
+       && [ "$(as acct_admin -c 'SELECT count(*) FROM site.review')" = 3 ] \
+       && [ "$(as acct_admin -c 'SELECT count(*) FROM hpcacct.staff_memo')" = 3 ] && echo t)"
 
 # a file that repeats jobs, loaded as the job table's hint said (ON CONFLICT DO NOTHING): nothing charged twice
 reload=$(as acct_loader -c "INSERT INTO hpcacct.job SELECT * FROM (VALUES ('hlrn', 'jnip00001-alice-1', 'nip00001', 'alice', 'mpp1',
