@@ -9,9 +9,14 @@
 #   - a project administrator's members changed through the portal's staff login (by_user);
 #   - the loader's login still inserts jobs, charged once;
 #   - a site's own tables protected with protect_table() stay protected, their policies
-#     naming hpcacct_internal.sees_all_accounts(regclass);
-#   - the ledger's totals, to the cent;
+#     naming hpcacct_internal.sees_all_accounts(regclass), and keep the grants the site gave;
+#     where a login reads fewer rows (granted a table itself, not through hpcacct_admin) the
+#     update says so;
+#   - the settings' values, the ledger's totals to the cent, runs in date order over the
+#     previous release's logs;
 #   - the pg_cron jobs scheduled by the previous README's recipe still run (pg_cron runs them).
+# Then a second database: the site's views and function on objects the update drops stop it
+# before it changes anything, naming each.
 # Appends "siteupdate passed failed" to $HPCACCT_TALLY.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -129,8 +134,9 @@ q -c "SELECT hpcacct.compact_rollup()" >/dev/null
 
 # ---- what each login sees and may do ----
 # Every relation of the previous release's schema and the site's tables: rows each login reads
-# (or the error it gets), and the accounts of those rows where the relation names one; a few
-# reports of fixed instants too. Under the current release a relation is read by its new name.
+# (or the error it gets), and the accounts of those rows where the relation names one; three
+# reports too (the fair share of now, the usage of 2024). Under the current release a relation
+# is read by its new name.
 q -c "SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
       WHERE n.nspname IN ('hpcacct', 'site') AND c.relkind IN ('r', 'v', 'p') ORDER BY 1" >"$work/relations"
 cat >>"$work/relations" <<'EOF'
@@ -198,7 +204,7 @@ as acct_admin -c "SELECT hpcacct.add_member('nip00002', 'dave', 'member', 'alice
 q -c "DELETE FROM hpcacct.membership WHERE username = 'dave' AND account LIKE 'nip%'"
 as alice -c "SELECT hpcacct.add_member('nip00001', 'carol', 'member', 'alice')" | grep -o 'ERROR: .*' >"$work/add_member_portal.before"
 
-# the cron jobs' commands, as their user ran them under the previous release
+# the cron jobs as the site scheduled them
 q -c "SELECT jobname || ' ' || username || ' ' || command FROM cron.job WHERE jobname LIKE 'hpcacct-%' ORDER BY jobid" \
     >"$work/cron.jobs"
 
