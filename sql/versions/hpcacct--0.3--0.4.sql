@@ -13626,38 +13626,6 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
     END;
 DROP FUNCTION hpcacct_internal.window_quota_usage_rows(text, date);
 
-
--- ==== a site's table protected under 0.3 (protect_table()) and granted to an administrator's login itself, not to hpcacct_admin: the login read every row (0.3's sees_all_accounts() asked for membership in hpcacct_admin) and reads only its accounts' rows after the update (0.4's asks that hpcacct_admin may read the table), without a word (test/compat/site_update.sh: acct_admin read 3 rows of site.review, then none). Granting the table to hpcacct_admin would show it to every administrator, which the site did not: the update warns, naming the table and the logins, and hints at the grant ---
-DO $$
-DECLARE
-    t record;
-BEGIN
-    FOR t IN
-        SELECT c.oid::regclass AS tbl, pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname) AS logins
-        FROM pg_catalog.pg_class c
-        JOIN pg_catalog.pg_roles a ON a.rolname = 'hpcacct_admin'
-        JOIN pg_catalog.pg_roles m ON m.oid <> a.oid AND NOT m.rolsuper AND NOT m.rolreplication
-                                   AND pg_catalog.pg_has_role(m.oid, a.oid, 'USAGE')
-                                   AND pg_catalog.has_table_privilege(m.oid, c.oid, 'SELECT')
-        WHERE c.relkind IN ('r', 'p')
-          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-                          WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
-          AND EXISTS (SELECT 1 FROM pg_catalog.pg_policy p
-                      WHERE p.polrelid = c.oid
-                        AND pg_catalog.pg_get_expr(p.polqual, p.polrelid) LIKE '%hpcacct_internal.sees_all_accounts(%')
-          AND NOT pg_catalog.has_table_privilege(a.oid, c.oid, 'SELECT')
-        GROUP BY c.oid
-        ORDER BY c.oid::regclass::text
-    LOOP
-        RAISE WARNING 'hpcacct 0.4: % read every row of % as members of hpcacct_admin, and now read only their accounts'' rows',
-                      t.logins, t.tbl
-            USING DETAIL = 'Row-level security shows every row of a table to hpcacct_admin''s members only where hpcacct_admin '
-                           'may read the table itself; here only those logins may.',
-                  HINT = pg_catalog.format('If every administrator may read it: GRANT SELECT ON %s TO hpcacct_admin;', t.tbl);
-    END LOOP;
-END
-$$;
-
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
