@@ -1,0 +1,68 @@
+-- One copy per mailbox (outbox_claim) under a second sender: what a sender waits for, and a
+-- change of address that commits while a claim runs (two sessions through dblink, a scratch
+-- database).
+BEGIN;
+SET search_path = public, hpcacct;
+SET client_min_messages = warning;
+SELECT plan(4);
+
+INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO setting VALUES ('notify_order_wait', '0') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+SET CONSTRAINTS hpcacct.contact_follow IMMEDIATE;
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['mg_f', 'mg_g']) AS u;
+INSERT INTO contact (username, email) VALUES ('mg_f', 'f@mg.example'), ('mg_g', 'g@mg.example');
+
+-- a delivery that moved to a mailbox whose copy another sender holds waits for that copy: a
+-- second sender sleeps until the lease ends (it polled every 0.2 s)
+SELECT outbox_add('balance_low', 'mg/1', NULL, 'held', E'one copy\n', '{}', false, ARRAY['mg_f', 'mg_g']);
+CREATE TEMP TABLE held AS SELECT c.* FROM outbox_claim('w1', '10 minutes', 100) c;
+UPDATE contact SET email = 'f@mg.example' WHERE username = 'mg_g';
+SELECT is((SELECT count(*)::int FROM outbox_claim('w2', '10 minutes', 100)), 0,
+          'a delivery moved to a leased copy''s mailbox is not claimed');
+SELECT cmp_ok(outbox_next_due(), '>=', (SELECT lease_until FROM outbox_recipient WHERE username = 'mg_f'),
+              'and not due before that lease ends');
+-- the copy is being sent: not due before its lease ends (then it is uncertain, and so is the moved one)
+SELECT outbox_sending('w1', (SELECT recipient_id FROM held WHERE address = 'f@mg.example'));
+SELECT cmp_ok(outbox_next_due(), '>=', (SELECT lease_until FROM outbox_recipient WHERE username = 'mg_f'),
+              'nor while the copy is being sent');
+
+-- ---- two sessions ----
+\set scratch hpcacct_mail_group
+\set adm mg_adm
+\ir include/scratch_db.psql
+SELECT dblink_connect('mg_setup', :'srv' || ' dbname=hpcacct_mail_group');
+SELECT dblink_exec('mg_setup', $s$
+    SET client_min_messages = warning;
+    CREATE EXTENSION hpcacct CASCADE;
+    SET search_path = public, hpcacct;
+    INSERT INTO setting VALUES ('timezone', 'UTC'), ('notify_order_wait', '0');
+    SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['mg_a', 'mg_b']) AS u;
+    INSERT INTO contact (username, email) VALUES ('mg_a', 'a@mg.example'), ('mg_b', 'b@mg.example');
+    SELECT outbox_add('balance_low', 'mg/race', NULL, 'race', E'one copy\n', '{}', false, ARRAY['mg_a', 'mg_b']);
+    -- a's copy delivered; b's to be tried again at once
+    SELECT CASE WHEN c.address = 'a@mg.example'
+                THEN outbox_sending('w1', c.recipient_id) AND outbox_result('w1', c.recipient_id, 'delivered')
+                ELSE outbox_result('w1', c.recipient_id, 'retry', 'later', '0', '0') END
+    FROM outbox_claim('w1', '10 minutes', 100) c;
+    RESET client_min_messages;
+$s$);
+SELECT dblink_connect('mg_s', :'srv' || ' dbname=hpcacct_mail_group');
+SELECT dblink_connect('mg_u', :'srv' || ' dbname=hpcacct_mail_group');
+-- b takes a's address; the change commits while a claim runs, after its first statements (the
+-- table lock holds the claim there until the change commits)
+SELECT dblink_exec('mg_u', $$BEGIN;
+    LOCK TABLE hpcacct.outbox IN ACCESS EXCLUSIVE MODE;
+    UPDATE hpcacct.contact SET email = 'a@mg.example' WHERE username = 'mg_b'$$);
+SELECT dblink_send_query('mg_s', $$SELECT address FROM hpcacct.outbox_claim('w2', '10 minutes', 100)$$);
+SELECT pg_sleep(0.5);
+SELECT dblink_exec('mg_u', 'COMMIT');
+SELECT is((SELECT coalesce(string_agg(address, ', '), 'none') FROM dblink_get_result('mg_s') AS t(address text)), 'none',
+          'a delivery that moved to a mailbox which has the message is not sent it again');
+SELECT * FROM dblink_get_result('mg_s') AS t(address text);
+
+SELECT dblink_disconnect('mg_s'), dblink_disconnect('mg_u'), dblink_disconnect('mg_setup');
+SELECT dblink_exec('mg_adm', 'DROP DATABASE hpcacct_mail_group');
+SELECT dblink_disconnect('mg_adm');
+
+SELECT * FROM finish();
+ROLLBACK;
