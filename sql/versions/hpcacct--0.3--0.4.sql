@@ -15296,9 +15296,11 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
               -- in the order written: not while an older message to the mailbox is to be delivered
               AND NOT EXISTS (SELECT 1 FROM hpcacct_internal.outbox_waiting(order_wait, now_) w
                               WHERE w.recipient_id = r.recipient_id)
+              -- nor when the mailbox has the message (a delivery moved there after the first
+              -- UPDATE above read: the next claim ends it)
               AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
                               WHERE o.message_id = r.message_id AND o.mailbox = r.mailbox AND o.recipient_id <> r.recipient_id
-                                AND (o.state = 'sending'
+                                AND (o.state IN ('sending', 'delivered', 'uncertain')
                                      OR (o.state = 'pending' AND o.lease_until >= now_)
                                      OR (o.state = 'pending' AND o.recipient_id < r.recipient_id AND o.next_attempt <= now_
                                          AND (o.lease_until IS NULL OR o.lease_until < now_))))
@@ -19228,14 +19230,22 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
-        -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc())
-        RETURN (SELECT min(CASE WHEN w.recipient_id IS NOT NULL
-                                THEN greatest(r.next_attempt, hpcacct_internal.shift_utc(m.created_at, order_wait))
-                                ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END)
+        -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc()); a delivery
+        -- to a mailbox whose copy of the message is leased or being sent not before that lease
+        -- ends (outbox_claim() gives it to nobody meanwhile)
+        RETURN (SELECT min(greatest(CASE WHEN w.recipient_id IS NOT NULL
+                                         THEN greatest(r.next_attempt, hpcacct_internal.shift_utc(m.created_at, order_wait))
+                                         ELSE greatest(r.next_attempt, coalesce(r.lease_until, r.next_attempt)) END,
+                                    h.held))
                 FROM @extschema@.outbox_recipient r
                 JOIN @extschema@.outbox m ON m.message_id = r.message_id
                 LEFT JOIN hpcacct_internal.outbox_waiting(order_wait, now_) w
                        ON w.recipient_id = r.recipient_id
+                LEFT JOIN (SELECT o.message_id, o.mailbox, max(o.lease_until) AS held
+                           FROM @extschema@.outbox_recipient o
+                           WHERE o.state = 'sending' OR (o.state = 'pending' AND o.lease_until >= now_)
+                           GROUP BY o.message_id, o.mailbox) h
+                       ON h.message_id = r.message_id AND h.mailbox = r.mailbox
                 WHERE r.state IN ('pending', 'sending'));
     END
     $$;
