@@ -740,22 +740,22 @@ COMMENT ON FUNCTION @extschema@.notify_scan(date) IS
 -- Deliveries that wait, at a time, for an older message to their mailbox: pending while one
 -- of an older message to the same mailbox is pending or sending, until notify_order_wait
 -- (order_wait) has passed since their own message was written; waits_for is the oldest such
--- message (computed only where asked for: the sender asks which deliveries wait). The one
--- definition for outbox_claim, outbox_next_due and outbox_status; a SQL-standard body without
--- SET options, which the planner inlines into them.
+-- message. The one definition for outbox_claim, outbox_next_due and outbox_status; a
+-- SQL-standard body without SET options, which the planner inlines into them.
 CREATE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
     RETURNS TABLE (recipient_id bigint, waits_for bigint)
     LANGUAGE sql STABLE
 BEGIN ATOMIC
-    SELECT r.recipient_id,
-           (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
-            WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id)
+    SELECT r.recipient_id, f.oldest
     FROM @extschema@.outbox_recipient r
     JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    -- each mailbox's oldest message still to be delivered, grouped once (a join on the
+    -- mailbox with message_id < compared each pair of its deliveries: those of a message
+    -- to many users who share the mailbox)
+    JOIN (SELECT o.mailbox, min(o.message_id) AS oldest FROM @extschema@.outbox_recipient o
+          WHERE o.state IN ('pending', 'sending') GROUP BY o.mailbox) f ON f.mailbox = r.mailbox
     -- (elapsed time against the wait, its days 24 hours: not a day of the session's TimeZone)
-    WHERE r.state = 'pending' AND at - m.created_at < order_wait
-      AND EXISTS (SELECT FROM @extschema@.outbox_recipient o
-                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id);
+    WHERE r.state = 'pending' AND at - m.created_at < order_wait AND f.oldest < r.message_id;
 END;
 COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
     'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
@@ -805,6 +805,13 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             -- none while one of them is leased or being sent
             SELECT r.recipient_id, r.message_id, r.mailbox
             FROM @extschema@.outbox_recipient r
+            -- the first due of them, grouped once (an anti join on the others due compared each
+            -- pair of a mailbox's deliveries: a message to many users who share the mailbox)
+            JOIN (SELECT min(o.recipient_id) AS first
+                  FROM @extschema@.outbox_recipient o
+                  WHERE o.state = 'pending' AND o.next_attempt <= now_
+                    AND (o.lease_until IS NULL OR o.lease_until < now_)
+                  GROUP BY o.message_id, o.mailbox) f ON f.first = r.recipient_id
             WHERE r.state = 'pending' AND r.next_attempt <= now_
               AND (r.lease_until IS NULL OR r.lease_until < now_)
               -- in the order written: not while an older message to the mailbox is to be delivered
@@ -815,9 +822,7 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
               AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
                               WHERE o.message_id = r.message_id AND o.mailbox = r.mailbox AND o.recipient_id <> r.recipient_id
                                 AND (o.state IN ('sending', 'delivered', 'uncertain')
-                                     OR (o.state = 'pending' AND o.lease_until >= now_)
-                                     OR (o.state = 'pending' AND o.recipient_id < r.recipient_id AND o.next_attempt <= now_
-                                         AND (o.lease_until IS NULL OR o.lease_until < now_))))
+                                     OR (o.state = 'pending' AND o.lease_until >= now_)))
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED

@@ -13626,6 +13626,25 @@ CREATE OR REPLACE FUNCTION @extschema@.window_quota_usage(
     END;
 DROP FUNCTION hpcacct_internal.window_quota_usage_rows(text, date);
 
+-- ==== a message's deliveries to one mailbox that many users share (a message to 20 000 users of one address): a claim took 40-90 s and outbox_next_due() 20 s, as outbox_waiting()'s join on the mailbox (message_id <) and the claim's anti join over a message's other due deliveries to the mailbox (recipient_id <) compared each pair of them (400 and 200 million rows removed by their join filters). Each now groups once: outbox_waiting() each mailbox's oldest message to be delivered, the claim each message's first due delivery to each mailbox (its final definition below) ---
+CREATE OR REPLACE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
+    RETURNS TABLE (recipient_id bigint, waits_for bigint)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT r.recipient_id, f.oldest
+    FROM @extschema@.outbox_recipient r
+    JOIN @extschema@.outbox m ON m.message_id = r.message_id
+    -- each mailbox's oldest message still to be delivered, grouped once (a join on the
+    -- mailbox with message_id < compared each pair of its deliveries: those of a message
+    -- to many users who share the mailbox)
+    JOIN (SELECT o.mailbox, min(o.message_id) AS oldest FROM @extschema@.outbox_recipient o
+          WHERE o.state IN ('pending', 'sending') GROUP BY o.mailbox) f ON f.mailbox = r.mailbox
+    -- (elapsed time against the wait, its days 24 hours: not a day of the session's TimeZone)
+    WHERE r.state = 'pending' AND at - m.created_at < order_wait AND f.oldest < r.message_id;
+END;
+COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
+    'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
+    'their own was written), with the oldest such message';
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -15291,6 +15310,13 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
             -- none while one of them is leased or being sent
             SELECT r.recipient_id, r.message_id, r.mailbox
             FROM @extschema@.outbox_recipient r
+            -- the first due of them, grouped once (an anti join on the others due compared each
+            -- pair of a mailbox's deliveries: a message to many users who share the mailbox)
+            JOIN (SELECT min(o.recipient_id) AS first
+                  FROM @extschema@.outbox_recipient o
+                  WHERE o.state = 'pending' AND o.next_attempt <= now_
+                    AND (o.lease_until IS NULL OR o.lease_until < now_)
+                  GROUP BY o.message_id, o.mailbox) f ON f.first = r.recipient_id
             WHERE r.state = 'pending' AND r.next_attempt <= now_
               AND (r.lease_until IS NULL OR r.lease_until < now_)
               -- in the order written: not while an older message to the mailbox is to be delivered
@@ -15301,9 +15327,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
               AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
                               WHERE o.message_id = r.message_id AND o.mailbox = r.mailbox AND o.recipient_id <> r.recipient_id
                                 AND (o.state IN ('sending', 'delivered', 'uncertain')
-                                     OR (o.state = 'pending' AND o.lease_until >= now_)
-                                     OR (o.state = 'pending' AND o.recipient_id < r.recipient_id AND o.next_attempt <= now_
-                                         AND (o.lease_until IS NULL OR o.lease_until < now_))))
+                                     OR (o.state = 'pending' AND o.lease_until >= now_)))
             ORDER BY r.next_attempt, r.recipient_id
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
