@@ -4,7 +4,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(4);
+SELECT plan(6);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('notify_order_wait', '0') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -25,6 +25,20 @@ SELECT cmp_ok(outbox_next_due(), '>=', (SELECT lease_until FROM outbox_recipient
 SELECT outbox_sending('w1', (SELECT recipient_id FROM held WHERE address = 'f@mg.example'));
 SELECT cmp_ok(outbox_next_due(), '>=', (SELECT lease_until FROM outbox_recipient WHERE username = 'mg_f'),
               'nor while the copy is being sent');
+
+-- a delivery of a copy withdrawn after the claim (its user silenced their contact): the copy
+-- goes to the others, and the withdrawn one stays withdrawn
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['mg_h', 'mg_i']) AS u;
+INSERT INTO contact (username, email) VALUES ('mg_h', 'h@mg.example'), ('mg_i', 'h@mg.example');
+SELECT outbox_add('balance_low', 'mg/2', NULL, 'withdrawn', E'one copy\n', '{}', false, ARRAY['mg_h', 'mg_i']);
+CREATE TEMP TABLE copy2 AS
+SELECT c.* FROM outbox_claim('w1', '10 minutes', 100) c JOIN outbox m USING (message_id) WHERE m.decision_key = 'mg/2';
+UPDATE contact SET notify = false WHERE username = 'mg_i';
+SELECT ok(outbox_sending('w1', (SELECT recipient_id FROM copy2)) AND outbox_result('w1', (SELECT recipient_id FROM copy2), 'delivered'),
+          'a copy one of whose deliveries was withdrawn after the claim is sent');
+SELECT is((SELECT string_agg(username || ' ' || state || ' ' || attempts, ', ' ORDER BY username) FROM outbox_recipient r
+           JOIN outbox m USING (message_id) WHERE m.decision_key = 'mg/2'),
+          'mg_h delivered 1, mg_i withdrawn 1', 'and recorded on the others: the withdrawn one stays withdrawn');
 
 -- ---- two sessions ----
 \set scratch hpcacct_mail_group
