@@ -15332,12 +15332,13 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
             LIMIT batch
             FOR UPDATE OF r SKIP LOCKED
         ), claimed AS (
-            -- with the deliveries to its mailbox not leased
+            -- with the deliveries to its mailbox due and not leased (one in its own back-off
+            -- keeps it: when due, it finds the mailbox has the message, above)
             UPDATE @extschema@.outbox_recipient r
             SET lease_owner = worker, lease_until = hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(), lease), attempts = r.attempts + 1
             FROM due d
             WHERE r.message_id = d.message_id AND r.mailbox = d.mailbox AND r.state = 'pending'
-              AND (r.lease_until IS NULL OR r.lease_until < now_)
+              AND r.next_attempt <= now_ AND (r.lease_until IS NULL OR r.lease_until < now_)
             RETURNING r.*, d.recipient_id AS first
         )
         -- (one copy: the display name its users share, else none)
@@ -15355,7 +15356,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
     'Sender: leases up to batch due deliveries to worker, oldest message first, one copy per message and mailbox (the '
-    'others to the mailbox leased with it), none while an older message to its mailbox is to be delivered (up to '
+    'others due to the mailbox leased with it), none while an older message to its mailbox is to be delivered (up to '
     'notify_order_wait); ends a due delivery whose mailbox has the message as that copy did, and one left in sending '
     'past its lease uncertain; the lease''s days are 24 hours';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURNS boolean

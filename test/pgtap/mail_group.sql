@@ -4,7 +4,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(6);
+SELECT plan(8);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('notify_order_wait', '0') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -39,6 +39,23 @@ SELECT ok(outbox_sending('w1', (SELECT recipient_id FROM copy2)) AND outbox_resu
 SELECT is((SELECT string_agg(username || ' ' || state || ' ' || attempts, ', ' ORDER BY username) FROM outbox_recipient r
            JOIN outbox m USING (message_id) WHERE m.decision_key = 'mg/2'),
           'mg_h delivered 1, mg_i withdrawn 1', 'and recorded on the others: the withdrawn one stays withdrawn');
+
+-- a delivery in its own back-off is not leased with a copy due now: it keeps its schedule, and
+-- when due it finds the mailbox has the message (not sent again)
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['mg_j', 'mg_k']) AS u;
+INSERT INTO contact (username, email) VALUES ('mg_j', 'j@mg.example'), ('mg_k', 'j@mg.example');
+SELECT outbox_add('balance_low', 'mg/3', NULL, 'back-off', E'one copy\n', '{}', false, ARRAY['mg_j', 'mg_k']);
+UPDATE outbox_recipient SET next_attempt = now() + interval '1 hour' WHERE username = 'mg_k';
+CREATE TEMP TABLE copy3 AS
+SELECT c.* FROM outbox_claim('w1', '10 minutes', 100) c JOIN outbox m USING (message_id) WHERE m.decision_key = 'mg/3';
+SELECT outbox_sending('w1', (SELECT recipient_id FROM copy3)) AND outbox_result('w1', (SELECT recipient_id FROM copy3), 'delivered');
+SELECT is((SELECT string_agg(username || ' ' || state || ' ' || attempts || ' ' || (lease_owner IS NULL), ', ' ORDER BY username)
+           FROM outbox_recipient r JOIN outbox m USING (message_id) WHERE m.decision_key = 'mg/3'),
+          'mg_j delivered 1 true, mg_k pending 0 true', 'a delivery not due yet is not leased with the copy due now');
+UPDATE outbox_recipient SET next_attempt = now() WHERE username = 'mg_k';
+CREATE TEMP TABLE claim3 AS SELECT c.* FROM outbox_claim('w1', '10 minutes', 100) c;
+SELECT is((SELECT count(*)::int FROM claim3) || ' ' || (SELECT state || ' ' || attempts FROM outbox_recipient WHERE username = 'mg_k'),
+          '0 delivered 1', 'when due, it ends as the copy did, not sent again');
 
 -- ---- two sessions ----
 \set scratch hpcacct_mail_group
