@@ -376,7 +376,9 @@ Outcome send_one(CURL *curl, Trace &trace, Db &db, const Config &cfg, const Deli
 
     std::string what = describe(rc, errbuf, code);
     if (rc == CURLE_OK) return {"delivered", ""};
-    if (up.lease_lost) return {"", "lease lost to another sender"};
+    if (up.lease_lost)
+        return {"", "not sent: the lease is no longer this sender's (it ran out, or the delivery was withdrawn or "
+                    "moved to a new address)"};
     if (up.no_smtputf8)
         return {"failed", "the local part of " + d.address + " is not ASCII and MAIL FROM went without SMTPUTF8 "
                           "(RFC 6531); the message was not completed", true};
