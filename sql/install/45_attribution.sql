@@ -185,3 +185,39 @@ END;
 COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, date) IS
     'An account''s charges from the start of first_day to the end of each day up to last_day (site time zone), '
     'on a machine or pool and in a unit (NULL: any): the daily charts'' figures';
+
+-- The one definition of an account's charges after a day's end: in a unit, on a cluster (NULL:
+-- every cluster), after the end of `day` (site time zone) up to the start of period_end (the
+-- first day after the period: the month's, the quarter's), pro rata by period_share() for a job
+-- running across either midnight. One row per given account with such charges, unrounded.
+-- Callers: charges_after_day() (the window quota's month), balances_at_end() (the bank's
+-- quarter). A NULL accounts, unit, day or period_end is 22004.
+CREATE FUNCTION hpcacct_internal.charges_after_day_end(accounts text[], unit text, cluster text, day date,
+                                                       period_end date)
+    RETURNS TABLE (account text, amount numeric)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    DECLARE
+        -- once, as parameters: in the scan's filter they would be evaluated for every row, and
+        -- the ledger's BRIN index on job_end reads only what ended after day_end
+        tz constant text := @extschema@.site_timezone();
+        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
+        end_at constant timestamptz := $5::timestamp AT TIME ZONE tz;
+    BEGIN
+        PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day_end', x.arg)
+        FROM (VALUES ('accounts', $1::text), ('unit', $2), ('day', $4::text), ('period_end', $5::text)) x(arg, value)
+        WHERE x.value IS NULL;
+        RETURN QUERY
+        SELECT l.account, sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, end_at))
+        FROM @extschema@.ledger l
+        JOIN (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) a ON a.account = l.account
+        WHERE l.kind = 'charge' AND l.unit = $2
+          AND ($3 IS NULL OR l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r WHERE r.cluster = $3))
+          AND l.job_end >= day_end AND l.job_start < end_at
+        GROUP BY l.account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.charges_after_day_end(text[], text, text, date, date) IS
+    'Accounts'' charges in a unit, on a cluster (NULL: every one), after a day''s end up to a period''s end, pro rata';

@@ -151,25 +151,19 @@ REVOKE EXECUTE ON FUNCTION @extschema@.add_quota_period(text, date, date, float8
 -- An account's charges in a unit, on a cluster (NULL: every cluster), in the part of a day's
 -- month after that day's end (site time zone), pro rata (a job running across that midnight
 -- for its part after it): what a month's figures count that the end of the day did not see.
--- A NULL account, unit or day is 22004.
+-- charges_after_day_end()'s, for one account and the month. A NULL account, unit or day is 22004.
 CREATE FUNCTION hpcacct_internal.charges_after_day(account text, unit text, cluster text, day date) RETURNS numeric
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        -- once, as parameters: the ledger's BRIN index on job_end reads only what ended after day_end
-        tz constant text := @extschema@.site_timezone();
-        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
-        month_end constant timestamptz := (pg_catalog.date_trunc('month', $4::timestamp) + interval '1 month') AT TIME ZONE tz;
     BEGIN
         PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day', x.arg)
         FROM (VALUES ('account', $1), ('unit', $2), ('day', $4::text)) x(arg, value)
         WHERE x.value IS NULL;
-        RETURN (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, month_end)), 0)
-                FROM @extschema@.ledger l
-                JOIN @extschema@.resource r ON r.resource_id = l.resource_id
-                WHERE l.account = $1 AND l.kind = 'charge' AND l.unit = $2 AND ($3 IS NULL OR r.cluster = $3)
-                  AND l.job_end >= day_end AND l.job_start < month_end);
+        RETURN coalesce((SELECT c.amount
+                         FROM hpcacct_internal.charges_after_day_end(
+                                  ARRAY[$1], $2, $3, $4,
+                                  (pg_catalog.date_trunc('month', $4::timestamp) + interval '1 month')::date) c), 0);
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.charges_after_day(text, text, text, date) IS

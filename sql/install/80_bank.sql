@@ -265,34 +265,24 @@ COMMENT ON FUNCTION @extschema@.balance(text, date) IS
 
 -- Accounts' bank balances at the end of a day: balance() counts the whole quarter's charges,
 -- so the part of them after the day is added back (balance() itself when no job runs past
--- it). The charges after the day are read in one pass for all the accounts given. A NULL day
--- is 22004.
+-- it): charges_after_day_end()'s, in the bank's unit on every cluster, rounded to 6 decimals,
+-- read in one pass for all the accounts given. A NULL day is 22004.
 CREATE FUNCTION hpcacct_internal.balances_at_end(accounts text[], day date)
     RETURNS TABLE (account text, balance numeric)
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        -- once, as parameters: in the scan's filter they would be evaluated for every row, and
-        -- the ledger's BRIN index on job_end reads only the days after day_end
-        tz constant text := @extschema@.site_timezone();
-        bank_unit constant text := hpcacct_internal.bank_unit();
-        day_end constant timestamptz := ($2 + 1)::timestamp AT TIME ZONE tz;
-        quarter_end constant timestamptz := (@extschema@.quarter_start($2) + interval '3 months')::timestamp AT TIME ZONE tz;
     BEGIN
         IF $2 IS NULL THEN  -- not balance()'s today, which counts the rest of the quarter
             PERFORM hpcacct_internal.refuse_argument($2, 'balance_at_end', 'day');
         END IF;
         RETURN QUERY
-        SELECT x.account, @extschema@.balance(x.account, $2) + coalesce(after_day.amount, 0)
+        SELECT x.account, @extschema@.balance(x.account, $2) + coalesce(round(after_day.amount, 6), 0)
         FROM (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) x
-        LEFT JOIN (
-            SELECT l.account, round(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, quarter_end)), 6)
-                              AS amount
-            FROM @extschema@.ledger l
-            JOIN (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) y ON y.account = l.account
-            WHERE l.kind = 'charge' AND l.unit = bank_unit AND l.job_end >= day_end AND l.job_start < quarter_end
-            GROUP BY l.account) after_day ON after_day.account = x.account;
+        LEFT JOIN hpcacct_internal.charges_after_day_end(
+                      coalesce($1, '{}'), hpcacct_internal.bank_unit(), NULL, $2,
+                      (@extschema@.quarter_start($2) + interval '3 months')::date) after_day
+               ON after_day.account = x.account;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS

@@ -13645,6 +13645,60 @@ END;
 COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
     'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
     'their own was written), with the oldest such message';
+
+-- ==== one definition of an account's charges after a day's end in the rest of a period: charges_after_day() (the window quota's month) and balances_at_end() (the bank's quarter) each read the ledger with a query of their own for the same rule; charges_after_day_end() is new and is that rule, both call it, their figures unchanged. pgTAP charges_after_day_end ---
+-- charges_after_day(): defined in the final definitions below
+CREATE FUNCTION hpcacct_internal.charges_after_day_end(accounts text[], unit text, cluster text, day date,
+                                                       period_end date)
+    RETURNS TABLE (account text, amount numeric)
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    #variable_conflict use_column
+    DECLARE
+        -- once, as parameters: in the scan's filter they would be evaluated for every row, and
+        -- the ledger's BRIN index on job_end reads only what ended after day_end
+        tz constant text := @extschema@.site_timezone();
+        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
+        end_at constant timestamptz := $5::timestamp AT TIME ZONE tz;
+    BEGIN
+        PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day_end', x.arg)
+        FROM (VALUES ('accounts', $1::text), ('unit', $2), ('day', $4::text), ('period_end', $5::text)) x(arg, value)
+        WHERE x.value IS NULL;
+        RETURN QUERY
+        SELECT l.account, sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, end_at))
+        FROM @extschema@.ledger l
+        JOIN (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) a ON a.account = l.account
+        WHERE l.kind = 'charge' AND l.unit = $2
+          AND ($3 IS NULL OR l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r WHERE r.cluster = $3))
+          AND l.job_end >= day_end AND l.job_start < end_at
+        GROUP BY l.account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.charges_after_day_end(text[], text, text, date, date) IS
+    'Accounts'' charges in a unit, on a cluster (NULL: every one), after a day''s end up to a period''s end, pro rata';
+
+CREATE OR REPLACE FUNCTION hpcacct_internal.balances_at_end(accounts text[], day date)
+    RETURNS TABLE (account text, balance numeric)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF $2 IS NULL THEN  -- not balance()'s today, which counts the rest of the quarter
+            PERFORM hpcacct_internal.refuse_argument($2, 'balance_at_end', 'day');
+        END IF;
+        RETURN QUERY
+        SELECT x.account, @extschema@.balance(x.account, $2) + coalesce(round(after_day.amount, 6), 0)
+        FROM (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) x
+        LEFT JOIN hpcacct_internal.charges_after_day_end(
+                      coalesce($1, '{}'), hpcacct_internal.bank_unit(), NULL, $2,
+                      (@extschema@.quarter_start($2) + interval '3 months')::date) after_day
+               ON after_day.account = x.account;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
+    'Bank balances of accounts at the end of a day: balance() without the quarter''s charges after that day';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -19528,20 +19582,14 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charges_after_day(account text, unit
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    DECLARE
-        -- once, as parameters: the ledger's BRIN index on job_end reads only what ended after day_end
-        tz constant text := @extschema@.site_timezone();
-        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
-        month_end constant timestamptz := (pg_catalog.date_trunc('month', $4::timestamp) + interval '1 month') AT TIME ZONE tz;
     BEGIN
         PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day', x.arg)
         FROM (VALUES ('account', $1), ('unit', $2), ('day', $4::text)) x(arg, value)
         WHERE x.value IS NULL;
-        RETURN (SELECT coalesce(sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, month_end)), 0)
-                FROM @extschema@.ledger l
-                JOIN @extschema@.resource r ON r.resource_id = l.resource_id
-                WHERE l.account = $1 AND l.kind = 'charge' AND l.unit = $2 AND ($3 IS NULL OR r.cluster = $3)
-                  AND l.job_end >= day_end AND l.job_start < month_end);
+        RETURN coalesce((SELECT c.amount
+                         FROM hpcacct_internal.charges_after_day_end(
+                                  ARRAY[$1], $2, $3, $4,
+                                  (pg_catalog.date_trunc('month', $4::timestamp) + interval '1 month')::date) c), 0);
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.charges_after_day(text, text, text, date) IS
