@@ -13651,30 +13651,34 @@ COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
 CREATE FUNCTION hpcacct_internal.charges_after_day_end(accounts text[], unit text, cluster text, day date,
                                                        period_end date)
     RETURNS TABLE (account text, amount numeric)
-    LANGUAGE plpgsql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    #variable_conflict use_column
-    DECLARE
-        -- once, as parameters: in the scan's filter they would be evaluated for every row, and
-        -- the ledger's BRIN index on job_end reads only what ended after day_end
-        tz constant text := @extschema@.site_timezone();
-        day_end constant timestamptz := ($4 + 1)::timestamp AT TIME ZONE tz;
-        end_at constant timestamptz := $5::timestamp AT TIME ZONE tz;
-    BEGIN
-        PERFORM hpcacct_internal.refuse_argument(x.value, 'charges_after_day_end', x.arg)
-        FROM (VALUES ('accounts', $1::text), ('unit', $2), ('day', $4::text), ('period_end', $5::text)) x(arg, value)
-        WHERE x.value IS NULL;
-        RETURN QUERY
-        SELECT l.account, sum(l.amount * @extschema@.period_share(l.job_start, l.job_end, day_end, end_at))
-        FROM @extschema@.ledger l
-        JOIN (SELECT DISTINCT u.account FROM unnest($1) AS u(account)) a ON a.account = l.account
-        WHERE l.kind = 'charge' AND l.unit = $2
-          AND ($3 IS NULL OR l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r WHERE r.cluster = $3))
-          AND l.job_end >= day_end AND l.job_start < end_at
-        GROUP BY l.account;
-    END
-    $$;
+    LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT l.account,
+           sum(l.amount * @extschema@.period_share(
+                   l.job_start, l.job_end,
+                   (SELECT (charges_after_day_end.day + 1)::timestamp AT TIME ZONE @extschema@.site_timezone()),
+                   (SELECT charges_after_day_end.period_end::timestamp AT TIME ZONE @extschema@.site_timezone())))
+    FROM @extschema@.ledger l
+    JOIN (SELECT DISTINCT u.account FROM pg_catalog.unnest(charges_after_day_end.accounts) AS u(account)) a
+      ON a.account = l.account
+    WHERE (charges_after_day_end.accounts IS NOT NULL
+           OR hpcacct_internal.refuse_argument(charges_after_day_end.accounts, 'charges_after_day_end', 'accounts'))
+      AND (charges_after_day_end.unit IS NOT NULL
+           OR hpcacct_internal.refuse_argument(charges_after_day_end.unit, 'charges_after_day_end', 'unit'))
+      AND (charges_after_day_end.day IS NOT NULL
+           OR hpcacct_internal.refuse_argument(charges_after_day_end.day, 'charges_after_day_end', 'day'))
+      AND (charges_after_day_end.period_end IS NOT NULL
+           OR hpcacct_internal.refuse_argument(charges_after_day_end.period_end, 'charges_after_day_end', 'period_end'))
+      AND l.kind = 'charge' AND l.unit = (SELECT charges_after_day_end.unit)
+      AND ((SELECT charges_after_day_end.cluster) IS NULL
+           OR l.resource_id IN (SELECT r.resource_id FROM @extschema@.resource r WHERE r.cluster = charges_after_day_end.cluster))
+      AND l.job_end >= (SELECT (charges_after_day_end.day + 1)::timestamp AT TIME ZONE @extschema@.site_timezone())
+      -- (bounded on both sides: the plan, made before the instant is known, estimates a narrow
+      -- range, and on a large ledger reads the BRIN index rather than the whole table)
+      AND l.job_end <= 'infinity'
+      AND l.job_start < (SELECT charges_after_day_end.period_end::timestamp AT TIME ZONE @extschema@.site_timezone())
+    GROUP BY l.account;
+END;
 COMMENT ON FUNCTION hpcacct_internal.charges_after_day_end(text[], text, text, date, date) IS
     'Accounts'' charges in a unit, on a cluster (NULL: every one), after a day''s end up to a period''s end, pro rata';
 
