@@ -195,7 +195,9 @@ COMMENT ON FUNCTION hpcacct_internal.charges_to_day_end(text, text, text, date, 
 -- SET options, inlined into its callers' plans: a PL/pgSQL one, called once per quota account,
 -- made a past day's notify_scan() 8 % and my_accounts() 6 % slower at 200 000 jobs. The
 -- instants and the unit as scalar subqueries, computed once (in a filter, for every row): the
--- ledger's BRIN index on job_end reads only what ended after the day's end.
+-- ledger's BRIN index on job_end reads only what ended after the day's end. The price: this
+-- query alone, for 1 000 accounts, takes 3.0 ms where balances_at_end()'s own took 2.2 ms
+-- (6.6 against 4.0 ms a month before the quarter's end), 1-4 % of balances_at_end().
 CREATE FUNCTION hpcacct_internal.charges_after_day_end(accounts text[], unit text, cluster text, day date,
                                                        period_end date)
     RETURNS TABLE (account text, amount numeric)
