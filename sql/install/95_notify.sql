@@ -892,21 +892,34 @@ CREATE FUNCTION @extschema@.outbox_sending(worker text, recipient bigint) RETURN
     LANGUAGE sql
     SET search_path = pg_catalog, pg_temp
     AS $$
-        -- the delivery, locked first, and those to its mailbox that worker leased with it
+        -- One copy per mailbox whatever the claims' timing (two claims whose snapshots each
+        -- missed the other's lease can lease two deliveries of one copy): every delivery of the
+        -- message to the mailbox is locked, in one order, so that senders commit to its copy one
+        -- at a time; the next statement, with a snapshot taken after, refuses when another is
+        -- being sent or has been. (Row locks, not advisory ones, which any login may take.)
+        SELECT count(*) FROM (
+            SELECT 1 FROM @extschema@.outbox_recipient o
+            WHERE (o.message_id, o.mailbox) = (SELECT l.message_id, l.mailbox FROM @extschema@.outbox_recipient l
+                                               WHERE l.recipient_id = recipient)
+            ORDER BY o.recipient_id
+            FOR UPDATE) g;
+        -- the delivery and those to its mailbox that worker leased with it
         WITH s AS (
             UPDATE @extschema@.outbox_recipient r SET state = 'sending'
             WHERE (r.message_id, r.mailbox) = (SELECT l.message_id, l.mailbox FROM @extschema@.outbox_recipient l
                                                WHERE l.recipient_id = recipient AND l.state = 'pending' AND l.lease_owner = worker
-                                                 AND l.lease_until > pg_catalog.clock_timestamp()
-                                               FOR UPDATE)
+                                                 AND l.lease_until > pg_catalog.clock_timestamp())
               AND r.state = 'pending' AND r.lease_owner = worker AND r.lease_until > pg_catalog.clock_timestamp()
+              AND NOT EXISTS (SELECT 1 FROM @extschema@.outbox_recipient o
+                              WHERE o.message_id = r.message_id AND o.mailbox = r.mailbox
+                                AND o.state IN ('sending', 'delivered', 'uncertain'))
             RETURNING r.recipient_id
         )
         SELECT EXISTS (SELECT 1 FROM s WHERE s.recipient_id = recipient)
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_sending(text, bigint) IS
     'Sender: records that the SMTP transaction is about to complete (on the deliveries to the mailbox leased with it); '
-    'false when worker no longer holds the lease';
+    'false when worker no longer holds the lease, or when the mailbox''s copy is being sent or has been';
 
 CREATE FUNCTION @extschema@.outbox_result(worker text, recipient bigint, outcome text, error text DEFAULT NULL,
                                           retry_base interval DEFAULT '1 minute',

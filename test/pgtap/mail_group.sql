@@ -4,7 +4,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(8);
+SELECT plan(10);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('notify_order_wait', '0') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -56,6 +56,19 @@ UPDATE outbox_recipient SET next_attempt = now() WHERE username = 'mg_k';
 CREATE TEMP TABLE claim3 AS SELECT c.* FROM outbox_claim('w1', '10 minutes', 100) c;
 SELECT is((SELECT count(*)::int FROM claim3) || ' ' || (SELECT state || ' ' || attempts FROM outbox_recipient WHERE username = 'mg_k'),
           '0 delivered 1', 'when due, it ends as the copy did, not sent again');
+
+-- two senders that each leased a delivery of one copy (two claims whose snapshots each missed
+-- the other's lease): the second to commit to sending it is refused, before the copy completes
+SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['mg_l', 'mg_m']) AS u;
+INSERT INTO contact (username, email) VALUES ('mg_l', 'l@mg.example'), ('mg_m', 'l@mg.example');
+SELECT outbox_add('balance_low', 'mg/4', NULL, 'two leases', E'one copy\n', '{}', false, ARRAY['mg_l', 'mg_m']);
+UPDATE outbox_recipient SET lease_owner = CASE username WHEN 'mg_l' THEN 'w1' ELSE 'w2' END,
+                            lease_until = now() + interval '10 minutes', attempts = 1
+WHERE username IN ('mg_l', 'mg_m');
+SELECT ok(outbox_sending('w1', (SELECT recipient_id FROM outbox_recipient WHERE username = 'mg_l')),
+          'the first sender commits to the copy');
+SELECT is(outbox_sending('w2', (SELECT recipient_id FROM outbox_recipient WHERE username = 'mg_m')), false,
+          'the second, holding another delivery of the same copy, is refused: the mailbox gets one copy');
 
 -- ---- two sessions ----
 \set scratch hpcacct_mail_group
