@@ -117,14 +117,23 @@ CREATE TABLE @extschema@.outbox_recipient (
     delivered_at timestamptz,
     mailbox      text GENERATED ALWAYS AS (hpcacct_internal.mailbox_key(address)) STORED
 );
--- a message's deliveries (the foreign key's check when outbox_prune() deletes messages; those
--- of one mailbox, which get one copy: outbox_claim())
-CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id);
+-- a message's deliveries (the foreign key's check when outbox_prune() deletes messages), those
+-- to one mailbox (which get one copy: outbox_claim(), outbox_sending()); and whether a mailbox
+-- has a message (delivered or uncertain), a probe that stays short when thousands of deliveries
+-- share the mailbox
+CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id, mailbox);
+CREATE INDEX outbox_recipient_has ON @extschema@.outbox_recipient (message_id, mailbox)
+    WHERE state IN ('delivered', 'uncertain');
 -- a user's pending deliveries (contact_follow(), outbox_withdraw_member())
 CREATE INDEX outbox_recipient_user_pending ON @extschema@.outbox_recipient (username) WHERE state = 'pending';
 CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
 CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');
+-- Analyzed after every 1 000 rows written or changed, whatever the table's size: the sender's
+-- claims join its pending deliveries, and statistics that count none (a table of delivered
+-- ones, which autovacuum analyzes again only after a tenth of it changed) make the planner
+-- compare them pair by pair
+ALTER TABLE @extschema@.outbox_recipient SET (autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000);
 COMMENT ON TABLE @extschema@.outbox_recipient IS
     'Delivery record per message and recipient: pending, sending, delivered, failed, uncertain or withdrawn, with attempts and lease';
 
@@ -134,19 +143,38 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_message_id_seq', 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
 
+-- The deliveries' statistics brought up to date, with the owner's rights (ANALYZE is the
+-- owner's), by a statement that wrote many: the sender's next claim plans with them, not with
+-- statistics that count none pending (1 000 new deliveries compared pair by pair is a million
+-- comparisons; 20 000 took 85 s a claim). SKIP_LOCKED: not when autovacuum or another writer is
+-- analyzing the table, whose statistics then follow.
+CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.outbox_analyze() IS
+    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all(), after 1 000 deliveries or more)';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
+
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
 -- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
 -- account, subject, body, figures, to_managers, to_members, also, job_owner, owner_only} (the
 -- last two: whose job a message is about, and whether only they read it); the recipients of
 -- each are the account's managers (unless to_managers is false), its members too when to_members, and
 -- the users named in also, those with a contact that is not silenced. One set-based statement for all, and one NOTIFY
--- hpcacct_outbox (delivered at commit) when anything was written. Returns the new ids.
+-- hpcacct_outbox (delivered at commit) when anything was written; after 1 000 deliveries or more,
+-- the deliveries' statistics brought up to date (outbox_analyze()). Returns the new ids.
 CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     AS $$
     DECLARE
         ids bigint[];
+        deliveries bigint;
         missing text;
     BEGIN
         -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
@@ -222,8 +250,13 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
             CROSS JOIN LATERAL pg_catalog.unnest(w.addressed_to) AS u(username)
             JOIN @extschema@.contact c ON c.username = u.username AND c.notify
             ORDER BY w.message_id, c.username
+            RETURNING 1
         )
-        SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id) INTO ids FROM written w;
+        SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id), (SELECT count(*) FROM recipients)
+        INTO ids, deliveries FROM written w;
+        IF deliveries >= 1000 THEN
+            PERFORM hpcacct_internal.outbox_analyze();
+        END IF;
         IF ids IS NOT NULL THEN
             PERFORM pg_catalog.pg_notify('hpcacct_outbox', pg_catalog.array_length(ids, 1)::text);
             RETURN QUERY SELECT pg_catalog.unnest(ids);
@@ -746,26 +779,32 @@ CREATE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timesta
     RETURNS TABLE (recipient_id bigint, waits_for bigint)
     LANGUAGE sql STABLE
 BEGIN ATOMIC
-    SELECT r.recipient_id, f.oldest
-    FROM @extschema@.outbox_recipient r
-    JOIN @extschema@.outbox m ON m.message_id = r.message_id
-    -- each mailbox's oldest message still to be delivered, grouped once (a join on the
-    -- mailbox with message_id < compared each pair of its deliveries: those of a message
-    -- to many users who share the mailbox)
-    JOIN (SELECT o.mailbox, min(o.message_id) AS oldest FROM @extschema@.outbox_recipient o
-          WHERE o.state IN ('pending', 'sending') GROUP BY o.mailbox) f ON f.mailbox = r.mailbox
-    -- (elapsed time against the wait, its days 24 hours: not a day of the session's TimeZone)
-    WHERE r.state = 'pending' AND at - m.created_at < order_wait AND f.oldest < r.message_id;
+    SELECT d.recipient_id, d.oldest
+    FROM (SELECT r.recipient_id,
+                 -- the mailbox's oldest message still to be delivered, if older: one probe of
+                 -- outbox_recipient_open per delivery, whatever the planner expects (a join of the
+                 -- deliveries with those grouped by mailbox, planned for one row where there were
+                 -- 20 000, compared them pair by pair: 56 s a claim)
+                 (SELECT min(o.message_id) FROM @extschema@.outbox_recipient o
+                  WHERE o.mailbox = r.mailbox AND o.state IN ('pending', 'sending') AND o.message_id < r.message_id) AS oldest
+          FROM @extschema@.outbox_recipient r
+          JOIN @extschema@.outbox m ON m.message_id = r.message_id
+          -- (elapsed time against the wait, its days 24 hours: not a day of the session's TimeZone)
+          WHERE r.state = 'pending' AND at - m.created_at < order_wait) d
+    WHERE d.oldest IS NOT NULL;
 END;
 COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
     'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
     'their own was written), with the oldest such message';
 
+-- No JIT (nor in outbox_next_due()): with 20 000 deliveries pending, the claim's statement is
+-- costed past jit_above_cost, and compiling it took 0.63 s of a claim that found nothing to send.
 CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
@@ -861,6 +900,7 @@ COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
 CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $$
     DECLARE
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
