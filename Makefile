@@ -128,6 +128,7 @@ bench:
 	PG_CONFIG=$(PG_CONFIG) JOBS=$(JOBS) SEED=$(SEED) RUNS=$(RUNS) test/bench/run.sh
 	PG_CONFIG=$(PG_CONFIG) test/slurm/bench-submit.sh $(SUBMITS) $(SUBMIT_ROUNDS)
 	PG_CONFIG=$(PG_CONFIG) UPDATE_JOBS=$(UPDATE_JOBS) SEED=$(SEED) test/bench/update.sh
+	PG_CONFIG=$(PG_CONFIG) test/bench/claim.sh
 
 # `make bench-update`: what ALTER EXTENSION hpcacct UPDATE from the previous release costs a site
 # (test/bench/update.sh); `make bench-update UPDATE_JOBS=1000000 BASELINE=main` measures the
