@@ -867,13 +867,19 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
             FOR UPDATE OF r SKIP LOCKED
         ), claimed AS (
             -- with the deliveries to its mailbox due and not leased (one in its own back-off
-            -- keeps it: when due, it finds the mailbox has the message, above)
+            -- keeps it: when due, it finds the mailbox has the message, above), but those
+            -- another claim has locked: two claims that each took a different delivery of one
+            -- copy as its first waited for each other (40P01); each now leases what it could
+            -- lock, and outbox_sending() lets one of them send the copy
             UPDATE @extschema@.outbox_recipient r
             SET lease_owner = worker, lease_until = hpcacct_internal.shift_utc(pg_catalog.clock_timestamp(), lease), attempts = r.attempts + 1
-            FROM due d
-            WHERE r.message_id = d.message_id AND r.mailbox = d.mailbox AND r.state = 'pending'
-              AND r.next_attempt <= now_ AND (r.lease_until IS NULL OR r.lease_until < now_)
-            RETURNING r.*, d.recipient_id AS first
+            FROM (SELECT o.recipient_id, d.recipient_id AS first
+                  FROM due d
+                  JOIN @extschema@.outbox_recipient o ON o.message_id = d.message_id AND o.mailbox = d.mailbox
+                  WHERE o.state = 'pending' AND o.next_attempt <= now_ AND (o.lease_until IS NULL OR o.lease_until < now_)
+                  FOR UPDATE OF o SKIP LOCKED) l
+            WHERE r.recipient_id = l.recipient_id
+            RETURNING r.*, l.first
         )
         -- (one copy: the display name its users share, else none)
         SELECT c.recipient_id, c.message_id, c.address,

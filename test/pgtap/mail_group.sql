@@ -4,7 +4,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(10);
+SELECT plan(16);
 
 INSERT INTO setting VALUES ('timezone', 'UTC') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 INSERT INTO setting VALUES ('notify_order_wait', '0') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
@@ -103,6 +103,40 @@ SELECT dblink_exec('mg_u', 'COMMIT');
 SELECT is((SELECT coalesce(string_agg(address, ', '), 'none') FROM dblink_get_result('mg_s') AS t(address text)), 'none',
           'a delivery that moved to a mailbox which has the message is not sent it again');
 SELECT * FROM dblink_get_result('mg_s') AS t(address text);
+
+-- a claim does not wait for a delivery of its copy that another claim has locked (two claims
+-- that each took a different delivery of one copy as their first waited for each other, and
+-- PostgreSQL aborted one, 40P01): it leases the others, and the locked one, once free, ends as
+-- the copy did
+SELECT dblink_exec('mg_setup', $s$
+    SET client_min_messages = warning;
+    SET search_path = public, hpcacct;
+    SELECT add_user(u, '2024-01-05') FROM unnest(ARRAY['mg_c', 'mg_d']) AS u;
+    INSERT INTO contact (username, email) VALUES ('mg_c', 'c@mg.example'), ('mg_d', 'c@mg.example');
+    SELECT outbox_add('balance_low', 'mg/lock', NULL, 'locked', E'one copy\n', '{}', false, ARRAY['mg_c', 'mg_d']);
+    RESET client_min_messages;
+$s$);
+SELECT dblink_exec('mg_u', 'BEGIN');
+SELECT * FROM dblink('mg_u', $$SELECT 1 FROM hpcacct.outbox_recipient WHERE username = 'mg_d' FOR UPDATE$$) AS t(locked int);
+SELECT dblink_exec('mg_s', $$SET lock_timeout = '3s'$$);
+SELECT lives_ok($$CREATE TEMP TABLE lock_claim AS
+                  SELECT * FROM dblink('mg_s', 'SELECT address FROM hpcacct.outbox_claim(''w3'', ''10 minutes'', 100)')
+                  AS t(address text)$$,
+                'a claim does not wait for a delivery of its copy that another claim has locked');
+SELECT is((SELECT string_agg(address, ', ') FROM lock_claim), 'c@mg.example', 'it claims the copy');
+SELECT dblink_exec('mg_u', 'ROLLBACK');
+SELECT is((SELECT string_agg(t.who, ', ') FROM dblink('mg_s', $$
+               SELECT username || ' ' || coalesce(lease_owner, 'none') FROM hpcacct.outbox_recipient r
+               JOIN hpcacct.outbox m USING (message_id) WHERE m.decision_key = 'mg/lock' ORDER BY username$$) AS t(who text)),
+          'mg_c w3, mg_d none', 'with the deliveries it could lock: not the locked one');
+SELECT is((SELECT string_agg(t.who, ', ') FROM dblink('mg_s', $$
+               SELECT hpcacct.outbox_sending('w3', r.recipient_id)::text || ' ' || hpcacct.outbox_result('w3', r.recipient_id, 'delivered')::text
+               FROM hpcacct.outbox_recipient r WHERE r.username = 'mg_c'$$) AS t(who text)),
+          'true true', 'the copy is sent');
+SELECT is((SELECT n FROM dblink('mg_s', $$SELECT count(*) FROM hpcacct.outbox_claim('w3', '10 minutes', 100)$$) AS t(n bigint)),
+          0::bigint, 'the next claim sends nothing');
+SELECT is((SELECT t.state FROM dblink('mg_s', $$SELECT state FROM hpcacct.outbox_recipient WHERE username = 'mg_d'$$) AS t(state text)),
+          'delivered', 'and the delivery that was locked ends as the copy did, not sent again');
 
 SELECT dblink_disconnect('mg_s'), dblink_disconnect('mg_u'), dblink_disconnect('mg_setup');
 SELECT dblink_exec('mg_adm', 'DROP DATABASE hpcacct_mail_group');
