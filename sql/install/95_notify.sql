@@ -144,10 +144,10 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
 
 -- The deliveries' statistics brought up to date, with the owner's rights (ANALYZE is the
--- owner's), by a statement that wrote many: the sender's next claim plans with them, not with
+-- owner's), by a transaction that wrote many: the sender's next claim plans with them, not with
 -- statistics that count none pending (1 000 new deliveries compared pair by pair is a million
--- comparisons; 20 000 took 85 s a claim). SKIP_LOCKED: not when autovacuum or another writer is
--- analyzing the table, whose statistics then follow.
+-- comparisons; 20 000 took 85 s a claim). SKIP_LOCKED: not while autovacuum or another writer's
+-- open transaction holds the table for its own ANALYZE (autovacuum's, after 1 000 changes, follows).
 CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -157,7 +157,8 @@ CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.outbox_analyze() IS
-    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all(), after 1 000 deliveries or more)';
+    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all(), after every 1 000 deliveries a '
+    'transaction wrote)';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
 
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
@@ -166,8 +167,9 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
 -- last two: whose job a message is about, and whether only they read it); the recipients of
 -- each are the account's managers (unless to_managers is false), its members too when to_members, and
 -- the users named in also, those with a contact that is not silenced. One set-based statement for all, and one NOTIFY
--- hpcacct_outbox (delivered at commit) when anything was written; after 1 000 deliveries or more,
--- the deliveries' statistics brought up to date (outbox_analyze()). Returns the new ids.
+-- hpcacct_outbox (delivered at commit) when anything was written; after every 1 000 deliveries a
+-- transaction wrote, the deliveries' statistics brought up to date (outbox_analyze()). Returns
+-- the new ids.
 CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -254,8 +256,14 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         )
         SELECT pg_catalog.array_agg(w.message_id ORDER BY w.message_id), (SELECT count(*) FROM recipients)
         INTO ids, deliveries FROM written w;
-        IF deliveries >= 1000 THEN
-            PERFORM hpcacct_internal.outbox_analyze();
+        -- counted per transaction (notify_scan() writes a message per account, each with a few)
+        IF deliveries > 0 THEN
+            deliveries := deliveries + coalesce(NULLIF(pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true), '')::bigint, 0);
+            IF deliveries >= 1000 THEN
+                PERFORM hpcacct_internal.outbox_analyze();
+                deliveries := 0;
+            END IF;
+            PERFORM pg_catalog.set_config('hpcacct.deliveries_not_analyzed', deliveries::text, true);
         END IF;
         IF ids IS NOT NULL THEN
             PERFORM pg_catalog.pg_notify('hpcacct_outbox', pg_catalog.array_length(ids, 1)::text);
