@@ -126,7 +126,12 @@ CREATE INDEX outbox_recipient_has ON @extschema@.outbox_recipient (message_id, m
     WHERE state IN ('delivered', 'uncertain');
 -- a user's pending deliveries (contact_follow(), outbox_withdraw_member())
 CREATE INDEX outbox_recipient_user_pending ON @extschema@.outbox_recipient (username) WHERE state = 'pending';
-CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt) WHERE state IN ('pending', 'sending');
+-- the deliveries to be made by when they are due (a claim's scan); "next_attempt IS NOT NULL",
+-- which a claim's next_attempt <= now implies, keeps outbox_waiting()'s probe of a mailbox off
+-- it: with statistics that counted no pending row, the planner took this index for empty and
+-- read it whole for each delivery (outbox_status: over 20 s at 20 000 pending)
+CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt)
+    WHERE state IN ('pending', 'sending') AND next_attempt IS NOT NULL;
 -- the deliveries still to be made to a mailbox (a newer message waits for them: outbox_claim)
 CREATE INDEX outbox_recipient_open ON @extschema@.outbox_recipient (mailbox, message_id) WHERE state IN ('pending', 'sending');
 -- Analyzed after every 1 000 rows written or changed, whatever the table's size: the sender's
@@ -144,21 +149,24 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient', '');
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipient_id_seq', '');
 
 -- The deliveries' statistics brought up to date, with the owner's rights (ANALYZE is the
--- owner's), by a transaction that wrote many: the sender's next claim plans with them, not with
--- statistics that count none pending (1 000 new deliveries compared pair by pair is a million
--- comparisons; 20 000 took 85 s a claim). SKIP_LOCKED: not while autovacuum or another writer's
--- open transaction holds the table for its own ANALYZE (autovacuum's, after 1 000 changes, follows).
+-- owner's): plans made with statistics that count no pending delivery where there were 20 000
+-- compared them pair by pair (85 s a claim). Called by a transaction that wrote 1 000 deliveries
+-- (outbox_add_all(), before the sender, woken by its NOTIFY, plans a claim) and by the sender
+-- when 1 000 rows changed since the table was last analyzed (outbox_claim(), outbox_next_due():
+-- many small writers, within autovacuum's naptime). SKIP_LOCKED: not while autovacuum or
+-- another transaction holds the table for its own ANALYZE (its warning is not the caller's).
 CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET client_min_messages = error
     AS $$
     BEGIN
         ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.outbox_analyze() IS
-    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all(), after every 1 000 deliveries a '
-    'transaction wrote)';
+    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all() after every 1 000 deliveries '
+    'a transaction wrote; outbox_claim() and outbox_next_due() when 1 000 rows changed since it was analyzed)';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
 
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
@@ -258,7 +266,9 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         INTO ids, deliveries FROM written w;
         -- counted per transaction (notify_scan() writes a message per account, each with a few)
         IF deliveries > 0 THEN
-            deliveries := deliveries + coalesce(NULLIF(pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true), '')::bigint, 0);
+            -- (a value the session set that is not such a count is none)
+            deliveries := deliveries + CASE WHEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true) ~ '^[0-9]{1,6}$'
+                                            THEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true)::bigint ELSE 0 END;
             IF deliveries >= 1000 THEN
                 PERFORM hpcacct_internal.outbox_analyze();
                 deliveries := 0;
@@ -807,6 +817,7 @@ COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
 
 -- No JIT (nor in outbox_next_due()): with 20 000 deliveries pending, the claim's statement is
 -- costed past jit_above_cost, and compiling it took 0.63 s of a claim that found nothing to send.
+-- Statistics first: outbox_analyze().
 CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 minutes', batch integer DEFAULT 50)
     RETURNS TABLE (recipient_id bigint, message_id bigint, address text, display_name text, subject text,
                    body text, created_at timestamptz, attempts integer)
@@ -823,6 +834,9 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
         END IF;
         IF lease <= interval '0' OR batch < 1 THEN
             RAISE EXCEPTION 'outbox_claim needs a positive lease and batch size' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
+            PERFORM hpcacct_internal.outbox_analyze();
         END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
@@ -920,6 +934,9 @@ CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
+        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
+            PERFORM hpcacct_internal.outbox_analyze();
+        END IF;
         -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc()); a delivery
         -- to a mailbox whose copy of the message is leased or being sent not before that lease
         -- ends (outbox_claim() gives it to nobody meanwhile)

@@ -41,7 +41,8 @@ CREATE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
             ON @extschema@.outbox_recipient TO hpcacct_notify;
         GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
                                   @extschema@.outbox_sending(text, bigint),
-                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval)
+                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval),
+                                  hpcacct_internal.outbox_analyze()
             TO hpcacct_notify;
     END
     $$;

@@ -13703,11 +13703,14 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.balances_at_end(accounts text[], day
 COMMENT ON FUNCTION hpcacct_internal.balances_at_end(text[], date) IS
     'Bank balances of accounts at the end of a day: balance() without the quarter''s charges after that day';
 
--- ==== the sender's claim right after a message to many users: statistics that counted no pending delivery (a table not analyzed since, or one of delivered ones, which autovacuum analyzes again only after a tenth of it changed) planned joins for one row, which compared 20 000 deliveries pair by pair: 85 s a claim with a mailbox per user, 35 s when all shared one, 56 s after five delivered messages however analyzed (test/bench/claim.sh). outbox_add_all() analyzes the table after every 1 000 deliveries a transaction wrote (outbox_analyze(), the owner's rights; pgTAP mail_statistics), autovacuum after every 1 000 changes, outbox_waiting() probes outbox_recipient_open per delivery, and an index answers whether a mailbox has a message; no JIT in the claim (0.63 s compiling a claim that found nothing) ---
+-- ==== the sender's claim right after a message to many users: statistics that counted no pending delivery (a table not analyzed since, or one of delivered ones, which autovacuum analyzes again only after a tenth of it changed) planned joins for one row, which compared 20 000 deliveries pair by pair: 85 s a claim with a mailbox per user, 35 s when all shared one, 56 s after five delivered messages however analyzed (test/bench/claim.sh). outbox_add_all() analyzes the table after every 1 000 deliveries a transaction wrote, outbox_claim() and outbox_next_due() when 1 000 rows changed since its last ANALYZE (outbox_analyze(), the owner's rights; pgTAP mail_statistics), autovacuum analyzes it after every 1 000 changes, outbox_waiting() probes outbox_recipient_open per delivery (outbox_recipient_due's predicate keeps the probe off it), and an index answers whether a mailbox has a message; no JIT in the claim (0.63 s compiling a claim that found nothing) ---
 DROP INDEX @extschema@.outbox_recipient_message;
 CREATE INDEX outbox_recipient_message ON @extschema@.outbox_recipient (message_id, mailbox);
 CREATE INDEX outbox_recipient_has ON @extschema@.outbox_recipient (message_id, mailbox)
     WHERE state IN ('delivered', 'uncertain');
+DROP INDEX @extschema@.outbox_recipient_due;
+CREATE INDEX outbox_recipient_due ON @extschema@.outbox_recipient (next_attempt)
+    WHERE state IN ('pending', 'sending') AND next_attempt IS NOT NULL;
 ALTER TABLE @extschema@.outbox_recipient SET (autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000);
 CREATE OR REPLACE FUNCTION hpcacct_internal.outbox_waiting (order_wait interval, at timestamptz)
     RETURNS TABLE (recipient_id bigint, waits_for bigint)
@@ -13733,14 +13736,15 @@ COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
 CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET client_min_messages = error
     AS $$
     BEGIN
         ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
     END
     $$;
 COMMENT ON FUNCTION hpcacct_internal.outbox_analyze() IS
-    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all(), after every 1 000 deliveries a '
-    'transaction wrote)';
+    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all() after every 1 000 deliveries '
+    'a transaction wrote; outbox_claim() and outbox_next_due() when 1 000 rows changed since it was analyzed)';
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
 
 -- ==== two senders whose claims each took a different delivery of one copy as their first waited for each other, and PostgreSQL aborted one (40P01): a claim now leases the deliveries of its copy it can lock and leaves those another claim has locked, which end as the copy did (pgTAP mail_group; outbox_claim()'s final definition below) ---
@@ -15120,7 +15124,9 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         INTO ids, deliveries FROM written w;
         -- counted per transaction (notify_scan() writes a message per account, each with a few)
         IF deliveries > 0 THEN
-            deliveries := deliveries + coalesce(NULLIF(pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true), '')::bigint, 0);
+            -- (a value the session set that is not such a count is none)
+            deliveries := deliveries + CASE WHEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true) ~ '^[0-9]{1,6}$'
+                                            THEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true)::bigint ELSE 0 END;
             IF deliveries >= 1000 THEN
                 PERFORM hpcacct_internal.outbox_analyze();
                 deliveries := 0;
@@ -15394,6 +15400,9 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         END IF;
         IF lease <= interval '0' OR batch < 1 THEN
             RAISE EXCEPTION 'outbox_claim needs a positive lease and batch size' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
+            PERFORM hpcacct_internal.outbox_analyze();
         END IF;
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
@@ -18837,6 +18846,27 @@ CREATE OR REPLACE VIEW hpcacct_internal.charge_rollup_pending WITH (security_inv
 CREATE OR REPLACE VIEW hpcacct_internal.consumption_rollup_pending WITH (security_invoker = true) AS
     SELECT p.account, p.resource_id, p.boundary, p.ended, p.running, false AS merged
     FROM hpcacct_internal.consumption_rollup_pending_rows() p;
+CREATE OR REPLACE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_notify;
+        GRANT SELECT ON @extschema@.outbox_recipient, @extschema@.setting, @extschema@.settings TO hpcacct_notify;
+        GRANT SELECT (message_id, subject, body, created_at) ON @extschema@.outbox TO hpcacct_notify;
+        GRANT SELECT (username, display_name) ON @extschema@.contact TO hpcacct_notify;
+        GRANT UPDATE (state, attempts, next_attempt, lease_owner, lease_until, last_error, delivered_at)
+            ON @extschema@.outbox_recipient TO hpcacct_notify;
+        GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
+                                  @extschema@.outbox_sending(text, bigint),
+                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval),
+                                  hpcacct_internal.outbox_analyze()
+            TO hpcacct_notify;
+    END
+    $$;
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_notify_role() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.grant_notify_role() IS
+    'Grants hpcacct_notify what hpcacct-notify''s queries need (called by setup_roles)';
 -- sites that use the roles get what setup_roles() grants on every object, old and new
 DO $do$
 BEGIN
@@ -19388,6 +19418,9 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
+        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
+            PERFORM hpcacct_internal.outbox_analyze();
+        END IF;
         -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc()); a delivery
         -- to a mailbox whose copy of the message is leased or being sent not before that lease
         -- ends (outbox_claim() gives it to nobody meanwhile)
@@ -19409,26 +19442,6 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
     $$;
 COMMENT ON FUNCTION @extschema@.outbox_next_due() IS
     'Sender: when the next delivery is due (a wait for an older message to its mailbox included); NULL: none';
-CREATE OR REPLACE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS $$
-    BEGIN
-        GRANT USAGE ON SCHEMA @extschema@, hpcacct_internal TO hpcacct_notify;
-        GRANT SELECT ON @extschema@.outbox_recipient, @extschema@.setting, @extschema@.settings TO hpcacct_notify;
-        GRANT SELECT (message_id, subject, body, created_at) ON @extschema@.outbox TO hpcacct_notify;
-        GRANT SELECT (username, display_name) ON @extschema@.contact TO hpcacct_notify;
-        GRANT UPDATE (state, attempts, next_attempt, lease_owner, lease_until, last_error, delivered_at)
-            ON @extschema@.outbox_recipient TO hpcacct_notify;
-        GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
-                                  @extschema@.outbox_sending(text, bigint),
-                                  @extschema@.outbox_result(text, bigint, text, text, interval, interval)
-            TO hpcacct_notify;
-    END
-    $$;
-REVOKE EXECUTE ON FUNCTION hpcacct_internal.grant_notify_role() FROM PUBLIC;
-COMMENT ON FUNCTION hpcacct_internal.grant_notify_role() IS
-    'Grants hpcacct_notify what hpcacct-notify''s queries need (called by setup_roles)';
 CREATE OR REPLACE FUNCTION hpcacct_internal.sends_mail() RETURNS boolean
     LANGUAGE plpgsql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp

@@ -8,7 +8,8 @@
 #   history  as own, written after five such messages were delivered and analyzed
 # then ROUNDS rounds (default 12) of what hpcacct-notify does: outbox_claim() of 50, then
 # outbox_sending() and outbox_result('delivered') of each. Reports each round's claim in ms,
-# outbox_next_due() and outbox_status read whole. No ANALYZE but outbox_add_all()'s own.
+# outbox_next_due() and outbox_status read whole. No ANALYZE but hpcacct's own (outbox_add_all(),
+# outbox_claim()).
 # `make bench` runs it after the database benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -145,20 +145,22 @@ RESET SESSION AUTHORIZATION;
 SELECT ok((SELECT NOT rolcanlogin AND NOT rolsuper AND NOT rolcreaterole AND NOT rolcreatedb AND NOT rolbypassrls
                   AND NOT rolreplication FROM pg_roles WHERE rolname = 'hpcacct_notify'),
           'setup_roles() makes hpcacct_notify a NOLOGIN group role without attributes');
--- beyond what PUBLIC may execute: the sender's four functions
+-- beyond what PUBLIC may execute: the sender's four functions, and outbox_analyze(), which they
+-- call
 SELECT set_eq($$SELECT p.oid::regprocedure::text FROM pg_proc p
                 WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace)
                   AND has_function_privilege('ml_mailer', p.oid, 'EXECUTE')
                   AND NOT EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
                                   WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')$$,
               ARRAY['outbox_claim(text,interval,integer)', 'outbox_next_due()', 'outbox_sending(text,bigint)',
-                    'outbox_result(text,bigint,text,text,interval,interval)'],
-              'the sender executes outbox_claim, outbox_next_due, outbox_sending, outbox_result and what PUBLIC may');
+                    'outbox_result(text,bigint,text,text,interval,interval)', 'hpcacct_internal.outbox_analyze()'],
+              'the sender executes outbox_claim, outbox_next_due, outbox_sending, outbox_result, outbox_analyze and what PUBLIC may');
 SELECT set_eq($$SELECT p.pronamespace::regnamespace || '.' || p.proname FROM pg_proc p
                 WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef
                   AND has_function_privilege('ml_mailer', p.oid, 'EXECUTE')$$,
-              ARRAY['hpcacct_internal.visible_accounts', 'hpcacct.fairshare'],
-              'it reaches no SECURITY DEFINER function but visible_accounts and fairshare (PUBLIC''s)');
+              ARRAY['hpcacct_internal.visible_accounts', 'hpcacct.fairshare', 'hpcacct_internal.outbox_analyze'],
+              'it reaches no SECURITY DEFINER function but visible_accounts and fairshare (PUBLIC''s) and '
+              'outbox_analyze (which analyzes the deliveries after many were written or changed)');
 -- every write privilege on every relation of the schemas, column privileges included
 SELECT set_eq($$SELECT c.relname || ' ' || p.priv FROM pg_class c
                 CROSS JOIN unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(priv)

@@ -160,7 +160,7 @@ SELECT is((SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p
           'roll_up_charges,roll_up_pending,run_alone,run_in_order,sacct_window_start,visible_accounts',
           'exactly these sixteen functions run with the owner''s rights (charging, visible_accounts, fairshare, the '
           'contact trigger that moves a portal user''s own pending deliveries, last_run_day, which reads run_day for '
-          'outbox_prune, outbox_analyze, which analyzes the deliveries after a statement wrote many, the '
+          'outbox_prune, outbox_analyze, which analyzes the deliveries after many were written or changed, the '
           'portal''s member management, the sacct loader, the rollups'' writers, run_alone, which locks a row '
           'of run_lock for the runs that must not overlap, and run_in_order, which keeps the last day of the runs '
           'that go in date order in run_day)');

@@ -79,8 +79,9 @@ SELECT set_eq($$SELECT p.pronamespace::regnamespace || '.' || p.proname FROM pg_
 SELECT set_eq($$SELECT p.pronamespace::regnamespace || '.' || p.proname FROM pg_proc p
                 WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef
                   AND has_function_privilege('hpcacct_notify', p.oid, 'EXECUTE')$$,
-              ARRAY['hpcacct_internal.visible_accounts', 'hpcacct.fairshare'],
-              'the mail sender reaches only visible_accounts and fairshare (its four functions run with its rights)');
+              ARRAY['hpcacct_internal.visible_accounts', 'hpcacct.fairshare', 'hpcacct_internal.outbox_analyze'],
+              'the mail sender reaches only visible_accounts, fairshare and outbox_analyze, which analyzes the deliveries '
+              'after many were written or changed (its four functions run with its rights)');
 
 -- ---- a plain member of ra_a, through the portal role ----
 SET SESSION AUTHORIZATION ra_member;
