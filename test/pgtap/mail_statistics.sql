@@ -8,7 +8,7 @@
 -- mailbox took it for empty and read it whole for each delivery: over 20 s at 20 000 pending).
 BEGIN;
 SET search_path = public, hpcacct;
-SELECT plan(14);
+SELECT plan(16);
 CALL setup_roles();
 
 INSERT INTO account (name) VALUES ('st_a'), ('st_b');
@@ -51,6 +51,14 @@ SELECT is((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'outbox_recipient'::
 SELECT ok((SELECT 'pending' = ANY (s.most_common_vals::text::text[]) FROM pg_stats s
            WHERE s.schemaname = 'hpcacct' AND s.tablename = 'outbox_recipient' AND s.attname = 'state'),
           'its statistics know deliveries are pending');
+
+-- the count is the transaction's: a value a session set that is not such a count is none
+SET LOCAL hpcacct.deliveries_not_analyzed = 'x';
+SELECT lives_ok($$SELECT outbox_add('account_expiry', 'st_a/3', NULL, 's', E'b\n', '{}', false, ARRAY['st2'])$$,
+                'a setting that is not a count does not stop a message');
+SET LOCAL hpcacct.deliveries_not_analyzed = '9223372036854775807';
+SELECT lives_ok($$SELECT outbox_add('account_expiry', 'st_a/4', NULL, 's', E'b\n', '{}', false, ARRAY['st2'])$$,
+                'nor one out of range');
 
 SELECT is(has_function_privilege('hpcacct_portal', 'hpcacct_internal.outbox_analyze()', 'EXECUTE'), false,
           'a portal user may not run the owner''s ANALYZE herself');
