@@ -924,9 +924,10 @@ COMMENT ON FUNCTION @extschema@.outbox_claim(text, interval, integer) IS
 
 -- When the next delivery is due (a sender sleeps until then): the earliest next attempt or
 -- lease end of those to be made, a delivery that waits for an older message counted from
--- when its wait ends (or when the older one is due). NULL: nothing to deliver.
+-- when its wait ends (or when the older one is due). NULL: nothing to deliver. Volatile: it may
+-- analyze the deliveries first, as a claim does.
 CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$

@@ -19410,7 +19410,7 @@ COMMENT ON FUNCTION hpcacct_internal.run_alone(text) IS
     'recheck_queued: hpcacct-slurm-sync''s queue run), '
     'then keeps others waiting until this transaction ends';
 CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
     SET jit = off
     AS $$
