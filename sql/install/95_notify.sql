@@ -151,23 +151,27 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_recipient_recipie
 -- The deliveries' statistics brought up to date, with the owner's rights (ANALYZE is the
 -- owner's): plans made with statistics that count no pending delivery where there were 20 000
 -- compared them pair by pair (85 s a claim). Called by a transaction that wrote 1 000 deliveries
--- (outbox_add_all(), before the sender, woken by its NOTIFY, plans a claim) and by the sender
--- when 1 000 rows changed since the table was last analyzed (outbox_claim(), outbox_next_due():
--- many small writers, within autovacuum's naptime). SKIP_LOCKED: not while autovacuum or
--- another transaction holds the table for its own ANALYZE (its warning is not the caller's).
-CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
+-- (outbox_add_all(), with min_changes 0, before the sender, woken by its NOTIFY, plans a claim)
+-- and by the sender, when min_changes rows changed since the table was last analyzed
+-- (outbox_claim(), outbox_next_due(): many small writers, within autovacuum's naptime).
+-- SKIP_LOCKED: not while autovacuum or another transaction holds the table for its own ANALYZE
+-- (its warning is not the caller's).
+CREATE FUNCTION hpcacct_internal.outbox_analyze(min_changes bigint DEFAULT 1000) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET client_min_messages = error
     AS $$
     BEGIN
-        ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
+        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= min_changes THEN
+            ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
+        END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.outbox_analyze() IS
-    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all() after every 1 000 deliveries '
-    'a transaction wrote; outbox_claim() and outbox_next_due() when 1 000 rows changed since it was analyzed)';
-REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.outbox_analyze(bigint) IS
+    'Analyzes outbox_recipient as its owner when min_changes rows (default 1 000) changed since it was analyzed, unless '
+    'it is being analyzed (outbox_add_all() after every 1 000 deliveries a transaction wrote, with 0; outbox_claim() and '
+    'outbox_next_due())';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze(bigint) FROM PUBLIC;
 
 -- Writes messages and their recipients, one per decision: those whose (topic, decision_key)
 -- has a message already are skipped. messages is a jsonb array of {topic, decision_key,
@@ -185,6 +189,7 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
     DECLARE
         ids bigint[];
         deliveries bigint;
+        counted text;
         missing text;
     BEGIN
         -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
@@ -267,10 +272,10 @@ CREATE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SETOF bigint
         -- counted per transaction (notify_scan() writes a message per account, each with a few)
         IF deliveries > 0 THEN
             -- (a value the session set that is not such a count is none)
-            deliveries := deliveries + CASE WHEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true) ~ '^[0-9]{1,6}$'
-                                            THEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true)::bigint ELSE 0 END;
+            counted := pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true);
+            deliveries := deliveries + CASE WHEN counted ~ '^[0-9]{1,6}$' THEN counted::bigint ELSE 0 END;
             IF deliveries >= 1000 THEN
-                PERFORM hpcacct_internal.outbox_analyze();
+                PERFORM hpcacct_internal.outbox_analyze(0);
                 deliveries := 0;
             END IF;
             PERFORM pg_catalog.set_config('hpcacct.deliveries_not_analyzed', deliveries::text, true);
@@ -835,9 +840,7 @@ CREATE FUNCTION @extschema@.outbox_claim(worker text, lease interval DEFAULT '5 
         IF lease <= interval '0' OR batch < 1 THEN
             RAISE EXCEPTION 'outbox_claim needs a positive lease and batch size' USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
-            PERFORM hpcacct_internal.outbox_analyze();
-        END IF;
+        PERFORM hpcacct_internal.outbox_analyze();
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
@@ -935,9 +938,7 @@ CREATE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
-        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
-            PERFORM hpcacct_internal.outbox_analyze();
-        END IF;
+        PERFORM hpcacct_internal.outbox_analyze();
         -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc()); a delivery
         -- to a mailbox whose copy of the message is leased or being sent not before that lease
         -- ends (outbox_claim() gives it to nobody meanwhile)

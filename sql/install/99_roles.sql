@@ -42,7 +42,7 @@ CREATE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
         GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
                                   @extschema@.outbox_sending(text, bigint),
                                   @extschema@.outbox_result(text, bigint, text, text, interval, interval),
-                                  hpcacct_internal.outbox_analyze()
+                                  hpcacct_internal.outbox_analyze(bigint)
             TO hpcacct_notify;
     END
     $$;

@@ -13733,19 +13733,22 @@ END;
 COMMENT ON FUNCTION hpcacct_internal.outbox_waiting(interval, timestamptz) IS
     'Pending deliveries that wait at a time for an older message to their mailbox (up to order_wait after '
     'their own was written), with the oldest such message';
-CREATE FUNCTION hpcacct_internal.outbox_analyze() RETURNS void
+CREATE FUNCTION hpcacct_internal.outbox_analyze(min_changes bigint DEFAULT 1000) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET client_min_messages = error
     AS $$
     BEGIN
-        ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
+        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= min_changes THEN
+            ANALYZE (SKIP_LOCKED) @extschema@.outbox_recipient;
+        END IF;
     END
     $$;
-COMMENT ON FUNCTION hpcacct_internal.outbox_analyze() IS
-    'Analyzes outbox_recipient as its owner, unless it is being analyzed (outbox_add_all() after every 1 000 deliveries '
-    'a transaction wrote; outbox_claim() and outbox_next_due() when 1 000 rows changed since it was analyzed)';
-REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze() FROM PUBLIC;
+COMMENT ON FUNCTION hpcacct_internal.outbox_analyze(bigint) IS
+    'Analyzes outbox_recipient as its owner when min_changes rows (default 1 000) changed since it was analyzed, unless '
+    'it is being analyzed (outbox_add_all() after every 1 000 deliveries a transaction wrote, with 0; outbox_claim() and '
+    'outbox_next_due())';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze(bigint) FROM PUBLIC;
 
 -- ==== two senders whose claims each took a different delivery of one copy as their first waited for each other, and PostgreSQL aborted one (40P01): a claim now leases the deliveries of its copy it can lock and leaves those another claim has locked, which end as the copy did (pgTAP mail_group; outbox_claim()'s final definition below) ---
 
@@ -15043,6 +15046,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
     DECLARE
         ids bigint[];
         deliveries bigint;
+        counted text;
         missing text;
     BEGIN
         -- NULL is no message (jsonb_agg of no rows, as the triggers pass it); else an array of
@@ -15125,10 +15129,10 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_add_all(messages jsonb) RETURNS SE
         -- counted per transaction (notify_scan() writes a message per account, each with a few)
         IF deliveries > 0 THEN
             -- (a value the session set that is not such a count is none)
-            deliveries := deliveries + CASE WHEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true) ~ '^[0-9]{1,6}$'
-                                            THEN pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true)::bigint ELSE 0 END;
+            counted := pg_catalog.current_setting('hpcacct.deliveries_not_analyzed', true);
+            deliveries := deliveries + CASE WHEN counted ~ '^[0-9]{1,6}$' THEN counted::bigint ELSE 0 END;
             IF deliveries >= 1000 THEN
-                PERFORM hpcacct_internal.outbox_analyze();
+                PERFORM hpcacct_internal.outbox_analyze(0);
                 deliveries := 0;
             END IF;
             PERFORM pg_catalog.set_config('hpcacct.deliveries_not_analyzed', deliveries::text, true);
@@ -15401,9 +15405,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_claim(worker text, lease interval 
         IF lease <= interval '0' OR batch < 1 THEN
             RAISE EXCEPTION 'outbox_claim needs a positive lease and batch size' USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
-            PERFORM hpcacct_internal.outbox_analyze();
-        END IF;
+        PERFORM hpcacct_internal.outbox_analyze();
         UPDATE @extschema@.outbox_recipient r
         SET state = 'uncertain', lease_owner = NULL, lease_until = NULL,
             last_error = pg_catalog.format('sender %s stopped while sending (lease until %s): not sent again',
@@ -18860,7 +18862,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.grant_notify_role() RETURNS void
         GRANT EXECUTE ON FUNCTION @extschema@.outbox_claim(text, interval, integer), @extschema@.outbox_next_due(),
                                   @extschema@.outbox_sending(text, bigint),
                                   @extschema@.outbox_result(text, bigint, text, text, interval, interval),
-                                  hpcacct_internal.outbox_analyze()
+                                  hpcacct_internal.outbox_analyze(bigint)
             TO hpcacct_notify;
     END
     $$;
@@ -19418,9 +19420,7 @@ CREATE OR REPLACE FUNCTION @extschema@.outbox_next_due() RETURNS timestamptz
         order_wait constant interval := @extschema@.setting_value('notify_order_wait')::interval;
         now_ constant timestamptz := pg_catalog.clock_timestamp();
     BEGIN
-        IF pg_catalog.pg_stat_get_mod_since_analyze('@extschema@.outbox_recipient'::regclass) >= 1000 THEN
-            PERFORM hpcacct_internal.outbox_analyze();
-        END IF;
+        PERFORM hpcacct_internal.outbox_analyze();
         -- (the wait's days 24 hours, as outbox_waiting() counts them: shift_utc()); a delivery
         -- to a mailbox whose copy of the message is leased or being sent not before that lease
         -- ends (outbox_claim() gives it to nobody meanwhile)

@@ -153,7 +153,7 @@ SELECT set_eq($$SELECT p.oid::regprocedure::text FROM pg_proc p
                   AND NOT EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
                                   WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')$$,
               ARRAY['outbox_claim(text,interval,integer)', 'outbox_next_due()', 'outbox_sending(text,bigint)',
-                    'outbox_result(text,bigint,text,text,interval,interval)', 'hpcacct_internal.outbox_analyze()'],
+                    'outbox_result(text,bigint,text,text,interval,interval)', 'hpcacct_internal.outbox_analyze(bigint)'],
               'the sender executes outbox_claim, outbox_next_due, outbox_sending, outbox_result, outbox_analyze and what PUBLIC may');
 SELECT set_eq($$SELECT p.pronamespace::regnamespace || '.' || p.proname FROM pg_proc p
                 WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef

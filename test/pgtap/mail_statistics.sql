@@ -60,7 +60,7 @@ SET LOCAL hpcacct.deliveries_not_analyzed = '9223372036854775807';
 SELECT lives_ok($$SELECT outbox_add('account_expiry', 'st_a/4', NULL, 's', E'b\n', '{}', false, ARRAY['st2'])$$,
                 'nor one out of range');
 
-SELECT is(has_function_privilege('hpcacct_portal', 'hpcacct_internal.outbox_analyze()', 'EXECUTE'), false,
+SELECT is(has_function_privilege('hpcacct_portal', 'hpcacct_internal.outbox_analyze(bigint)', 'EXECUTE'), false,
           'a portal user may not run the owner''s ANALYZE herself');
 
 
