@@ -31,10 +31,12 @@
 #include <curl/curl.h>
 #include <libpq-fe.h>
 
+#include <fcntl.h>
 #include <sys/select.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -49,8 +51,32 @@
 
 namespace {
 
+// SIGTERM or SIGINT: stop. The handler also writes a byte to a pipe that every wait selects
+// on, so a signal that comes just before a wait cannot be missed until its timeout.
 volatile std::sig_atomic_t stop_requested = 0;
-extern "C" void on_signal(int) { stop_requested = 1; }
+int stop_pipe[2] = {-1, -1};
+extern "C" void on_signal(int) {
+    const int saved_errno = errno;
+    stop_requested = 1;
+    if (stop_pipe[1] >= 0) {
+        const ssize_t written = write(stop_pipe[1], "x", 1);  // full or failed: a byte is already there
+        (void)written;
+    }
+    errno = saved_errno;
+}
+
+// Waits up to `seconds` for the socket fd (none if -1) to be readable or, unless told not to,
+// for a stop; true when the socket is readable.
+bool wait_readable(int fd, double seconds, bool or_stop = true) {
+    fd_set set;
+    FD_ZERO(&set);
+    if (or_stop) FD_SET(stop_pipe[0], &set);
+    if (fd >= 0) FD_SET(fd, &set);
+    struct timeval tv;
+    tv.tv_sec = static_cast<long>(seconds);
+    tv.tv_usec = static_cast<long>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+    return select(std::max(fd, stop_pipe[0]) + 1, &set, nullptr, nullptr, &tv) > 0 && fd >= 0 && FD_ISSET(fd, &set);
+}
 
 struct ConfigError : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -82,7 +108,7 @@ struct Config {
         char *end = nullptr;
         errno = 0;
         long n = std::strtol(v.c_str(), &end, 10);
-        // at most 2^31 - 1: products, select()'s and sleep()'s arguments stay in range;
+        // at most 2^31 - 1: products and select()'s arguments stay in range;
         // timeout at most what libcurl takes (it ignores a larger one: no timeout at all)
         const long most = k == "timeout" ? 2147483L : 2147483647L;
         if (v.empty() || *end != '\0' || errno != 0 || n <= 0 || n > most)
@@ -200,7 +226,40 @@ struct Db {
     }
     // Runs a parameterized statement; returns the result or nullptr (logged) on error.
     hpcacct::pq::Result exec(const char *sql, const std::vector<std::string> &params) {
-        hpcacct::pq::Result r = hpcacct::pq::exec(conn, sql, params);
+        return checked(hpcacct::pq::exec(conn, sql, params));
+    }
+    // The same for a statement that leaves nothing to record when abandoned (a claim, the next
+    // due time): a stop cancels it on the server instead of waiting for it, behind a lock say.
+    // The statements that record a delivery are waited for: abandoned, a delivered one would
+    // become uncertain.
+    hpcacct::pq::Result exec_or_stop(const char *sql, const std::vector<std::string> &params) {
+        if (stop_requested) return hpcacct::pq::Result(nullptr, PQclear);
+        if (!hpcacct::pq::send(conn, sql, params)) return checked(hpcacct::pq::Result(nullptr, PQclear));
+        bool cancel_sent = false;
+        std::chrono::steady_clock::time_point give_up;
+        while (PQisBusy(conn) && PQsocket(conn) >= 0) {
+            const bool readable = wait_readable(PQsocket(conn), cancel_sent ? 1 : 60, !cancel_sent);
+            if (stop_requested && !cancel_sent) {
+                cancel_sent = true;
+                give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                char error[256] = {0};
+                PGcancel *cancel = PQgetCancel(conn);
+                if (!cancel || !PQcancel(cancel, error, sizeof error))
+                    log_line("cannot cancel the statement: " + hpcacct::pq::one_line(error));
+                PQfreeCancel(cancel);
+            } else if (cancel_sent && std::chrono::steady_clock::now() > give_up) {
+                log_line("the server has not ended the cancelled statement in 10 s: leaving it");
+                return hpcacct::pq::Result(nullptr, PQclear);  // the caller closes the connection
+            }
+            if (readable && !PQconsumeInput(conn)) break;  // the connection is lost: PQgetResult says so
+        }
+        hpcacct::pq::Result r(PQgetResult(conn), PQclear);
+        while (PGresult *more = PQgetResult(conn)) PQclear(more);
+        return checked(std::move(r));
+    }
+
+  private:
+    hpcacct::pq::Result checked(hpcacct::pq::Result r) {
         if (!hpcacct::pq::succeeded(r.get())) {
             log_line("database: " + (r ? hpcacct::pq::describe(r.get()) : hpcacct::pq::one_line(PQerrorMessage(conn))));
             r.reset();
@@ -410,7 +469,7 @@ const char *claim_sql =
 bool deliver_due(Db &db, CURL *curl, Trace &trace, const Config &cfg, int &sent) {
     const std::string &worker = cfg.get("worker");
     while (!stop_requested) {
-        auto r = db.exec(claim_sql, {worker, cfg.get("lease"), cfg.get("batch")});
+        auto r = db.exec_or_stop(claim_sql, {worker, cfg.get("lease"), cfg.get("batch")});
         if (!r) return false;
         int n = PQntuples(r.get());
         if (n == 0) return true;
@@ -453,22 +512,16 @@ bool deliver_due(Db &db, CURL *curl, Trace &trace, const Config &cfg, int &sent)
 double seconds_to_next(Db &db, const Config &cfg) {
     double poll = static_cast<double>(cfg.number("poll"));
     // a delivery that waits for an older message to its mailbox counts from when it may go
-    auto r = db.exec("SELECT EXTRACT(epoch FROM hpcacct.outbox_next_due() - pg_catalog.clock_timestamp())::float8", {});
+    auto r = db.exec_or_stop("SELECT EXTRACT(epoch FROM hpcacct.outbox_next_due() - pg_catalog.clock_timestamp())::float8",
+                             {});
     if (!r || PQgetisnull(r.get(), 0, 0)) return poll;
     double s = std::atof(PQgetvalue(r.get(), 0, 0));
     return std::max(0.2, std::min(poll, s + 0.05));
 }
 
+// Until a NOTIFY, `seconds` or a stop.
 void wait_for_work(Db &db, double seconds) {
-    int fd = PQsocket(db.conn);
-    if (fd < 0) return;
-    fd_set set;
-    FD_ZERO(&set);
-    FD_SET(fd, &set);
-    struct timeval tv;
-    tv.tv_sec = static_cast<long>(seconds);
-    tv.tv_usec = static_cast<long>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
-    select(fd + 1, &set, nullptr, nullptr, &tv);
+    if (!wait_readable(PQsocket(db.conn), seconds)) return;
     PQconsumeInput(db.conn);
     while (PGnotify *n = PQnotifies(db.conn)) PQfreemem(n);
 }
@@ -490,6 +543,10 @@ int run(int argc, char **argv) {
     cfg.read_environment();
     cfg.check();
 
+    if (pipe2(stop_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        log_line(std::string("cannot create a pipe: ") + std::strerror(errno));
+        return 1;
+    }
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::signal(SIGPIPE, SIG_IGN);
@@ -509,18 +566,18 @@ int run(int argc, char **argv) {
     while (!stop_requested) {
         if (!db.ok() && !db.connect(cfg.get("conninfo"))) {
             if (once) return 2;
-            wait_for_work(db, 0);  // no socket: returns at once
-            sleep(static_cast<unsigned>(backoff));
+            wait_readable(-1, backoff);  // or a stop
             backoff = std::min(backoff * 2, static_cast<double>(cfg.number("poll")));
             continue;
         }
         bool good = deliver_due(db, curl.get(), trace, cfg, sent);
         if (!good) {
             db.close();
+            if (stop_requested) break;  // the claim cancelled by the stop is no failure
             if (once) return 2;
             // a statement that failed (a grant revoked, the extension gone) fails again: wait as
             // after a failed connection, or it reconnects and fails as fast as it can
-            sleep(static_cast<unsigned>(backoff));
+            wait_readable(-1, backoff);
             backoff = std::min(backoff * 2, static_cast<double>(cfg.number("poll")));
             continue;
         }
@@ -528,7 +585,7 @@ int run(int argc, char **argv) {
         if (once || stop_requested) break;  // a signal during the deliveries: no wait of poll seconds
         wait_for_work(db, seconds_to_next(db, cfg));
     }
-    log_line(std::to_string(sent) + " delivered");
+    log_line(std::to_string(sent) + " delivered" + (stop_requested ? "; stopped by a signal" : ""));
     curl.reset();
     curl_global_cleanup();
     return 0;

@@ -18,12 +18,25 @@ namespace hpcacct::pq {
 
 using Result = std::unique_ptr<PGresult, void (*)(PGresult *)>;
 
-// Runs a statement with text parameters ($1, $2, ...); check the result with succeeded().
-inline Result exec(PGconn *conn, const char *sql, const std::vector<std::string> &params) {
+// Text parameters ($1, $2, ...) as libpq takes them: pointers into params.
+inline std::vector<const char *> values_of(const std::vector<std::string> &params) {
     std::vector<const char *> values;
+    values.reserve(params.size());
     for (const auto &s : params) values.push_back(s.c_str());
+    return values;
+}
+
+// Runs a statement with text parameters; check the result with succeeded().
+inline Result exec(PGconn *conn, const char *sql, const std::vector<std::string> &params) {
+    const std::vector<const char *> values = values_of(params);
     return Result(PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0),
                   PQclear);
+}
+
+// Sends it without waiting for the result (PQgetResult): 0 on failure.
+inline int send(PGconn *conn, const char *sql, const std::vector<std::string> &params) {
+    const std::vector<const char *> values = values_of(params);
+    return PQsendQueryParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr, 0);
 }
 
 // libpq's message on one line (it puts a hint after "\n\t", a query's position on lines of
