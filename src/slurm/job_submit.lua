@@ -14,7 +14,8 @@ Configuration, one `key = value` a line, `#` starts a comment:
                  (a role in hpcacct_submit; a password belongs in a file only SlurmUser reads,
                  passfile=/etc/slurm/hpcacct.pgpass, mode 0600); the
                  script adds options (statement_timeout) and application_name to it, and
-                 connect_timeout=2 unless it sets one
+                 connect_timeout=2 and client_encoding=UTF8 (Slurm's names are UTF-8,
+                 whatever the login's or the database's default) unless it sets them
   on_db_error    open   (default) accept the job and log an error when the database cannot
                         be reached or answers with an error;
                  closed refuse the job with a message saying so
@@ -131,9 +132,12 @@ local function connect()
     -- is one EXECUTE that the server neither parses nor plans again. connect_timeout=2 comes
     -- first: a conninfo that sets none would let slurmctld wait for as long as a server that
     -- took the connection does not answer it (a later keyword wins: conninfo's own stays).
+    -- So does client_encoding=UTF8: a login whose default is LATIN1 would read an account
+    -- named in UTF-8 as another name.
     local timeout = tonumber(conf.statement_timeout_ms) or 2000
     local c, err = env:connect(string.format(
-        "connect_timeout=2 %s options='-c statement_timeout=%d' application_name='slurm job_submit/lua (hpcacct)'",
+        "connect_timeout=2 client_encoding=UTF8 %s options='-c statement_timeout=%d' "
+        .. "application_name='slurm job_submit/lua (hpcacct)'",
         conf.conninfo, timeout))
     if not c then
         next_attempt = os.time() + conf.retry

@@ -59,11 +59,17 @@ INSERT INTO account (name, kind) VALUES
 INSERT INTO account (name, kind, deleted_in) VALUES ('e_deleted', 'personal', current_date - 1);
 INSERT INTO hpc_user (username) VALUES ('e_deleted');
 INSERT INTO hpc_user (username) VALUES ('nobody');   -- neither a default project nor a personal account
+-- a non-ASCII name, read by logins whose default client encoding is not UTF-8
+INSERT INTO account (name, kind) VALUES ('e_café', 'project');
+ALTER ROLE slurm_submit SET client_encoding = 'LATIN1';
+ALTER ROLE slurm_sync SET client_encoding = 'LATIN1';
 INSERT INTO membership (account, username, role)
 SELECT a, 'root', 'admin'
-FROM unnest(ARRAY['e_good', 'e_expired', 'e_neg', 'e_rwth', 'e_low', 'e_staff', 'e_hold', 'e_deleted', 'e_low2']) AS a;
+FROM unnest(ARRAY['e_good', 'e_expired', 'e_neg', 'e_rwth', 'e_low', 'e_staff', 'e_hold', 'e_deleted', 'e_low2',
+                  'e_café']) AS a;
 SELECT deposit('e_good', current_date, 100000);
 SELECT deposit('e_expired', (current_date - interval '6 months')::date, 1000);
+SELECT deposit('e_café', (current_date - interval '6 months')::date, 1000);
 SELECT deposit('e_neg', current_date, 10), deposit('e_hold', current_date, 100);
 SELECT set_default_project('root', 'e_good');
 -- RWTH: e_rwth used far more than 6 x its monthly 10 core-hours; e_low past its consumable
@@ -188,7 +194,7 @@ reload() {  # new configuration: job_submit/lua reloads its script when the file
     sleep 1.1
 }
 
-accounts=e_good,e_expired,e_deleted,e_neg,e_rwth,e_low,e_staff,e_hold,e_nosuch,e_low2
+accounts=e_good,e_expired,e_deleted,e_neg,e_rwth,e_low,e_staff,e_hold,e_nosuch,e_low2,e_café
 sacctmgr -i add account $accounts cluster=testcl >/dev/null
 sacctmgr -i add user root account=$accounts cluster=testcl >/dev/null
 sacctmgr -i add qos hpcacct-low set priority=0 >/dev/null
@@ -215,6 +221,8 @@ check "sbatch to an account hpcacct does not know is refused with its message" \
 check "an expired account is refused: no allocation for this or a later quarter" \
     "$(refused_with e_expired 'account e_expired has no allocation for this or a later quarter')"
 check "a deleted personal account is refused" "$(refused_with e_deleted 'account e_deleted has been deleted')"
+check "an account named in UTF-8 is found though the plugin's login defaults to LATIN1 (and refused: expired)" \
+    "$(refused_with e_café 'account e_café has no allocation for this or a later quarter')"
 check "a negative balance is refused, with the balance" \
     "$(refused_with e_neg 'account e_neg has a negative balance this quarter (-40.00 NPL)')"
 check "an RWTH account blocked by its window (C > 6 A) is refused" \
@@ -279,6 +287,8 @@ echo "$sync1" | sed 's/^/# /'
 assoc() { sacctmgr -n -P show assoc cluster=testcl account="$1" user="$2" format="$3"; }
 check "after the sync blocked, expired, deleted and negative accounts have GrpSubmitJobs=0" \
     "$([ "$(assoc e_rwth '' GrpSubmitJobs)$(assoc e_expired '' GrpSubmitJobs)$(assoc e_deleted '' GrpSubmitJobs)$(assoc e_neg '' GrpSubmitJobs)" = 0000 ] && echo t)"
+check "and so has the expired account named in UTF-8 (the sync's login defaults to LATIN1)" \
+    "$([ "$(assoc e_café '' GrpSubmitJobs)" = 0 ] && echo t)"
 check "good, staff and low-priority accounts have no submit limit" \
     "$([ -z "$(assoc e_good '' GrpSubmitJobs)$(assoc e_staff '' GrpSubmitJobs)$(assoc e_low '' GrpSubmitJobs)" ] && echo t)"
 check "the low_priority account's associations default to the low QOS" \
