@@ -156,5 +156,14 @@ check "slurm-sync --assoc --dry-run: exit 0 ($status), its connection named hpca
     "$([ $status -eq 0 ] && grep -qw hpcacct-slurm-sync <<<"$names" && echo t || echo f)"
 psql -X -q -d "$db" -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()" >/dev/null
 
+# --- the README's example of a load's report line has the form the command prints ---
+readme_line=$(tr '\n' ' ' <README.md | grep -o 'It prints one line per load[^.]*\(\.[^ ][^.]*\)*e\.g\. `[^`]*`' | sed 's/.*`\(.*\)`$/\1/' | tr -s ' ')
+printf 'Cluster|JobID|Account|User|Partition|Submit|Start|End|AllocTRES|State\nc|1|proj_a|u|p|2024-01-02T09:00:00+00:00|2024-01-02T10:00:00+00:00|2024-01-02T11:00:00+00:00|cpu=1|COMPLETED\n' \
+    >"$work/jobs.txt"
+got=$(cd "$work" && "$bindir/hpcacct-sacct" -d "$db" load jobs.txt 2>/dev/null)
+form() { sed -E 's/=[0-9]+/=N/g'; }
+check "sacct load's report line has the README's form (README: $readme_line; printed: $got)" \
+    "$([ -n "$readme_line" ] && [ "$(form <<<"$readme_line")" = "$(form <<<"$got")" ] && echo t || echo f)"
+
 dropdb "$db"
 report commands
