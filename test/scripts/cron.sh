@@ -7,7 +7,8 @@
 #   check     waits until each NAME-now job has run (pg_cron 1.4 has minute granularity, and a
 #             scheduler that started before pg_cron existed in the database may load the jobs
 #             only at one minute boundary and run them at the next: up to 135 s after
-#             `schedule`), checks cron.job_run_details says `succeeded` for it, and
+#             `schedule`), checks cron.job_run_details says `succeeded` for it, that the
+#             README's ```sql blocks that schedule a job run as written by that login, and
 #             unschedules every job it made. Appends "cron passed failed" to $HPCACCT_TALLY.
 # Run `schedule` early and `check` later, so that other tests run while pg_cron waits.
 set -uo pipefail
@@ -66,6 +67,18 @@ check)
     check "the runs on the empty site wrote nothing (no ledger, regulation or quarter rows)" \
         "$(q -c "SELECT NOT EXISTS (SELECT FROM hpcacct.ledger) AND NOT EXISTS (SELECT FROM hpcacct.regulation_log)
                     AND NOT EXISTS (SELECT FROM hpcacct.quarter_log)")"
+    # every ```sql block of the README that schedules a job runs as written by that login
+    # (in a transaction rolled back: its jobs are not left scheduled)
+    n=0
+    while IFS= read -r -d '' block; do
+        n=$((n + 1))
+        out=$(printf 'BEGIN;\n%s\nROLLBACK;\n' "$block" | q -U "$admin" -f - 2>&1 >/dev/null | head -c 160 | tr '\n' ' ')
+        check "the README's sql block $n that schedules a job runs as written by $admin (${out:-no error})" \
+            "$([ -z "$out" ] && echo t || echo f)"
+    done < <(awk '/^```sql$/ { on = 1; block = ""; next }
+                  on && /^```$/ { on = 0; if (block ~ /cron\.schedule\(.hpcacct-/) printf "%s%c", block, 0; next }
+                  on { block = block $0 "\n" }' README.md)
+    check "the README has sql blocks that schedule jobs ($n)" "$([ "$n" -ge 3 ] && echo t || echo f)"
     jobids=$(q -c "SELECT coalesce(string_agg(jobid::text, ','), '0') FROM cron.job WHERE jobname LIKE 'hpcacct-%'")
     q -c "SELECT count(cron.unschedule(jobid)) FROM cron.job WHERE jobname LIKE 'hpcacct-%'" >/dev/null
     check "every job the test made is unscheduled" "$(q -c "SELECT count(*) = 0 FROM cron.job WHERE jobname LIKE 'hpcacct-%'")"
