@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 \ir ../notify/sample_site.sql
 \o
 SET search_path = public, hpcacct;
-SELECT plan(7);
+SELECT plan(12);
 
 CALL setup_roles();
 CREATE ROLE bob LOGIN IN ROLE hpcacct_portal;
@@ -77,5 +77,26 @@ SELECT results_eq($$SELECT (x ->> 'usage')::numeric, round((x ->> 'usage_years')
                   'def-smith''s Cedar usage in October 2025, as the README gives it');
 SELECT matches(hpcacct.statement_html('def-smith', '2025-10-01'), '13\.836', 'and its statement prints 13.836');
 
+-- "Who hears about an account": a portal user writes their own contact row, naming
+-- themselves (the grant is INSERT of username, email, display_name, notify; UPDATE of the
+-- last three): without the username the row is no one's, and row-level security refuses it.
+INSERT INTO hpcacct.hpc_user (username) VALUES ('newbie');
+CREATE ROLE newbie LOGIN IN ROLE hpcacct_portal;
+SET SESSION AUTHORIZATION newbie;
+SELECT throws_ok($$INSERT INTO hpcacct.contact (email) VALUES ('newbie@lab.example')$$, '42501', NULL,
+                 'a portal user''s contact row without username is refused (42501)');
+SELECT lives_ok($$INSERT INTO hpcacct.contact (username, email) VALUES (session_user, 'newbie@lab.example')$$,
+                'naming themselves, as the README says, it is written');
+SELECT throws_ok($$UPDATE hpcacct.contact SET username = 'carol'$$, '42501', NULL,
+                 'and the username is not the portal''s to change (42501)');
+RESET SESSION AUTHORIZATION;
+-- "The other pages": the index for the jobs page is added by the job table's owner, the
+-- superuser who ran create_job_table(); the staff's login may not (not the owner).
+CREATE ROLE staff_login LOGIN IN ROLE hpcacct_admin;
+SET SESSION AUTHORIZATION staff_login;
+SELECT throws_ok($$CREATE INDEX ON hpcacct.job (account, "end")$$, '42501', NULL,
+                 'an hpcacct_admin login cannot add the jobs page''s index (42501: not the owner)');
+RESET SESSION AUTHORIZATION;
+SELECT lives_ok($$CREATE INDEX ON hpcacct.job (account, "end")$$, 'the job table''s owner can');
 SELECT * FROM finish();
 ROLLBACK;
