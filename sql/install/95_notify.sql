@@ -1164,9 +1164,11 @@ CREATE TRIGGER contact_touch BEFORE UPDATE ON @extschema@.contact
 -- cannot complete it (outbox_sending() is false) and the next claim reads the new one.
 
 -- At commit (a deferred trigger): a membership deleted and added again in one transaction
--- never ended for anyone else, and keeps its deliveries.
+-- never ended for anyone else, and keeps its deliveries. With the owner's rights: at commit it
+-- runs as the session's role, outside remove_member(), and a project administrator's portal
+-- login may not write deliveries; this writes only the leaving user's pending ones.
 CREATE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN
@@ -1187,6 +1189,7 @@ CREATE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
     $$;
 COMMENT ON FUNCTION hpcacct_internal.outbox_withdraw_member() IS
     'Trigger: a user who leaves an account is not sent its pending messages (but those about their own job)';
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_withdraw_member() FROM PUBLIC;
 CREATE CONSTRAINT TRIGGER outbox_withdraw_member AFTER DELETE ON @extschema@.membership
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.outbox_withdraw_member();
 

@@ -13752,6 +13752,9 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze(bigint) FROM PUBLIC;
 
 -- ==== two senders whose claims each took a different delivery of one copy as their first waited for each other, and PostgreSQL aborted one (40P01): a claim now leases the deliveries of its copy it can lock and leaves those another claim has locked, which end as the copy did (pgTAP mail_group; outbox_claim()'s final definition below) ---
 
+-- ==== a project administrator could not remove a member from a portal: outbox_withdraw_member, the deferred trigger that withdraws the leaving user's pending messages, runs at commit as the portal login, outside remove_member(), and was refused UPDATE of outbox_recipient (42501), so the removal rolled back (pgTAP readme_portal). It runs with the owner's rights, as contact_follow does (its final definition below), and PUBLIC may not call it ---
+REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_withdraw_member() FROM PUBLIC;
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -19505,7 +19508,7 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.require_window_months(caller text, a
 COMMENT ON FUNCTION hpcacct_internal.require_window_months(text, text, text, text, date, date, text) IS
     'An allocation event''s window spans some time in a month convention; 22023 for one it makes empty';
 CREATE OR REPLACE FUNCTION hpcacct_internal.outbox_withdraw_member() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
     BEGIN

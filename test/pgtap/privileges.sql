@@ -156,10 +156,11 @@ SELECT cmp_ok((SELECT count(*) FROM pg_proc p
               '>=', 3::bigint, 'the federation''s three set-up procedures are among them (the check is not vacuous)');
 SELECT is((SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p
            WHERE p.pronamespace IN ('hpcacct'::regnamespace, 'hpcacct_internal'::regnamespace) AND p.prosecdef),
-          'add_member,charge_jobs,contact_follow,fairshare,fold_rollup,last_run_day,load_sacct,outbox_analyze,rebuild_rollup,remove_member,'
-          'roll_up_charges,roll_up_pending,run_alone,run_in_order,sacct_window_start,visible_accounts',
-          'exactly these sixteen functions run with the owner''s rights (charging, visible_accounts, fairshare, the '
-          'contact trigger that moves a portal user''s own pending deliveries, last_run_day, which reads run_day for '
+          'add_member,charge_jobs,contact_follow,fairshare,fold_rollup,last_run_day,load_sacct,outbox_analyze,outbox_withdraw_member,'
+          'rebuild_rollup,remove_member,roll_up_charges,roll_up_pending,run_alone,run_in_order,sacct_window_start,visible_accounts',
+          'exactly these seventeen functions run with the owner''s rights (charging, visible_accounts, fairshare, the '
+          'contact trigger that moves a portal user''s own pending deliveries, the membership trigger that withdraws a '
+          'leaving member''s at a portal''s commit, last_run_day, which reads run_day for '
           'outbox_prune, outbox_analyze, which analyzes the deliveries after many were written or changed, the '
           'portal''s member management, the sacct loader, the rollups'' writers, run_alone, which locks a row '
           'of run_lock for the runs that must not overlap, and run_in_order, which keeps the last day of the runs '

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 \ir ../notify/sample_site.sql
 \o
 SET search_path = public, hpcacct;
-SELECT plan(12);
+SELECT plan(15);
 
 CALL setup_roles();
 CREATE ROLE bob LOGIN IN ROLE hpcacct_portal;
@@ -98,5 +98,18 @@ SELECT throws_ok($$CREATE INDEX ON hpcacct.job (account, "end")$$, '42501', NULL
                  'an hpcacct_admin login cannot add the jobs page''s index (42501: not the owner)');
 RESET SESSION AUTHORIZATION;
 SELECT lives_ok($$CREATE INDEX ON hpcacct.job (account, "end")$$, 'the job table''s owner can');
+-- "a project's members: changed with add_member()/remove_member()": carol, nip00042's
+-- administrator, removes alice from her portal. The trigger that withdraws alice's pending
+-- messages about the account is deferred: it runs when the portal's transaction commits, as
+-- the portal login (SET CONSTRAINTS … IMMEDIATE runs it here, as a commit would).
+SELECT hpcacct.outbox_add('balance_low', 'readme/portal', 'nip00042', 'low', 'low', '{}', true);
+SET SESSION AUTHORIZATION carol;
+SELECT lives_ok($$SELECT hpcacct.remove_member('nip00042', 'alice')$$, 'carol removes alice from nip00042');
+SELECT lives_ok($$SET CONSTRAINTS hpcacct.outbox_withdraw_member IMMEDIATE$$,
+                'and the removal commits from her portal login (its deferred trigger runs)');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT r.state FROM hpcacct.outbox_recipient r JOIN hpcacct.outbox m USING (message_id)
+           WHERE m.decision_key = 'readme/portal' AND r.username = 'alice'), 'withdrawn',
+          'alice''s pending message about nip00042 is withdrawn');
 SELECT * FROM finish();
 ROLLBACK;
