@@ -37,6 +37,24 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
         charged boolean;
         last_start timestamptz;
     BEGIN
+        -- A change of what charging reads waits for the charging transactions in progress
+        -- (one may be charging a job at this row) and holds new ones off until it commits; the
+        -- checks below then see their charges. Under REPEATABLE READ or SERIALIZABLE they would
+        -- read a snapshot taken before the wait, so such a change is refused there.
+        IF TG_OP = 'UPDATE' AND (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate,
+                                 NEW.unit, NEW.pool, NEW.exclusive, NEW.valid)
+                                IS DISTINCT FROM
+                                (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate,
+                                 OLD.unit, OLD.pool, OLD.exclusive, OLD.valid) THEN
+            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+                RAISE EXCEPTION 'resource % (%/%) can only be changed in a READ COMMITTED transaction, not %',
+                                OLD.resource_id, OLD.cluster, OLD.partition, pg_catalog.current_setting('transaction_isolation')
+                    USING ERRCODE = 'invalid_transaction_state',
+                          DETAIL = 'Its checks must see the charges committed while it waited for the charging in progress.',
+                          HINT = 'Run it in a READ COMMITTED transaction (the default).';
+            END IF;
+            LOCK TABLE @extschema@.ledger IN SHARE MODE;
+        END IF;
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
             charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
                                WHERE l.kind = 'charge' AND l.resource_id = OLD.resource_id);
@@ -263,7 +281,17 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
             RAISE EXCEPTION 'rerate: the rate must be a finite, non-negative number, not %', new_rate
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
-        -- No charging while the rows change hands: charging inserts into the ledger.
+        -- No charging while the rows change hands: charging inserts into the ledger. The lock
+        -- waits for the charging in progress; only a statement's snapshot taken after it (READ
+        -- COMMITTED) sees those charges, which would otherwise stay at the closed row.
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'rerate: run it in a READ COMMITTED transaction, not %',
+                            pg_catalog.current_setting('transaction_isolation')
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'A snapshot taken before rerate() locks the ledger misses the charges committed meanwhile: '
+                               'they would stay at the old rate, on a row closed before their jobs'' start.',
+                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
+        END IF;
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         SELECT r.* INTO was FROM @extschema@.resource r WHERE r.resource_id = rerate.resource_id FOR UPDATE;
         IF NOT FOUND THEN

@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(39);
+SELECT plan(43);
 
 \set scratch hpcacct_rate_year
 \set adm ry_adm
@@ -254,7 +254,7 @@ SELECT t.n > 0 AS read FROM dblink('ry2', 'SELECT count(*) FROM hpcacct.ledger')
 SELECT dblink_exec('ry3', $$INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres)
     SELECT cluster, jobid, account, "user", partition, start + interval '27 days', "end" + interval '27 days', alloctres
     FROM public.all_jobs WHERE i BETWEEN 256 AND 265 AND cluster = 'alpha'$$);
-SELECT isnt(t.x, 'ok', 'a re-rating in a REPEATABLE READ transaction that read before jobs were charged is refused')
+SELECT is(t.x, '25000', 'a re-rating in a REPEATABLE READ transaction that read before jobs were charged is refused (25000)')
 FROM dblink('ry2', $$SELECT public.outcome($r$SELECT hpcacct.rerate(r.resource_id, 1.4, '2024-05-02 00:00 Europe/Berlin')
                                            FROM hpcacct.resource r WHERE r.cluster = 'alpha' AND r.rate = 1.2$r$)$$) AS t(x text);
 SELECT dblink_exec('ry2', 'COMMIT');
@@ -266,6 +266,33 @@ SELECT dblink_exec('ry', $$INSERT INTO hpcacct.job (cluster, jobid, account, "us
     UNION ALL
     SELECT cluster, 'late-' || jobid, account, "user", partition, start, "end", alloctres FROM public.all_jobs WHERE i BETWEEN 100 AND 140$$);
 SELECT is(pg_temp.differ(), '', 'jobs loaded after their period was re-rated are charged at its new rates');
+
+-- ---- 7b. closing a rate row while another session charges a job that starts after the new
+--          end: the close waits for the charge and is refused (HA006), as for a committed one ----
+SELECT dblink_exec('ry2', $$BEGIN; INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres)
+    VALUES ('alpha', 'june', 'b1', 'u0', 'std', '2024-06-10 00:00 Europe/Berlin', '2024-06-10 01:00 Europe/Berlin', 'cpu=2')$$);
+SELECT dblink_send_query('ry3', $$SELECT public.outcome($u$UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), '2024-06-01 00:00 Europe/Berlin')
+                                                       WHERE cluster = 'alpha' AND upper_inf(valid)$u$)$$);
+SELECT pg_sleep(0.5);
+SELECT dblink_exec('ry2', 'COMMIT');
+SELECT is((SELECT x FROM dblink_get_result('ry3') AS t(x text)), 'HA006',
+          'closing a row before the start of a job being charged at it in another session is refused (HA006)');
+SELECT * FROM dblink_get_result('ry3') AS t(x text);
+SELECT is(pg_temp.one($$SELECT count(*) FROM (SELECT l.jobid FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+                                               WHERE l.kind = 'charge' AND NOT r.valid @> l.job_start
+                                               GROUP BY l.cluster, l.jobid, l.job_submit, r.resource_id HAVING sum(l.amount) <> 0) c$$),
+          '0', 'no charge is left at a row whose validity does not hold its job''s start');
+SELECT dblink_exec('ry2', 'BEGIN ISOLATION LEVEL REPEATABLE READ');
+SELECT is(t.x, '25000', 'closing a rate row in a REPEATABLE READ transaction is refused (25000)')
+FROM dblink('ry2', $$SELECT public.outcome($u$UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), '2024-07-01 00:00 Europe/Berlin')
+                                            WHERE cluster = 'alpha' AND upper_inf(valid)$u$)$$) AS t(x text);
+SELECT is(t.x, 'ok', 'changing its description there is not')
+FROM dblink('ry2', $$SELECT public.outcome($u$UPDATE hpcacct.resource SET description = 'alpha, standard nodes'
+                                            WHERE cluster = 'alpha' AND upper_inf(valid)$u$)$$) AS t(x text);
+SELECT dblink_exec('ry2', 'ROLLBACK');
+-- (without the refusal: reopened, so that the steps below run)
+SELECT dblink_exec('ry', $$UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), NULL)
+                           WHERE cluster = 'alpha' AND upper(valid) = '2024-06-01 00:00 Europe/Berlin'$$);
 
 -- ---- 8. a job deleted, jobs corrected (README: an UPDATE of the job row), after re-rating ----
 SELECT dblink_exec('ry', $$
