@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(43);
+SELECT plan(49);
 
 \set scratch hpcacct_rate_year
 \set adm ry_adm
@@ -246,6 +246,21 @@ SELECT is((SELECT count(*) FROM dblink_get_result('ry3') AS t(x text) WHERE x IS
           'the re-rating ran once the insert committed');
 SELECT * FROM dblink_get_result('ry3') AS t(x text);
 SELECT is(pg_temp.differ(), '', 'the concurrent jobs are re-rated: the figures are a fresh database''s');
+-- the other way round: ry3's re-rating of beta from 11 April (at 3.5) has not committed when
+-- ry2 inserts jobs of that period: the insert waits and charges them at the new row
+SELECT dblink_exec('ry3', $$BEGIN$$);
+SELECT t.x IS NOT NULL AS rerated FROM dblink('ry3', $$SELECT hpcacct.rerate(r.resource_id, 3.5, '2024-04-11 00:00 Europe/Berlin')::text
+                                                 FROM hpcacct.resource r WHERE r.cluster = 'beta' AND r.rate = 3$$) AS t(x text);
+SELECT dblink_send_query('ry2', $$SELECT public.outcome($i$INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres)
+    SELECT cluster, jobid, account, "user", partition, start, "end", alloctres FROM public.all_jobs WHERE i BETWEEN 256 AND 265 AND cluster = 'beta'$i$)$$);
+SELECT pg_sleep(0.5);
+SELECT dblink_exec('ry3', 'COMMIT');
+SELECT is((SELECT x FROM dblink_get_result('ry2') AS t(x text)), 'ok', 'the insert waited for the re-rating');
+SELECT * FROM dblink_get_result('ry2') AS t(x text);
+SELECT is(pg_temp.one($$SELECT string_agg(DISTINCT r.rate::text, ',') FROM hpcacct.ledger l JOIN hpcacct.resource r USING (resource_id)
+                        JOIN public.all_jobs j ON j.jobid = l.jobid AND j.i BETWEEN 256 AND 265 WHERE l.cluster = 'beta'$$), '3.5',
+          'and charged its jobs at the new rate');
+SELECT is(pg_temp.differ(), '', 'the figures are a fresh database''s');
 -- and the other order: ry3 re-rates alpha's newest row (1.2 from 1 May) from 2 May while
 -- ry2, whose transaction is REPEATABLE READ and has read already, has jobs 256-265 inserted
 -- meanwhile by ry3 (committed before the re-rating): the re-rating must see them or refuse
@@ -345,6 +360,10 @@ SET SESSION AUTHORIZATION ry_load;
 SELECT throws_ok(format('SELECT hpcacct.rerate(%s, 2, ''2024-03-15'')', id), '42501', NULL, 'nor can the ingest login') FROM r0;
 SELECT throws_ok('SELECT hpcacct.rerate_catch_up()', '42501', NULL, 'nor run rerate_catch_up()');
 RESET SESSION AUTHORIZATION;
+CREATE ROLE ry_audit IN ROLE hpcacct_auditor;
+SET SESSION AUTHORIZATION ry_audit;
+SELECT throws_ok(format('SELECT hpcacct.rerate(%s, 2, ''2024-03-15'')', id), '42501', NULL, 'nor an auditor') FROM r0;
+RESET SESSION AUTHORIZATION;
 SELECT is(pg_temp.fingerprint(), (SELECT f FROM fp), 'the refused calls wrote nothing');
 SET SESSION AUTHORIZATION ry_staff;
 SELECT lives_ok(format('SELECT hpcacct.rerate(%s, 2, ''2024-03-15'', ''Q2 price'')', id), 'staff re-rate') FROM r0;
@@ -354,6 +373,12 @@ SELECT is((SELECT (rerated_by, rerated_at BETWEEN now() AND clock_timestamp(), j
           'the log names who, when, and what moved');
 SET SESSION AUTHORIZATION ry_pa;
 SELECT is((SELECT count(*) FROM hpcacct.rerate_log), 0::bigint, 'a portal user sees no row of the log');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION ry_audit;
+SELECT is((SELECT count(*) FROM hpcacct.rerate_log), 1::bigint, 'an auditor reads it');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION ry_load;
+SELECT throws_ok('SELECT count(*) FROM hpcacct.rerate_log', '42501', NULL, 'the ingest login cannot read it');
 RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();
