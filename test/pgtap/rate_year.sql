@@ -12,7 +12,7 @@
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(49);
+SELECT plan(53);
 
 \set scratch hpcacct_rate_year
 \set adm ry_adm
@@ -321,6 +321,17 @@ SELECT count(*) FROM dblink('ry', 'SELECT hpcacct.compact_rollup()') AS t(n bigi
 SELECT count(*) FROM dblink('ry', 'SELECT hpcacct.compact_rollup()') AS t(n bigint);
 SELECT is(pg_temp.differ(), '', 'compacted (twice) the figures are the same');
 SELECT is(pg_temp.rollup_differs(), '', 'and the rollups');
+
+-- ---- 9. a re-rating after compaction folded its months; a job deleted and one loaded then ----
+SELECT is(pg_temp.one($$SELECT count(hpcacct.rerate(r.resource_id, 4, '2024-04-12 00:00 Europe/Berlin'))::text
+                        FROM hpcacct.resource r WHERE r.cluster = 'beta' AND r.rate = 3.5$$), '1', 're-rating beta from 12 April, its months folded');
+SELECT dblink_exec('ry', $$DELETE FROM hpcacct.job WHERE jobid = '263';
+    INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres)
+    SELECT cluster, 'late2-' || jobid, account, "user", partition, start, "end", alloctres FROM public.all_jobs WHERE i BETWEEN 255 AND 262$$);
+SELECT is(pg_temp.differ(), '', 'the figures are a fresh database''s');
+SELECT is(pg_temp.rollup_differs(), '', 'and the rollups the rebuilt ones');
+SELECT count(*) FROM dblink('ry', 'SELECT hpcacct.compact_rollup()') AS t(n bigint);
+SELECT is(pg_temp.differ(), '', 'compacted again: the same');
 
 SELECT dblink_disconnect('ry'), dblink_disconnect('ry2'), dblink_disconnect('ry3'), dblink_disconnect('ryf');
 SELECT dblink_exec('ry_adm', 'DROP DATABASE hpcacct_rate_year');
