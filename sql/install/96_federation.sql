@@ -1033,7 +1033,7 @@ COMMENT ON PROCEDURE @extschema@.federation_resync(integer) IS
 -- This re-rates those, per logged re-rating in order (a chain of them too), as rerate() would
 -- have: the same reversal and new charge per job, the same notes, added to rerate_log's figures.
 -- Returns the jobs re-rated (0 once none is left); idempotent. Refused at a site (HA013: its
--- rows would reach the centre, which re-rates them itself).
+-- rows would reach the centre, which re-rates them itself), and outside READ COMMITTED (25000).
 CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
     LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp
@@ -1048,7 +1048,15 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
         total bigint := 0;
     BEGIN
         PERFORM hpcacct_internal.refuse_at_site('rerate_catch_up');
-        -- as rerate(): no charging meanwhile
+        -- as rerate(): no charging meanwhile, and only READ COMMITTED sees the charges
+        -- committed before the lock (an older snapshot would leave them at the old rate)
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'rerate_catch_up: run it in a READ COMMITTED transaction, not %',
+                            pg_catalog.current_setting('transaction_isolation')
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'A snapshot taken before it locks the ledger misses the charges committed meanwhile.',
+                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
+        END IF;
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
                  FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
@@ -1068,7 +1076,8 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
     $$;
 COMMENT ON FUNCTION @extschema@.rerate_catch_up() IS
     'At the centre: re-rates the charges of jobs a logged rerate() covered that reached the ledger after it '
-    '(a site''s, booked while its link was down); returns the jobs re-rated; HA013 at a site';
+    '(a site''s, booked while its link was down); returns the jobs re-rated; HA013 at a site, 25000 outside '
+    'READ COMMITTED';
 REVOKE EXECUTE ON FUNCTION @extschema@.rerate_catch_up() FROM PUBLIC;
 
 -- Per link of this database: the site at the other end (at a site: always the centre, 0),

@@ -13755,6 +13755,8 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_analyze(bigint) FROM PUBLIC;
 -- ==== a project administrator could not remove a member from a portal: outbox_withdraw_member, the deferred trigger that withdraws the leaving user's pending messages, runs at commit as the portal login, outside remove_member(), and was refused UPDATE of outbox_recipient (42501), so the removal rolled back (pgTAP readme_portal). It runs with the owner's rights, as contact_follow does (its final definition below), and PUBLIC may not call it ---
 REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_withdraw_member() FROM PUBLIC;
 
+-- ==== rerate_catch_up() in a REPEATABLE READ or SERIALIZABLE transaction read a snapshot taken before its ledger lock: a late charge of a closed row committed meanwhile stayed at the old rate and the call returned 0 (pgTAP rerate_sessions). It now refuses any isolation but READ COMMITTED (25000), as rerate() does (its final definition below) ---
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -19717,4 +19719,48 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.charges_after_day(account text, unit
     $$;
 COMMENT ON FUNCTION hpcacct_internal.charges_after_day(text, text, text, date) IS
     'An account''s charges in a unit, on a cluster (NULL: every one), in the rest of a day''s month after the day''s end, pro rata';
+CREATE OR REPLACE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    DECLARE
+        r record;
+        label text;
+        reversals bigint[];
+        moved bigint;
+        before_sum numeric;
+        after_sum numeric;
+        total bigint := 0;
+    BEGIN
+        PERFORM hpcacct_internal.refuse_at_site('rerate_catch_up');
+        -- as rerate(): no charging meanwhile, and only READ COMMITTED sees the charges
+        -- committed before the lock (an older snapshot would leave them at the old rate)
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'rerate_catch_up: run it in a READ COMMITTED transaction, not %',
+                            pg_catalog.current_setting('transaction_isolation')
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'A snapshot taken before it locks the ledger misses the charges committed meanwhile.',
+                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
+        END IF;
+        LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
+        FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
+                 FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
+            label := 're-rated: resource ' || r.old_resource_id || ' from ' || hpcacct_internal.iso_instant(r.effective_from);
+            reversals := hpcacct_internal.rerate_reverse(r.old_resource_id, r.effective_from, label);
+            CONTINUE WHEN pg_catalog.cardinality(reversals) = 0;
+            SELECT c.jobs, c.amount_before, c.amount_after INTO moved, before_sum, after_sum
+            FROM hpcacct_internal.rerate_charge(reversals, r.new_resource_id,
+                                                r.new_rate::numeric / r.old_rate::numeric, label) c;
+            UPDATE @extschema@.rerate_log g
+            SET jobs = g.jobs + moved, amount_before = g.amount_before + before_sum, amount_after = g.amount_after + after_sum
+            WHERE g.rerate_id = r.rerate_id;
+            total := total + moved;
+        END LOOP;
+        RETURN total;
+    END
+    $$;
+COMMENT ON FUNCTION @extschema@.rerate_catch_up() IS
+    'At the centre: re-rates the charges of jobs a logged rerate() covered that reached the ledger after it '
+    '(a site''s, booked while its link was down); returns the jobs re-rated; HA013 at a site, 25000 outside '
+    'READ COMMITTED';
 -- ==== end of final definitions
