@@ -40,7 +40,9 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
         -- A change of what charging reads waits for the charging transactions in progress
         -- (one may be charging a job at this row) and holds new ones off until it commits; the
         -- checks below then see their charges. Under REPEATABLE READ or SERIALIZABLE they would
-        -- read a snapshot taken before the wait, so such a change is refused there.
+        -- read a snapshot taken before the wait, so such a change is refused there. SHARE ROW
+        -- EXCLUSIVE, not SHARE: two such changes take turns, so neither holds the other's
+        -- later booking (a job loaded again in the same transaction) off for good (40P01).
         IF TG_OP = 'UPDATE' AND (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate,
                                  NEW.unit, NEW.pool, NEW.exclusive, NEW.valid)
                                 IS DISTINCT FROM
@@ -53,7 +55,7 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
                           DETAIL = 'Its checks must see the charges committed while it waited for the charging in progress.',
                           HINT = 'Run it in a READ COMMITTED transaction (the default).';
             END IF;
-            LOCK TABLE @extschema@.ledger IN SHARE MODE;
+            LOCK TABLE @extschema@.ledger IN SHARE ROW EXCLUSIVE MODE;
         END IF;
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
             charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
