@@ -1,11 +1,12 @@
 -- Closing and re-rating rates while other sessions charge, in a scratch database (dblink):
 -- rerate_catch_up() under REPEATABLE READ, whose snapshot predates a late charge committed
 -- before its ledger lock; and two administrators each replacing a rate-0 row in a transaction
--- (close it, add the new row, load its jobs again), as rerate()'s hint says, at once.
+-- (close it, add the new row, load its jobs again), as rerate()'s hint says, at once; and a
+-- row applied by replication (a federation site's apply worker) in any isolation.
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(9);
+SELECT plan(11);
 
 \set scratch hpcacct_rerate_sessions
 \set adm rs_adm
@@ -119,6 +120,20 @@ SELECT is(pg_temp.one('rs1', $$SELECT count(*)::text FROM hpcacct.resource WHERE
           'each cluster has its closed row and its new one');
 SELECT is(pg_temp.one('rs1', $$SELECT count(*)::text FROM hpcacct.job WHERE cluster IN ('y', 'z')$$), '2',
           'and its job');
+
+-- ---- 3. a federation site applies the centre's resource rows as replication does ----
+-- (session_replication_role = replica), in whatever isolation its database defaults to: the
+-- check does not fire there (the centre checked the change; a site's late charges are
+-- rerate_catch_up()'s), so it cannot stop the site's replication with 25000 or HA006
+SELECT dblink_exec('rs2', 'BEGIN ISOLATION LEVEL SERIALIZABLE');
+SELECT is(pg_temp.one('rs2', $$SELECT public.outcome('UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), ''2024-05-01 00:00+00'') WHERE cluster = ''y'' AND rate = 3')$$),
+          '25000', 'closing a row in a SERIALIZABLE session: 25000');
+SELECT dblink_exec('rs2', 'ROLLBACK');
+SELECT dblink_exec('rs2', 'BEGIN ISOLATION LEVEL SERIALIZABLE');
+SELECT dblink_exec('rs2', 'SET LOCAL session_replication_role = replica');
+SELECT is(pg_temp.one('rs2', $$SELECT public.outcome('UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), ''2024-04-15 00:00+00'') WHERE cluster = ''y'' AND rate = 3')$$),
+          'ok', 'applied as replication applies it, the same change (even before a charged job''s start) goes in');
+SELECT dblink_exec('rs2', 'ROLLBACK');
 
 SELECT dblink_disconnect('rs1');
 SELECT dblink_disconnect('rs2');
