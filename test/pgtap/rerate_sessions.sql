@@ -1,12 +1,13 @@
 -- Closing and re-rating rates while other sessions charge, in a scratch database (dblink):
 -- rerate_catch_up() under REPEATABLE READ, whose snapshot predates a late charge committed
 -- before its ledger lock; and two administrators each replacing a rate-0 row in a transaction
--- (close it, add the new row, load its jobs again), as rerate()'s hint says, at once; and a
--- row applied by replication (a federation site's apply worker) in any isolation.
+-- (close it, add the new row, load its jobs again), as rerate()'s hint says, at once; a row
+-- re-rated while another transaction edits it; a row applied by replication (a federation
+-- site's apply worker) in any isolation; and a row closed by an administrator's login.
 BEGIN;
 SET search_path = public, hpcacct;
 SET client_min_messages = warning;
-SELECT plan(11);
+SELECT plan(15);
 
 \set scratch hpcacct_rerate_sessions
 \set adm rs_adm
@@ -121,7 +122,25 @@ SELECT is(pg_temp.one('rs1', $$SELECT count(*)::text FROM hpcacct.resource WHERE
 SELECT is(pg_temp.one('rs1', $$SELECT count(*)::text FROM hpcacct.job WHERE cluster IN ('y', 'z')$$), '2',
           'and its job');
 
--- ---- 3. a federation site applies the centre's resource rows as replication does ----
+-- ---- 3. rerate() of a row another transaction edits (its description, then its end) ----
+-- rerate() locks the ledger, then the row; the edit locked the row first: it must not then
+-- wait for the ledger behind rerate() (40P01)
+SELECT dblink_send_query('rs1', $q$DO $d$ BEGIN
+    UPDATE hpcacct.resource SET description = 'GPU nodes, closing at the year''s end' WHERE cluster = 'x' AND rate = 2;
+    PERFORM pg_sleep(0.5);
+    UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), '2025-01-01 00:00+00') WHERE cluster = 'x' AND rate = 2;
+END $d$$q$);
+SELECT pg_sleep(0.1);
+SELECT dblink_send_query('rs2', $$SELECT hpcacct.rerate(resource_id, 3, '2024-06-01 00:00+00') FROM hpcacct.resource
+                                 WHERE cluster = 'x' AND rate = 2$$);
+SELECT is(pg_temp.error_of('rs1'), 'OK', 'the edit commits');
+SELECT is(pg_temp.error_of('rs2'), 'OK', 'the re-rating begun meanwhile waits for it and commits (no deadlock)');
+SELECT is(pg_temp.one('rs1', $$SELECT string_agg(format('%s %s', rate, valid), '; ' ORDER BY lower(valid)) FROM hpcacct.resource
+                               WHERE cluster = 'x'$$),
+          '1 ["2024-01-01 00:00:00+00","2024-04-01 00:00:00+00"); 2 ["2024-04-01 00:00:00+00","2024-06-01 00:00:00+00"); '
+          '3 ["2024-06-01 00:00:00+00","2025-01-01 00:00:00+00")', 'x''s rows: the re-rating split the closed row');
+
+-- ---- 4. a federation site applies the centre's resource rows as replication does ----
 -- (session_replication_role = replica), in whatever isolation its database defaults to: the
 -- check does not fire there (the centre checked the change; a site's late charges are
 -- rerate_catch_up()'s), so it cannot stop the site's replication with 25000 or HA006
@@ -134,6 +153,16 @@ SELECT dblink_exec('rs2', 'SET LOCAL session_replication_role = replica');
 SELECT is(pg_temp.one('rs2', $$SELECT public.outcome('UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), ''2024-04-15 00:00+00'') WHERE cluster = ''y'' AND rate = 3')$$),
           'ok', 'applied as replication applies it, the same change (even before a charged job''s start) goes in');
 SELECT dblink_exec('rs2', 'ROLLBACK');
+
+-- ---- 5. an administrator's login (the ledger's lock needs no more than hpcacct_admin has) ----
+CALL setup_roles();
+CREATE ROLE rs_staff IN ROLE hpcacct_admin;
+INSERT INTO resource (cluster, partition, node, bundle, rate, unit, valid)
+VALUES ('w', 'std', 'cpu=8', 'cpu=1', 1, 'hours', tstzrange('2024-01-01 00:00+00', NULL));
+SET SESSION AUTHORIZATION rs_staff;
+SELECT lives_ok($$UPDATE hpcacct.resource SET valid = tstzrange(lower(valid), '2024-06-01 00:00+00') WHERE cluster = 'w'$$,
+                'an hpcacct_admin login closes a rate row');
+RESET SESSION AUTHORIZATION;
 
 SELECT dblink_disconnect('rs1');
 SELECT dblink_disconnect('rs2');
