@@ -37,12 +37,11 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
         charged boolean;
         last_start timestamptz;
     BEGIN
-        -- A change of what charging reads waits for the charging transactions in progress
-        -- (one may be charging a job at this row) and holds new ones off until it commits; the
-        -- checks below then see their charges. Under REPEATABLE READ or SERIALIZABLE they would
-        -- read a snapshot taken before the wait, so such a change is refused there. SHARE ROW
-        -- EXCLUSIVE, not SHARE: two such changes take turns, so neither holds the other's
-        -- later booking (a job loaded again in the same transaction) off for good (40P01).
+        -- A change of what charging reads waited, in the statement trigger below, for the
+        -- charging transactions in progress (one may be charging a job at this row) and holds
+        -- new ones off until it commits; the checks below then see their charges. Under
+        -- REPEATABLE READ or SERIALIZABLE they would read a snapshot taken before the wait, so
+        -- such a change is refused there.
         IF TG_OP = 'UPDATE' AND (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate,
                                  NEW.unit, NEW.pool, NEW.exclusive, NEW.valid)
                                 IS DISTINCT FROM
@@ -55,7 +54,6 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
                           DETAIL = 'Its checks must see the charges committed while it waited for the charging in progress.',
                           HINT = 'Run it in a READ COMMITTED transaction (the default).';
             END IF;
-            LOCK TABLE @extschema@.ledger IN SHARE ROW EXCLUSIVE MODE;
         END IF;
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
             charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -123,6 +121,27 @@ COMMENT ON FUNCTION hpcacct_internal.check_resource_change() IS
     'Trigger: a charged resource row may only be closed (HA006), not deleted; overlapping rates get a hint';
 CREATE TRIGGER check_resource_change BEFORE INSERT OR UPDATE OR DELETE ON @extschema@.resource
     FOR EACH ROW EXECUTE FUNCTION hpcacct_internal.check_resource_change();
+
+-- BEFORE UPDATE of resource rows, before any row is locked: the ledger in SHARE ROW EXCLUSIVE
+-- mode, as rerate() takes it (EXCLUSIVE) before the row. Taken in the row trigger, after
+-- the row's lock, it deadlocked with a rerate() of the row (40P01). SHARE ROW EXCLUSIVE, not
+-- SHARE: two changes take turns, so neither holds the other's later booking (a job loaded
+-- again in the same transaction) off for good. Every UPDATE takes it, one of a description
+-- too: such an edit may be followed by a change in the same transaction.
+CREATE FUNCTION hpcacct_internal.lock_ledger_for_resource() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE ROW EXCLUSIVE MODE;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.lock_ledger_for_resource() IS
+    'Statement trigger of hpcacct.resource: an UPDATE waits for the charging in progress and holds new charging '
+    'off (the ledger in SHARE ROW EXCLUSIVE mode) before it locks any row';
+CREATE TRIGGER resource_locks_ledger BEFORE UPDATE ON @extschema@.resource
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.lock_ledger_for_resource();
 
 -- BEFORE DELETE or a rename of an account: one the ledger names stays, under its name (the
 -- ledger is append-only); this gives the hint, the ledger's foreign key is the guarantee.

@@ -13757,6 +13757,19 @@ REVOKE EXECUTE ON FUNCTION hpcacct_internal.outbox_withdraw_member() FROM PUBLIC
 
 -- ==== rerate_catch_up() in a REPEATABLE READ or SERIALIZABLE transaction read a snapshot taken before its ledger lock: a late charge of a closed row committed meanwhile stayed at the old rate and the call returned 0 (pgTAP rerate_sessions). It now refuses any isolation but READ COMMITTED (25000), as rerate() does (its final definition below) ---
 
+-- ==== a change of a rate row took the ledger's lock in its row trigger, after the row's own lock: against a rerate() of the row, which takes the ledger and then the row, that deadlocked (40P01; pgTAP rerate_sessions 11-12). A statement trigger of resource takes it (SHARE ROW EXCLUSIVE) before any row is locked; check_resource_change() keeps the isolation check (final definitions below) ---
+CREATE FUNCTION hpcacct_internal.lock_ledger_for_resource() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE ROW EXCLUSIVE MODE;
+        RETURN NULL;
+    END
+    $$;
+CREATE TRIGGER resource_locks_ledger BEFORE UPDATE ON @extschema@.resource
+    FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.lock_ledger_for_resource();
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -17106,12 +17119,11 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_resource_change() RETURNS trig
         charged boolean;
         last_start timestamptz;
     BEGIN
-        -- A change of what charging reads waits for the charging transactions in progress
-        -- (one may be charging a job at this row) and holds new ones off until it commits; the
-        -- checks below then see their charges. Under REPEATABLE READ or SERIALIZABLE they would
-        -- read a snapshot taken before the wait, so such a change is refused there. SHARE ROW
-        -- EXCLUSIVE, not SHARE: two such changes take turns, so neither holds the other's
-        -- later booking (a job loaded again in the same transaction) off for good (40P01).
+        -- A change of what charging reads waited, in the statement trigger below, for the
+        -- charging transactions in progress (one may be charging a job at this row) and holds
+        -- new ones off until it commits; the checks below then see their charges. Under
+        -- REPEATABLE READ or SERIALIZABLE they would read a snapshot taken before the wait, so
+        -- such a change is refused there.
         IF TG_OP = 'UPDATE' AND (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate,
                                  NEW.unit, NEW.pool, NEW.exclusive, NEW.valid)
                                 IS DISTINCT FROM
@@ -17124,7 +17136,6 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_resource_change() RETURNS trig
                           DETAIL = 'Its checks must see the charges committed while it waited for the charging in progress.',
                           HINT = 'Run it in a READ COMMITTED transaction (the default).';
             END IF;
-            LOCK TABLE @extschema@.ledger IN SHARE ROW EXCLUSIVE MODE;
         END IF;
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
             charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -19765,4 +19776,16 @@ COMMENT ON FUNCTION @extschema@.rerate_catch_up() IS
     'At the centre: re-rates the charges of jobs a logged rerate() covered that reached the ledger after it '
     '(a site''s, booked while its link was down); returns the jobs re-rated; HA013 at a site, 25000 outside '
     'READ COMMITTED';
+CREATE OR REPLACE FUNCTION hpcacct_internal.lock_ledger_for_resource() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        LOCK TABLE @extschema@.ledger IN SHARE ROW EXCLUSIVE MODE;
+        RETURN NULL;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.lock_ledger_for_resource() IS
+    'Statement trigger of hpcacct.resource: an UPDATE waits for the charging in progress and holds new charging '
+    'off (the ledger in SHARE ROW EXCLUSIVE mode) before it locks any row';
 -- ==== end of final definitions
