@@ -6,7 +6,7 @@
 BEGIN;
 SET search_path = public;
 SET client_min_messages = warning;
-SELECT plan(51);
+SELECT plan(56);
 
 \set scratch hpcacct_commit_roles
 \set adm cr_adm
@@ -107,6 +107,13 @@ SELECT is(pg_temp.run('cr_loader', $$INSERT INTO hpcacct.job (cluster, jobid, ac
           'ok', 'the ingest login inserts a job into hpcacct.job and commits');
 SELECT is(pg_temp.q($$SELECT sum(amount)::numeric(12,0)::text FROM hpcacct.ledger WHERE kind = 'charge' AND cluster = 'crc' AND jobid = '1'$$), '2',
           'its charge is booked');
+SELECT is(pg_temp.run('cr_loader', $$INSERT INTO hpcacct.job (cluster, jobid, account, "user", partition, start, "end", alloctres, state)
+                                    VALUES ('crc', '1', 'cr_p', 'cr_alice', 'cpu', '2024-02-01 00:00+00', '2024-02-01 02:00+00', 'cpu=1', 'COMPLETED'),
+                                           ('crc', '6', 'cr_p', 'cr_alice', 'cpu', '2024-02-01 00:00+00', '2024-02-01 01:00+00', 'cpu=1', 'COMPLETED')
+                                    ON CONFLICT DO NOTHING$$),
+          'ok', 'it inserts a job already loaded and a new one with ON CONFLICT DO NOTHING (the README''s hint) and commits');
+SELECT is(pg_temp.q($$SELECT string_agg(jobid || ' ' || amount::numeric(12,0), ', ' ORDER BY jobid) FROM hpcacct.ledger
+                      WHERE kind = 'charge' AND cluster = 'crc'$$), '1 2, 6 1', 'the new one is charged, the other not twice');
 SELECT is(pg_temp.run('cr_loader', $$INSERT INTO hpcacct.sacct_staging (lineno, line, cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state)
                                     VALUES (1, 'crc|2|cr_p|cr_alice|cpu|…', 'crc', '2', 'cr_p', 'cr_alice', 'cpu', '2024-02-02T00:00:00+0000',
                                             '2024-02-02T00:00:00+0000', '2024-02-02T03:00:00+0000', 'cpu=1', 'COMPLETED');
@@ -129,6 +136,21 @@ SELECT is(pg_temp.q($$SELECT sum(amount)::numeric(12,0)::text FROM hpcacct.ledge
           'the job sent again is re-rated');
 SELECT is(pg_temp.q($$SELECT count(*)::text FROM hpcacct.sacct_quarantine WHERE jobid = '4' AND resolved_at IS NULL$$), '1',
           'and the bad line is quarantined');
+-- hpcacct-sacct run: one transaction a cluster, its window's start, the staged lines, and
+-- load_sacct() through the window's end for that cluster, which moves the watermark
+SELECT is(pg_temp.run('cr_loader', $$BEGIN;
+                                    SELECT hpcacct.sacct_window_start('crc', '300 seconds');
+                                    INSERT INTO hpcacct.sacct_staging (lineno, line, cluster, jobid, account, "user", partition, submit, start, "end", alloctres, state)
+                                    VALUES (1, 'crc|5|…', 'crc', '5', 'cr_p', 'cr_alice', 'cpu', '2024-02-02T05:00:00+0000',
+                                            '2024-02-02T05:00:00+0000', '2024-02-02T06:00:00+0000', 'cpu=1', 'COMPLETED');
+                                    SELECT * FROM hpcacct.load_sacct('2024-02-02T07:00:00+00', '{crc}');
+                                    COMMIT$$),
+          'ok', 'the loader''s run over a cluster''s window commits');
+SELECT is(pg_temp.q($$SELECT count(*)::text FROM hpcacct.ledger WHERE kind = 'charge' AND cluster = 'crc' AND jobid = '5'$$), '1',
+          'its job is charged');
+SELECT is((SELECT v FROM dblink('cr_loader', $$SELECT hpcacct.sacct_window_start('crc', '300 seconds')::text$$) AS t(v text)),
+          (SELECT v FROM dblink('cr_setup', $$SELECT (timestamptz '2024-02-02T07:00:00+00' - interval '300 seconds')::text$$) AS t(v text)),
+          'and the next window starts at the watermark it committed, less the overlap');
 -- deferred rollups: the charge's entry ids are recorded, and pg_cron's roll_up_pending() (as the
 -- administrator's login) rolls them up
 SELECT dblink_exec('cr_setup', $$INSERT INTO hpcacct.setting VALUES ('rollup', 'deferred')$$);
@@ -176,8 +198,8 @@ SELECT is(pg_temp.run('cr_admin', $$UPDATE hpcacct.setting SET value = 'immediat
           'the administrator changes settings the rollups follow');
 SELECT is(pg_temp.run('cr_admin', $$SELECT hpcacct.rerate(resource_id, 2, '2024-02-01 12:00+00') FROM hpcacct.resource WHERE cluster = 'crc'$$),
           'ok', 'rerate()');
-SELECT is(pg_temp.q($$SELECT sum(amount)::numeric(12,0)::text FROM hpcacct.ledger WHERE kind = 'charge' AND cluster = 'crc'$$), '12',
-          'the jobs run after the new rate''s start are charged twice as much (2 + 4·2 + 1·2)');
+SELECT is(pg_temp.q($$SELECT sum(amount)::numeric(12,0)::text FROM hpcacct.ledger WHERE kind = 'charge' AND cluster = 'crc'$$), '15',
+          'the jobs run after the new rate''s start are charged twice as much (2 + 1 + 4·2 + 1·2 + 1·2)');
 -- a queued job of an account that runs dry: recheck_queued() holds it and notify_hold writes a message
 SELECT dblink_exec('cr_setup', $$INSERT INTO hpcacct.account (name) VALUES ('cr_dry');
                                   SELECT hpcacct.add_member('cr_dry', 'cr_alice');
