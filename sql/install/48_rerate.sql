@@ -36,17 +36,23 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
         other record;
         charged boolean;
         last_start timestamptz;
+        -- what a charge was computed from, but the validity (tres compared in canonical text:
+        -- its operators are not on this search_path)
+        computed_from_changed boolean;
     BEGIN
+        IF TG_OP = 'UPDATE' THEN
+            computed_from_changed := (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text,
+                                      NEW.rate, NEW.unit, NEW.pool, NEW.exclusive)
+                                     IS DISTINCT FROM
+                                     (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text,
+                                      OLD.rate, OLD.unit, OLD.pool, OLD.exclusive);
+        END IF;
         -- A change of what charging reads waited, in the statement trigger below, for the
         -- charging transactions in progress (one may be charging a job at this row) and holds
         -- new ones off until it commits; the checks below then see their charges. Under
         -- REPEATABLE READ or SERIALIZABLE they would read a snapshot taken before the wait, so
         -- such a change is refused there.
-        IF TG_OP = 'UPDATE' AND (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate,
-                                 NEW.unit, NEW.pool, NEW.exclusive, NEW.valid)
-                                IS DISTINCT FROM
-                                (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate,
-                                 OLD.unit, OLD.pool, OLD.exclusive, OLD.valid) THEN
+        IF TG_OP = 'UPDATE' AND (computed_from_changed OR NEW.valid IS DISTINCT FROM OLD.valid) THEN
             IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
                 RAISE EXCEPTION 'resource % (%/%) can only be changed in a READ COMMITTED transaction, not %',
                                 OLD.resource_id, OLD.cluster, OLD.partition, pg_catalog.current_setting('transaction_isolation')
@@ -72,12 +78,8 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
         END IF;
 
         IF TG_OP = 'UPDATE' AND charged THEN
-            -- (tres compared in canonical text: its operators are not on this search_path)
-            IF (NEW.resource_id, NEW.cluster, NEW.partition, NEW.node::text, NEW.bundle::text, NEW.rate, NEW.unit,
-                NEW.pool, NEW.exclusive, lower(NEW.valid), lower_inc(NEW.valid))
-               IS DISTINCT FROM
-               (OLD.resource_id, OLD.cluster, OLD.partition, OLD.node::text, OLD.bundle::text, OLD.rate, OLD.unit,
-                OLD.pool, OLD.exclusive, lower(OLD.valid), lower_inc(OLD.valid)) THEN
+            IF computed_from_changed
+               OR (lower(NEW.valid), lower_inc(NEW.valid)) IS DISTINCT FROM (lower(OLD.valid), lower_inc(OLD.valid)) THEN
                 RAISE EXCEPTION 'resource % (%/%) has charged jobs: only the end of its validity can change',
                                 OLD.resource_id, OLD.cluster, OLD.partition
                     USING ERRCODE = 'HA006',
