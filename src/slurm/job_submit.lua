@@ -24,7 +24,8 @@ Configuration, one `key = value` a line, `#` starts a comment:
                  dead database at every submission
   statement_timeout_ms  the check's time limit in the database (default 2000)
   set_account    yes (default): a job that names no account gets the one hpcacct chose (the
-                 user's default project, HLRN); no: leave it to Slurm's default account
+                 user's default project, HLRN); no: leave it to Slurm's default account, which
+                 is then the account checked
   exempt_users   comma-separated user names never checked (e.g. slurm operators); default none
 
 The script keeps one connection for slurmctld's lifetime and reconnects when a query fails;
@@ -246,8 +247,14 @@ local function slurm_account(account)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
-    return decide("submission", user_name(job_desc, job_desc.user_id or submit_uid), slurm_account(job_desc.account),
-                  job_desc)
+    local account = slurm_account(job_desc.account)
+    -- set_account = no: a job without -A runs on the user's default account in Slurm (which
+    -- slurmctld hands the script), not on hpcacct's default project: that is the one to check
+    if account == nil and conf.set_account ~= "yes" and job_desc.default_account
+       and job_desc.default_account ~= "" then
+        account = slurm_account(job_desc.default_account)
+    end
+    return decide("submission", user_name(job_desc, job_desc.user_id or submit_uid), account, job_desc)
 end
 
 -- Who may write a comment starting "hpcacct: ": root and SlurmUser (slurmctld's own uid), as

@@ -240,6 +240,52 @@ submit ""
 check "a job without -A gets hpcacct's default project (e_good)" \
     "$([ $rc -eq 0 ] && [ "$(squeue -h -j "$job" -o %a)" = e_good ] && echo t)"
 scancel --quiet $(squeue -h -o %A) 2>/dev/null
+# set_account = no: a job without -A runs on the user's default account in Slurm, so that is the
+# account to check, not hpcacct's default project (here e_good, while Slurm's is e_neg)
+sacctmgr -i modify user root set defaultaccount=e_neg >/dev/null
+sleep 1   # slurmctld receives the association update
+printf 'set_account = no\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
+reload
+submit ""
+check "set_account = no: a job without -A is checked on the user's Slurm default account (e_neg), refused" \
+    "$([ $rc -ne 0 ] && grep -qF 'account e_neg has a negative balance' <<<"$out" && echo t)"
+[ $rc -ne 0 ] || echo "# sbatch said: $out, the job's account: $(squeue -h -j "$job" -o %a)"
+sed -i '/^set_account/d' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+sacctmgr -i modify user root set defaultaccount=e_good >/dev/null
+sleep 1
+# the other ways into the queue are checked too: each component of a heterogeneous job (on the
+# command line and in a script), salloc, srun, sbatch --test-only, an array, and an account
+# change of one component of a pending heterogeneous job or one task of a pending array
+het_out=$(sbatch --parsable -A e_good -p cpu -n 1 -t 5 -o /dev/null : -A e_neg -p cpu -n 1 -t 5 --wrap 'sleep 600' 2>&1)
+het_rc=$?
+printf '#!/bin/sh\n#SBATCH -A e_good -p cpu -n 1 -t 5 -o /dev/null\n#SBATCH hetjob\n#SBATCH -A e_neg -p cpu -n 1 -t 5\nsleep 600\n' \
+    >"$work/het.sh"
+hetscript_out=$(sbatch --parsable "$work/het.sh" 2>&1)
+hetscript_rc=$?
+check "a heterogeneous job whose second component names a refused account is refused (command line and #SBATCH hetjob)" \
+    "$([ $het_rc -ne 0 ] && grep -qF '1: account e_neg has a negative balance' <<<"$het_out" &&
+       [ $hetscript_rc -ne 0 ] && grep -qF '1: account e_neg has a negative balance' <<<"$hetscript_out" && echo t)"
+salloc_out=$(timeout 30 salloc -A e_neg -p cpu -n 1 -t 5 true 2>&1); salloc_rc=$?
+srun_out=$(timeout 30 srun -A e_neg -p cpu -n 1 -t 5 true 2>&1); srun_rc=$?
+testonly_out=$(sbatch --test-only -A e_neg -p cpu -n 1 -t 5 --wrap true 2>&1); testonly_rc=$?
+submit e_neg --array=1-3 --hold --dependency=singleton
+check "salloc, srun, sbatch --test-only and an array (held, with a dependency) to a refused account are refused, with its message" \
+    "$([ $salloc_rc -ne 0 ] && grep -qF 'salloc: error: account e_neg has a negative balance' <<<"$salloc_out" &&
+       [ $srun_rc -ne 0 ] && grep -qF 'srun: error: account e_neg has a negative balance' <<<"$srun_out" &&
+       [ $testonly_rc -ne 0 ] && grep -qF 'account e_neg has a negative balance' <<<"$testonly_out" &&
+       [ $rc -ne 0 ] && grep -qF 'account e_neg has a negative balance' <<<"$out" && echo t)"
+het_out=$(sbatch --parsable -A e_good -p cpu -n 1 -t 5 -o /dev/null --begin=now+1hour : -A e_good -p cpu -n 1 -t 5 \
+          --wrap 'sleep 600' 2>&1)
+het=${het_out%%;*}
+submit e_good --array=1-3 --begin=now+1hour
+arr=$job
+het_move=$(scontrol update jobid="$het+1" account=e_neg 2>&1); het_move_rc=$?
+arr_move=$(scontrol update jobid="${arr}_2" account=e_neg 2>&1); arr_move_rc=$?
+check "moving one component of a pending heterogeneous job, or one task of a pending array, to a refused account is refused" \
+    "$([ $het_move_rc -ne 0 ] && [ $arr_move_rc -ne 0 ] &&
+       [ "$(squeue -h -j "$het,$arr" -o %a | sort -u)" = e_good ] && echo t)"
+scancel --quiet "$het" "$arr" 2>/dev/null
 check "the refusals are logged by slurmctld" "$(grep -q 'hpcacct: submission refused for root on e_neg: negative_balance' "$log" && echo t)"
 # a user without a default project or a personal account, without -A (root submits as nobody):
 # no_default_project, Slurm's text that of an invalid account
