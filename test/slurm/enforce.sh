@@ -728,6 +728,37 @@ check "a blocked account is refused by Slurm itself (GrpSubmitJobs=0)" \
 sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
 reload
 
+# A requeued job passes no job_submit script: a running job of an account that ran negative
+# meanwhile, put back into the queue (scontrol requeue), is held by the next queue run
+sacctmgr -i add account e_requeue cluster=testcl >/dev/null &&
+    sacctmgr -i add user root account=e_requeue cluster=testcl >/dev/null
+sql "INSERT INTO hpcacct.account (name, kind) VALUES ('e_requeue', 'project');
+     INSERT INTO hpcacct.membership (account, username) VALUES ('e_requeue', 'root');
+     SELECT hpcacct.deposit('e_requeue', current_date, 100)" >/dev/null
+sleep 1   # slurmctld receives the new association
+submit e_requeue -p gpu   # the cpu partition is full (filler above)
+requeue_job=$job
+for _ in $(seq 1 50); do
+    [ "$(squeue -h -j "$requeue_job" -o %T)" = RUNNING ] && break
+    sleep 0.2
+done
+requeue_ran=$(squeue -h -j "$requeue_job" -o %T)
+sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
+     VALUES ('testcl', 'rq1', 'e_requeue', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=60000', 'COMPLETED')"
+scontrol requeue "$requeue_job"
+for _ in $(seq 1 100); do   # requeued: COMPLETING, then PENDING
+    [ "$(squeue -h -j "$requeue_job" -o %T)" = PENDING ] && break
+    sleep 0.2
+done
+requeued=$(squeue -h -j "$requeue_job" -o '%T %r')
+rq=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$rq" | sed 's/^/# /'
+echo "# job $requeue_job: $requeue_ran, then after scontrol requeue $requeued, after the queue run $(why "$requeue_job")"
+check "a requeued job of an account that ran negative while it ran is held by the next queue run" \
+    "$([ "$requeue_ran" = RUNNING ] && [ "${requeued%% *}" = PENDING ] &&
+       why "$requeue_job" | grep -q '^JobHeldAdmin|hpcacct: account e_requeue has a negative balance' && echo t)"
+[ -n "$requeue_job" ] && scancel "$requeue_job"
+
 # the database stopped: fail open (the setting), reconnection, fail closed
 data=$PGHOST/data
 pgbin=$("$PG_CONFIG" --bindir)
