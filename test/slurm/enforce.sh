@@ -758,6 +758,22 @@ check "a requeued job of an account that ran negative while it ran is held by th
     "$([ "$requeue_ran" = RUNNING ] && [ "${requeued%% *}" = PENDING ] &&
        why "$requeue_job" | grep -q '^JobHeldAdmin|hpcacct: account e_requeue has a negative balance' && echo t)"
 [ -n "$requeue_job" ] && scancel "$requeue_job"
+# a heterogeneous job one of whose components runs on an account that turned invalid (accepted
+# here as by an exempt user): the queue run holds that component
+printf 'exempt_users = root\n' >>"$HPCACCT_JOB_SUBMIT_CONF"
+reload
+het_out=$(sbatch --parsable -A e_good -p cpu -n 1 -t 5 -o /dev/null --begin=now+1hour : -A e_requeue -p cpu -n 1 -t 5 \
+          --wrap 'sleep 600' 2>&1)
+het=${het_out%%;*}
+sed -i '/^exempt_users/d' "$HPCACCT_JOB_SUBMIT_CONF"
+reload
+hq=$(hpcacct-slurm-sync --queue 2>&1)
+echo "$hq" | sed 's/^/# /'
+check "the queue run holds the component of a heterogeneous job whose account is refused, not the other" \
+    "$(grep -q "ran: scontrol hold $het+1\$" <<<"$hq" &&
+       why "$het+1" | grep -q '^JobHeldAdmin|hpcacct: account e_requeue has a negative balance' &&
+       [ "$(squeue -h -j "$het+0" -o %r)" != JobHeldAdmin ] && echo t)"
+[ -n "$het" ] && scancel "$het"
 
 # the database stopped: fail open (the setting), reconnection, fail closed
 data=$PGHOST/data
