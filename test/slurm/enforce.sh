@@ -738,7 +738,7 @@ sql "INSERT INTO hpcacct.account (name, kind) VALUES ('e_requeue', 'project');
 sleep 1   # slurmctld receives the new association
 submit e_requeue -p gpu   # the cpu partition is full (filler above)
 requeue_job=$job
-for _ in $(seq 1 50); do
+for _ in $(seq 1 150); do   # up to 30 s: a loaded machine's scheduler may be slow to start it
     [ "$(squeue -h -j "$requeue_job" -o %T)" = RUNNING ] && break
     sleep 0.2
 done
@@ -746,7 +746,7 @@ requeue_ran=$(squeue -h -j "$requeue_job" -o %T)
 sql "INSERT INTO hpcacct.job (cluster, jobid, account, \"user\", partition, start, \"end\", alloctres, state)
      VALUES ('testcl', 'rq1', 'e_requeue', 'root', 'cpu', now() - interval '2 min', now() - interval '1 min', 'cpu=60000', 'COMPLETED')"
 scontrol requeue "$requeue_job"
-for _ in $(seq 1 100); do   # requeued: COMPLETING, then PENDING
+for _ in $(seq 1 200); do   # requeued: COMPLETING, then PENDING (up to 40 s)
     [ "$(squeue -h -j "$requeue_job" -o %T)" = PENDING ] && break
     sleep 0.2
 done
