@@ -25,6 +25,28 @@ CREATE FUNCTION hpcacct_internal.last_charged_start(resource_id bigint) RETURNS 
 COMMENT ON FUNCTION hpcacct_internal.last_charged_start(bigint) IS
     'Latest start of the jobs a resource row still charges (NULL: none)';
 
+-- What waits for the charging in progress and then checks or re-rates its charges (a change of
+-- a rate row, rerate(), rerate_catch_up()) must read them with a snapshot taken after the wait:
+-- READ COMMITTED. Under REPEATABLE READ or SERIALIZABLE the snapshot predates the wait, and the
+-- charges committed meanwhile would stay at the old rate. 25000 there.
+CREATE FUNCTION hpcacct_internal.require_read_committed(what text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION '% must run in a READ COMMITTED transaction, not %',
+                            what, pg_catalog.current_setting('transaction_isolation')
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'A snapshot taken before it waits for the charging in progress misses the charges '
+                               'committed meanwhile: they would stay at the old rate.',
+                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_read_committed(text) IS
+    'A change of rate rows, rerate() and rerate_catch_up() run in READ COMMITTED only (25000 otherwise)';
+
 -- BEFORE INSERT, UPDATE or DELETE of a resource row: the overlap of two rates and the
 -- deletion of a charged row get an error with a hint (the exclusion constraint and the
 -- ledger's foreign key stay the guarantees); a charged row may only be closed.
@@ -53,13 +75,8 @@ CREATE FUNCTION hpcacct_internal.check_resource_change() RETURNS trigger
         -- REPEATABLE READ or SERIALIZABLE they would read a snapshot taken before the wait, so
         -- such a change is refused there.
         IF TG_OP = 'UPDATE' AND (computed_from_changed OR NEW.valid IS DISTINCT FROM OLD.valid) THEN
-            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-                RAISE EXCEPTION 'resource % (%/%) can only be changed in a READ COMMITTED transaction, not %',
-                                OLD.resource_id, OLD.cluster, OLD.partition, pg_catalog.current_setting('transaction_isolation')
-                    USING ERRCODE = 'invalid_transaction_state',
-                          DETAIL = 'Its checks must see the charges committed while it waited for the charging in progress.',
-                          HINT = 'Run it in a READ COMMITTED transaction (the default).';
-            END IF;
+            PERFORM hpcacct_internal.require_read_committed(
+                pg_catalog.format('a change of resource %s (%s/%s)', OLD.resource_id, OLD.cluster, OLD.partition));
         END IF;
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
             charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -305,16 +322,8 @@ CREATE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float8, effectiv
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
         -- No charging while the rows change hands: charging inserts into the ledger. The lock
-        -- waits for the charging in progress; only a statement's snapshot taken after it (READ
-        -- COMMITTED) sees those charges, which would otherwise stay at the closed row.
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'rerate: run it in a READ COMMITTED transaction, not %',
-                            pg_catalog.current_setting('transaction_isolation')
-                USING ERRCODE = 'invalid_transaction_state',
-                      DETAIL = 'A snapshot taken before rerate() locks the ledger misses the charges committed meanwhile: '
-                               'they would stay at the old rate, on a row closed before their jobs'' start.',
-                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
-        END IF;
+        -- waits for the charging in progress, whose charges only READ COMMITTED then sees.
+        PERFORM hpcacct_internal.require_read_committed('rerate()');
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         SELECT r.* INTO was FROM @extschema@.resource r WHERE r.resource_id = rerate.resource_id FOR UPDATE;
         IF NOT FOUND THEN

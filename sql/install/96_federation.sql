@@ -1049,14 +1049,8 @@ CREATE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
     BEGIN
         PERFORM hpcacct_internal.refuse_at_site('rerate_catch_up');
         -- as rerate(): no charging meanwhile, and only READ COMMITTED sees the charges
-        -- committed before the lock (an older snapshot would leave them at the old rate)
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'rerate_catch_up: run it in a READ COMMITTED transaction, not %',
-                            pg_catalog.current_setting('transaction_isolation')
-                USING ERRCODE = 'invalid_transaction_state',
-                      DETAIL = 'A snapshot taken before it locks the ledger misses the charges committed meanwhile.',
-                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
-        END IF;
+        -- committed before the lock
+        PERFORM hpcacct_internal.require_read_committed('rerate_catch_up()');
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
                  FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP

@@ -13770,6 +13770,25 @@ CREATE FUNCTION hpcacct_internal.lock_ledger_for_resource() RETURNS trigger
 CREATE TRIGGER resource_locks_ledger BEFORE UPDATE ON @extschema@.resource
     FOR EACH STATEMENT EXECUTE FUNCTION hpcacct_internal.lock_ledger_for_resource();
 
+-- ==== a change of rate rows, rerate() and rerate_catch_up() each wrote out the same READ COMMITTED check: one helper holds it (their final definitions below call it) ---
+CREATE FUNCTION hpcacct_internal.require_read_committed(what text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    BEGIN
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION '% must run in a READ COMMITTED transaction, not %',
+                            what, pg_catalog.current_setting('transaction_isolation')
+                USING ERRCODE = 'invalid_transaction_state',
+                      DETAIL = 'A snapshot taken before it waits for the charging in progress misses the charges '
+                               'committed meanwhile: they would stay at the old rate.',
+                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
+        END IF;
+    END
+    $$;
+COMMENT ON FUNCTION hpcacct_internal.require_read_committed(text) IS
+    'A change of rate rows, rerate() and rerate_catch_up() run in READ COMMITTED only (25000 otherwise)';
+
 -- ==== final definitions ---------------------------------------------------------------
 -- The sections above come from several changes, some to the same functions. Every function
 -- and procedure they define is defined here once more, as sql/install has it, so that the
@@ -14325,16 +14344,8 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate(resource_id bigint, new_rate float
                 USING ERRCODE = 'numeric_value_out_of_range';
         END IF;
         -- No charging while the rows change hands: charging inserts into the ledger. The lock
-        -- waits for the charging in progress; only a statement's snapshot taken after it (READ
-        -- COMMITTED) sees those charges, which would otherwise stay at the closed row.
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'rerate: run it in a READ COMMITTED transaction, not %',
-                            pg_catalog.current_setting('transaction_isolation')
-                USING ERRCODE = 'invalid_transaction_state',
-                      DETAIL = 'A snapshot taken before rerate() locks the ledger misses the charges committed meanwhile: '
-                               'they would stay at the old rate, on a row closed before their jobs'' start.',
-                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
-        END IF;
+        -- waits for the charging in progress, whose charges only READ COMMITTED then sees.
+        PERFORM hpcacct_internal.require_read_committed('rerate()');
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         SELECT r.* INTO was FROM @extschema@.resource r WHERE r.resource_id = rerate.resource_id FOR UPDATE;
         IF NOT FOUND THEN
@@ -17135,13 +17146,8 @@ CREATE OR REPLACE FUNCTION hpcacct_internal.check_resource_change() RETURNS trig
         -- REPEATABLE READ or SERIALIZABLE they would read a snapshot taken before the wait, so
         -- such a change is refused there.
         IF TG_OP = 'UPDATE' AND (computed_from_changed OR NEW.valid IS DISTINCT FROM OLD.valid) THEN
-            IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-                RAISE EXCEPTION 'resource % (%/%) can only be changed in a READ COMMITTED transaction, not %',
-                                OLD.resource_id, OLD.cluster, OLD.partition, pg_catalog.current_setting('transaction_isolation')
-                    USING ERRCODE = 'invalid_transaction_state',
-                          DETAIL = 'Its checks must see the charges committed while it waited for the charging in progress.',
-                          HINT = 'Run it in a READ COMMITTED transaction (the default).';
-            END IF;
+            PERFORM hpcacct_internal.require_read_committed(
+                pg_catalog.format('a change of resource %s (%s/%s)', OLD.resource_id, OLD.cluster, OLD.partition));
         END IF;
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
             charged := EXISTS (SELECT 1 FROM @extschema@.ledger l
@@ -19749,14 +19755,8 @@ CREATE OR REPLACE FUNCTION @extschema@.rerate_catch_up() RETURNS bigint
     BEGIN
         PERFORM hpcacct_internal.refuse_at_site('rerate_catch_up');
         -- as rerate(): no charging meanwhile, and only READ COMMITTED sees the charges
-        -- committed before the lock (an older snapshot would leave them at the old rate)
-        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'rerate_catch_up: run it in a READ COMMITTED transaction, not %',
-                            pg_catalog.current_setting('transaction_isolation')
-                USING ERRCODE = 'invalid_transaction_state',
-                      DETAIL = 'A snapshot taken before it locks the ledger misses the charges committed meanwhile.',
-                      HINT = 'Run it in a READ COMMITTED transaction (the default).';
-        END IF;
+        -- committed before the lock
+        PERFORM hpcacct_internal.require_read_committed('rerate_catch_up()');
         LOCK TABLE @extschema@.ledger IN EXCLUSIVE MODE;
         FOR r IN SELECT g.rerate_id, g.old_resource_id, g.new_resource_id, g.old_rate, g.new_rate, g.effective_from
                  FROM @extschema@.rerate_log g ORDER BY g.rerate_id LOOP
