@@ -166,6 +166,7 @@ RESET SESSION AUTHORIZATION;
 
 SELECT dblink_disconnect('rs1');
 SELECT dblink_disconnect('rs2');
+SELECT dblink_exec('rs_adm', 'DROP DATABASE hpcacct_rerate_sessions');
 SELECT dblink_disconnect('rs_adm');
 SELECT * FROM finish();
 ROLLBACK;
